@@ -1,0 +1,259 @@
+"""The composition root: the only place that builds adapters and wires them together.
+
+:func:`build_app` checks what can be checked before the server starts (settings, auth
+providers) and returns the Litestar application; its start-up hook opens what needs the
+event loop (the SQLite database, the vault, the memory store) into :class:`Services`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from litestar import Litestar
+
+from auth_providers import AuthChain, load_providers
+from channel_http import routes
+from channel_http.errors import EXCEPTION_HANDLERS
+from channel_http.middleware import CorsMiddleware
+from channel_http.requests import MAX_BODY
+from core.clock import Clock, system_clock
+from core.config import ConfigurationError, Settings
+from core.confirmations import ConfirmationStore, ResumeSlots
+from core.db import Database
+from core.directory import Directory, DirectoryConfigurationError
+from core.directory_static import StaticDirectory
+from core.i18n import Catalogs
+from core.linking import Linking
+from core.ollama import OllamaModel
+from core.people import People
+from core.person_settings import PersonSettings
+from core.rate_limit import RateLimiter
+from core.sessions import EngineLimits, SessionManager
+from core.tool_log import ToolLog
+from core.wiki import Vault
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp
+
+    from core.model import ModelClient
+
+log = logging.getLogger("mercury.http")
+
+#: The channel contract this surface is written for, as a literal: never the core's
+#: constant, so an old channel can't claim a newer contract.
+CHANNEL_API_VERSION: Final = 6
+
+OPENAPI_PATH: Final = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpChannel:
+    """The HTTP channel as the core sees it: a name and a contract version."""
+
+    name: str = "http"
+    api_version: int = CHANNEL_API_VERSION
+
+
+@dataclass
+class Services:
+    """Everything a handler reaches, opened once at start-up."""
+
+    settings: Settings
+    auth: AuthChain
+    catalogs: Catalogs
+    db: Database
+    people: People
+    person_settings: PersonSettings
+    manager: SessionManager
+    linking: Linking
+    vault: Vault
+    openapi: bytes
+    started: float = field(default_factory=time.monotonic)
+    background: list[asyncio.Task[Any]] = field(default_factory=list)
+
+    async def memory_reachable(self) -> bool:
+        memory = self.manager.memory
+        if memory is None:
+            return False
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0):
+                return await memory.reachable()
+        return False
+
+
+def build_auth(settings: Settings) -> AuthChain:
+    """The auth chain, or a ConfigurationError saying why no provider loaded."""
+    if not settings.auth.providers:
+        raise ConfigurationError(
+            "No auth provider is configured: set MERCURY_AUTH (for example to static) "
+            "and the provider's settings (AUTH_STATIC_TOKENS)."
+        )
+    chain, reasons = load_providers(
+        settings.auth.providers,
+        static_tokens=settings.auth.static_tokens,
+        oidc_issuer=settings.oidc.issuer,
+        oidc_audience=settings.oidc.audience,
+        oidc_algorithms=settings.oidc.algorithms,
+        oidc_leeway_s=settings.oidc.leeway_s,
+        log=log,
+    )
+    if chain is None:
+        raise ConfigurationError(
+            "No auth provider could be loaded, so the surface stays closed: " + "; ".join(reasons)
+        )
+    return chain
+
+
+def build_directory(settings: Settings) -> Directory | None:
+    """The directory of people, or None when the instance has none."""
+    raw = settings.directory.static_people
+    if raw is None:
+        return None
+    try:
+        return StaticDirectory.from_env(raw)
+    except DirectoryConfigurationError as error:
+        raise ConfigurationError(str(error)) from None
+
+
+def build_app(
+    settings: Settings,
+    *,
+    model: ModelClient | None = None,
+    clock: Clock = system_clock,
+    auth: AuthChain | None = None,
+) -> Litestar:
+    """The application for ``settings``; raises ConfigurationError before anything opens."""
+    auth = auth or build_auth(settings)
+    directory = build_directory(settings)
+    catalogs = Catalogs.load()
+    holder: dict[str, Services] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        services = await open_services(
+            settings, auth, catalogs, directory, model=model, clock=clock
+        )
+        app.state.services = services
+        holder["services"] = services
+        try:
+            yield
+        finally:
+            await close_services(services)
+
+    public = [routes.version, routes.openapi_document]
+    authenticated = [
+        routes.turn,
+        routes.confirm,
+        routes.me,
+        routes.patch_me,
+        routes.link,
+        routes.health,
+        routes.manifest,
+        routes.confirmations,
+        routes.tool_log,
+        routes.wiki_list,
+        routes.wiki_read,
+        routes.wiki_grep,
+    ]
+    app = Litestar(
+        route_handlers=[*public, routes.authenticated_router(authenticated)],
+        lifespan=[lifespan],
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=MAX_BODY,
+        openapi_config=None,
+        debug=False,
+        logging_config=None,
+    )
+    return app
+
+
+def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
+    """The application behind the CORS layer, as the server runs it."""
+    paths = frozenset(route.path for route in app.routes)
+    return CorsMiddleware(
+        app, settings.http.cors_origin, paths, bare=frozenset({"/login/callback"})
+    )
+
+
+async def open_services(
+    settings: Settings,
+    auth: AuthChain,
+    catalogs: Catalogs,
+    directory: Directory | None,
+    *,
+    model: ModelClient | None,
+    clock: Clock,
+) -> Services:
+    data_dir = settings.data_dir
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = await Database.open(data_dir / "mercury.db")
+    vault = Vault(settings.wiki.vault_path)
+    await vault.init()
+    people = People(directory, access_unknown=settings.access.unknown, clock=clock)
+    person_settings = PersonSettings(db, clock=clock)
+    linking = Linking(db, people, clock=clock)
+    confirmations = ConfirmationStore(db, clock=clock)
+    tool_log = ToolLog(db, clock=clock)
+    from datetime import timedelta
+
+    limiter = RateLimiter(
+        settings.rate_limit.per_user,
+        timedelta(milliseconds=settings.rate_limit.window_ms),
+        clock=clock,
+    )
+    from core.builtin_plugins import builtin_plugins
+    from core.tools import ToolRegistry
+
+    registry = ToolRegistry(
+        builtin_plugins(vault=vault, person_settings=person_settings),
+        access=settings.access.plugins,
+    )
+    manager = SessionManager(
+        model=model
+        or OllamaModel(
+            settings.ollama.host,
+            settings.ollama.model,
+            read_timeout_s=settings.ollama.timeout_s,
+            connect_timeout_s=settings.ollama.connect_timeout_s,
+        ),
+        catalogs=catalogs,
+        registry=registry,
+        confirmations=confirmations,
+        resume_slots=ResumeSlots(clock),
+        tool_log=tool_log,
+        person_settings=person_settings,
+        rate_limiter=limiter,
+        linking=linking,
+        limits=EngineLimits(max_steps=settings.engine.max_steps, think=settings.ollama.think),
+        clock=clock,
+    )
+    return Services(
+        settings=settings,
+        auth=auth,
+        catalogs=catalogs,
+        db=db,
+        people=people,
+        person_settings=person_settings,
+        manager=manager,
+        linking=linking,
+        vault=vault,
+        openapi=OPENAPI_PATH.read_bytes(),
+    )
+
+
+async def close_services(services: Services) -> None:
+    await services.manager.stop_turns()
+    for task in services.background:
+        task.cancel()
+    await services.manager.model.close()
+    await services.db.close()
+
+
+Factory = Callable[[], Litestar]

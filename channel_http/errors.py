@@ -1,0 +1,157 @@
+"""Every status code of the surface lives here: error kinds, their statuses, one envelope.
+
+Exception tree::
+
+    ApiError                     a request the surface refuses, with a sentence for the person
+    ├── BadRequest        400    the body or the query is not what the route takes
+    ├── Unauthorized      401    no token, or a token no provider recognizes
+    ├── Forbidden         403    the directory doesn't know the caller
+    ├── NotFound          404
+    ├── MethodNotAllowed  405
+    ├── PayloadTooLarge   413
+    ├── TooManyRequests   429    over the rate limit; carries Retry-After
+    └── Unavailable       503    the directory can't be asked
+
+Once the first byte of an event stream is out, a failure is an ``error`` event instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    MethodNotAllowedException,
+    NotFoundException,
+    ValidationException,
+)
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+if TYPE_CHECKING:
+    from litestar.types import Send
+
+log = logging.getLogger("mercury.http")
+
+
+class ApiError(Exception):
+    status: ClassVar[int] = 400
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+        self.extra = extra or {}
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+
+
+class TooManyRequests(ApiError):
+    status = 429
+
+
+class Unavailable(ApiError):
+    status = 503
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def envelope(
+    status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> Response[bytes]:
+    """The ``{ok: false, error}`` response every refusal shares."""
+    body = _encode({"ok": False, "error": message, **extra})
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+async def send_envelope(
+    send: Send, status: int, message: str, headers: dict[str, str], **extra: Any
+) -> None:
+    """The envelope written straight to ASGI, for refusals made before any handler."""
+    body = _encode({"ok": False, "error": message, **extra})
+    raw_headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _translate(request: Request[Any, Any, Any], message: str) -> str:
+    translator = request.scope.get("state", {}).get("translator")
+    return translator.gettext(message) if translator is not None else message
+
+
+def handle_api_error(request: Request[Any, Any, Any], error: ApiError) -> Response[bytes]:
+    headers = dict(error.headers)
+    language = request.scope.get("state", {}).get("language")
+    if language:
+        headers.setdefault("content-language", language)
+    return envelope(error.status, error.message, headers=headers, **error.extra)
+
+
+def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException) -> Response[bytes]:
+    """Litestar's own refusals (unknown route, method, body too large) in our envelope."""
+    if isinstance(error, NotFoundException):
+        return envelope(404, _translate(request, "Not found."))
+    if isinstance(error, MethodNotAllowedException):
+        message = _translate(request, "This route does not accept the %(method)s method.")
+        return envelope(405, message % {"method": request.method}, headers=error.headers)
+    if error.status_code == 413:
+        return envelope(413, _translate(request, "The request body is larger than 1 MiB."))
+    if isinstance(error, ValidationException):
+        return envelope(400, str(error.detail))
+    if error.status_code >= 500:
+        log.error("HTTP %s on %s: %s", error.status_code, request.url.path, error.detail)
+        return envelope(
+            error.status_code,
+            _translate(request, "Something went wrong on our side. Try again in a moment."),
+        )
+    return envelope(error.status_code, str(error.detail), headers=error.headers)
+
+
+def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
+    return envelope(
+        HTTP_500_INTERNAL_SERVER_ERROR,
+        _translate(request, "Something went wrong on our side. Try again in a moment."),
+    )
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+    ApiError: handle_api_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

@@ -1,0 +1,140 @@
+"""The two layers every request crosses before a handler: CORS, then the caller.
+
+:class:`CorsMiddleware` wraps the whole application, so every response carries the
+CORS headers (errors, 404s and streams too), and it answers ``OPTIONS`` preflights
+with 204 without authenticating. :class:`CallerMiddleware` runs on the authenticated
+routes only: it asks the auth providers who the token belongs to (401), then the core
+whether it talks to that person (403/503), and settles their language and time zone,
+all before a handler reads the body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from litestar.enums import ScopeType
+from litestar.middleware import ASGIMiddleware
+
+from channel_http.errors import send_envelope
+from core.i18n import choose_language, negotiate
+from core.people import Admitted, refusal_message
+from core.timezones import choose_zone
+
+if TYPE_CHECKING:
+    from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+    from core.i18n import Translator
+    from core.person_settings import SavedSettings
+    from core.principal import Person, Principal
+
+ALLOW_METHODS: Final = "GET, POST, PATCH, OPTIONS"
+ALLOW_HEADERS: Final = "content-type, authorization, accept-language, x-time-zone"
+
+
+class CorsMiddleware:
+    """CORS headers on every response; 204 for every preflight on a known path."""
+
+    def __init__(
+        self, app: ASGIApp, origin: str, paths: frozenset[str], *, bare: frozenset[str]
+    ) -> None:
+        self.app = app
+        self.paths = paths
+        self.bare = bare  # the plain-text login pages carry no CORS
+        self.headers: list[tuple[bytes, bytes]] = [
+            (b"access-control-allow-origin", origin.encode("latin-1")),
+            (b"access-control-allow-methods", ALLOW_METHODS.encode()),
+            (b"access-control-allow-headers", ALLOW_HEADERS.encode()),
+            (b"access-control-expose-headers", b"content-language, retry-after"),
+        ]
+        if origin != "*":
+            self.headers.append((b"vary", b"origin"))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS" and scope["path"] in self.paths:
+            await send({"type": "http.response.start", "status": 204, "headers": self.headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if scope["path"] in self.bare:
+            await self.app(scope, receive, send)
+            return
+        extra = self.headers
+
+        async def send_with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cors)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is asking, as the providers and the directory say, and how to speak to them."""
+
+    principal: Principal
+    person: Person
+    language: str
+    time_zone: str
+    translator: Translator
+    saved: SavedSettings
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class CallerMiddleware(ASGIMiddleware):
+    """Authentication and admission, in one place, for every authenticated route."""
+
+    scopes = (ScopeType.HTTP,)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        services = scope["litestar_app"].state.services
+        settings = services.settings
+        headers = {
+            key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]
+        }
+        header_language = negotiate(headers.get("accept-language"))
+        language = header_language or settings.defaults.language
+        principal = await services.auth.authenticate(headers)
+        if principal is None:
+            challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"
+            await send_envelope(send, 401, "unauthorized", {"www-authenticate": challenge})
+            return
+        identification = await services.people.identify(principal)
+        translator = services.catalogs.translator(language)
+        if not isinstance(identification, Admitted):
+            status = 403 if identification.reason == "unknown" else 503
+            await send_envelope(
+                send,
+                status,
+                refusal_message(identification.reason, translator),
+                {"content-language": language},
+                reason=identification.reason,
+            )
+            return
+        person = identification.person
+        saved = await services.person_settings.get(person.key)
+        language = choose_language(
+            saved.language, headers.get("accept-language"), settings.defaults.language
+        )
+        zone = choose_zone(saved.time_zone, headers.get("x-time-zone"), settings.defaults.time_zone)
+        state: dict[str, Any] = scope.setdefault("state", {})
+        state["caller"] = Caller(
+            principal=principal,
+            person=person,
+            language=language,
+            time_zone=zone,
+            translator=services.catalogs.translator(language),
+            saved=saved,
+        )
+        state["language"] = language
+        state["translator"] = state["caller"].translator
+        await next_app(scope, receive, send)

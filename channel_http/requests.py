@@ -1,0 +1,110 @@
+"""Request bodies and query rules, decoded at the edge with decoders built once."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import msgspec
+
+from channel_http.errors import BadRequest
+
+if TYPE_CHECKING:
+    from core.i18n import Translator
+
+CONVERSATION_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
+MAX_BODY: Final = 1024 * 1024
+
+
+class TurnBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    text: str | None = None
+    conversation_id: str | None = None
+    opening: bool | None = None
+    resume: bool | None = None
+
+
+class ConfirmBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    token: str | None = None
+    conversation_id: str | None = None
+
+
+class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    time_zone: str | None = None
+
+
+_T = TypeVar("_T", bound=msgspec.Struct)
+
+_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
+    body_type: msgspec.json.Decoder(body_type) for body_type in (TurnBody, ConfirmBody, MeBody)
+}
+_EXPECTED: Final = {
+    "str": "a string",
+    "bool": "true or false",
+    "object": "a JSON object",
+}
+_TYPE_ERROR = re.compile(
+    r"Expected `(?P<expected>[^`]+)`, got `[^`]+`(?: - at `\$\.(?P<field>[^`]+)`)?"
+)
+_UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
+
+
+def decode_body(body_type: type[_T], raw: bytes, translator: Translator) -> _T:
+    """The body as ``body_type``, or a 400 naming what is wrong, in the caller's language."""
+    if not raw.strip():
+        raise BadRequest(translator.gettext("The request body must be JSON."))
+    try:
+        value: _T = _DECODERS[body_type].decode(raw)
+    except msgspec.ValidationError as error:
+        raise BadRequest(_describe(str(error), translator)) from None
+    except msgspec.DecodeError:
+        raise BadRequest(translator.gettext("The request body must be JSON.")) from None
+    return value
+
+
+def _describe(message: str, translator: Translator) -> str:
+    if match := _UNKNOWN_FIELD.search(message):
+        return translator.gettext('The field "%(field)s" is not allowed here.') % {
+            "field": match["field"]
+        }
+    match = _TYPE_ERROR.search(message)
+    if match is None or match["field"] is None:
+        return translator.gettext("The request body must be a JSON object.")
+    expected = match["expected"].split(" | ")[0]
+    return translator.gettext('The field "%(field)s" must be %(expected)s.') % {
+        "field": match["field"],
+        "expected": _EXPECTED.get(expected, expected),
+    }
+
+
+def conversation_id(
+    raw: str | None, translator: Translator, *, required: bool = False
+) -> str | None:
+    """The trimmed conversation id, None when absent, or a 400 when it breaks the rule."""
+    if raw is None or not raw.strip():
+        return None
+    trimmed = raw.strip()
+    if CONVERSATION_ID.fullmatch(trimmed) is None:
+        raise BadRequest(
+            translator.gettext(
+                "The conversationId may contain only letters, digits, - and _, "
+                "up to 128 characters."
+            )
+        )
+    return trimmed
+
+
+def limit(raw: str | None, default: int, translator: Translator) -> int:
+    """A page size from 1 to 500, or a 400."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 500:
+        raise BadRequest(translator.gettext("The limit must be a whole number from 1 to 500."))
+    return int(raw)
+
+
+def required_query(value: str | None, name: str, translator: Translator) -> str:
+    if value is None or value == "":
+        raise BadRequest(
+            translator.gettext('The query parameter "%(name)s" is required.') % {"name": name}
+        )
+    return value

@@ -1,0 +1,308 @@
+"""The routes of the surface. Each handler reads the caller the middleware settled,
+decodes its input at the edge, asks the core, and answers JSON (or the event stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from litestar import Request, Response, Router, get, patch, post
+from litestar.response import Stream
+
+from channel_http import sse
+from channel_http.errors import BadRequest, NotFound, TooManyRequests
+from channel_http.middleware import Caller, CallerMiddleware
+from channel_http.requests import (
+    ConfirmBody,
+    MeBody,
+    TurnBody,
+    conversation_id,
+    decode_body,
+    limit,
+    required_query,
+)
+from core.memory import COLLECTIONS, InvalidCursor
+from core.sessions import TurnInput
+from core.version import core_version
+from core.wiki import InvalidPattern
+
+if TYPE_CHECKING:
+    from channel_http.app import Services
+
+AnyRequest = Request[Any, Any, Any]
+
+
+def _services(request: AnyRequest) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _caller(request: AnyRequest) -> Caller:
+    caller: Caller = request.scope["state"]["caller"]
+    return caller
+
+
+def _ok(content: dict[str, Any], *, headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response({"ok": True, **content}, headers=headers)
+
+
+# ------------------------------------------------------------------ public
+
+
+@get("/version", sync_to_thread=False)
+def version() -> dict[str, Any]:
+    return {"ok": True, "version": core_version()}
+
+
+@get("/openapi.yaml", sync_to_thread=False)
+def openapi_document(request: AnyRequest) -> Response[bytes]:
+    return Response(_services(request).openapi, media_type="text/yaml; charset=utf-8")
+
+
+# ------------------------------------------------------------------- turns
+
+
+@post("/turn", status_code=200)
+async def turn(request: AnyRequest) -> Stream:
+    caller = _caller(request)
+    services = _services(request)
+    tr = caller.translator
+    body = decode_body(TurnBody, await request.body(), tr)
+    conversation = conversation_id(body.conversation_id, tr)
+    opening, resume = bool(body.opening), bool(body.resume)
+    if opening and conversation is None:
+        raise BadRequest(tr.gettext("An opening turn needs a conversationId."))
+    if resume and conversation is None:
+        raise BadRequest(tr.gettext("A resumed turn needs a conversationId."))
+    text = body.text or ""
+    if not (opening or resume) and not text.strip():
+        raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
+    manager = services.manager
+    if not (opening or resume):
+        decision = manager.check_rate(caller.person, text)
+        if decision is not None and not decision.allowed:
+            seconds = decision.retry_after_s
+            raise TooManyRequests(
+                tr.ngettext(
+                    "Too many messages: wait %(seconds)d second before sending another.",
+                    "Too many messages: wait %(seconds)d seconds before sending another.",
+                    seconds,
+                )
+                % {"seconds": seconds},
+                headers={"retry-after": str(seconds), "content-language": caller.language},
+            )
+    running = manager.open_turn(
+        TurnInput(
+            principal=caller.principal,
+            person=caller.person,
+            conversation_id=conversation,
+            text=text,
+            opening=opening,
+            resume=resume,
+            language=caller.language,
+            time_zone=caller.time_zone,
+            received_at=datetime.now(UTC),
+        )
+    )
+    return Stream(
+        sse.event_stream(running, services.settings.http.heartbeat_s),
+        media_type=sse.MEDIA_TYPE,
+        headers={**sse.HEADERS, "content-language": caller.language},
+    )
+
+
+@post("/confirm", status_code=200)
+async def confirm(request: AnyRequest) -> Response[Any]:
+    caller = _caller(request)
+    tr = caller.translator
+    body = decode_body(ConfirmBody, await request.body(), tr)
+    token = (body.token or "").strip()
+    conversation = conversation_id(body.conversation_id, tr)
+    if not token or conversation is None:
+        raise BadRequest(tr.gettext("Both token and conversationId are required."))
+    result = await _services(request).manager.confirm(
+        caller.principal, caller.person, conversation, token, caller.language
+    )
+    content: dict[str, Any] = {"resolved": result.resolved}
+    if result.resume:
+        content["resume"] = True
+    elif result.text is not None:
+        content["text"] = result.text
+    return _ok(content, headers={"content-language": caller.language})
+
+
+# ---------------------------------------------------------------- the person
+
+
+@get("/me")
+async def me(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    saved = caller.saved
+    return {
+        "ok": True,
+        "name": saved.name,
+        "language": saved.language,
+        "timeZone": saved.time_zone,
+    }
+
+
+@patch("/me")
+async def patch_me(request: AnyRequest) -> dict[str, Any]:
+    from core.person_settings import InvalidSetting
+
+    caller = _caller(request)
+    tr = caller.translator
+    body = decode_body(MeBody, await request.body(), tr)
+    if body.time_zone is None:
+        raise BadRequest(tr.gettext('The body must contain "timeZone".'))
+    try:
+        saved = await _services(request).person_settings.set_time_zone(
+            caller.person.key, body.time_zone
+        )
+    except InvalidSetting:
+        raise BadRequest(
+            tr.gettext(
+                'The field "%(field)s" must be a time zone name such as Europe/Rome, '
+                'not "%(value)s".'
+            )
+            % {"field": "timeZone", "value": body.time_zone[:64]}
+        ) from None
+    return {"ok": True, "timeZone": saved}
+
+
+@post("/link", status_code=200)
+async def link(request: AnyRequest) -> Response[Any]:
+    caller = _caller(request)
+    services = _services(request)
+    code = await services.linking.start(caller.principal, caller.person)
+    return _ok(
+        {"code": code.code, "expiresAt": code.expires_at.isoformat(timespec="seconds")},
+        headers={"cache-control": "no-store"},
+    )
+
+
+# -------------------------------------------------------------------- reads
+
+
+@get("/health")
+async def health(request: AnyRequest) -> dict[str, Any]:
+    services = _services(request)
+    ollama_ok, qdrant_ok = await asyncio.gather(
+        services.manager.model.reachable(), services.memory_reachable()
+    )
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {
+        "ok": True,
+        "uptimeSeconds": round(time.monotonic() - services.started, 3),
+        "memory": {"rss": _rss_bytes(usage.ru_maxrss)},
+        "qdrantReachable": qdrant_ok,
+        "ollamaReachable": ollama_ok,
+    }
+
+
+def _rss_bytes(fallback_kib: int) -> int:
+    try:
+        with open("/proc/self/statm", "rb") as statm:  # current, not peak
+            pages = int(statm.read().split()[1])
+        return pages * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return fallback_kib * 1024
+
+
+@get("/manifest")
+async def manifest(request: AnyRequest) -> dict[str, Any]:
+    from core.version import PLUGIN_API_VERSION
+
+    caller = _caller(request)
+    registry = _services(request).manager.registry
+    return {"ok": True, "manifest": registry.manifest(caller.person, PLUGIN_API_VERSION)}
+
+
+@get("/confirmations")
+async def confirmations(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    pending = await _services(request).manager.confirmations.pending(caller.person.key)
+    return {
+        "ok": True,
+        "pending": [
+            {
+                "sessionKey": item.session_key,
+                "summary": item.summary,
+                "expiresAt": int(item.expires_at.timestamp() * 1000),
+            }
+            for item in pending
+        ],
+    }
+
+
+@get("/tool-log")
+async def tool_log(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    entries = await _services(request).manager.tool_log.recent(caller.person.key)
+    return {
+        "ok": True,
+        "entries": [
+            {
+                "timestamp": entry.timestamp,
+                "conversationId": entry.conversation_id,
+                "toolName": entry.tool_name,
+                "input": entry.input,
+                "output": entry.output,
+                "outcome": entry.outcome,
+            }
+            for entry in entries
+        ],
+    }
+
+
+@get("/conversation")
+async def conversation(
+    request: AnyRequest, id: str | None = None, limit_: str | None = None, offset: str | None = None
+) -> dict[str, Any]:
+    raise NotImplementedError
+
+
+@get("/wiki/list")
+async def wiki_list(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    return {"ok": True, "files": await _services(request).vault.list(caller.person.key)}
+
+
+@get("/wiki/read")
+async def wiki_read(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    tr = caller.translator
+    path = required_query(request.query_params.get("path"), "path", tr)
+    content = await _services(request).vault.read(caller.person.key, path)
+    if content is None:
+        raise NotFound(tr.gettext("Not found."))
+    return {"ok": True, "content": content}
+
+
+@get("/wiki/grep")
+async def wiki_grep(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    tr = caller.translator
+    pattern = required_query(request.query_params.get("pattern"), "pattern", tr)
+    try:
+        matches = await _services(request).vault.grep(caller.person.key, pattern)
+    except InvalidPattern as error:
+        raise BadRequest(
+            tr.gettext("The pattern is not a valid regular expression: %(reason)s")
+            % {"reason": str(error)}
+        ) from None
+    return {
+        "ok": True,
+        "matches": [{"path": m.path, "line": m.line, "text": m.text} for m in matches],
+    }
+
+
+def authenticated_router(routes: list[Any]) -> Router:
+    return Router(path="/", route_handlers=routes, middleware=[CallerMiddleware()])
+
+
+_ = (COLLECTIONS, InvalidCursor, limit)

@@ -1,0 +1,66 @@
+"""The core's SQLite database: one file under the data directory, WAL, opened once.
+
+Each store declares its own schema (``CREATE TABLE IF NOT EXISTS …``) and applies it with
+:meth:`Database.ensure`. Every statement goes through one aiosqlite connection, whose
+worker thread serializes them, so no store blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+Row = sqlite3.Row
+
+
+class Database:
+    """An open SQLite database in WAL mode."""
+
+    def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
+        self._connection = connection
+        self.path = path
+
+    @classmethod
+    async def open(cls, path: Path) -> Database:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        connection = await aiosqlite.connect(path, timeout=10.0)
+        connection.row_factory = sqlite3.Row
+        await connection.execute("PRAGMA journal_mode=WAL")
+        await connection.execute("PRAGMA synchronous=NORMAL")
+        await connection.execute("PRAGMA busy_timeout=10000")
+        await connection.commit()
+        return cls(connection, path)
+
+    async def ensure(self, schema: str) -> None:
+        """Apply a schema script (idempotent ``CREATE … IF NOT EXISTS`` statements)."""
+        await self._connection.executescript(schema)
+        await self._connection.commit()
+
+    async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
+        """Run one statement and commit; returns the number of rows it changed."""
+        cursor = await self._connection.execute(sql, parameters)
+        await self._connection.commit()
+        return cursor.rowcount
+
+    async def execute_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        await self._connection.executemany(sql, rows)
+        await self._connection.commit()
+
+    async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
+        cursor = await self._connection.execute(sql, parameters)
+        rows = await cursor.fetchall()
+        await cursor.close()
+        return list(rows)
+
+    async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
+        cursor = await self._connection.execute(sql, parameters)
+        row = await cursor.fetchone()
+        await cursor.close()
+        return row
+
+    async def close(self) -> None:
+        await self._connection.close()

@@ -1,0 +1,113 @@
+"""The events of a turn: one union of msgspec Structs, each with its SSE name.
+
+``name`` is the event's name on a channel's wire (the SSE ``event:`` line of the HTTP
+channel); the Struct's fields are its data. Optional fields left at their default are
+omitted when encoded.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import msgspec
+
+ToolOutcome = Literal["success", "failed", "pending"]
+
+
+class _Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    name: ClassVar[bytes]
+
+
+class Reasoning(_Event, frozen=True):
+    """A model reasoning delta."""
+
+    name: ClassVar[bytes] = b"reasoning"
+    chunk: str
+    id: str
+
+
+class ReasoningEnd(_Event, frozen=True):
+    """A reasoning block ends; ``failed`` only when the turn was aborted inside it."""
+
+    name: ClassVar[bytes] = b"reasoning_end"
+    id: str
+    failed: bool
+
+
+class Tool(_Event, frozen=True):
+    """A tool call starts. ``name`` is absent when Mercury saves something to memory."""
+
+    name: ClassVar[bytes] = b"tool"
+    label: str
+    detail: str
+    tool_call_id: str
+    tool_name: str | None = msgspec.field(default=None, name="name")
+
+
+class ToolFinish(_Event, frozen=True):
+    """A tool call settles."""
+
+    name: ClassVar[bytes] = b"tool_finish"
+    tool_call_id: str
+    outcome: ToolOutcome
+
+
+class Text(_Event, frozen=True):
+    """An answer-text delta."""
+
+    name: ClassVar[bytes] = b"text"
+    chunk: str
+
+
+class Choice(msgspec.Struct, frozen=True):
+    """One way to answer a staged action: its token and its label (empty for a plain one)."""
+
+    token: str
+    label: str
+
+
+class Pending(_Event, frozen=True):
+    """A confirm-required action was staged."""
+
+    name: ClassVar[bytes] = b"pending"
+    command: str
+    token: str
+    choices: tuple[Choice, ...]
+
+
+class Login(_Event, frozen=True):
+    """The person must log in to ``service`` at ``url`` (the model never sees it)."""
+
+    name: ClassVar[bytes] = b"login"
+    service: str
+    url: str
+
+
+class Final(_Event, frozen=True):
+    """The complete, authoritative answer."""
+
+    name: ClassVar[bytes] = b"final"
+    text: str
+    pending_note: str | None = None
+
+
+class Error(_Event, frozen=True):
+    """The turn failed; the stream closes after it."""
+
+    name: ClassVar[bytes] = b"error"
+    message: str
+
+
+Event = Reasoning | ReasoningEnd | Tool | ToolFinish | Text | Pending | Login | Final | Error
+
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    Reasoning,
+    ReasoningEnd,
+    Tool,
+    ToolFinish,
+    Text,
+    Pending,
+    Login,
+    Final,
+    Error,
+)

@@ -1,0 +1,267 @@
+"""Account linking: one person, several accounts, joined by a short-lived code.
+
+A person asks for a code on the account they already use (the *owner*), then sends it from
+another of their accounts, twice. The first send says whom the account would be linked to and
+binds the code to that account (another account sending it takes the binding over); the second
+send from the bound account uses the code up and links the account, unless the directory knows
+that account as someone else. From then on :class:`~core.people.People` identifies the linked
+account as its owner: same person key, same roles, same private area.
+
+There are no chains: a code started from a linked account belongs to that account's owner, an
+owner that has meanwhile been linked elsewhere makes its code invalid, and accounts linked to
+an account that gets linked follow it to its new owner.
+
+Codes look like ``Ab3d-9xYz-Q7mN`` (62-character alphabet, about 71 random bits), last ten
+minutes and work once. They are stored as their SHA-256, never in clear, and never logged.
+Links live in the ``identity_links`` table of the core's SQLite database.
+
+Runtime outcomes aren't exceptions: :meth:`Linking.redeem` answers with the text to show.
+``ValueError`` is raised only for a code time to live that isn't positive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import secrets
+import string
+from datetime import UTC, datetime, timedelta
+from typing import Final
+
+import msgspec
+
+from core.clock import Clock, system_clock
+from core.db import Database
+from core.directory import DirectoryUnavailable
+from core.i18n import Translator
+from core.people import People
+from core.principal import Person, Principal
+
+__all__ = [
+    "CODE_ALPHABET",
+    "DEFAULT_CODE_TTL",
+    "LinkCode",
+    "Linking",
+    "is_link_code",
+    "new_link_code",
+]
+
+CODE_ALPHABET: Final = string.ascii_letters + string.digits
+DEFAULT_CODE_TTL: Final = timedelta(minutes=10)
+
+_CODE_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
+
+# One code per owner (the primary key), so starting again replaces the previous one.
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS link_codes (
+    owner_identity   TEXT PRIMARY KEY,
+    code_hash        TEXT NOT NULL UNIQUE,
+    owner_name       TEXT NOT NULL,
+    owner_person_key TEXT NOT NULL,
+    expires_at       INTEGER NOT NULL,
+    bound_identity   TEXT
+);
+CREATE INDEX IF NOT EXISTS link_codes_expiry ON link_codes (expires_at);
+CREATE TABLE IF NOT EXISTS identity_links (
+    identity       TEXT PRIMARY KEY,
+    owner_identity TEXT NOT NULL,
+    linked_at      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS identity_links_owner ON identity_links (owner_identity);
+"""
+
+logger = logging.getLogger(__name__)
+
+
+class LinkCode(msgspec.Struct, frozen=True, kw_only=True):
+    """A code to show the person who asked for it, once, and when it stops working."""
+
+    code: str
+    expires_at: datetime
+
+
+def is_link_code(text: str) -> bool:
+    """Whether ``text``, once trimmed, has a link code's shape (``Ab3d-9xYz-Q7mN``).
+
+    A confirmation token (``k9m2-x7q4``) is shorter, so the two are never confused.
+    """
+    return _CODE_PATTERN.fullmatch(text.strip()) is not None
+
+
+def new_link_code() -> str:
+    """A fresh random code drawn with :mod:`secrets`."""
+    characters = [secrets.choice(CODE_ALPHABET) for _ in range(12)]
+    return "-".join("".join(characters[start : start + 4]) for start in (0, 4, 8))
+
+
+def _hash(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def _to_micros(moment: datetime) -> int:
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+class Linking:
+    """Link codes and the links they make, in the core's SQLite database.
+
+    Building it attaches it to ``people`` (:meth:`People.attach_links`), so identification
+    follows the links from then on; the two can't be built the other way round.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        people: People,
+        *,
+        clock: Clock = system_clock,
+        code_ttl: timedelta = DEFAULT_CODE_TTL,
+    ) -> None:
+        if code_ttl <= timedelta(0):
+            raise ValueError(
+                f"Link codes need a positive time to live, not {code_ttl}; the default is "
+                "10 minutes."
+            )
+        self._db = db
+        self._people = people
+        self._clock = clock
+        self.code_ttl = code_ttl
+        self._ready = False
+        people.attach_links(self)
+
+    async def ensure_schema(self) -> None:
+        """Create the tables if needed; done lazily by every call, idempotent."""
+        if not self._ready:
+            await self._db.ensure(_SCHEMA)
+            self._ready = True
+
+    async def owner_of(self, user_key: str) -> str | None:
+        """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            "SELECT owner_identity FROM identity_links WHERE identity = ?", (user_key,)
+        )
+        return None if row is None else str(row["owner_identity"])
+
+    async def start(self, principal: Principal, person: Person) -> LinkCode:
+        """A new code for linking another account to ``principal``'s person.
+
+        ``person`` is what :meth:`People.identify` admitted ``principal`` as. The code belongs
+        to the principal's identity, or to its owner when the principal is itself a linked
+        account, and replaces any code that owner had.
+        """
+        await self.ensure_schema()
+        owner = await self.owner_of(principal.user_key) or principal.user_key
+        now = self._clock()
+        expires_at = now + self.code_ttl
+        code = new_link_code()
+        await self._db.execute("DELETE FROM link_codes WHERE expires_at <= ?", (_to_micros(now),))
+        await self._db.execute(
+            "INSERT OR REPLACE INTO link_codes (owner_identity, code_hash, owner_name, "
+            "owner_person_key, expires_at, bound_identity) VALUES (?, ?, ?, ?, ?, NULL)",
+            (
+                owner,
+                _hash(code),
+                person.display_name or person.key,
+                person.key,
+                _to_micros(expires_at),
+            ),
+        )
+        return LinkCode(code=code, expires_at=expires_at)
+
+    async def redeem(self, principal: Principal, text: str, translator: Translator) -> str | None:
+        """Answer a message that may be a link code; ``None`` when it hasn't a code's shape.
+
+        The first send from an account previews the link, the second from the same account
+        makes it. The answer is in ``translator``'s language.
+        """
+        if not is_link_code(text):
+            return None
+        await self.ensure_schema()
+        code_hash = _hash(text.strip())
+        now = _to_micros(self._clock())
+        row = await self._db.fetch_one(
+            "SELECT owner_identity, owner_name, owner_person_key, expires_at, bound_identity "
+            "FROM link_codes WHERE code_hash = ?",
+            (code_hash,),
+        )
+        if row is None or row["expires_at"] <= now:
+            if row is not None:
+                await self._db.execute("DELETE FROM link_codes WHERE code_hash = ?", (code_hash,))
+            return self._invalid(translator)
+        owner: str = row["owner_identity"]
+        name: str = row["owner_name"]
+        account = principal.user_key
+        if account == owner or await self.owner_of(account) == owner:
+            return translator.gettext("That code is for linking another account to this one.")
+        if await self.owner_of(owner) is not None:
+            # The owner became someone else's linked account after asking: linking to it now
+            # would make a chain, so its code is dead.
+            await self._db.execute("DELETE FROM link_codes WHERE code_hash = ?", (code_hash,))
+            return self._invalid(translator)
+        if row["bound_identity"] != account:
+            await self._db.execute(
+                "UPDATE link_codes SET bound_identity = ? WHERE code_hash = ?",
+                (account, code_hash),
+            )
+            return translator.gettext(
+                "This will link this account to %(name)s: from then on the assistant treats "
+                "them as one person, with %(name)s's private area and roles. Send the same "
+                "code again to confirm."
+            ) % {"name": name}
+        # Second send from the bound account: the code is used up whatever happens next, and
+        # only one of two racing sends can take it.
+        taken = await self._db.execute(
+            "DELETE FROM link_codes WHERE code_hash = ? AND bound_identity = ?",
+            (code_hash, account),
+        )
+        if taken != 1:
+            return self._invalid(translator)
+        try:
+            known_as = await self._people.directory_key(account)
+        except DirectoryUnavailable:
+            logger.warning("Couldn't check %s against the directory; not linking it.", account)
+            return translator.gettext(
+                "I can't check this account right now. Ask for a new code and try again in a "
+                "few minutes."
+            )
+        if known_as is not None and known_as != row["owner_person_key"]:
+            logger.warning(
+                "Refused to link %s to %s: the directory knows it as %s.", account, owner, known_as
+            )
+            return translator.gettext(
+                "This account belongs to someone else in the directory: it can't be linked to "
+                "%(name)s."
+            ) % {"name": name}
+        await self._link(account, owner)
+        return translator.gettext("Linked: this account is now %(name)s.") % {"name": name}
+
+    async def _link(self, account: str, owner: str) -> None:
+        linked_at = self._clock().isoformat()
+        await self._db.execute(
+            "INSERT OR REPLACE INTO identity_links (identity, owner_identity, linked_at) "
+            "VALUES (?, ?, ?)",
+            (account, owner, linked_at),
+        )
+        # Accounts already linked to this one follow it, so no link ever points at a link.
+        followers = await self._db.execute(
+            "UPDATE identity_links SET owner_identity = ? WHERE owner_identity = ?",
+            (owner, account),
+        )
+        self._people.invalidate()
+        logger.info(
+            "Linked %s to %s%s.",
+            account,
+            owner,
+            f" (with {followers} account(s) already linked to it)" if followers else "",
+        )
+
+    @staticmethod
+    def _invalid(translator: Translator) -> str:
+        return translator.gettext(
+            "That code isn't valid: it may have expired or been used already. Ask for a new "
+            "one on the account you want to link to."
+        )

@@ -1,0 +1,201 @@
+"""The person-facing texts of the project, as English msgids, grouped by what they are about.
+
+Each constant is marked with `N_` (or `N_plural`) so catalog extraction finds it; translate it
+where it is shown: `translator.gettext(NOT_FOUND)`,
+`translator.ngettext(*RATE_LIMITED, seconds) % {"seconds": seconds}`. Code may equally write
+the same literal inside its own `.gettext(...)` call: the catalogs key on the text, not on the
+constant. The comment above each constant says where a person reads it (it also reaches the
+translators, as the catalog entry's comment).
+
+Exceptions: none.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from core.i18n import N_, N_plural
+
+# --- Refusals of a request that can't be served as sent ---------------------------------------
+
+# Shown: the refusal of a request without valid credentials.
+UNAUTHORIZED: Final = N_("unauthorized")
+# Shown: the refusal of a request whose body isn't JSON.
+BODY_NOT_JSON: Final = N_("The request body must be JSON.")
+# Shown: the refusal of a request whose JSON body isn't an object.
+BODY_NOT_OBJECT: Final = N_("The request body must be a JSON object.")
+# Shown: the refusal of a request whose body exceeds the size limit.
+BODY_TOO_LARGE: Final = N_("The request body is larger than 1 MiB.")
+# Shown: the refusal of a body field of the wrong type; expected is e.g. "a string".
+FIELD_WRONG_TYPE: Final = N_('The field "%(field)s" must be %(expected)s.')
+# Shown: the refusal of a body with a field the route doesn't know.
+FIELD_NOT_ALLOWED: Final = N_('The field "%(field)s" is not allowed here.')
+# Shown: the refusal of a turn without text.
+TEXT_MISSING: Final = N_('Write some text: "text" is missing or blank.')
+# Shown: the refusal of a conversationId with other characters or too long.
+CONVERSATION_ID_INVALID: Final = N_(
+    "The conversationId may contain only letters, digits, - and _, up to 128 characters."
+)
+# Shown: the refusal of an opening turn sent without a conversationId.
+OPENING_NEEDS_CONVERSATION: Final = N_("An opening turn needs a conversationId.")
+# Shown: the refusal of a resumed turn sent without a conversationId.
+RESUME_NEEDS_CONVERSATION: Final = N_("A resumed turn needs a conversationId.")
+# Shown: the refusal of a confirmation answer missing its token or conversationId.
+CONFIRMATION_NEEDS_TOKEN: Final = N_("Both token and conversationId are required.")
+# Shown: the answer to a path no route serves.
+NOT_FOUND: Final = N_("Not found.")
+# Shown: the answer to a known path asked with a method it doesn't serve.
+METHOD_NOT_ALLOWED: Final = N_("This route does not accept the %(method)s method.")
+# Shown: an unexpected failure on the server, details only in its log.
+INTERNAL_ERROR: Final = N_("Something went wrong on our side. Try again in a moment.")
+# Shown: the refusal of a turn sent too soon after the previous ones.
+RATE_LIMITED: Final = N_plural(
+    "Too many messages: wait %(seconds)d second before sending another.",
+    "Too many messages: wait %(seconds)d seconds before sending another.",
+)
+
+# --- The model and the turn -----------------------------------------------------------------
+
+# Shown: the error of a turn whose model server doesn't answer.
+MODEL_UNREACHABLE: Final = N_(
+    "The model %(model)s at %(host)s can't be reached. Check that Ollama is running there."
+)
+# Shown: the error of a turn whose model server answered with an error.
+MODEL_FAILED: Final = N_("The model %(model)s at %(host)s answered with an error: %(reason)s")
+# Shown: the error of a turn whose model stream broke off.
+MODEL_STOPPED: Final = N_(
+    "The model %(model)s at %(host)s stopped answering in the middle of the reply."
+)
+# Shown: the error of a turn cut short by the server shutting down.
+SHUTTING_DOWN: Final = N_(
+    "The server is stopping; this turn was interrupted. Send it again in a moment."
+)
+# Shown: the final text of a turn that used up its tool steps.
+STEP_LIMIT: Final = N_plural(
+    "The assistant stopped after %(steps)d step without finishing.",
+    "The assistant stopped after %(steps)d steps without finishing.",
+)
+
+# --- Confirmations ----------------------------------------------------------------------------
+
+# Shown: the reply to a confirmed action that ran.
+CONFIRMED_DONE: Final = N_("Confirmed and done.")
+# Shown: the reply to a confirmed action that failed; error is the action's own message.
+CONFIRMED_FAILED: Final = N_("Confirmed, but it failed: %(error)s")
+# Shown: the reply to an answer for a token that isn't pending.
+NO_PENDING_CONFIRMATION: Final = N_(
+    "There is no pending confirmation for this token: it may have expired, been used "
+    "already, or never existed."
+)
+# Shown: what the model is handed when an action waits for the person's confirmation.
+ACTION_PENDING: Final = N_("Action pending, waiting for confirmation.")
+# Shown: the final text of a resumed turn with nothing left to resume.
+RESUME_UNAVAILABLE: Final = N_("The answer to this confirmation is no longer available.")
+# Shown: the label of the choice that replaces a wiki note's content.
+CHOICE_REPLACE_NOTE: Final = N_("Replace the note")
+# Shown: the label of the choice that appends to a wiki note.
+CHOICE_APPEND_NOTE: Final = N_("Append to the note")
+# Shown: the summary of a pending overwrite of a wiki note.
+OVERWRITE_NOTE: Final = N_("Overwrite the note %(path)s")
+# Shown: the summary of a pending promotion of a private note to the shared wiki.
+PROMOTE_NOTE: Final = N_("Promote %(path)s to the shared wiki as %(target)s")
+
+# --- Tool status lines ------------------------------------------------------------------------
+
+# Shown: the status line while a tool reads the wiki.
+STATUS_READING_WIKI: Final = N_("Reading the wiki…")
+# Shown: the status line while a tool writes to the wiki.
+STATUS_WRITING_WIKI: Final = N_("Writing to the wiki…")
+# Shown: the status line while a tool searches the wiki.
+STATUS_SEARCHING_WIKI: Final = N_("Searching the wiki…")
+# Shown: the status line while a tool reads memory.
+STATUS_CONSULTING_MEMORY: Final = N_("Consulting memory…")
+# Shown: the status line while a tool saves to memory.
+STATUS_SAVING_MEMORY: Final = N_("Saving to memory…")
+# Shown: the status line while the assistant captures a fact worth keeping.
+STATUS_NOTING: Final = N_("Noting something important…")
+# Shown: the status line of any other tool; tool is its name.
+STATUS_USING_TOOL: Final = N_("Using %(tool)s…")
+# Shown: the scope of a wiki search over every document.
+ALL_WIKI_DOCUMENTS: Final = N_("All wiki documents")
+
+# --- The directory of people --------------------------------------------------------------------
+
+# Shown: the refusal of a person the directory doesn't admit.
+NOT_ADMITTED: Final = N_(
+    "This assistant only talks to the people it knows. Ask an administrator for access."
+)
+# Shown: the refusal when the directory can't be consulted.
+DIRECTORY_UNAVAILABLE: Final = N_(
+    "I can't check who you are right now. Try again in a few minutes."
+)
+
+# --- The person's settings ----------------------------------------------------------------------
+
+# Shown: the refusal of a time zone that isn't an IANA name.
+TIME_ZONE_INVALID: Final = N_(
+    'The field "%(field)s" must be a time zone name such as Europe/Rome, not "%(value)s".'
+)
+# Shown: the refusal of a settings change without the time zone.
+TIME_ZONE_MISSING: Final = N_('The body must contain "timeZone".')
+
+# --- Linking accounts by code -------------------------------------------------------------------
+
+# Shown: the reply to a link code that is unknown, expired or used.
+LINK_CODE_INVALID: Final = N_(
+    "That code isn't valid: it may have expired or been used already. Ask for a new one on "
+    "the account you want to link to."
+)
+# Shown: the reply to a link code sent from the account that asked for it.
+LINK_CODE_SAME_ACCOUNT: Final = N_("That code is for linking another account to this one.")
+# Shown: the question before a link; name is the person the account will join.
+LINK_CONFIRM: Final = N_(
+    "This will link this account to %(name)s: from then on the assistant treats them as one "
+    "person, with %(name)s's private area and roles. Send the same code again to confirm."
+)
+# Shown: the reply when the account can't be checked against the directory.
+LINK_UNAVAILABLE: Final = N_(
+    "I can't check this account right now. Ask for a new code and try again in a few minutes."
+)
+# Shown: the refusal of a link for an account the directory gives to another person.
+LINK_CONFLICT: Final = N_(
+    "This account belongs to someone else in the directory: it can't be linked to %(name)s."
+)
+# Shown: the reply to a link that went through.
+LINKED: Final = N_("Linked: this account is now %(name)s.")
+
+# --- Logins to outside services -----------------------------------------------------------------
+
+# Shown: the login page after a successful login to a service.
+LOGIN_DONE: Final = N_(
+    "You're logged in to %(service)s. Go back to the conversation and ask again."
+)
+# Shown: the login page when the service refused; reason is what the service said.
+LOGIN_REFUSED: Final = N_(
+    "The login didn't happen (%(reason)s). Ask the assistant again for a new link."
+)
+# Shown: the login page reached without the code or state it needs.
+LOGIN_INCOMPLETE: Final = N_(
+    "The login link came back without a code or a state. Ask the assistant again for a new link."
+)
+# Shown: the login page for a link that is expired or used.
+LOGIN_EXPIRED: Final = N_(
+    "This login link has expired or was already used: ask the assistant again for a new one."
+)
+# Shown: the login page when exchanging the code with the service failed.
+LOGIN_FAILED: Final = N_(
+    "The %(service)s login didn't go through. Ask the assistant again for a new link."
+)
+# Shown: a tool's answer when the person hasn't logged in to the service it needs.
+LOGIN_REQUIRED: Final = N_("You need to log in to %(service)s first.")
+
+# --- Read-only queries --------------------------------------------------------------------------
+
+# Shown: the refusal of a limit that isn't a whole number in range.
+LIMIT_INVALID: Final = N_("The limit must be a whole number from 1 to 500.")
+# Shown: the refusal of a memory collection that doesn't exist.
+UNKNOWN_COLLECTION: Final = N_("Unknown collection: %(name)s.")
+# Shown: the refusal of a query without a parameter it needs.
+QUERY_PARAMETER_REQUIRED: Final = N_('The query parameter "%(name)s" is required.')
+# Shown: the refusal of a search pattern that doesn't compile.
+PATTERN_INVALID: Final = N_("The pattern is not a valid regular expression: %(reason)s")

@@ -1,0 +1,118 @@
+"""The model port: what the engine needs from a chat model, and the errors it reports.
+
+Exception tree::
+
+    ModelError                 the model could not give an answer
+    ├── ModelUnreachable       nothing answered at the model's address
+    ├── ModelHTTPError         the server answered the request with an HTTP error
+    └── ModelBrokeOff          the stream failed after it began (error line, cut, stall)
+
+The chunk Structs mirror Ollama's streamed ``/api/chat`` lines, so an adapter can
+decode a line straight into :class:`ChatChunk` with one msgspec call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolFunction(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    function: ToolFunction
+
+
+class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One message of a conversation as the model reads it."""
+
+    role: Role
+    content: str = ""
+    thinking: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+    tool_name: str | None = None
+
+
+class ChunkMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    role: str = "assistant"
+    content: str = ""
+    thinking: str | None = None
+    tool_calls: tuple[ToolCall, ...] | None = None
+
+
+class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One streamed piece of the model's answer."""
+
+    message: ChunkMessage | None = None
+    done: bool = False
+    done_reason: str | None = None
+    error: str | None = None
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool offered to the model, in the function-calling shape Ollama takes."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelError(Exception):
+    """The model could not give an answer."""
+
+    def __init__(self, message: str, *, model: str, host: str) -> None:
+        super().__init__(message)
+        self.model = model
+        self.host = host
+
+
+class ModelUnreachable(ModelError):
+    """Nothing answered at the model's address."""
+
+
+class ModelHTTPError(ModelError):
+    """The model's server answered the request with an HTTP error."""
+
+    def __init__(self, message: str, *, model: str, host: str, status: int, reason: str) -> None:
+        super().__init__(message, model=model, host=host)
+        self.status = status
+        self.reason = reason
+
+
+class ModelBrokeOff(ModelError):
+    """The stream failed after it began."""
+
+
+class ModelClient(Protocol):
+    """A chat model that streams its answer."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def host(self) -> str: ...
+
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        think: bool = False,
+    ) -> AsyncIterator[ChatChunk]:
+        """Stream the answer to ``messages``; closing the iterator ends the request."""
+        ...
+
+    async def complete(self, messages: Sequence[ChatMessage]) -> str:
+        """The whole answer at once, without tools or thinking (for summaries)."""
+        ...
+
+    async def reachable(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,149 @@
+"""What each person asked the assistant to remember about them: name, language, time zone.
+
+One SQLite row per person key (``people:alice``, or a user key without a directory), so two
+accounts linked into one person share their settings, and nobody reads anyone else's.
+A setting never given reads as ``None``.
+
+Exceptions::
+
+    InvalidSetting (ValueError)   a value that can't be saved; ``setting`` names which one
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final, Literal
+
+import msgspec
+
+from core.clock import Clock, system_clock
+from core.db import Database
+from core.i18n import SUPPORTED_LANGUAGES
+from core.timezones import canonical_zone
+
+__all__ = [
+    "MAX_NAME_CHARS",
+    "InvalidSetting",
+    "PersonSettings",
+    "SavedSettings",
+    "SettingName",
+]
+
+MAX_NAME_CHARS: Final = 100
+
+SettingName = Literal["name", "language", "time_zone"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS person_settings (
+    person_key TEXT PRIMARY KEY,
+    name       TEXT,
+    language   TEXT,
+    time_zone  TEXT,
+    updated_at TEXT NOT NULL
+);
+"""
+
+
+class InvalidSetting(ValueError):  # noqa: N818 - named for the outcome
+    """A setting's value was refused; the message says what a valid one looks like."""
+
+    def __init__(self, setting: SettingName, value: str, message: str) -> None:
+        super().__init__(message)
+        self.setting: SettingName = setting
+        self.value = value
+
+
+class SavedSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """A person's settings; ``None`` for each they never gave."""
+
+    name: str | None = None
+    language: str | None = None
+    time_zone: str | None = None
+
+
+class PersonSettings:
+    """Per-person settings in the core's SQLite database."""
+
+    def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
+        self._db = db
+        self._clock = clock
+        self._ready = False
+
+    async def ensure_schema(self) -> None:
+        """Create the table if needed; done lazily by every call, idempotent."""
+        if not self._ready:
+            await self._db.ensure(_SCHEMA)
+            self._ready = True
+
+    async def get(self, person_key: str) -> SavedSettings:
+        """The settings saved for ``person_key`` (all ``None`` for someone new)."""
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            "SELECT name, language, time_zone FROM person_settings WHERE person_key = ?",
+            (person_key,),
+        )
+        if row is None:
+            return SavedSettings()
+        return SavedSettings(name=row["name"], language=row["language"], time_zone=row["time_zone"])
+
+    async def set_name(self, person_key: str, name: str) -> str:
+        """Save how the person wants to be called; returns it trimmed."""
+        cleaned = " ".join(name.split())
+        if not cleaned:
+            raise InvalidSetting("name", name, "A name can't be empty; give at least one letter.")
+        if len(cleaned) > MAX_NAME_CHARS:
+            raise InvalidSetting(
+                "name",
+                name,
+                f"A name can be at most {MAX_NAME_CHARS} characters long; give a shorter one.",
+            )
+        await self.ensure_schema()
+        await self._db.execute(
+            "INSERT INTO person_settings (person_key, name, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (person_key) DO UPDATE SET "
+            "name = excluded.name, updated_at = excluded.updated_at",
+            (person_key, cleaned, self._now()),
+        )
+        return cleaned
+
+    async def set_language(self, person_key: str, language: str) -> str:
+        """Save the language the person wants (``en``, ``it``, ``de``, ``fr`` or ``es``)."""
+        code = language.strip().lower()
+        if code not in SUPPORTED_LANGUAGES:
+            raise InvalidSetting(
+                "language",
+                language,
+                f"{language!r} isn't a language the assistant speaks; choose one of "
+                f"{', '.join(SUPPORTED_LANGUAGES)}.",
+            )
+        await self.ensure_schema()
+        await self._db.execute(
+            "INSERT INTO person_settings (person_key, language, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (person_key) DO UPDATE SET "
+            "language = excluded.language, updated_at = excluded.updated_at",
+            (person_key, code, self._now()),
+        )
+        return code
+
+    async def set_time_zone(self, person_key: str, time_zone: str) -> str:
+        """Save the person's time zone; returns its canonical name (``Europe/Rome``)."""
+        # The first lookup reads the tz database from disk; keep that off the event loop.
+        zone = await asyncio.to_thread(canonical_zone, time_zone)
+        if zone is None:
+            raise InvalidSetting(
+                "time_zone",
+                time_zone,
+                f"{time_zone[:64]!r} isn't the name of a time zone (a fixed offset such as "
+                "+02:00 isn't one); give an IANA name such as Europe/Rome.",
+            )
+        await self.ensure_schema()
+        await self._db.execute(
+            "INSERT INTO person_settings (person_key, time_zone, updated_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (person_key) DO UPDATE SET "
+            "time_zone = excluded.time_zone, updated_at = excluded.updated_at",
+            (person_key, zone, self._now()),
+        )
+        return zone
+
+    def _now(self) -> str:
+        return self._clock().isoformat()

@@ -1,0 +1,695 @@
+"""The session manager: the one façade a channel calls to run turns and read state.
+
+A turn runs in its own task and puts events on a bounded queue that the channel drains
+(:class:`Turn`); the core never holds a response. Turns of one session run one after
+the other in arrival order (:class:`SessionLocks`), different sessions in parallel.
+Cancelling a turn's task (the client left) aborts the model request; a turn still
+waiting for its session when cancelled never starts.
+
+Exception tree: the manager raises nothing of its own at run time; a failed turn ends
+with an :class:`~core.events.Error` event. Configuration mistakes raise
+:class:`~core.config.ConfigurationError` when the manager is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from core import events
+from core.clock import Clock, system_clock
+from core.linking import is_link_code
+from core.model import (
+    ChatChunk,
+    ChatMessage,
+    ModelBrokeOff,
+    ModelClient,
+    ModelError,
+    ModelHTTPError,
+    ModelUnreachable,
+    ToolCall,
+    ToolSpec,
+)
+from core.principal import Person, Principal
+from core.tools import LoginRequired, Tool, ToolCallContext, ToolError, ToolRegistry, cap
+
+if TYPE_CHECKING:
+    from core.archive import ArchiveWriter
+    from core.confirmations import ConfirmationStore, ResumeSlots
+    from core.i18n import Catalogs, Translator
+    from core.linking import Linking
+    from core.memory import MemoryStore
+    from core.person_settings import PersonSettings
+    from core.rate_limit import RateDecision, RateLimiter
+    from core.tool_log import ToolLog
+
+log = logging.getLogger("mercury.sessions")
+
+#: How many events may wait between a turn and a slow client before the turn waits.
+EVENT_QUEUE_SIZE: Final = 256
+
+
+class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
+    """One request for a turn, as a channel hands it to the core."""
+
+    principal: Principal
+    person: Person
+    conversation_id: str | None
+    text: str = ""
+    opening: bool = False
+    resume: bool = False
+    language: str
+    time_zone: str
+    received_at: datetime
+
+
+class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``POST /confirm`` answers: resolved or not, and the reply or a resume."""
+
+    resolved: bool
+    text: str | None = None
+    resume: bool = False
+
+
+@dataclass
+class Session:
+    """One conversation's history, held in memory while it is active."""
+
+    key: str
+    person_key: str
+    conversation_id: str | None
+    messages: list[ChatMessage] = field(default_factory=list)
+    last_active: float = 0.0
+    captured_upto: int = 0
+
+
+class SessionLocks:
+    """A FIFO lock per session key, forgotten once nothing runs or waits on it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:  # asyncio.Lock wakes waiters in arrival order
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._locks[key]
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+class Turn:
+    """A running turn: its events, in order, ending with ``None``."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[events.Event | None] = asyncio.Queue(EVENT_QUEUE_SIZE)
+        self.task: asyncio.Task[None] | None = None
+        self.language = "en"
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    max_steps: int = 8
+    think: bool = True
+    resume_max_chars: int = 8000
+    idle_timeout_s: float = 1800.0
+    capture_threshold: int = 6
+
+
+PERSONA: Final = (
+    "You are Mercury, a helpful assistant for a team. Answer in plain text, briefly and "
+    "precisely. Use the tools you are given when they help; never invent their results. "
+    "Each user message starts with the local time the person wrote it, in brackets."
+)
+
+
+class SessionManager:
+    """Runs turns and confirmations and answers the per-person reads."""
+
+    def __init__(
+        self,
+        *,
+        model: ModelClient,
+        catalogs: Catalogs,
+        registry: ToolRegistry,
+        confirmations: ConfirmationStore,
+        resume_slots: ResumeSlots,
+        tool_log: ToolLog,
+        person_settings: PersonSettings,
+        rate_limiter: RateLimiter,
+        linking: Linking | None = None,
+        memory: MemoryStore | None = None,
+        archive: ArchiveWriter | None = None,
+        limits: EngineLimits = EngineLimits(),
+        clock: Clock = system_clock,
+    ) -> None:
+        self.model = model
+        self.catalogs = catalogs
+        self.registry = registry
+        self.confirmations = confirmations
+        self.resume_slots = resume_slots
+        self.tool_log = tool_log
+        self.person_settings = person_settings
+        self.rate_limiter = rate_limiter
+        self.linking = linking
+        self.memory = memory
+        self.archive = archive
+        self.limits = limits
+        self.clock = clock
+        self.locks = SessionLocks()
+        self.sessions: dict[str, Session] = {}
+        self._turns: set[Turn] = set()
+        self._stopping = False
+
+    # ------------------------------------------------------------------ turns
+
+    @staticmethod
+    def session_key(person: Person, conversation_id: str) -> str:
+        """``<person key>:<conversationId>``: the caller's own namespace."""
+        return f"{person.key}:{conversation_id}"
+
+    def check_rate(self, person: Person, text: str) -> RateDecision | None:
+        """The rate decision for a turn, or None when it is not counted (a token)."""
+        if self.is_intercepted(text):
+            return None
+        return self.rate_limiter.check(f"{person.key}:{person.key}")
+
+    def is_intercepted(self, text: str) -> bool:
+        """Whether ``text`` is answered without the model (a token or a link code)."""
+        from core.confirmations import is_token
+
+        stripped = text.strip()
+        if is_token(stripped):
+            return True
+        return self.linking is not None and is_link_code(stripped)
+
+    def open_turn(self, turn_input: TurnInput) -> Turn:
+        """Start a turn in its own task; read its events from ``turn.queue``."""
+        turn = Turn()
+        turn.language = turn_input.language
+        self._turns.add(turn)
+        turn.task = asyncio.get_running_loop().create_task(self._run(turn, turn_input))
+        turn.task.add_done_callback(lambda _: self._turns.discard(turn))
+        return turn
+
+    async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
+        emit = turn.queue.put
+        translator = self.catalogs.translator(turn_input.language)
+        try:
+            if self._stopping:
+                await emit(events.Error(message=self._stopping_text(translator)))
+                return
+            await self._dispatch(turn_input, translator, emit)
+        except asyncio.CancelledError:
+            raise
+        except ModelError as error:
+            await emit(events.Error(message=self._model_error_text(error, translator)))
+        except Exception:
+            log.exception("turn failed")
+            await emit(
+                events.Error(
+                    message=translator.gettext(
+                        "Something went wrong on our side. Try again in a moment."
+                    )
+                )
+            )
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                turn.queue.put_nowait(None)
+
+    async def _dispatch(self, turn_input: TurnInput, translator: Translator, emit: _Emit) -> None:
+        from core.confirmations import is_token
+
+        text = turn_input.text.strip()
+        principal, person = turn_input.principal, turn_input.person
+        conversation_id = turn_input.conversation_id
+        if self.linking is not None and not turn_input.opening and not turn_input.resume:
+            if is_link_code(text):
+                reply = await self.linking.redeem(principal, text, translator)
+                await emit(events.Final(text=reply or ""))
+                return
+        key = self.session_key(person, conversation_id or f"once-{uuid.uuid4().hex}")
+        if not turn_input.opening and not turn_input.resume and is_token(text):
+            await self._confirm_in_turn(turn_input, key, text, translator, emit)
+            return
+        async with self.locks.hold(key):
+            session = await self._session(key, person, conversation_id)
+            context = ToolCallContext(principal, person, key, conversation_id, translator)
+            if turn_input.resume:
+                slot = self.resume_slots.take(key)
+                if slot is None:
+                    await emit(
+                        events.Final(
+                            text=translator.gettext(
+                                "The answer to this confirmation is no longer available."
+                            )
+                        )
+                    )
+                    return
+                session.messages.append(
+                    ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
+                )
+                await self._answer(session, context, turn_input, emit, archive_user=None)
+                return
+            if turn_input.opening:
+                saved = await self.person_settings.get(person.key)
+                if saved.name:
+                    await emit(events.Final(text=""))
+                    return
+                session.messages.append(
+                    ChatMessage(
+                        role="system",
+                        content=(
+                            "The person has just opened the conversation and has not written "
+                            "yet. Introduce yourself in one or two sentences and ask how they "
+                            "would like to be called. When they answer, save it with set_name."
+                        ),
+                    )
+                )
+                await self._answer(session, context, turn_input, emit, archive_user=None)
+                return
+            from core.timezones import stamp
+
+            stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
+            session.messages.append(ChatMessage(role="user", content=stamped))
+            await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
+        if conversation_id is None:
+            self.sessions.pop(key, None)
+
+    async def _session(self, key: str, person: Person, conversation_id: str | None) -> Session:
+        session = self.sessions.get(key)
+        if session is None:
+            session = Session(key=key, person_key=person.key, conversation_id=conversation_id)
+            if conversation_id is not None:
+                session.messages.extend(await self._rebuilt_history(person.key, key))
+            self.sessions[key] = session
+        session.last_active = asyncio.get_running_loop().time()
+        return session
+
+    async def _rebuilt_history(self, person_key: str, key: str) -> list[ChatMessage]:
+        """The end of a conversation the process no longer holds, from the archive."""
+        if self.memory is None or self.limits.resume_max_chars <= 0:
+            return []
+        try:
+            async with asyncio.timeout(2.0):
+                archived = await self.memory.recent_messages(
+                    person_key, key, max_chars=self.limits.resume_max_chars
+                )
+        except Exception as error:  # memory is enrichment: a turn never waits on it
+            log.warning("could not rebuild %s from the archive: %r", key, error)
+            return []
+        return [
+            ChatMessage(role="user" if m.role == "user" else "assistant", content=m.content)
+            for m in archived
+        ]
+
+    async def _answer(
+        self,
+        session: Session,
+        context: ToolCallContext,
+        turn_input: TurnInput,
+        emit: _Emit,
+        *,
+        archive_user: str | None,
+    ) -> None:
+        """Run the model's steps for this turn, then settle and archive it."""
+        translator = context.translator
+        offered = self.registry.offered_tools(context.person)
+        specs = [ToolSpec(t.name, t.description, dict(t.parameters)) for _, t in offered.values()]
+        system = ChatMessage(role="system", content=self._instructions(context, offered))
+        text_parts: list[str] = []
+        staged = False
+        finished = False
+        try:
+            for _step in range(self.limits.max_steps):
+                step_text, calls = await self._model_step([system, *session.messages], specs, emit)
+                text_parts.extend(step_text)
+                session.messages.append(
+                    ChatMessage(role="assistant", content="".join(step_text), tool_calls=calls)
+                )
+                if not calls:
+                    finished = True
+                    break
+                step_events: list[events.Event] = []
+                for call in calls:
+                    staged |= await self._call_tool(
+                        session, context, offered, call, emit, step_events
+                    )
+                for event in step_events:
+                    await emit(event)
+            answer = "".join(text_parts)
+            pending_note = None
+            if not finished:
+                limit_text = translator.ngettext(
+                    "The assistant stopped after %(steps)d step without finishing.",
+                    "The assistant stopped after %(steps)d steps without finishing.",
+                    self.limits.max_steps,
+                ) % {"steps": self.limits.max_steps}
+                answer = f"{answer}\n\n{limit_text}" if answer.strip() else limit_text
+            elif staged and not answer.strip():
+                pending_note = translator.gettext("Action pending, waiting for confirmation.")
+                answer = pending_note
+            await emit(events.Final(text=answer, pending_note=pending_note))
+        finally:
+            self._archive_turn(context, turn_input, archive_user, "".join(text_parts))
+
+    async def _model_step(
+        self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit
+    ) -> tuple[list[str], tuple[ToolCall, ...] | None]:
+        """Stream one model answer; returns its text pieces and the tools it called."""
+        parts: list[str] = []
+        calls: list[ToolCall] = []
+        reasoning_id: str | None = None
+        stream = self.model.chat(messages, tools=specs, think=self.limits.think)
+        try:
+            chunk: ChatChunk
+            async for chunk in stream:
+                message = chunk.message
+                if message is None:
+                    continue
+                if message.thinking:
+                    if reasoning_id is None:
+                        reasoning_id = uuid.uuid4().hex[:12]
+                    await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
+                if message.content:
+                    if reasoning_id is not None:
+                        await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
+                        reasoning_id = None
+                    parts.append(message.content)
+                    await emit(events.Text(chunk=message.content))
+                if message.tool_calls:
+                    calls.extend(message.tool_calls)
+        except ModelError:
+            if reasoning_id is not None:
+                await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
+            raise
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+        if reasoning_id is not None:
+            await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
+        return parts, tuple(calls) or None
+
+    async def _call_tool(
+        self,
+        session: Session,
+        context: ToolCallContext,
+        offered: Mapping[str, tuple[Any, Tool]],
+        call: ToolCall,
+        emit: _Emit,
+        step_events: list[events.Event],
+    ) -> bool:
+        """Run or stage one tool call; returns whether it was staged."""
+        translator = context.translator
+        name = call.function.name
+        arguments = call.function.arguments
+        tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
+        entry = offered.get(name)
+        tool = entry[1] if entry is not None else None
+        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": name}
+        detail = cap(tool.detail(arguments)) if tool and tool.detail else _detail(arguments)
+        await emit(
+            events.Tool(label=label, detail=detail, tool_call_id=tool_call_id, tool_name=name)
+        )
+        outcome: events.ToolOutcome = "success"
+        staged = False
+        try:
+            if tool is None:
+                raise ToolError(f"There is no tool named {name}.")
+            valid = tool.validate(arguments)
+            if await tool.needs_confirmation(context, valid):
+                staging = await self._stage(context, tool, valid)
+                outcome, staged = "pending", True
+                if not any(isinstance(e, events.Pending) for e in step_events):
+                    step_events.append(staging)
+                result = (
+                    "This action needs the person's confirmation and was not run yet. "
+                    "They have been shown how to confirm it; tell them briefly what will "
+                    "happen once they confirm, without inventing a token."
+                )
+            else:
+                result = await tool.run(context, valid)
+        except LoginRequired as login:
+            outcome = "failed"
+            step_events.append(events.Login(service=login.service, url=login.url))
+            result = (
+                f"The person must log in to {login.service} first. They have been shown a "
+                "link to do it; tell them to use it and ask again. Never write a link yourself."
+            )
+        except ToolError as error:
+            outcome, result = "failed", f"Error: {error}"
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.exception("tool %s failed", name)
+            outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
+        await emit(events.ToolFinish(tool_call_id=tool_call_id, outcome=outcome))
+        session.messages.append(ChatMessage(role="tool", tool_name=name, content=result))
+        await self.tool_log.record(
+            context.person.key,
+            context.conversation_id,
+            name,
+            msgspec.json.encode(arguments).decode(),
+            result,
+            outcome,
+        )
+        return staged
+
+    async def _stage(
+        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
+    ) -> events.Pending:
+        from core.confirmations import StagedAction
+
+        summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
+        choices = list(tool.choices(context, arguments)) if tool.choices else None
+        staging = await self.confirmations.stage(
+            context.session_key,
+            context.person.key,
+            StagedAction(
+                tool_name=tool.name,
+                arguments=arguments,
+                summary=summary,
+                hands_back=tool.hands_back,
+            ),
+            choices,
+        )
+        return events.Pending(
+            command=summary,
+            token=staging.token,
+            choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+        )
+
+    # ---------------------------------------------------------- confirmations
+
+    async def _confirm_in_turn(
+        self,
+        turn_input: TurnInput,
+        key: str,
+        token: str,
+        translator: Translator,
+        emit: _Emit,
+    ) -> None:
+        """A bare token as turn text: run the staged action, never the model first."""
+        context = ToolCallContext(
+            turn_input.principal, turn_input.person, key, turn_input.conversation_id, translator
+        )
+        reply, handed_back = await self._resolve(context, token)
+        if handed_back is None:
+            if reply is None:
+                reply = translator.gettext(
+                    "There is no pending confirmation for this token: it may have expired, "
+                    "been used already, or never existed."
+                )
+            await emit(events.Final(text=reply))
+            return
+        async with self.locks.hold(key):
+            session = await self._session(key, turn_input.person, turn_input.conversation_id)
+            session.messages.append(
+                ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
+            )
+            await self._answer(session, context, turn_input, emit, archive_user=None)
+
+    async def confirm(
+        self, principal: Principal, person: Person, conversation_id: str, token: str, language: str
+    ) -> ConfirmResult:
+        """``POST /confirm``: resolve a token in the caller's own session; no model."""
+        from core.confirmations import is_token
+
+        token = token.strip()
+        if not is_token(token):
+            return ConfirmResult(resolved=False)
+        translator = self.catalogs.translator(language)
+        key = self.session_key(person, conversation_id)
+        context = ToolCallContext(principal, person, key, conversation_id, translator)
+        reply, handed_back = await self._resolve(context, token)
+        if handed_back is None:
+            if reply is None:
+                return ConfirmResult(resolved=False)
+            return ConfirmResult(resolved=True, text=reply)
+        self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
+        return ConfirmResult(resolved=True, resume=True)
+
+    async def _resolve(
+        self, context: ToolCallContext, token: str
+    ) -> tuple[str | None, tuple[str, str] | None]:
+        """Take and run a staged action: (reply, None) or (None, (tool, result)).
+
+        A reply of None means nothing was pending for this caller and session.
+        """
+        translator = context.translator
+        taken = await self.confirmations.take(context.session_key, context.person.key, token)
+        if taken is None:
+            return None, None
+        tool_entry = self.registry.offered_tools(context.person).get(taken.tool_name)
+        arguments = dict(taken.arguments)
+        if tool_entry is None:
+            outcome, result = "failed", "the tool is no longer offered"
+        else:
+            tool = tool_entry[1]
+            if tool.choice_argument and taken.choice_value is not None:
+                arguments[tool.choice_argument] = taken.choice_value
+            try:
+                outcome, result = "success", await tool.run(context, arguments)
+            except ToolError as error:
+                outcome, result = "failed", str(error)
+            except Exception as error:
+                log.exception("confirmed tool %s failed", taken.tool_name)
+                outcome, result = "failed", type(error).__name__
+        await self.tool_log.record(
+            context.person.key,
+            context.conversation_id,
+            taken.tool_name,
+            msgspec.json.encode(arguments).decode(),
+            result,
+            "success" if outcome == "success" else "failed",
+        )
+        if taken.hands_back:
+            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}")
+        if outcome == "success":
+            return translator.gettext("Confirmed and done."), None
+        return translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}, None
+
+    # ---------------------------------------------------------------- helpers
+
+    def _instructions(
+        self, context: ToolCallContext, offered: Mapping[str, tuple[Any, Tool]]
+    ) -> str:
+        language = context.translator.language
+        parts = [PERSONA, f"Always answer in the language with code '{language}'."]
+        if context.person.display_name:
+            parts.append(
+                f"The person's name as their account gives it: {context.person.display_name}."
+            )
+        seen: set[str] = set()
+        for plugin, _ in offered.values():
+            if plugin.name in seen:
+                continue
+            seen.add(plugin.name)
+            parts.extend(skill.text for skill in plugin.skills)
+        return "\n\n".join(parts)
+
+    def _archive_turn(
+        self, context: ToolCallContext, turn_input: TurnInput, user_text: str | None, answer: str
+    ) -> None:
+        if self.archive is None:
+            return
+        now = self.clock()
+        base = {
+            "personKey": context.person.key,
+            "sessionKey": context.session_key,
+            "conversationId": context.conversation_id or context.session_key.rsplit(":", 1)[1],
+        }
+        if user_text is not None:
+            self.archive.submit(
+                "verbatim",
+                {
+                    **base,
+                    "role": "user",
+                    "content": user_text,
+                    **_stamp_fields(turn_input.received_at),
+                },
+            )
+        if answer:
+            self.archive.submit(
+                "verbatim", {**base, "role": "assistant", "content": answer, **_stamp_fields(now)}
+            )
+
+    @staticmethod
+    def _model_error_text(error: ModelError, translator: Translator) -> str:
+        where = {"model": error.model, "host": error.host}
+        if isinstance(error, ModelUnreachable):
+            return (
+                translator.gettext(
+                    "The model %(model)s at %(host)s can't be reached. "
+                    "Check that Ollama is running there."
+                )
+                % where
+            )
+        if isinstance(error, ModelHTTPError):
+            return translator.gettext(
+                "The model %(model)s at %(host)s answered with an error: %(reason)s"
+            ) % {**where, "reason": error.reason}
+        if isinstance(error, ModelBrokeOff):
+            return (
+                translator.gettext(
+                    "The model %(model)s at %(host)s stopped answering in the middle of the reply."
+                )
+                % where
+            )
+        return translator.gettext("Something went wrong on our side. Try again in a moment.")
+
+    @staticmethod
+    def _stopping_text(translator: Translator) -> str:
+        return translator.gettext(
+            "The server is stopping; this turn was interrupted. Send it again in a moment."
+        )
+
+    async def stop_turns(self) -> None:
+        """Shutdown: every open turn ends with an error event saying the server stops."""
+        self._stopping = True
+        for turn in list(self._turns):
+            turn.cancel()
+            translator = self.catalogs.translator(turn.language)
+            with contextlib.suppress(asyncio.QueueFull):
+                turn.queue.put_nowait(events.Error(message=self._stopping_text(translator)))
+            with contextlib.suppress(asyncio.QueueFull):
+                turn.queue.put_nowait(None)
+
+    @property
+    def open_turns(self) -> int:
+        return len(self._turns)
+
+
+_Emit = Any  # Callable[[events.Event], Awaitable[None]]: asyncio.Queue.put
+
+
+def _detail(arguments: Mapping[str, Any]) -> str:
+    from core.tools import detail_of
+
+    return detail_of(arguments)
+
+
+def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
+    return cap(f"{tool.name} {msgspec.json.encode(dict(arguments)).decode()}", 200)
+
+
+def _stamp_fields(when: datetime) -> dict[str, Any]:
+    return {"timestamp": when.isoformat(timespec="milliseconds"), "ts": when.timestamp()}

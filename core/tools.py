@@ -1,0 +1,191 @@
+"""Tools the model may call, the plugins that bring them, and who is offered what.
+
+A :class:`Plugin` has a name, the plugin API version it is written for, its tools, its
+skills (markdown the model reads) and whether it acts as Mercury or as the person. The
+:class:`ToolRegistry` decides per person which plugins are offered (``access`` roles)
+and builds the manifest a UI reads.
+
+Exception tree::
+
+    ToolError                 a tool could not do what it was asked (told to the model)
+    ├── InvalidArguments      the model's arguments do not fit the tool's schema
+    └── LoginRequired         the person must log in to a service first (not a failure)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import jsonschema
+import msgspec
+
+from core.principal import Person, Principal
+
+if TYPE_CHECKING:
+    from core.i18n import Translator
+
+ActsAs = Literal["mercury", "person"]
+
+
+class ToolError(Exception):
+    """A tool could not do what it was asked; the message is told to the model."""
+
+
+class InvalidArguments(ToolError):
+    """The model's arguments do not fit the tool's parameters."""
+
+
+class LoginRequired(ToolError):
+    """The person must log in to ``service`` at ``url``; the model is told only that."""
+
+    def __init__(self, service: str, url: str) -> None:
+        super().__init__(f"The person is not logged in to {service}.")
+        self.service = service
+        self.url = url
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallContext:
+    """What a tool knows about the call: who, where, in which language."""
+
+    principal: Principal
+    person: Person
+    session_key: str
+    conversation_id: str | None
+    translator: Translator
+
+
+ToolRun = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable[str]]
+ConfirmCheck = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable[bool]]
+Describe = Callable[[ToolCallContext, Mapping[str, Any]], str]
+ChoicesFor = Callable[[ToolCallContext, Mapping[str, Any]], Sequence[tuple[str, str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One function the model may call.
+
+    ``label`` is a catalog msgid (the status line shown while it runs; ``%(tool)s`` is
+    the tool's name). ``confirm`` says whether a call must be confirmed by the person
+    first, always (``True``) or depending on its arguments (a check). A confirm-required
+    call is staged; ``summary`` words what will happen, ``choices`` the ways to answer
+    (label, value), the value going into the argument named ``choice_argument``.
+    ``hands_back`` sends the confirmed action's result back to the model.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    run: ToolRun
+    label: str = "Using %(tool)s…"
+    detail: Callable[[Mapping[str, Any]], str] | None = None
+    confirm: bool | ConfirmCheck = False
+    summary: Describe | None = None
+    choices: ChoicesFor | None = None
+    choice_argument: str | None = None
+    hands_back: bool = False
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments, checked against the tool's JSON schema."""
+        try:
+            jsonschema.validate(dict(arguments), dict(self.parameters))
+        except jsonschema.ValidationError as error:
+            raise InvalidArguments(
+                f"The arguments of {self.name} do not fit its parameters: {error.message}"
+            ) from None
+        return dict(arguments)
+
+    async def needs_confirmation(
+        self, context: ToolCallContext, arguments: Mapping[str, Any]
+    ) -> bool:
+        if isinstance(self.confirm, bool):
+            return self.confirm
+        return await self.confirm(context, arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """Markdown the model reads when the plugin is offered."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plugin:
+    """A named bundle of tools and skills."""
+
+    name: str
+    api_version: int
+    tools: tuple[Tool, ...] = ()
+    skills: tuple[Skill, ...] = ()
+    acts_as: ActsAs = "mercury"
+    builtin: bool = False
+    has_build: bool = False
+    custom_status: str | None = None
+    login: Any = None  # a core.logins.ServiceLogin for plugins acting as the person
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRegistry:
+    """Every plugin the core hosts, and the access rules that decide who gets which."""
+
+    plugins: tuple[Plugin, ...]
+    access: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def offered_plugins(self, person: Person) -> list[Plugin]:
+        """The plugins ``person`` is offered.
+
+        Built-in plugins (wiki, memory, settings) are everyone's. A plugin named in
+        ``access`` is offered only to people holding one of its roles.
+        """
+        offered = []
+        for plugin in self.plugins:
+            roles = self.access.get(plugin.name)
+            if roles is not None and not person.roles.intersection(roles):
+                continue
+            offered.append(plugin)
+        return offered
+
+    def offered_tools(self, person: Person) -> dict[str, tuple[Plugin, Tool]]:
+        return {
+            tool.name: (plugin, tool)
+            for plugin in self.offered_plugins(person)
+            for tool in plugin.tools
+        }
+
+    def manifest(self, person: Person, core_api_version: int) -> dict[str, Any]:
+        plugins = self.offered_plugins(person)
+        return {
+            "coreApiVersion": core_api_version,
+            "plugins": [
+                {
+                    "name": plugin.name,
+                    "apiVersion": plugin.api_version,
+                    "active": True,
+                    "skills": [skill.name for skill in plugin.skills],
+                    "hasBuild": plugin.has_build,
+                    "customStatus": plugin.custom_status,
+                }
+                for plugin in plugins
+            ],
+            "activeClis": [],
+            "skills": [skill.name for plugin in plugins for skill in plugin.skills],
+        }
+
+
+def detail_of(
+    arguments: Mapping[str, Any], keys: Sequence[str] = ("command", "path", "pattern")
+) -> str:
+    """The salient argument of a call for its status line, capped at 300 characters."""
+    for key in keys:
+        value = arguments.get(key)
+        if isinstance(value, str) and value:
+            return cap(value)
+    return cap(msgspec.json.encode(dict(arguments)).decode())
+
+
+def cap(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"

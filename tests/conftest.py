@@ -1,0 +1,83 @@
+"""Fixtures shared by the suite: the Ollama stand-in, settings and a real server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.config import Settings, load_settings
+from tests.support.ollama_standin import OllamaStandIn
+from tests.support.server import RunningServer, serve
+
+TOKENS: dict[str, dict[str, str]] = {
+    "alice-token": {"id": "alice", "displayName": "Alice"},
+    "bob-token": {"id": "bob", "displayName": "Bob"},
+}
+ALICE = {"authorization": "Bearer alice-token"}
+BOB = {"authorization": "Bearer bob-token"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def ollama_session() -> Iterator[OllamaStandIn]:
+    with OllamaStandIn() as standin:
+        yield standin
+
+
+@pytest.fixture
+def ollama(ollama_session: OllamaStandIn) -> Iterator[OllamaStandIn]:
+    ollama_session.reset()
+    yield ollama_session
+    ollama_session.reset()
+
+
+@pytest.fixture
+def base_env(tmp_path: Path, ollama: OllamaStandIn) -> dict[str, str]:
+    return {
+        "MERCURY_CONFIG_FILE": "",
+        "MERCURY_AUTH": "static",
+        "AUTH_STATIC_TOKENS": json.dumps(TOKENS),
+        "MERCURY_DATA_DIR": str(tmp_path / "data"),
+        "OLLAMA_HOST": ollama.url,
+        "OLLAMA_MODEL": "llama3.2",
+        "MERCURY_MEMORY_STORE": "off",
+    }
+
+
+@pytest.fixture
+def make_settings(base_env: dict[str, str]) -> Callable[..., Settings]:
+    def make(**overrides: str) -> Settings:
+        return load_settings(
+            {**base_env, **overrides}, cwd=Path(base_env["MERCURY_DATA_DIR"]).parent
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_server(
+    make_settings: Callable[..., Settings],
+) -> Iterator[Callable[..., RunningServer]]:
+    with ExitStack() as stack:
+
+        def start(build: dict[str, Any] | None = None, **overrides: str) -> RunningServer:
+            context: AbstractContextManager[RunningServer] = serve(
+                make_settings(**overrides), **(build or {})
+            )
+            return stack.enter_context(context)
+
+        yield start
+
+
+@pytest.fixture
+def server(make_server: Callable[..., RunningServer]) -> RunningServer:
+    return make_server()
