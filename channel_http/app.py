@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -37,6 +37,7 @@ from core.person_settings import PersonSettings
 from core.rate_limit import RateLimiter
 from core.sessions import EngineLimits, SessionManager
 from core.tool_log import ToolLog
+from core.tools import Plugin
 from core.wiki import Vault
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ def build_app(
     model: ModelClient | None = None,
     clock: Clock = system_clock,
     auth: AuthChain | None = None,
+    plugins: Sequence[Plugin] = (),
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens."""
     auth = auth or build_auth(settings)
@@ -138,7 +140,7 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(
-            settings, auth, catalogs, directory, model=model, clock=clock
+            settings, auth, catalogs, directory, model=model, clock=clock, plugins=plugins
         )
         app.state.services = services
         holder["services"] = services
@@ -190,6 +192,7 @@ async def open_services(
     *,
     model: ModelClient | None,
     clock: Clock,
+    plugins: Sequence[Plugin] = (),
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +215,7 @@ async def open_services(
     from core.tools import ToolRegistry
 
     registry = ToolRegistry(
-        builtin_plugins(vault=vault, person_settings=person_settings),
+        (*builtin_plugins(vault=vault, person_settings=person_settings), *plugins),
         access=settings.access.plugins,
     )
     manager = SessionManager(

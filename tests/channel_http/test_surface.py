@@ -1,0 +1,215 @@
+"""The surface's cross-cutting rules: auth before the body, one error envelope, CORS."""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+import pytest
+
+from channel_http.app import CHANNEL_API_VERSION, HttpChannel
+from core.channels import admits
+from core.version import CHANNEL_API_VERSION as CORE_CHANNEL_API_VERSION
+from tests.conftest import ALICE
+from tests.support.server import RunningServer
+
+pytestmark = [pytest.mark.timeout(60)]
+
+AUTHENTICATED = [
+    ("POST", "/turn"),
+    ("POST", "/confirm"),
+    ("GET", "/me"),
+    ("PATCH", "/me"),
+    ("POST", "/link"),
+    ("GET", "/health"),
+    ("GET", "/manifest"),
+    ("GET", "/confirmations"),
+    ("GET", "/tool-log"),
+    ("GET", "/wiki/list"),
+    ("GET", "/wiki/read"),
+    ("GET", "/wiki/grep"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), AUTHENTICATED)
+def test_every_authenticated_route_answers_401_before_reading_the_body(
+    server: RunningServer, method: str, path: str
+) -> None:
+    response = httpx.request(method, server.url + path, content=b"not json {")
+    assert response.status_code == 401
+    assert response.json() == {"ok": False, "error": "unauthorized"}
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.headers["access-control-allow-origin"] == "*"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    ["Bearer wrong", "Basic YWxpY2U6eA==", "Bearer", "Bearer alice-token extra", "alice-token"],
+)
+def test_a_refused_token_is_401_with_invalid_token(
+    server: RunningServer, authorization: str
+) -> None:
+    response = httpx.get(server.url + "/me", headers={"authorization": authorization})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == 'Bearer error="invalid_token"'
+
+
+def test_the_bearer_scheme_is_case_insensitive(server: RunningServer) -> None:
+    response = httpx.get(server.url + "/me", headers={"authorization": "bEaReR   alice-token"})
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"", "The request body must be JSON."),
+        (b"{not json", "The request body must be JSON."),
+        (b"null", "The request body must be a JSON object."),
+        (b"[1, 2]", "The request body must be a JSON object."),
+        (b"42", "The request body must be a JSON object."),
+        (b'"text"', "The request body must be a JSON object."),
+        (b'{"text": 5}', 'The field "text" must be a string.'),
+        (b'{"text": "hi", "conversationId": 7}', 'The field "conversationId" must be a string.'),
+        (b'{"text": "hi", "opening": "yes"}', 'The field "opening" must be true or false.'),
+        (
+            b'{"text": "hi", "conversationID": "c"}',
+            'The field "conversationID" is not allowed here.',
+        ),
+        (b"{}", 'Write some text: "text" is missing or blank.'),
+        (b'{"text": "   \\n "}', 'Write some text: "text" is missing or blank.'),
+        (b'{"opening": true}', "An opening turn needs a conversationId."),
+        (b'{"resume": true, "conversationId": "  "}', "A resumed turn needs a conversationId."),
+    ],
+)
+def test_bad_turn_bodies_get_a_400_naming_the_problem(
+    server: RunningServer, body: bytes, message: str
+) -> None:
+    response = httpx.post(server.url + "/turn", headers=ALICE, content=body)
+    assert response.status_code == 400
+    assert response.json() == {"ok": False, "error": message}
+    assert response.headers["access-control-allow-origin"] == "*"
+    assert response.headers["content-language"] == "en"
+
+
+@pytest.mark.parametrize(
+    "conversation_id",
+    ["..", ".", "a/b", "a b", "a\nb", "x" * 129, "alice:c", "c\u00e9"],
+)
+def test_conversation_ids_outside_the_rule_are_refused(
+    server: RunningServer, conversation_id: str
+) -> None:
+    response = httpx.post(
+        server.url + "/turn",
+        headers={**ALICE, "content-type": "application/json"},
+        content=('{"text": "hi", "conversationId": %s}' % _json_string(conversation_id)).encode(),
+    )
+    assert response.status_code == 400
+    assert "conversationId" in response.json()["error"]
+
+
+def test_a_lone_surrogate_is_a_400_not_a_crash(server: RunningServer) -> None:
+    body = b'{"text": "hi", "conversationId": "\\ud800"}'
+    response = httpx.post(server.url + "/turn", headers=ALICE, content=body)
+    assert response.status_code == 400
+    assert response.json()["ok"] is False
+
+
+def test_a_trimmed_uuid_and_128_characters_are_accepted(server: RunningServer) -> None:
+    for conversation_id in ("  abc\n", "123e4567-e89b-12d3-a456-426614174000", "x" * 128):
+        response = httpx.post(
+            server.url + "/confirm",
+            headers=ALICE,
+            json={"token": "abcd-efgh", "conversationId": conversation_id},
+        )
+        assert response.json() == {"ok": True, "resolved": False}
+
+
+def _json_string(value: str) -> str:
+    import json
+
+    return json.dumps(value)
+
+
+def test_a_body_over_one_mebibyte_is_413(server: RunningServer) -> None:
+    response = httpx.post(server.url + "/turn", headers=ALICE, content=b" " * (1024 * 1024 + 10))
+    assert response.status_code == 413
+    assert response.json() == {"ok": False, "error": "The request body is larger than 1 MiB."}
+
+
+def test_unknown_routes_and_methods_use_the_envelope_with_cors(server: RunningServer) -> None:
+    missing = httpx.get(server.url + "/nope", headers=ALICE)
+    assert missing.status_code == 404
+    assert missing.json() == {"ok": False, "error": "Not found."}
+    assert missing.headers["access-control-allow-origin"] == "*"
+    wrong = httpx.delete(server.url + "/turn", headers=ALICE)
+    assert wrong.status_code == 405
+    assert wrong.json() == {"ok": False, "error": "This route does not accept the DELETE method."}
+
+
+@pytest.mark.parametrize(
+    "path", [path for _, path in AUTHENTICATED] + ["/version", "/openapi.yaml"]
+)
+def test_every_route_answers_a_preflight_with_204_without_auth(
+    server: RunningServer, path: str
+) -> None:
+    response = httpx.options(
+        server.url + path,
+        headers={"origin": "https://ui.example", "access-control-request-method": "POST"},
+    )
+    assert response.status_code == 204
+    assert response.headers["access-control-allow-origin"] == "*"
+    assert "authorization" in response.headers["access-control-allow-headers"]
+    assert "POST" in response.headers["access-control-allow-methods"]
+
+
+def test_a_configured_origin_is_sent_on_every_response(make_server: object) -> None:
+    server = make_server(HTTP_SURFACE_CORS_ORIGIN="https://ui.example")  # type: ignore[operator]
+    for response in (
+        httpx.get(server.url + "/version"),
+        httpx.get(server.url + "/me"),
+        httpx.get(server.url + "/me", headers=ALICE),
+        httpx.options(server.url + "/turn"),
+    ):
+        assert response.headers["access-control-allow-origin"] == "https://ui.example"
+
+
+def test_version_and_the_openapi_document_are_public(server: RunningServer) -> None:
+    version = httpx.get(server.url + "/version")
+    assert version.status_code == 200
+    assert version.json()["ok"] is True
+    assert version.json()["version"].count(".") == 2
+    document = httpx.get(server.url + "/openapi.yaml")
+    assert document.status_code == 200
+    assert document.headers["content-type"].startswith("text/yaml")
+    assert b"title: Mercury HTTP" in document.content
+
+
+def test_health_reports_ollama_reachable_and_qdrant_not_configured(server: RunningServer) -> None:
+    health = httpx.get(server.url + "/health", headers=ALICE, timeout=10).json()
+    assert health["ok"] is True
+    assert health["ollamaReachable"] is True
+    assert health["qdrantReachable"] is False
+    assert health["memory"]["rss"] > 0
+    assert health["uptimeSeconds"] >= 0
+
+
+def test_health_is_bounded_when_ollama_is_gone(make_server: object) -> None:
+    server = make_server(OLLAMA_HOST="http://127.0.0.1:9")  # type: ignore[operator]
+    response = httpx.get(server.url + "/health", headers=ALICE, timeout=10)
+    assert response.json()["ollamaReachable"] is False
+    assert response.elapsed.total_seconds() < 3
+
+
+def test_the_channel_declares_contract_6_as_a_literal_and_the_core_admits_it() -> None:
+    assert CHANNEL_API_VERSION == 6
+    assert admits(HttpChannel()) is True
+    assert CORE_CHANNEL_API_VERSION == 6
+
+
+def test_the_core_refuses_a_channel_written_for_another_contract(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="mercury.channels"):
+        assert admits(HttpChannel(api_version=5)) is False
+    assert "channel contract 5" in caplog.text
+    assert "implements contract 6" in caplog.text
