@@ -1,0 +1,1278 @@
+"""The service's settings: one frozen :class:`Settings`, read once at start-up.
+
+Settings come from environment variables and, for everything that isn't a secret, from an
+optional YAML file of nested sections (``http:``, ``ollama:``, …). Every setting is one row
+of :data:`SETTINGS`, which drives the parsing, the reference in ``docs/configuration.md``
+(:func:`settings_reference`) and the ``--help`` listing (:func:`help_text`).
+
+Which file is read (``MERCURY_CONFIG_FILE``):
+
+* unset: ``./mercury.yaml`` if it exists, else ``./mercury.yml``, else none;
+* a path: that file, relative to the working directory; a missing file is an error;
+* ``""`` or ``none`` (any case): no file.
+
+Where each value comes from:
+
+1. the environment variable, whenever it is present, even empty: an empty value means
+   "not set", so the default applies over whatever the file says;
+2. else the file;
+3. else the default.
+
+The file is strict: an unknown key at any level, a key given twice, a value of the wrong
+type or a secret (secrets are read only from the environment) stops the start-up with an
+error naming the file and the dotted key. No message ever shows a secret's value.
+
+Exception tree::
+
+    ConfigurationError (Exception)   a setting or the file is wrong; the message says which
+                                     and how to put it right
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import textwrap
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Literal
+
+import msgspec
+import yaml
+
+from core.i18n import SUPPORTED_LANGUAGES
+from core.timezones import canonical_zone
+
+__all__ = [
+    "CONFIG_FILE_VARIABLE",
+    "DEFAULT_CONFIG_FILES",
+    "SERVICE_SECRET_VARIABLE",
+    "SETTINGS",
+    "AccessSettings",
+    "AuthSettings",
+    "ConfigurationError",
+    "DefaultsSettings",
+    "DirectorySettings",
+    "EngineSettings",
+    "HttpSettings",
+    "MemoryCollections",
+    "MemorySettings",
+    "OidcSettings",
+    "OllamaSettings",
+    "RateLimitSettings",
+    "RestOperation",
+    "RestService",
+    "SessionSettings",
+    "Setting",
+    "Settings",
+    "WikiSettings",
+    "help_text",
+    "load_settings",
+    "service_secret_variable",
+    "settings_reference",
+]
+
+#: The environment variable that names the YAML file, or turns the file off.
+CONFIG_FILE_VARIABLE: Final = "MERCURY_CONFIG_FILE"
+#: The files looked for in the working directory when ``MERCURY_CONFIG_FILE`` is unset.
+DEFAULT_CONFIG_FILES: Final = ("mercury.yaml", "mercury.yml")
+#: Where a declared service's client secret comes from; ``<NAME>`` is its name in capitals.
+SERVICE_SECRET_VARIABLE: Final = "MERCURY_SERVICE_<NAME>_CLIENT_SECRET"  # noqa: S105 - a name
+
+AuthProviderName = Literal["static", "oidc"]
+MemoryStoreName = Literal["edge", "qdrant", "off"]
+UnknownPeople = Literal["refuse", "allow"]
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+AUTH_PROVIDERS: Final = ("static", "oidc")
+# Asymmetric algorithms only: "none" and the HMAC family would let a shared secret (or
+# nothing) stand in for the issuer's key.
+OIDC_ALGORITHMS: Final = (
+    *("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+    *("ES256", "ES384", "ES512", "EdDSA"),
+)
+HTTP_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
+_SLUG: Final = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# Keys refused anywhere in the file (outside JSON schemas and the people list), whatever
+# section they sit in: their values are secrets by name.
+_SECRET_KEY_NAMES: Final = frozenset(
+    {"client_secret", "api_key", "secret_key", "static_tokens", "password"}
+)
+_SHOWN_MAX_CHARS: Final = 60
+
+
+class ConfigurationError(Exception):
+    """A setting or the configuration file is wrong; the message says which and the way out."""
+
+
+# --- the settings, grouped as the file's sections are ------------------------------------
+
+
+class _Group(msgspec.Struct, frozen=True, kw_only=True):
+    # Fields whose values a repr must never show: a logged Settings leaks nothing.
+    _secrets: ClassVar[frozenset[str]] = frozenset()
+
+    def __repr__(self) -> str:
+        parts = []
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            shown = _presence(value) if name in self._secrets else repr(value)
+            parts.append(f"{name}={shown}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+class HttpSettings(_Group, frozen=True, kw_only=True):
+    """The HTTP surface: where it listens and how it streams."""
+
+    host: str
+    port: int
+    cors_origin: str
+    public_url: str | None
+    heartbeat_s: float
+    resume_max_chars: int | None
+    graceful_timeout_s: float
+
+
+class AuthSettings(_Group, frozen=True, kw_only=True):
+    """Which auth providers recognize callers, in the order they are tried."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"static_tokens"})
+
+    providers: tuple[AuthProviderName, ...]
+    static_tokens: str | None
+
+
+class OllamaSettings(_Group, frozen=True, kw_only=True):
+    """The Ollama server that answers and embeds."""
+
+    host: str
+    model: str
+    think: bool
+    embedding_model: str
+    timeout_s: float
+    connect_timeout_s: float
+
+
+class DefaultsSettings(_Group, frozen=True, kw_only=True):
+    """What applies to a person who hasn't said otherwise."""
+
+    language: str
+    time_zone: str
+
+
+class EngineSettings(_Group, frozen=True, kw_only=True):
+    """Limits of one turn."""
+
+    max_steps: int
+
+
+class RateLimitSettings(_Group, frozen=True, kw_only=True):
+    """How many turns a person may start in a sliding window."""
+
+    per_user: int
+    window_ms: int
+
+
+class WikiSettings(_Group, frozen=True, kw_only=True):
+    """The wiki's vault on disk."""
+
+    vault_path: Path
+
+
+class MemoryCollections(_Group, frozen=True, kw_only=True):
+    """The names of the memory store's collections."""
+
+    verbatim: str
+    episodic: str
+    semantic: str
+
+
+class MemorySettings(_Group, frozen=True, kw_only=True):
+    """Long-term memory: which store, where, and the archive's queue."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"qdrant_api_key"})
+
+    store: MemoryStoreName
+    qdrant_url: str | None
+    qdrant_api_key: str | None
+    collections: MemoryCollections
+    archive_queue_size: int
+
+
+class SessionSettings(_Group, frozen=True, kw_only=True):
+    """When a conversation is summarized, freed and brought back."""
+
+    idle_timeout_ms: int
+    idle_check_interval_ms: int
+    capture_message_threshold: int
+    resume_max_chars: int
+
+
+class DirectorySettings(_Group, frozen=True, kw_only=True):
+    """The static directory of people, as JSON text (validated by the directory)."""
+
+    static_people: str | None
+
+
+class AccessSettings(_Group, frozen=True, kw_only=True):
+    """Who the core talks to and which plugins each person is offered."""
+
+    unknown: UnknownPeople
+    plugins: Mapping[str, tuple[str, ...]]
+
+
+class OidcSettings(_Group, frozen=True, kw_only=True):
+    """The OIDC provider's issuer and audience (validated by the provider)."""
+
+    issuer: str | None
+    audience: str | None
+    algorithms: tuple[str, ...]
+    leeway_s: int
+
+
+class RestOperation(_Group, frozen=True, kw_only=True):
+    """One operation of a declared REST service, offered to the model as a tool."""
+
+    name: str
+    description: str
+    method: HttpMethod
+    path: str
+    parameters: Mapping[str, Any]
+    confirm: bool
+
+
+class RestService(_Group, frozen=True, kw_only=True):
+    """A REST service declared in the file; its client secret comes from the environment."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"client_secret"})
+
+    name: str
+    base_url: str
+    authorize_url: str | None
+    token_url: str | None
+    client_id: str | None
+    scopes: tuple[str, ...]
+    operations: tuple[RestOperation, ...]
+    client_secret: str | None
+
+    @property
+    def secret_variable(self) -> str:
+        """The environment variable this service's client secret is read from."""
+        return service_secret_variable(self.name)
+
+
+class Settings(_Group, frozen=True, kw_only=True):
+    """Every setting of the service, read once at start-up by :func:`load_settings`."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"secret_key"})
+
+    http: HttpSettings
+    data_dir: Path
+    auth: AuthSettings
+    ollama: OllamaSettings
+    defaults: DefaultsSettings
+    engine: EngineSettings
+    rate_limit: RateLimitSettings
+    wiki: WikiSettings
+    memory: MemorySettings
+    session: SessionSettings
+    directory: DirectorySettings
+    access: AccessSettings
+    oidc: OidcSettings
+    secret_key: str | None
+    services: tuple[RestService, ...]
+    #: The YAML file that was read, if any.
+    config_file: Path | None
+
+    def redacted(self) -> str:
+        """One ``key = value`` line per setting, for the log; secrets read only "set"/"not set"."""
+        lines = [f"config_file = {self.config_file if self.config_file else 'none'}"]
+        for setting in SETTINGS:
+            value = _lookup(self, setting.path)
+            if setting.secret:
+                shown = _presence(value)
+            elif setting.path == "services":
+                shown = ", ".join(_describe_service(s) for s in self.services) or "none"
+            else:
+                shown = _plain(value)
+            lines.append(f"{setting.path} = {shown}")
+        return "\n".join(lines)
+
+
+_GROUPS: Final[Mapping[str, type[_Group]]] = {
+    "http": HttpSettings,
+    "auth": AuthSettings,
+    "ollama": OllamaSettings,
+    "defaults": DefaultsSettings,
+    "engine": EngineSettings,
+    "rate_limit": RateLimitSettings,
+    "wiki": WikiSettings,
+    "memory": MemorySettings,
+    "memory.collections": MemoryCollections,
+    "session": SessionSettings,
+    "directory": DirectorySettings,
+    "access": AccessSettings,
+    "oidc": OidcSettings,
+}
+
+
+def service_secret_variable(name: str) -> str:
+    """The environment variable holding the client secret of the service called ``name``."""
+    return f"MERCURY_SERVICE_{name.upper()}_CLIENT_SECRET"
+
+
+# --- kinds of value: how text from the environment and values from YAML are read ------------
+
+
+class _InvalidValueError(Exception):
+    """A value that doesn't fit; ``reason`` completes "<the setting> …", ``at`` goes deeper."""
+
+    def __init__(self, reason: str, at: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.at = at
+
+
+class _UnknownKeyError(Exception):
+    def __init__(self, at: str, known: tuple[str, ...] = ()) -> None:
+        super().__init__(at)
+        self.at = at
+        self.known = known
+
+
+def _shown(value: object) -> str:
+    """A non-secret value as an error message shows it: short, quoted if text."""
+    if isinstance(value, str):
+        if len(value) > _SHOWN_MAX_CHARS:
+            value = value[: _SHOWN_MAX_CHARS - 1] + "…"
+        return msgspec.json.encode(value).decode()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if value is None:
+        return "nothing"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _must(expected: str, value: object) -> _InvalidValueError:
+    return _InvalidValueError(f"must be {expected}, not {_shown(value)}")
+
+
+class _Kind:
+    """How one kind of value is read; subclasses fill in the two readers."""
+
+    #: What the reference's "type" column says.
+    summary: str = "text"
+    #: Kept exactly as given: surrounding spaces count, only ``""`` means "not set".
+    raw: bool = False
+
+    def from_text(self, text: str) -> object:
+        """The value of non-empty text from an environment variable."""
+        return self.from_yaml(text)
+
+    def from_yaml(self, value: object) -> object:
+        """The value of something the YAML file holds (never ``None``)."""
+        raise NotImplementedError
+
+
+class _Text(_Kind):
+    def __init__(self, *, raw: bool = False) -> None:
+        self.raw = raw
+        self.summary = "text, kept exactly" if raw else "text"
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise _must("text", value)
+        return value if self.raw else value.strip()
+
+
+class _PathKind(_Kind):
+    summary = "path"
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise _must("a path", value)
+        return Path(value.strip())
+
+
+class _Int(_Kind):
+    def __init__(self, minimum: int, maximum: int | None = None) -> None:
+        self.minimum = minimum
+        self.maximum = maximum
+        if maximum is None:
+            self.expected = f"a whole number of at least {minimum}"
+            self.summary = f"whole number ≥ {minimum}"
+        else:
+            self.expected = f"a whole number from {minimum} to {maximum}"
+            self.summary = f"whole number {minimum}–{maximum}"
+
+    def from_text(self, text: str) -> object:
+        if not re.fullmatch(r"[+-]?[0-9]+", text):
+            raise _must(self.expected, text)
+        return self._in_range(int(text), text)
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _must(self.expected, value)
+        return self._in_range(value, value)
+
+    def _in_range(self, number: int, shown: object) -> int:
+        if number < self.minimum or (self.maximum is not None and number > self.maximum):
+            raise _must(self.expected, shown)
+        return number
+
+
+class _Float(_Kind):
+    def __init__(self, minimum: float, *, inclusive: bool) -> None:
+        self.minimum = minimum
+        self.inclusive = inclusive
+        bound = f"{minimum:g}"
+        if inclusive:
+            self.expected = f"a number of at least {bound}"
+            self.summary = f"number ≥ {bound}"
+        else:
+            self.expected = f"a number greater than {bound}"
+            self.summary = f"number > {bound}"
+
+    def from_text(self, text: str) -> object:
+        try:
+            number = float(text)
+        except ValueError:
+            raise _must(self.expected, text) from None
+        return self._in_range(number, text)
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _must(self.expected, value)
+        return self._in_range(float(value), value)
+
+    def _in_range(self, number: float, shown: object) -> float:
+        fits = number >= self.minimum if self.inclusive else number > self.minimum
+        if not math.isfinite(number) or not fits:
+            raise _must(self.expected, shown)
+        return number
+
+
+class _Bool(_Kind):
+    summary = "true/false"
+    expected = "true or false (yes/no, on/off and 1/0 also do)"
+    _WORDS: Final = {
+        **dict.fromkeys(("true", "1", "yes", "on"), True),
+        **dict.fromkeys(("false", "0", "no", "off"), False),
+    }
+
+    def from_text(self, text: str) -> object:
+        try:
+            return self._WORDS[text.lower()]
+        except KeyError:
+            raise _must(self.expected, text) from None
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        if isinstance(value, str):
+            return self.from_text(value.strip())
+        raise _must(self.expected, value)
+
+
+class _Choice(_Kind):
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
+        self.expected = "one of " + ", ".join(choices)
+        self.summary = "one of " + ", ".join(f"`{choice}`" for choice in choices)
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in self.choices:
+            return value.strip().lower()
+        raise _must(self.expected, value)
+
+
+class _Names(_Kind):
+    """A list of names from a closed set, in order: comma-separated in the environment."""
+
+    def __init__(self, choices: tuple[str, ...], noun: str) -> None:
+        self.by_lowercase = {choice.lower(): choice for choice in choices}
+        self.choices = choices
+        self.noun = noun
+        self.summary = "list of " + ", ".join(f"`{choice}`" for choice in choices)
+
+    def from_text(self, text: str) -> object:
+        return self._names([part.strip() for part in text.split(",") if part.strip()])
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise _must(f"a list of {self.noun} names", value)
+        return self._names([item.strip() for item in value])
+
+    def _names(self, names: list[str]) -> tuple[str, ...]:
+        chosen: list[str] = []
+        valid = ", ".join(self.choices)
+        for name in names:
+            choice = self.by_lowercase.get(name.lower())
+            if choice is None:
+                raise _InvalidValueError(
+                    f"names an unknown {self.noun} {_shown(name)}; the valid ones are {valid}"
+                )
+            if choice in chosen:
+                raise _InvalidValueError(
+                    f"names {_shown(choice)} twice; list each {self.noun} once"
+                )
+            chosen.append(choice)
+        return tuple(chosen)
+
+
+class _Url(_Kind):
+    def __init__(self, *, base: bool = False) -> None:
+        # A base URL gets paths appended (``/login/callback``): no query, fragment or
+        # trailing slash.
+        self.base = base
+        if base:
+            self.expected = "an http:// or https:// URL without a query or fragment"
+        else:
+            self.expected = "an http:// or https:// URL"
+        self.summary = "http(s) URL"
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, str):
+            raise _must(self.expected, value)
+        text = value.strip()
+        try:
+            parts = urllib.parse.urlsplit(text)
+            hostname = parts.hostname
+        except ValueError:
+            raise _must(self.expected, text) from None
+        if parts.scheme.lower() not in ("http", "https") or not hostname or re.search(r"\s", text):
+            raise _must(self.expected, text)
+        if self.base:
+            if parts.query or parts.fragment or text.endswith(("?", "#")):
+                raise _must(self.expected, text)
+            text = text.rstrip("/")
+        return text
+
+
+class _Zone(_Kind):
+    summary = "IANA time zone"
+    expected = "an IANA time zone name such as Europe/Rome or UTC"
+
+    def from_yaml(self, value: object) -> object:
+        zone = canonical_zone(value) if isinstance(value, str) else None
+        if zone is None:
+            raise _must(self.expected, value)
+        return zone
+
+
+class _PeopleJson(_Kind):
+    summary = "JSON list (in the file: a list)"
+    raw = True
+
+    def from_text(self, text: str) -> object:
+        return text
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            raise _must("a list of people", value)
+        try:
+            return msgspec.json.encode(value).decode()
+        except (TypeError, msgspec.EncodeError):
+            raise _InvalidValueError("must be a list of people that JSON can hold") from None
+
+
+def _mapping(value: object, at: str, expected: str) -> Mapping[str, object]:
+    if not isinstance(value, Mapping):
+        raise _InvalidValueError(f"must be {expected}, not {_shown(value)}", at)
+    for key in value:
+        if not isinstance(key, str):
+            raise _InvalidValueError(f"has a key that isn't a name: {_shown(key)}", at)
+    return value
+
+
+def _only_keys(value: Mapping[str, object], at: str, known: tuple[str, ...]) -> None:
+    for key in value:
+        if key not in known:
+            raise _UnknownKeyError(f"{at}.{key}", tuple(f"{at}.{name}" for name in known))
+
+
+def _text_list(value: object, at: str, expected: str) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else None
+    if items is None or not all(isinstance(item, str) and item.strip() for item in items):
+        raise _InvalidValueError(f"must be {expected}, not {_shown(value)}", at)
+    return tuple(item.strip() for item in items)
+
+
+class _PluginRoles(_Kind):
+    summary = "mapping: plugin → `{roles: [...]}`"
+
+    def from_yaml(self, value: object) -> object:
+        plugins = _mapping(value, "", "a mapping from plugin name to {roles: [...]}")
+        roles: dict[str, tuple[str, ...]] = {}
+        for name, entry in plugins.items():
+            at = f".{name}"
+            gate = _mapping(entry, at, "a mapping with roles: [...]")
+            _only_keys(gate, at, ("roles",))
+            if "roles" not in gate:
+                raise _InvalidValueError("needs roles: [...]", at)
+            roles[name] = _text_list(gate["roles"], f"{at}.roles", "a list of role names")
+        return MappingProxyType(roles)
+
+
+_SERVICE_KEYS: Final = (
+    *("name", "base_url", "authorize_url", "token_url", "client_id", "scopes"),
+    "operations",
+)
+_OPERATION_KEYS: Final = ("name", "description", "method", "path", "parameters", "confirm")
+_LOGIN_KEYS: Final = ("authorize_url", "token_url", "client_id")
+
+
+class _Services(_Kind):
+    summary = "list of services (see Services above)"
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, list):
+            raise _must("a list of services", value)
+        services: list[RestService] = []
+        for index, entry in enumerate(value):
+            service = self._service(entry, f"[{index}]")
+            if any(other.name == service.name for other in services):
+                raise _InvalidValueError(
+                    f"declares {_shown(service.name)} twice", f"[{index}].name"
+                )
+            services.append(service)
+        return tuple(services)
+
+    def _service(self, value: object, at: str) -> RestService:
+        entry = _mapping(value, at, "a mapping describing a service")
+        _only_keys(entry, at, _SERVICE_KEYS)
+        for key in ("name", "base_url", "operations"):
+            if key not in entry:
+                raise _InvalidValueError(f'needs a "{key}"', at)
+        name = _slug(entry["name"], f"{at}.name")
+        base_url = _at(_Url(base=True).from_yaml, entry["base_url"], f"{at}.base_url")
+        login: dict[str, str | None] = {}
+        for key in _LOGIN_KEYS:
+            given = entry.get(key)
+            if key == "client_id":
+                login[key] = str(_at(_Text().from_yaml, given, f"{at}.{key}")) if given else None
+            else:
+                login[key] = str(_at(_Url().from_yaml, given, f"{at}.{key}")) if given else None
+        missing = [key for key in _LOGIN_KEYS if login[key] is None]
+        if 0 < len(missing) < len(_LOGIN_KEYS):
+            raise _InvalidValueError(
+                f"gives only part of a login; add {' and '.join(missing)}, or remove the others",
+                at,
+            )
+        scopes = _text_list(entry.get("scopes", []), f"{at}.scopes", "a list of scopes")
+        raw_operations = entry["operations"]
+        if not isinstance(raw_operations, list) or not raw_operations:
+            raise _InvalidValueError(
+                f"must be a list of at least one operation, not {_shown(raw_operations)}",
+                f"{at}.operations",
+            )
+        operations: list[RestOperation] = []
+        for index, item in enumerate(raw_operations):
+            operation = self._operation(item, f"{at}.operations[{index}]")
+            if any(other.name == operation.name for other in operations):
+                raise _InvalidValueError(
+                    f"declares {_shown(operation.name)} twice",
+                    f"{at}.operations[{index}].name",
+                )
+            operations.append(operation)
+        return RestService(
+            name=name,
+            base_url=str(base_url),
+            authorize_url=login["authorize_url"],
+            token_url=login["token_url"],
+            client_id=login["client_id"],
+            scopes=scopes,
+            operations=tuple(operations),
+            client_secret=None,
+        )
+
+    def _operation(self, value: object, at: str) -> RestOperation:
+        entry = _mapping(value, at, "a mapping describing an operation")
+        _only_keys(entry, at, _OPERATION_KEYS)
+        for key in ("name", "description", "method", "path"):
+            if key not in entry:
+                raise _InvalidValueError(f'needs a "{key}"', at)
+        description = entry["description"]
+        if not isinstance(description, str) or not description.strip():
+            raise _InvalidValueError(
+                f"must be a sentence, not {_shown(description)}", f"{at}.description"
+            )
+        method = entry["method"]
+        if not isinstance(method, str) or method.strip().upper() not in HTTP_METHODS:
+            raise _InvalidValueError(
+                f"must be one of {', '.join(HTTP_METHODS)}, not {_shown(method)}", f"{at}.method"
+            )
+        path = entry["path"]
+        if not isinstance(path, str) or not path.startswith("/") or re.search(r"\s", path):
+            raise _InvalidValueError(
+                f"must be a path starting with /, not {_shown(path)}", f"{at}.path"
+            )
+        parameters = entry.get("parameters", {"type": "object", "properties": {}})
+        schema = _mapping(parameters, f"{at}.parameters", "a JSON schema of type object")
+        if schema.get("type") != "object":
+            raise _InvalidValueError("must be a JSON schema with type: object", f"{at}.parameters")
+        try:
+            plain = msgspec.json.decode(msgspec.json.encode(schema))
+        except (TypeError, msgspec.EncodeError):
+            raise _InvalidValueError(
+                "must be a JSON schema that JSON can hold", f"{at}.parameters"
+            ) from None
+        confirm = entry.get("confirm", False)
+        if not isinstance(confirm, bool):
+            raise _InvalidValueError(
+                f"must be true or false, not {_shown(confirm)}", f"{at}.confirm"
+            )
+        return RestOperation(
+            name=_slug(entry["name"], f"{at}.name"),
+            description=description.strip(),
+            method=method.strip().upper(),  # type: ignore[arg-type]  # checked just above
+            path=path,
+            parameters=plain,
+            confirm=confirm,
+        )
+
+
+def _slug(value: object, at: str) -> str:
+    if not isinstance(value, str) or not _SLUG.fullmatch(value):
+        raise _InvalidValueError(
+            "must be a name of lowercase letters, digits and _, starting with a letter, "
+            f"up to 32 characters, not {_shown(value)}",
+            at,
+        )
+    return value
+
+
+def _at(reader: Callable[[object], object], value: object, at: str) -> object:
+    try:
+        return reader(value)
+    except _InvalidValueError as invalid:
+        raise _InvalidValueError(invalid.reason, at + invalid.at) from None
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: where it is read from, what it accepts and what it means."""
+
+    #: The dotted attribute of :class:`Settings`, which is also its key in the file.
+    path: str
+    #: Its environment variable, or ``None`` for a setting only the file can give.
+    env: str | None
+    kind: _Kind
+    default: object
+    doc: str
+    #: Read only from the environment; refused in the file and never shown.
+    secret: bool = False
+    #: The default as the reference shows it, when the value alone wouldn't say it.
+    default_doc: str | None = None
+    #: Other keys under which the file is refused this secret.
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def in_file(self) -> bool:
+        """Whether the file may give this setting."""
+        return not self.secret
+
+
+_PORT: Final = _Int(0, 65535)
+_SECONDS: Final = _Float(0, inclusive=False)
+
+#: Every setting, in the order the reference lists them.
+# fmt: off
+SETTINGS: Final[tuple[Setting, ...]] = (
+    # path, environment variable, kind, default, doc
+    Setting("http.host", "HTTP_SURFACE_HOST", _Text(), "0.0.0.0",  # noqa: S104
+            "The address to listen on."),
+    Setting("http.port", "HTTP_SURFACE_PORT", _PORT, 4100,
+            "The port; 0 picks a free one."),
+    Setting("http.cors_origin", "HTTP_SURFACE_CORS_ORIGIN", _Text(), "*",
+            "The origin a browser UI may call from."),
+    Setting("http.public_url", "HTTP_SURFACE_PUBLIC_URL", _Url(base=True), None,
+            "The address browsers reach the surface at; without it nobody can log in to "
+            "services."),
+    Setting("http.heartbeat_s", "HTTP_SURFACE_HEARTBEAT_S", _SECONDS, 15.0,
+            "Seconds of silence on a stream before a keep-alive comment."),
+    Setting("http.resume_max_chars", "HTTP_SURFACE_RESUME_MAX_CHARS", _Int(0), None,
+            "Characters of a reopened conversation given back to the model; 0 turns resuming "
+            "off.", default_doc="`SESSION_RESUME_MAX_CHARS`"),
+    Setting("http.graceful_timeout_s", "HTTP_SURFACE_GRACEFUL_TIMEOUT_S",
+            _Float(0, inclusive=True), 10.0,
+            "Seconds running streams get to finish when the service stops."),
+    Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
+            "Where the service keeps its files.", default_doc="`./data`"),
+    Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
+            "The auth providers, tried in this order (comma-separated in the environment).",
+            default_doc="none (not configured)"),
+    Setting("auth.static_tokens", "AUTH_STATIC_TOKENS", _Text(raw=True), None,
+            "The static provider's tokens, as JSON (validated by the provider).",
+            secret=True),
+    Setting("ollama.host", "OLLAMA_HOST", _Text(), "http://127.0.0.1:11434",
+            "The Ollama server's address."),
+    Setting("ollama.model", "OLLAMA_MODEL", _Text(), "llama3.2",
+            "The chat model."),
+    Setting("ollama.think", "OLLAMA_THINK", _Bool(), True,
+            "Whether the model streams its reasoning."),
+    Setting("ollama.embedding_model", "OLLAMA_EMBEDDING_MODEL", _Text(), "nomic-embed-text",
+            "The model that embeds memory."),
+    Setting("ollama.timeout_s", "OLLAMA_TIMEOUT_S", _SECONDS, 300.0,
+            "Seconds to wait for the next chunk of a streamed answer."),
+    Setting("ollama.connect_timeout_s", "OLLAMA_CONNECT_TIMEOUT_S", _SECONDS, 5.0,
+            "Seconds to wait for a connection to Ollama."),
+    Setting("defaults.language", "MERCURY_DEFAULT_LANGUAGE", _Choice(SUPPORTED_LANGUAGES), "en",
+            "The language of people who haven't chosen one."),
+    Setting("defaults.time_zone", "MERCURY_DEFAULT_TIME_ZONE", _Zone(), "UTC",
+            "The time zone of people who haven't given one, spelled as the tz database does."),
+    Setting("engine.max_steps", "MERCURY_MAX_STEPS", _Int(1, 100), 8,
+            "Model steps (answers and tool rounds) one turn may take."),
+    Setting("rate_limit.per_user", "MERCURY_RATE_LIMIT_PER_USER", _Int(1, 1000), 10,
+            "Turns a person may start per window."),
+    Setting("rate_limit.window_ms", "MERCURY_RATE_LIMIT_WINDOW_MS", _Int(1000, 3_600_000),
+            60_000, "The rate limit's sliding window, in milliseconds."),
+    Setting("wiki.vault_path", "WIKI_VAULT_PATH", _PathKind(), None,
+            "The wiki's vault.", default_doc="`<data dir>/wiki`"),
+    Setting("memory.store", "MERCURY_MEMORY_STORE", _Choice(("edge", "qdrant", "off")), "edge",
+            "Where long-term memory lives: embedded, on a Qdrant server, or nowhere."),
+    Setting("memory.qdrant_url", "QDRANT_URL", _Url(), None,
+            "The Qdrant server; required when the store is `qdrant`."),
+    Setting("memory.qdrant_api_key", "QDRANT_API_KEY", _Text(raw=True), None,
+            "The Qdrant server's API key.", secret=True, aliases=("qdrant.api_key",)),
+    Setting("memory.collections.verbatim", "QDRANT_VERBATIM_COLLECTION", _Text(),
+            "verbatim_archive", "The collection of archived messages."),
+    Setting("memory.collections.episodic", "QDRANT_EPISODIC_COLLECTION", _Text(),
+            "episodic_memory", "The collection of conversation summaries."),
+    Setting("memory.collections.semantic", "QDRANT_SEMANTIC_FACTS_COLLECTION", _Text(),
+            "semantic_facts", "The collection of facts about people."),
+    Setting("memory.archive_queue_size", "MERCURY_ARCHIVE_QUEUE_SIZE", _Int(1), 10_000,
+            "Messages that may wait to be archived before new ones are dropped."),
+    Setting("session.idle_timeout_ms", "SESSION_IDLE_TIMEOUT_MS", _Int(1000), 1_800_000,
+            "Milliseconds of quiet after which a conversation is summarized and freed."),
+    Setting("session.idle_check_interval_ms", "SESSION_IDLE_CHECK_INTERVAL_MS", _Int(100),
+            60_000, "Milliseconds between looks for idle conversations."),
+    Setting("session.capture_message_threshold", "SESSION_CAPTURE_MESSAGE_THRESHOLD", _Int(1),
+            6, "New messages after which a conversation is summarized."),
+    Setting("session.resume_max_chars", "SESSION_RESUME_MAX_CHARS", _Int(0), 8000,
+            "Characters of a freed conversation given back to the model when it is resumed."),
+    Setting("directory.static_people", "DIRECTORY_STATIC_PEOPLE", _PeopleJson(), None,
+            "The people the static directory knows, as JSON (validated by the directory)."),
+    Setting("access.unknown", "MERCURY_ACCESS_UNKNOWN", _Choice(("refuse", "allow")), "refuse",
+            "Whether people the directory doesn't know are let in."),
+    Setting("access.plugins", None, _PluginRoles(), MappingProxyType({}),
+            "Per plugin, the roles a person needs to be offered it.",
+            default_doc="none (no role gates)"),
+    Setting("oidc.issuer", "OIDC_ISSUER", _Text(raw=True), None,
+            "The exact issuer tokens carry (validated by the provider)."),
+    Setting("oidc.audience", "OIDC_AUDIENCE", _Text(raw=True), None,
+            "The client id tokens carry in `aud` (validated by the provider)."),
+    Setting("oidc.algorithms", "OIDC_ALGORITHMS", _Names(OIDC_ALGORITHMS, "algorithm"), (),
+            "The signature algorithms accepted (comma-separated in the environment).",
+            default_doc="the provider's choice"),
+    Setting("oidc.leeway_s", "OIDC_LEEWAY_S", _Int(0, 60), 30,
+            "Seconds of clock difference tolerated on a token's times."),
+    Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
+            "The key the service signs and encrypts its own data with.", secret=True),
+    Setting("services", None, _Services(), (),
+            "REST services the model may call, with their operations.", default_doc="none"),
+)
+# fmt: on
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = None) -> Settings:
+    """Read the settings from ``environ`` (default ``os.environ``) and the YAML file.
+
+    Relative paths, the file's included, are taken from ``cwd`` (default the working
+    directory). Raises :class:`ConfigurationError` on the first thing that is wrong.
+    Reads the disk: call it at start-up, before the event loop runs, or in a thread.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    base = (Path.cwd() if cwd is None else cwd).absolute()
+    config_file = _config_file(env, base)
+    file_values = _read_file(config_file) if config_file is not None else {}
+
+    values: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if setting.env is not None and setting.env in env:
+            values[setting.path] = _from_environment(setting, env[setting.env])
+        elif setting.path in file_values:
+            values[setting.path] = file_values[setting.path]
+        else:
+            values[setting.path] = setting.default
+
+    values["data_dir"] = (base / values["data_dir"]).resolve()
+    vault = values["wiki.vault_path"]
+    values["wiki.vault_path"] = (base / vault).resolve() if vault else values["data_dir"] / "wiki"
+    values["services"] = tuple(
+        msgspec.structs.replace(service, client_secret=_service_secret(service, env))
+        for service in values["services"]
+    )
+    if values["memory.store"] == "qdrant" and values["memory.qdrant_url"] is None:
+        raise ConfigurationError(
+            'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
+            "file); set it, or set MERCURY_MEMORY_STORE to edge or off."
+        )
+    return Settings(**_build("", Settings, values), config_file=config_file)
+
+
+def _build(prefix: str, cls: type[_Group], values: Mapping[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for name in cls.__struct_fields__:
+        path = f"{prefix}.{name}" if prefix else name
+        if path in _GROUPS:
+            group = _GROUPS[path]
+            fields[name] = group(**_build(path, group, values))
+        elif path in values:
+            fields[name] = values[path]
+    return fields
+
+
+def _from_environment(setting: Setting, text: str) -> object:
+    value = text if setting.kind.raw else text.strip()
+    if value == "":
+        # An empty variable means "not set", and still wins over the file.
+        return setting.default
+    try:
+        return setting.kind.from_text(value)
+    except _InvalidValueError as invalid:
+        # Secrets are kept raw and never invalid, so no reason here can quote one.
+        raise ConfigurationError(f"{setting.env} {invalid.reason}.") from None
+
+
+def _service_secret(service: RestService, env: Mapping[str, str]) -> str | None:
+    return env.get(service.secret_variable) or None
+
+
+def _config_file(env: Mapping[str, str], cwd: Path) -> Path | None:
+    named = env.get(CONFIG_FILE_VARIABLE)
+    if named is None:
+        for name in DEFAULT_CONFIG_FILES:
+            candidate = cwd / name
+            if candidate.is_file():
+                return candidate
+        return None
+    named = named.strip()
+    if named == "" or named.lower() == "none":
+        return None
+    path = cwd / named
+    if not path.exists():
+        raise ConfigurationError(
+            f"{CONFIG_FILE_VARIABLE} names {path}, which doesn't exist; correct the path, "
+            f"or set {CONFIG_FILE_VARIABLE}=none to read no file."
+        )
+    if not path.is_file():
+        raise ConfigurationError(
+            f"{CONFIG_FILE_VARIABLE} names {path}, which isn't a file; name a YAML file, "
+            f"or set {CONFIG_FILE_VARIABLE}=none to read no file."
+        )
+    return path
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice instead of keeping the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base loader refuses it itself
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {_shown(key)} is given twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_file(path: Path) -> dict[str, object]:
+    """The values the file gives, by setting path, each read and checked."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{path} isn't UTF-8 text; save it as UTF-8.") from None
+    except OSError as error:
+        raise ConfigurationError(f"{path} can't be read: {error.strerror}.") from None
+    try:
+        tree = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"{path} isn't valid YAML: {_yaml_problem(error)}.") from None
+    if tree is None:  # empty, or only comments
+        return {}
+    if not isinstance(tree, dict):
+        raise ConfigurationError(
+            f"{path} must hold a mapping of sections (such as http: or ollama:) at the top, "
+            f"not {_shown(tree)}."
+        )
+    _refuse_secrets(tree, path)
+    values: dict[str, object] = {}
+    _collect(tree, "", _key_tree(), path, values)
+    return values
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(error).replace("\n", " ")
+
+
+def _key_tree() -> dict[str, Any]:
+    """The keys the file may hold, as nested dictionaries whose leaves are settings."""
+    tree: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if not setting.in_file:
+            continue
+        *sections, leaf = setting.path.split(".")
+        node = tree
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = setting
+    return tree
+
+
+def _collect(
+    node: Mapping[object, object],
+    prefix: str,
+    known: Mapping[str, Any],
+    file: Path,
+    values: dict[str, object],
+) -> None:
+    for key, value in node.items():
+        dotted = f"{prefix}{key}"
+        expected = known.get(key) if isinstance(key, str) else None
+        if expected is None:
+            candidates = [f"{prefix}{name}" for name in known]
+            raise ConfigurationError(_unknown_key(file, dotted, candidates))
+        if isinstance(expected, Setting):
+            if _is_unset(value, expected.kind):
+                continue  # an empty value means "not set", as in the environment
+            try:
+                values[expected.path] = expected.kind.from_yaml(value)
+            except _InvalidValueError as invalid:
+                raise ConfigurationError(
+                    f"{file}: {dotted}{invalid.at} {invalid.reason}."
+                ) from None
+            except _UnknownKeyError as unknown:
+                where = [expected.path + name for name in unknown.known]
+                raise ConfigurationError(
+                    _unknown_key(file, expected.path + unknown.at, where)
+                ) from None
+        elif value is None:
+            continue  # an empty section
+        elif isinstance(value, Mapping):
+            _collect(value, f"{dotted}.", expected, file, values)
+        else:
+            raise ConfigurationError(
+                f"{file}: {dotted} must be a section of keys, not {_shown(value)}."
+            )
+
+
+def _is_unset(value: object, kind: _Kind) -> bool:
+    if value is None or value == "":
+        return True
+    return isinstance(value, str) and not kind.raw and value.strip() == ""
+
+
+def _unknown_key(file: Path, dotted: str, candidates: list[str]) -> str:
+    message = f'{file}: unknown key "{dotted}"'
+    close = difflib.get_close_matches(dotted, candidates, n=1)
+    if close:
+        return f'{message}; did you mean "{close[0]}"?'
+    return f"{message}; see docs/configuration.md for the keys the file may hold."
+
+
+def _refuse_secrets(tree: Mapping[object, object], file: Path) -> None:
+    for setting in SETTINGS:
+        if not setting.secret:
+            continue
+        for dotted in (setting.path, *setting.aliases):
+            if _present(tree, dotted):
+                raise ConfigurationError(_secret_in_file(file, dotted, setting.env))
+    _refuse_secret_names(tree, "", file, None)
+
+
+def _present(tree: Mapping[object, object], dotted: str) -> bool:
+    node: object = tree
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _refuse_secret_names(node: object, at: str, file: Path, service: str | None) -> None:
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            if at == "services" and isinstance(item, Mapping):
+                name = item.get("name")
+                service = name if isinstance(name, str) and _SLUG.fullmatch(name) else "<NAME>"
+            _refuse_secret_names(item, f"{at}[{index}]", file, service)
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            dotted = f"{at}.{key}" if at else str(key)
+            if key in _SECRET_KEY_NAMES:
+                variable = None
+                if key == "client_secret" and service is not None:
+                    variable = SERVICE_SECRET_VARIABLE.replace("<NAME>", service.upper())
+                raise ConfigurationError(_secret_in_file(file, dotted, variable))
+            # JSON schemas and the people list may well have a "password" property.
+            if key == "parameters" or dotted == "directory.static_people":
+                continue
+            _refuse_secret_names(value, dotted, file, service)
+
+
+def _secret_in_file(file: Path, dotted: str, variable: str | None) -> str:
+    if variable is None:
+        return (
+            f"{file}: {dotted} looks like a secret, and secrets are read only from the "
+            "environment; remove it from the file."
+        )
+    return (
+        f"{file}: {dotted} is a secret, and secrets are read only from the environment; "
+        f"remove it from the file and set the {variable} environment variable instead."
+    )
+
+
+# --- showing values -----------------------------------------------------------------------
+
+
+def _lookup(settings: Settings, path: str) -> object:
+    value: object = settings
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _presence(value: object) -> str:
+    return "(set)" if value else "(not set)"
+
+
+def _plain(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ", ".join(str(item) for item in value) or "none"
+    if isinstance(value, Mapping):
+        shown = (f"{key}: {_plain(item)}" for key, item in value.items())
+        return "; ".join(shown) or "none"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _describe_service(service: RestService) -> str:
+    secret = "client secret set" if service.client_secret else "no client secret"
+    count = len(service.operations)
+    return f"{service.name} ({count} operation{'s' if count != 1 else ''}, {secret})"
+
+
+def _default_text(setting: Setting) -> str:
+    if setting.default_doc is not None:
+        return setting.default_doc
+    if setting.default is None:
+        return "not set"
+    return f"`{_plain(setting.default)}`"
+
+
+_SECTION_TITLES: Final = {
+    "http": "HTTP surface",
+    "data_dir": "Data directory",
+    "auth": "Authentication",
+    "ollama": "Ollama",
+    "defaults": "Defaults for people",
+    "engine": "Engine",
+    "rate_limit": "Rate limit",
+    "wiki": "Wiki",
+    "memory": "Memory",
+    "session": "Sessions",
+    "directory": "Directory",
+    "access": "Access",
+    "oidc": "OIDC provider",
+    "secret_key": "Secret key",
+    "services": "REST services",
+}
+
+
+def settings_reference() -> str:
+    """The Markdown reference of every setting that ``docs/configuration.md`` carries."""
+    lines: list[str] = []
+    section = None
+    for setting in SETTINGS:
+        top = setting.path.split(".")[0]
+        if top != section:
+            section = top
+            if lines:
+                lines.append("")
+            lines += [
+                f"### {_SECTION_TITLES[top]}",
+                "",
+                "| Environment variable | YAML key | Type | Default | Meaning |",
+                "|---|---|---|---|---|",
+            ]
+        variable = f"`{setting.env}`" if setting.env else "— (file only)"
+        key = "— (secret: environment only)" if setting.secret else f"`{setting.path}`"
+        lines.append(
+            f"| {variable} | {key} | {setting.kind.summary} | {_default_text(setting)} "
+            f"| {setting.doc} |"
+        )
+        if setting.path == "services":
+            lines.append(
+                f"| `{SERVICE_SECRET_VARIABLE}` | — (secret: environment only) | text, kept "
+                "exactly | not set | The client secret of the service called `<name>`. |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def help_text() -> str:
+    """Every environment variable with its default, for ``mercury-http serve --help``."""
+    width = 36
+    lines = [
+        "Settings (environment variables; every one that isn't a secret can also be set in",
+        "mercury.yaml, see docs/configuration.md; an empty value means the default):",
+        "",
+    ]
+
+    def entry(name: str, text: str) -> None:
+        wrapped = textwrap.wrap(text, width=98 - width)
+        lines.append(f"  {name:<{width}}{wrapped[0]}")
+        lines.extend(" " * (width + 2) + more for more in wrapped[1:])
+
+    entry(
+        CONFIG_FILE_VARIABLE,
+        "The YAML file to read (default: ./mercury.yaml, else ./mercury.yml; none: no file).",
+    )
+    for setting in SETTINGS:
+        if setting.env is None:
+            continue
+        default = _default_text(setting).replace("`", "")
+        tail = " Secret." if setting.secret else ""
+        entry(setting.env, f"{setting.doc.replace('`', '')} (default: {default}){tail}")
+    entry(
+        SERVICE_SECRET_VARIABLE,
+        "The client secret of a service declared in the file (default: not set). Secret.",
+    )
+    return "\n".join(lines) + "\n"
