@@ -130,8 +130,12 @@ def build_app(
     clock: Clock = system_clock,
     auth: AuthChain | None = None,
     plugins: Sequence[Plugin] = (),
+    extra_routes: Sequence[Any] = (),
 ) -> Litestar:
-    """The application for ``settings``; raises ConfigurationError before anything opens."""
+    """The application for ``settings``; raises ConfigurationError before anything opens.
+
+    ``extra_routes`` are mounted behind the same authentication (benchmark baselines).
+    """
     auth = auth or build_auth(settings)
     directory = build_directory(settings)
     catalogs = Catalogs.load()
@@ -163,6 +167,7 @@ def build_app(
         routes.wiki_list,
         routes.wiki_read,
         routes.wiki_grep,
+        *extra_routes,
     ]
     app = Litestar(
         route_handlers=[*public, routes.authenticated_router(authenticated)],

@@ -31,7 +31,12 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 if TYPE_CHECKING:
-    from litestar.types import Send
+    from litestar.types import (
+        ExceptionHandlersMap,
+        HTTPResponseBodyEvent,
+        HTTPResponseStartEvent,
+        Send,
+    )
 
 log = logging.getLogger("mercury.http")
 
@@ -105,8 +110,14 @@ async def send_envelope(
         (b"content-length", str(len(body)).encode()),
         *((name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()),
     ]
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
-    await send({"type": "http.response.body", "body": body})
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": raw_headers,
+    }
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(start)
+    await send(end)
 
 
 def _translate(request: Request[Any, Any, Any], message: str) -> str:
@@ -150,7 +161,7 @@ def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Resp
     )
 
 
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ApiError: handle_api_error,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,

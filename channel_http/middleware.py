@@ -22,7 +22,15 @@ from core.people import Admitted, refusal_message
 from core.timezones import choose_zone
 
 if TYPE_CHECKING:
-    from litestar.types import ASGIApp, Message, Receive, Scope, Send
+    from litestar.types import (
+        ASGIApp,
+        HTTPResponseBodyEvent,
+        HTTPResponseStartEvent,
+        Message,
+        Receive,
+        Scope,
+        Send,
+    )
 
     from core.i18n import Translator
     from core.person_settings import SavedSettings
@@ -51,12 +59,22 @@ class CorsMiddleware:
             self.headers.append((b"vary", b"origin"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and scope["path"] in self.paths:
-            await send({"type": "http.response.start", "status": 204, "headers": self.headers})
-            await send({"type": "http.response.body", "body": b""})
+            start: HTTPResponseStartEvent = {
+                "type": "http.response.start",
+                "status": 204,
+                "headers": self.headers,
+            }
+            end: HTTPResponseBodyEvent = {
+                "type": "http.response.body",
+                "body": b"",
+                "more_body": False,
+            }
+            await send(start)
+            await send(end)
             return
         if scope["path"] in self.bare:
             await self.app(scope, receive, send)

@@ -198,4 +198,4 @@ class OllamaModel:
         return False
 
     async def close(self) -> None:
-        await self._client.close()
+        await self._client.close()  # type: ignore[no-untyped-call]

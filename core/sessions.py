@@ -152,7 +152,7 @@ class SessionManager:
         catalogs: Catalogs,
         registry: ToolRegistry,
         confirmations: ConfirmationStore,
-        resume_slots: ResumeSlots,
+        resume_slots: ResumeSlots[dict[str, str]],
         tool_log: ToolLog,
         person_settings: PersonSettings,
         rate_limiter: RateLimiter,
@@ -476,14 +476,14 @@ class SessionManager:
     async def _stage(
         self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
     ) -> events.Pending:
-        from core.confirmations import StagedAction
+        from core.confirmations import StagedActionSpec
 
         summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
         choices = list(tool.choices(context, arguments)) if tool.choices else None
         staging = await self.confirmations.stage(
             context.session_key,
             context.person.key,
-            StagedAction(
+            StagedActionSpec(
                 tool_name=tool.name,
                 arguments=arguments,
                 summary=summary,
