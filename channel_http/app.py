@@ -23,17 +23,24 @@ from channel_http import routes
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.middleware import CorsMiddleware
 from channel_http.requests import MAX_BODY
+from core.archive import ArchiveWriter
+from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
 from core.db import Database
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
+from core.edge import EdgeStore
+from core.embedder import OllamaEmbedder
 from core.i18n import Catalogs
 from core.linking import Linking
+from core.memory import CollectionNames, MemoryStore
+from core.memory_tools import memory_plugin
 from core.ollama import OllamaModel
 from core.people import People
 from core.person_settings import PersonSettings
+from core.qdrant import QdrantStore
 from core.rate_limit import RateLimiter
 from core.sessions import EngineLimits, SessionManager
 from core.tool_log import ToolLog
@@ -76,6 +83,8 @@ class Services:
     linking: Linking
     vault: Vault
     openapi: bytes
+    collection_names: CollectionNames
+    embedder: OllamaEmbedder | None = None
     started: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -131,6 +140,7 @@ def build_app(
     auth: AuthChain | None = None,
     plugins: Sequence[Plugin] = (),
     extra_routes: Sequence[Any] = (),
+    memory: MemoryStore | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
@@ -144,7 +154,14 @@ def build_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         services = await open_services(
-            settings, auth, catalogs, directory, model=model, clock=clock, plugins=plugins
+            settings,
+            auth,
+            catalogs,
+            directory,
+            model=model,
+            clock=clock,
+            plugins=plugins,
+            memory=memory,
         )
         app.state.services = services
         holder["services"] = services
@@ -167,6 +184,9 @@ def build_app(
         routes.wiki_list,
         routes.wiki_read,
         routes.wiki_grep,
+        routes.conversation,
+        routes.conversations,
+        routes.memory_scroll,
         *extra_routes,
     ]
     app = Litestar(
@@ -198,6 +218,7 @@ async def open_services(
     model: ModelClient | None,
     clock: Clock,
     plugins: Sequence[Plugin] = (),
+    memory: MemoryStore | None = None,
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -219,18 +240,37 @@ async def open_services(
     from core.builtin_plugins import builtin_plugins
     from core.tools import ToolRegistry
 
+    chat_model = model or OllamaModel(
+        settings.ollama.host,
+        settings.ollama.model,
+        read_timeout_s=settings.ollama.timeout_s,
+        connect_timeout_s=settings.ollama.connect_timeout_s,
+    )
+    memory = memory or build_memory(settings)
+    archive: ArchiveWriter | None = None
+    capture: Capture | None = None
+    embedder: OllamaEmbedder | None = None
+    memory_plugins: tuple[Plugin, ...] = ()
+    if memory is not None:
+        embedder = OllamaEmbedder(settings.ollama.host, settings.ollama.embedding_model)
+        archive = ArchiveWriter(
+            memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
+        )
+        await archive.start()  # ensures the collections in the background, never blocks
+        capture = Capture(chat_model, archive, memory)
+        memory_plugins = (memory_plugin(memory, archive, embedder),)
     registry = ToolRegistry(
-        (*builtin_plugins(vault=vault, person_settings=person_settings), *plugins),
+        (
+            *builtin_plugins(vault=vault, person_settings=person_settings),
+            *memory_plugins,
+            *plugins,
+        ),
         access=settings.access.plugins,
     )
+    session = settings.session
+    resume_chars = settings.http.resume_max_chars
     manager = SessionManager(
-        model=model
-        or OllamaModel(
-            settings.ollama.host,
-            settings.ollama.model,
-            read_timeout_s=settings.ollama.timeout_s,
-            connect_timeout_s=settings.ollama.connect_timeout_s,
-        ),
+        model=chat_model,
         catalogs=catalogs,
         registry=registry,
         confirmations=confirmations,
@@ -239,9 +279,20 @@ async def open_services(
         person_settings=person_settings,
         rate_limiter=limiter,
         linking=linking,
-        limits=EngineLimits(max_steps=settings.engine.max_steps, think=settings.ollama.think),
+        memory=memory,
+        archive=archive,
+        capture=capture,
+        limits=EngineLimits(
+            max_steps=settings.engine.max_steps,
+            think=settings.ollama.think,
+            resume_max_chars=session.resume_max_chars if resume_chars is None else resume_chars,
+            idle_timeout_s=session.idle_timeout_ms / 1000,
+            idle_check_s=session.idle_check_interval_ms / 1000,
+            capture_threshold=session.capture_message_threshold,
+        ),
         clock=clock,
     )
+    manager.start_background()
     return Services(
         settings=settings,
         auth=auth,
@@ -253,14 +304,47 @@ async def open_services(
         linking=linking,
         vault=vault,
         openapi=OPENAPI_PATH.read_bytes(),
+        collection_names=collection_names(settings),
+        embedder=embedder,
     )
 
 
+def collection_names(settings: Settings) -> CollectionNames:
+    return CollectionNames(
+        verbatim=settings.memory.collections.verbatim,
+        episodic=settings.memory.collections.episodic,
+        semantic=settings.memory.collections.semantic,
+    )
+
+
+def build_memory(settings: Settings) -> MemoryStore | None:
+    """The memory store the settings name; None when memory is off."""
+    names = collection_names(settings)
+    if settings.memory.store == "edge":
+        return EdgeStore(settings.data_dir / "qdrant-edge", names)
+    if settings.memory.store == "qdrant":
+        if settings.memory.qdrant_url is None:  # the settings refuse this already
+            raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")
+        return QdrantStore.remote(
+            settings.memory.qdrant_url, names, api_key=settings.memory.qdrant_api_key
+        )
+    return None
+
+
 async def close_services(services: Services) -> None:
-    await services.manager.stop_turns()
+    manager = services.manager
+    await manager.stop_turns()
     for task in services.background:
         task.cancel()
-    await services.manager.model.close()
+    if manager.archive is not None:
+        left = await manager.archive.flush(timeout_s=5.0)
+        if left:
+            log.info("%d memory writes kept in SQLite for the next start", left)
+    if services.embedder is not None:
+        await services.embedder.close()
+    if manager.memory is not None:
+        await manager.memory.close()
+    await manager.model.close()
     await services.db.close()
 
 

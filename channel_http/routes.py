@@ -5,6 +5,7 @@ decodes its input at the edge, asks the core, and answers JSON (or the event str
 from __future__ import annotations
 
 import asyncio
+import logging
 import resource
 import time
 from datetime import UTC, datetime
@@ -25,8 +26,8 @@ from channel_http.requests import (
     limit,
     required_query,
 )
-from core.memory import COLLECTIONS, InvalidCursor
-from core.sessions import TurnInput
+from core.memory import COLLECTIONS, InvalidCursor, Page
+from core.sessions import SessionManager, TurnInput
 from core.version import core_version
 from core.wiki import InvalidPattern
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from channel_http.app import Services
 
 AnyRequest = Request[Any, Any, Any]
+log = logging.getLogger("mercury.http")
 
 
 def _services(request: AnyRequest) -> Services:
@@ -259,11 +261,92 @@ async def tool_log(request: AnyRequest) -> dict[str, Any]:
     }
 
 
+async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
+    """A memory read, bounded in time; an unreachable store reads as empty."""
+    services = _services(request)
+    if services.manager.memory is None:
+        return empty
+    try:
+        async with asyncio.timeout(3.0):
+            return await read(services.manager.memory)
+    except InvalidCursor:
+        raise BadRequest(
+            _caller(request).translator.gettext(
+                "The offset is not one this server gave; start again without it."
+            )
+        ) from None
+    except Exception as error:  # degrade to empty: the store is enrichment
+        log.warning("memory read on %s failed: %r", request.url.path, error)
+        return empty
+
+
 @get("/conversation")
-async def conversation(
-    request: AnyRequest, id: str | None = None, limit_: str | None = None, offset: str | None = None
-) -> dict[str, Any]:
-    raise NotImplementedError
+async def conversation(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    tr = caller.translator
+    query = request.query_params
+    conversation = conversation_id(required_query(query.get("id"), "id", tr), tr) or ""
+    size = limit(query.get("limit"), 200, tr)
+    offset = query.get("offset") or None
+    key = SessionManager.session_key(caller.person, conversation)
+    page = await _read_memory(
+        request,
+        lambda memory: memory.conversation(caller.person.key, key, limit=size, after=offset),
+        Page(items=[], next_cursor=None),
+    )
+    return {
+        "ok": True,
+        "messages": [
+            {"role": m.role, "content": m.content, "timestamp": m.timestamp} for m in page.items
+        ],
+        "nextOffset": page.next_cursor,
+    }
+
+
+@get("/conversations")
+async def conversations(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    size = limit(request.query_params.get("limit"), 50, caller.translator)
+    prefix = caller.person.key + ":"
+    found = await _read_memory(
+        request, lambda memory: memory.conversations(caller.person.key, limit=size), []
+    )
+    return {
+        "ok": True,
+        "conversations": [
+            {
+                "conversationId": item.session_key[len(prefix) :],
+                "lastTimestamp": item.last_timestamp,
+                "preview": item.preview,
+            }
+            for item in found
+            if item.session_key.startswith(prefix)
+        ],
+    }
+
+
+@get("/memory/scroll")
+async def memory_scroll(request: AnyRequest) -> dict[str, Any]:
+    caller = _caller(request)
+    tr = caller.translator
+    query = request.query_params
+    name = required_query(query.get("collection"), "collection", tr)
+    names = _services(request).collection_names
+    collection = next((c for c in COLLECTIONS if names.of(c) == name), None)
+    if collection is None:
+        raise BadRequest(tr.gettext("Unknown collection: %(name)s.") % {"name": name[:100]})
+    size = limit(query.get("limit"), 50, tr)
+    offset = query.get("offset") or None
+    page = await _read_memory(
+        request,
+        lambda memory: memory.scroll(collection, caller.person.key, limit=size, after=offset),
+        Page(items=[], next_cursor=None),
+    )
+    return {
+        "ok": True,
+        "points": [{"id": p.id, "payload": p.payload} for p in page.items],
+        "nextOffset": page.next_cursor,
+    }
 
 
 @get("/wiki/list")
@@ -303,6 +386,3 @@ async def wiki_grep(request: AnyRequest) -> dict[str, Any]:
 
 def authenticated_router(routes: list[Any]) -> Router:
     return Router(path="/", route_handlers=routes, middleware=[CallerMiddleware()])
-
-
-_ = (COLLECTIONS, InvalidCursor, limit)

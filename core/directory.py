@@ -31,7 +31,7 @@ class DirectoryConfigurationError(ValueError):
     """A directory's configuration can't be used as it is; the message names the field."""
 
 
-class DirectoryUnavailable(Exception):  # noqa: N818 - named for the outcome
+class DirectoryUnavailable(Exception):
     """The directory couldn't be asked right now; nothing is known about the identity."""
 
 

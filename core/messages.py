@@ -99,6 +99,8 @@ CHOICE_APPEND_NOTE: Final = N_("Append to the note")
 OVERWRITE_NOTE: Final = N_("Overwrite the note %(path)s")
 # Shown: the summary of a pending promotion of a private note to the shared wiki.
 PROMOTE_NOTE: Final = N_("Promote %(path)s to the shared wiki as %(target)s")
+# Shown: the summary of a staged deletion of the facts remembered on a topic.
+FORGET_TOPIC: Final = N_("Forget what I know about %(topic)s")
 
 # --- Tool status lines ------------------------------------------------------------------------
 
@@ -199,3 +201,5 @@ UNKNOWN_COLLECTION: Final = N_("Unknown collection: %(name)s.")
 QUERY_PARAMETER_REQUIRED: Final = N_('The query parameter "%(name)s" is required.')
 # Shown: the refusal of a search pattern that doesn't compile.
 PATTERN_INVALID: Final = N_("The pattern is not a valid regular expression: %(reason)s")
+# Shown: the refusal of a page cursor this server didn't issue.
+OFFSET_INVALID: Final = N_("The offset is not one this server gave; start again without it.")

@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS person_settings (
 """
 
 
-class InvalidSetting(ValueError):  # noqa: N818 - named for the outcome
+class InvalidSetting(ValueError):
     """A setting's value was refused; the message says what a valid one looks like."""
 
     def __init__(self, setting: SettingName, value: str, message: str) -> None:

@@ -43,6 +43,7 @@ from core.tools import LoginRequired, Tool, ToolCallContext, ToolError, ToolRegi
 
 if TYPE_CHECKING:
     from core.archive import ArchiveWriter
+    from core.capture import Capture
     from core.confirmations import ConfirmationStore, ResumeSlots
     from core.i18n import Catalogs, Translator
     from core.linking import Linking
@@ -88,6 +89,8 @@ class Session:
     conversation_id: str | None
     messages: list[ChatMessage] = field(default_factory=list)
     last_active: float = 0.0
+    #: How many of the conversation's messages (the person's and the assistant's) the
+    #: last successful capture covered.
     captured_upto: int = 0
 
 
@@ -132,6 +135,7 @@ class EngineLimits:
     think: bool = True
     resume_max_chars: int = 8000
     idle_timeout_s: float = 1800.0
+    idle_check_s: float = 60.0
     capture_threshold: int = 6
 
 
@@ -159,6 +163,7 @@ class SessionManager:
         linking: Linking | None = None,
         memory: MemoryStore | None = None,
         archive: ArchiveWriter | None = None,
+        capture: Capture | None = None,
         limits: EngineLimits = EngineLimits(),
         clock: Clock = system_clock,
     ) -> None:
@@ -173,11 +178,14 @@ class SessionManager:
         self.linking = linking
         self.memory = memory
         self.archive = archive
+        self.capture = capture
         self.limits = limits
         self.clock = clock
         self.locks = SessionLocks()
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
+        self._captures: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
 
     # ------------------------------------------------------------------ turns
@@ -292,6 +300,8 @@ class SessionManager:
             stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
             session.messages.append(ChatMessage(role="user", content=stamped))
             await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
+            if conversation_id is not None:
+                await self._capture_after_turn(session, context, emit)
         if conversation_id is None:
             self.sessions.pop(key, None)
 
@@ -299,10 +309,16 @@ class SessionManager:
         session = self.sessions.get(key)
         if session is None:
             session = Session(key=key, person_key=person.key, conversation_id=conversation_id)
+            if self.capture is not None:
+                primer = await self.capture.primer(person.key)
+                if primer:
+                    session.messages.append(ChatMessage(role="system", content=primer))
             if conversation_id is not None:
-                session.messages.extend(await self._rebuilt_history(person.key, key))
+                rebuilt = await self._rebuilt_history(person.key, key)
+                session.messages.extend(rebuilt)
+                session.captured_upto = len(rebuilt)  # those were captured in their time
             self.sessions[key] = session
-        session.last_active = asyncio.get_running_loop().time()
+        session.last_active = self.clock().timestamp()
         return session
 
     async def _rebuilt_history(self, person_key: str, key: str) -> list[ChatMessage]:
@@ -339,6 +355,7 @@ class SessionManager:
         text_parts: list[str] = []
         staged = False
         finished = False
+        answer = ""
         try:
             for _step in range(self.limits.max_steps):
                 step_text, calls = await self._model_step([system, *session.messages], specs, emit)
@@ -370,7 +387,8 @@ class SessionManager:
                 answer = pending_note
             await emit(events.Final(text=answer, pending_note=pending_note))
         finally:
-            self._archive_turn(context, turn_input, archive_user, "".join(text_parts))
+            # What the person saw: the final text, or what streamed before a failure.
+            self._archive_turn(context, turn_input, archive_user, answer or "".join(text_parts))
 
     async def _model_step(
         self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit
@@ -496,6 +514,89 @@ class SessionManager:
             token=staging.token,
             choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
         )
+
+    # ------------------------------------------------------------------ memory
+
+    async def _capture_after_turn(
+        self, session: Session, context: ToolCallContext, emit: _Emit
+    ) -> None:
+        """Capture once enough new messages exist; the stream shows it as a nameless tool.
+
+        The capture runs in a task of its own, so a client leaving after ``final`` doesn't
+        cancel it; the turn waits for it (holding the session) while its client stays.
+        """
+        from core.capture import conversational
+
+        if self.capture is None:
+            return
+        said = conversational(session.messages)
+        if len(said) - session.captured_upto < self.limits.capture_threshold:
+            return
+        translator = context.translator
+        call_id = f"mem_{uuid.uuid4().hex[:16]}"
+        await emit(
+            events.Tool(
+                label=translator.gettext("Noting something important…"),
+                detail=cap(said[-1].content.rsplit("] ", 1)[-1]),
+                tool_call_id=call_id,
+            )
+        )
+        outcome: list[events.ToolOutcome] = ["failed"]
+        task = asyncio.get_running_loop().create_task(self._capture(session, said, outcome))
+        self._captures.add(task)
+        task.add_done_callback(self._captures.discard)
+        await asyncio.shield(task)
+        await emit(events.ToolFinish(tool_call_id=call_id, outcome=outcome[0]))
+
+    async def _capture(
+        self, session: Session, said: list[ChatMessage], outcome: list[events.ToolOutcome]
+    ) -> None:
+        if self.capture is None:
+            return
+        try:
+            await self.capture.capture(
+                session.person_key, session.key, said[session.captured_upto :]
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # retried at the next trigger, never a turn error
+            log.warning("memory capture for %s failed: %r", _printable(session.key), error)
+            return
+        session.captured_upto = len(said)
+        outcome[0] = "success"
+
+    def start_background(self) -> None:
+        """Start the idle sweep: idle sessions are captured, then freed from memory."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.limits.idle_check_s)
+            try:
+                await self.sweep_idle()
+            except Exception:
+                log.exception("the idle sweep failed")
+
+    async def sweep_idle(self) -> int:
+        """Capture and free every session idle for longer than the idle timeout."""
+        from core.capture import conversational
+
+        freed = 0
+        for key, session in list(self.sessions.items()):
+            if self.clock().timestamp() - session.last_active < self.limits.idle_timeout_s:
+                continue
+            async with self.locks.hold(key):
+                if self.sessions.get(key) is not session:
+                    continue
+                if self.clock().timestamp() - session.last_active < self.limits.idle_timeout_s:
+                    continue  # a turn ran while we waited for the session
+                said = conversational(session.messages)
+                if self.capture is not None and len(said) > session.captured_upto:
+                    await self._capture(session, said, ["failed"])
+                del self.sessions[key]
+                freed += 1
+        return freed
 
     # ---------------------------------------------------------- confirmations
 
@@ -665,6 +766,8 @@ class SessionManager:
     async def stop_turns(self) -> None:
         """Shutdown: every open turn ends with an error event saying the server stops."""
         self._stopping = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for turn in list(self._turns):
             turn.cancel()
             translator = self.catalogs.translator(turn.language)
@@ -679,6 +782,11 @@ class SessionManager:
 
 
 _Emit = Any  # Callable[[events.Event], Awaitable[None]]: asyncio.Queue.put
+
+
+def _printable(text: str) -> str:
+    """``text`` safe for one log line: control characters become ``?``."""
+    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in text)
 
 
 def _detail(arguments: Mapping[str, Any]) -> str:

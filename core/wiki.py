@@ -56,19 +56,19 @@ class WikiError(Exception):
     """Something about the wiki could not be done; the message says what and how to go on."""
 
 
-class InvalidPath(WikiError):  # noqa: N818
+class InvalidPath(WikiError):
     """A view path the person may not use for this."""
 
 
-class InvalidPattern(WikiError):  # noqa: N818
+class InvalidPattern(WikiError):
     """A grep pattern that RE2 refuses, or one that is too long."""
 
 
-class NoteNotFound(WikiError):  # noqa: N818
+class NoteNotFound(WikiError):
     """A note that isn't in the person's view."""
 
 
-class NoteTooLarge(WikiError):  # noqa: N818
+class NoteTooLarge(WikiError):
     """A note, or the content meant for one, over :data:`MAX_NOTE_BYTES`."""
 
 

@@ -101,7 +101,7 @@ def test_conversation_ids_outside_the_rule_are_refused(
     response = httpx.post(
         server.url + "/turn",
         headers={**ALICE, "content-type": "application/json"},
-        content=('{"text": "hi", "conversationId": %s}' % _json_string(conversation_id)).encode(),
+        content=f'{{"text": "hi", "conversationId": {_json_string(conversation_id)}}}'.encode(),
     )
     assert response.status_code == 400
     assert "conversationId" in response.json()["error"]

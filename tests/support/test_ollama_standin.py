@@ -80,7 +80,9 @@ async def test_a_streamed_chat_thinks_then_echoes_word_by_word_then_says_done(
     ):
         assert isinstance(counter, int)
         assert counter > 0
-    assert standin.completed == 1
+    await standin.wait_until_async(
+        lambda: standin.completed == 1
+    )  # counted just after the last line
 
 
 @pytest.mark.timeout(10)

@@ -1,0 +1,183 @@
+"""Recall latency of the memory store adapters at growing archive sizes per person.
+
+For each adapter (Qdrant Edge, qdrant-client local mode) and each size N, a fresh store gets
+N verbatim points for the measured person (sessions of 100 messages) plus N/10 for someone
+else, then the reads a turn makes are timed: ``search`` (the recall tool), the first page of
+``conversation``, and ``recent_messages`` (resuming a conversation). Prints a markdown table
+and writes ``bench/results/recall.json``.
+
+    python bench/recall.py --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
+
+Local mode brute-forces in Python and NumPy; an insert running past ``--budget-s`` (120 s)
+is abandoned and the size recorded as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.edge import EdgeStore
+from core.memory import MemoryPoint, PointStoreBase
+from core.qdrant import QdrantStore
+
+RESULTS = Path(__file__).parent / "results" / "recall.json"
+T0 = 1_767_225_600.0
+SESSION_LEN = 100
+BATCH = 1000
+
+
+def _vectors(rng: np.random.Generator, n: int, dim: int) -> list[list[float]]:
+    block = rng.standard_normal((n, dim), dtype=np.float32)
+    block /= np.linalg.norm(block, axis=1, keepdims=True)
+    return block.tolist()  # type: ignore[no-any-return]
+
+
+def _points(person: str, start: int, vectors: list[list[float]]) -> list[MemoryPoint]:
+    points = []
+    for offset, vector in enumerate(vectors):
+        i = start + offset
+        ts = T0 + i
+        session = f"{person}:s{i // SESSION_LEN}"
+        payload = {
+            "personKey": person,
+            "sessionKey": session,
+            "conversationId": session.split(":", 1)[1],
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"message {i} of {person}, a sentence of ordinary length for a chat turn.",
+            "timestamp": datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds"),
+            "ts": ts,
+        }
+        points.append(MemoryPoint(str(uuid.uuid4()), vector, payload))
+    return points
+
+
+async def _timed(work: Callable[[], Awaitable[Any]], runs: int) -> dict[str, float]:
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        await work()
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return {
+        "p50_ms": round(statistics.median(samples), 2),
+        "p95_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.95))], 2),
+    }
+
+
+async def _open(adapter: str, root: Path) -> PointStoreBase:
+    if adapter == "edge":
+        return EdgeStore(root / "edge")
+    return await QdrantStore.local(path=root / "qdrant")
+
+
+async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    rng = np.random.default_rng(size)
+    result: dict[str, Any] = {"adapter": adapter, "points_per_person": size}
+    with tempfile.TemporaryDirectory(prefix=f"recall-{adapter}-") as tmp:
+        store = await _open(adapter, Path(tmp))
+        try:
+            await store.ensure(args.dim)
+            started = time.perf_counter()
+            for person, count in (("alice", size), ("bob", max(1, size // 10))):
+                for start in range(0, count, BATCH):
+                    n = min(BATCH, count - start)
+                    vectors = await asyncio.to_thread(_vectors, rng, n, args.dim)
+                    await store.upsert("verbatim", _points(person, start, vectors))
+                    if time.perf_counter() - started > args.budget_s:
+                        result["skipped"] = (
+                            f"insert passed {args.budget_s:.0f} s at {start + n} points of {person}"
+                        )
+                        return result
+            result["insert_s"] = round(time.perf_counter() - started, 2)
+            if args.optimize and isinstance(store, EdgeStore):
+                started = time.perf_counter()
+                await store.optimize()
+                result["optimize_s"] = round(time.perf_counter() - started, 2)
+            queries = _vectors(rng, args.queries, args.dim)
+            cursor = iter(queries)
+            last_session = f"alice:s{(size - 1) // SESSION_LEN}"
+            result["search"] = await _timed(
+                lambda: store.search("verbatim", "alice", next(cursor), limit=5), args.queries
+            )
+            result["conversation"] = await _timed(
+                lambda: store.conversation("alice", last_session, limit=50), args.queries
+            )
+            result["recent_messages"] = await _timed(
+                lambda: store.recent_messages("alice", last_session, max_chars=4000),
+                args.queries,
+            )
+        finally:
+            await store.close()
+    return result
+
+
+def _table(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "| adapter | points/person | insert s | search p50/p95 ms | conversation p50/p95 ms "
+        "| recent p50/p95 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "skipped" in r:
+            lines.append(
+                f"| {r['adapter']} | {r['points_per_person']} | skipped: {r['skipped']} | | | |"
+            )
+            continue
+
+        def cell(name: str, r: dict[str, Any] = r) -> str:
+            return f"{r[name]['p50_ms']} / {r[name]['p95_ms']}"
+
+        lines.append(
+            f"| {r['adapter']} | {r['points_per_person']} | {r['insert_s']} | {cell('search')} "
+            f"| {cell('conversation')} | {cell('recent_messages')} |"
+        )
+    return "\n".join(lines)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--adapters", default="edge,qdrant-local")
+    parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--budget-s", type=float, default=120.0)
+    parser.add_argument("--optimize", action="store_true", help="build Edge's HNSW first")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    results = []
+    for size in sizes:
+        for adapter in args.adapters.split(","):
+            result = await bench_one(adapter, size, args)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    print()
+    print(_table(results))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "dim": args.dim,
+        "queries": args.queries,
+        "optimized": args.optimize,
+        "results": results,
+    }
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nwritten to {RESULTS}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

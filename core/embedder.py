@@ -1,0 +1,94 @@
+"""Turning text into vectors for memory: the :class:`Embedder` port and its Ollama adapter.
+
+The vector size is not configured but learnt: the first successful embedding fixes it, and
+later answers of another size are refused, since a collection holds one size only.
+
+Exceptions::
+
+    EmbeddingFailed             the embedder didn't answer, or answered something unusable
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Protocol
+
+import httpx
+import ollama
+
+_PROBE: Final = "vector size probe"
+
+
+class EmbeddingFailed(Exception):
+    """The embedder couldn't turn the texts into vectors."""
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors of one size."""
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order; raises :class:`EmbeddingFailed`."""
+        ...
+
+    async def vector_size(self) -> int:
+        """The size of the vectors, embedding a probe text if nothing was embedded yet."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class OllamaEmbedder:
+    """An :class:`Embedder` on Ollama's ``/api/embed``."""
+
+    def __init__(
+        self,
+        host: str,
+        model: str = "nomic-embed-text",
+        *,
+        timeout_s: float = 30.0,
+        client: ollama.AsyncClient | None = None,
+    ) -> None:
+        self.host = host
+        self.model = model
+        self._client = client or ollama.AsyncClient(host=host, timeout=timeout_s)
+        self._size: int | None = None
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        try:
+            response = await self._client.embed(model=self.model, input=list(texts))
+        except ollama.ResponseError as exc:
+            raise EmbeddingFailed(
+                f"Ollama at {self.host} refused to embed with {self.model!r} "
+                f"(status {exc.status_code}): {exc.error}; check that the model is pulled."
+            ) from exc
+        except (httpx.HTTPError, ConnectionError, ollama.RequestError) as exc:
+            raise EmbeddingFailed(
+                f"Ollama at {self.host} doesn't answer ({exc}); check that it runs and "
+                "that OLLAMA_HOST points at it."
+            ) from exc
+        vectors = [[float(x) for x in vector] for vector in response.embeddings]
+        if len(vectors) != len(texts) or not vectors or not vectors[0]:
+            raise EmbeddingFailed(
+                f"Ollama returned {len(vectors)} embeddings for {len(texts)} texts with "
+                f"{self.model!r}; check that it is an embedding model."
+            )
+        size = len(vectors[0])
+        if any(len(v) != size for v in vectors) or (self._size is not None and size != self._size):
+            raise EmbeddingFailed(
+                f"Ollama's {self.model!r} returned {size}-dimensional vectors where "
+                f"{self._size or size} were expected; keep one embedding model per collection."
+            )
+        self._size = size
+        return vectors
+
+    async def vector_size(self) -> int:
+        if self._size is None:
+            await self.embed([_PROBE])
+        assert self._size is not None  # noqa: S101 - set by the successful embed above
+        return self._size
+
+    async def close(self) -> None:
+        """Close the HTTP connections to Ollama."""
+        await self._client.close()  # type: ignore[no-untyped-call]

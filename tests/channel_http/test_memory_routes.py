@@ -1,0 +1,320 @@
+"""Memory over HTTP, with both adapters: the archive, transcripts, capture, tools, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from core.edge import EdgeStore
+from core.memory import MemoryStore
+from core.qdrant import QdrantStore
+from tests.conftest import ALICE, BOB
+from tests.support.memory_doubles import DownStore, SlowStore
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer
+from tests.support.sse import Received, turn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+Factory = Callable[..., MemoryStore]
+
+
+@pytest.fixture(params=["edge", "qdrant-local"])
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    """A factory of stores on one persistent location, so a restart reopens the same data."""
+
+    def make(place: str = "store") -> MemoryStore:
+        if request.param == "edge":
+            return EdgeStore(tmp_path / place / "edge")
+        # Built on a loop of its own: the store runs local mode in a thread of its own anyway.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(
+                asyncio.run, QdrantStore.local(path=tmp_path / place / "qdrant")
+            ).result()
+
+    yield make
+
+
+async def post_turn(
+    server: RunningServer, body: dict[str, Any], headers: dict[str, str]
+) -> Received:
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        with anyio.fail_after(30):
+            return await turn(client, body, headers)
+
+
+def get(
+    server: RunningServer, path: str, headers: dict[str, str] = ALICE, **params: Any
+) -> httpx.Response:
+    return httpx.get(server.url + path, headers=headers, params=params, timeout=10)
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition never held")
+        await asyncio.sleep(0.05)
+
+
+def messages(
+    server: RunningServer, conversation: str, headers: dict[str, str] = ALICE
+) -> list[dict[str, Any]]:
+    return (
+        get(server, "/conversation", headers, id=conversation)["messages"]
+        if False
+        else (get(server, "/conversation", headers, id=conversation).json()["messages"])
+    )
+
+
+async def test_every_turn_is_archived_and_read_back_per_person(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()})
+    await post_turn(server, {"text": "pomegranate-77", "conversationId": "c1"}, ALICE)
+    archived = await eventually(lambda: len(messages(server, "c1")) == 2 and messages(server, "c1"))
+    assert [m["role"] for m in archived] == ["user", "assistant"]
+    assert archived[0]["content"] == "pomegranate-77"
+    assert archived[1]["content"].endswith("] pomegranate-77")
+    assert messages(server, "c1", BOB) == []
+    listed = get(server, "/conversations").json()["conversations"]
+    assert [c["conversationId"] for c in listed] == ["c1"]
+    assert listed[0]["preview"].endswith("pomegranate-77")
+    assert get(server, "/conversations", BOB).json()["conversations"] == []
+    points = get(server, "/memory/scroll", collection="verbatim_archive").json()["points"]
+    assert len(points) == 2 and all(p["payload"]["personKey"] == "static:alice" for p in points)
+    assert get(server, "/memory/scroll", BOB, collection="verbatim_archive").json()["points"] == []
+
+
+async def test_a_conversation_pages_across_three_pages_without_gaps_or_repeats(
+    make_server: Callable[..., RunningServer], store_factory: Factory
+) -> None:
+    server = make_server({"memory": store_factory()})
+    archive = server.services.manager.archive
+
+    async def seed() -> None:
+        for i in range(25):
+            archive.submit(
+                "verbatim",
+                {
+                    "personKey": "static:alice",
+                    "sessionKey": "static:alice:long",
+                    "conversationId": "long",
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"message {i}",
+                },
+            )
+
+    server.call(seed())
+    await eventually(
+        lambda: len(get(server, "/conversation", id="long", limit=500).json()["messages"]) == 25
+    )
+    seen: list[str] = []
+    offset = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"id": "long", "limit": 10}
+        if offset:
+            params["offset"] = offset
+        page = get(server, "/conversation", **params).json()
+        seen.extend(m["content"] for m in page["messages"])
+        pages += 1
+        offset = page["nextOffset"]
+        if offset is None:
+            break
+    assert pages == 3
+    assert seen == [f"message {i}" for i in range(25)]
+    bad = get(server, "/conversation", id="long", offset="not-a-cursor")
+    assert bad.status_code == 400
+
+
+def test_read_queries_are_validated(
+    make_server: Callable[..., RunningServer], store_factory: Factory
+) -> None:
+    server = make_server({"memory": store_factory()})
+    assert get(server, "/conversation").status_code == 400
+    assert get(server, "/conversation", id="a/b").status_code == 400
+    for value in ("0", "501", "abc", "-1", "1.5"):
+        assert get(server, "/conversations", limit=value).status_code == 400
+    unknown = get(server, "/memory/scroll", collection="tool_corrections")
+    assert unknown.json() == {"ok": False, "error": "Unknown collection: tool_corrections."}
+    assert get(server, "/memory/scroll").status_code == 400
+
+
+async def test_a_restart_keeps_transcripts_and_a_continued_conversation_carries_its_history(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    first = make_server({"memory": store_factory()})
+    await post_turn(first, {"text": "my code word is kiwi-12", "conversationId": "trip"}, ALICE)
+    await eventually(lambda: len(messages(first, "trip")) == 2)
+    first.server.should_exit = True
+    first.thread.join(15)
+    second = make_server({"memory": store_factory()})
+    assert len(messages(second, "trip")) == 2
+    await post_turn(second, {"text": "what was it?", "conversationId": "trip"}, ALICE)
+    sent = json.dumps(ollama.requests[-1]["messages"])
+    assert "my code word is kiwi-12" in sent
+    await post_turn(second, {"text": "what was it?", "conversationId": "trip"}, BOB)
+    assert "kiwi-12" not in json.dumps(ollama.requests[-1]["messages"])
+
+
+async def test_memory_unreachable_keeps_turns_working_and_reads_empty_then_catches_up(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    down = DownStore(store_factory())
+    server = make_server({"memory": down})
+    got = await post_turn(server, {"text": "while down", "conversationId": "c1"}, ALICE)
+    assert got.final["text"].endswith("] while down")
+    assert messages(server, "c1") == []
+    assert get(server, "/conversations").json() == {"ok": True, "conversations": []}
+    assert get(server, "/health").json()["qdrantReachable"] is False
+    down.revive()
+    await eventually(lambda: len(messages(server, "c1")) == 2)
+    assert get(server, "/health").json()["qdrantReachable"] is True
+
+
+async def test_a_slow_store_does_not_delay_final(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    async def time_to_final(server: RunningServer) -> float:
+        best = float("inf")
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            for i in range(5):
+                started = time.monotonic()
+                got = await turn(client, {"text": f"hi {i}", "conversationId": "c1"}, ALICE)
+                best = min(best, got.times[-1] - started)
+        return best
+
+    fast = await time_to_final(make_server({"memory": store_factory()}))
+    slow = await time_to_final(make_server({"memory": SlowStore(store_factory("slow"), 0.5)}))
+    assert slow - fast < 0.020, (fast, slow)
+
+
+def summary_responder(request: dict[str, Any]) -> ChatScript:
+    if request.get("stream") is False:
+        return ChatScript(
+            content=[
+                json.dumps(
+                    {
+                        "summary": "Alice planned a trip to Lisbon.",
+                        "facts": [{"topic": "trip", "value": "Lisbon in May"}],
+                    }
+                )
+            ]
+        )
+    return ChatScript.words("Noted.")
+
+
+async def test_capture_after_enough_messages_shows_a_nameless_tool_and_stores_memory(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="4")
+    ollama.responder = summary_responder
+    first = await post_turn(server, {"text": "I plan a trip", "conversationId": "c1"}, ALICE)
+    assert "tool" not in first.names()
+    second = await post_turn(server, {"text": "to Lisbon in May", "conversationId": "c1"}, ALICE)
+    assert second.names()[-3:] == ["final", "tool", "tool_finish"]
+    ping = second.of("tool")[0]
+    assert "name" not in ping and ping["label"] == "Noting something important…"
+    assert second.of("tool_finish")[0]["outcome"] == "success"
+    facts = await eventually(
+        lambda: get(server, "/memory/scroll", collection="semantic_facts").json()["points"]
+    )
+    assert facts[0]["payload"]["topic"] == "trip"
+    episodes = get(server, "/memory/scroll", collection="episodic_memory").json()["points"]
+    assert episodes[0]["payload"]["summary"] == "Alice planned a trip to Lisbon."
+    assert get(server, "/memory/scroll", BOB, collection="semantic_facts").json()["points"] == []
+    await post_turn(server, {"text": "hello again", "conversationId": "new"}, ALICE)
+    primer = ollama.requests[-1]["messages"][1]
+    assert primer["role"] == "system" and "trip: Lisbon in May" in primer["content"]
+    await post_turn(server, {"text": "hello", "conversationId": "new"}, BOB)
+    assert "Lisbon" not in json.dumps(ollama.requests[-1]["messages"])
+
+
+async def test_a_failed_capture_is_not_a_turn_error_and_is_retried_next_time(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    ollama.responder = lambda request: (
+        ChatScript(content=["not json"])
+        if request.get("stream") is False
+        else ChatScript.words("ok")
+    )
+    got = await post_turn(server, {"text": "hi", "conversationId": "c1"}, ALICE)
+    assert got.names()[-3:] == ["final", "tool", "tool_finish"]
+    assert got.of("tool_finish")[0]["outcome"] == "failed"
+    assert "error" not in got.names()
+    ollama.responder = summary_responder
+    again = await post_turn(server, {"text": "hi", "conversationId": "c1"}, ALICE)
+    assert again.of("tool_finish")[-1]["outcome"] == "success"
+
+
+async def test_remember_recall_and_forget_with_confirmation_and_resume(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()})
+    steps = [
+        ChatScript(
+            tool_calls=[{"name": "remember", "arguments": {"topic": "Coffee", "value": "no sugar"}}]
+        )
+    ]
+    ollama.responder = lambda request: steps.pop(0) if steps else ChatScript.words("Saved.")
+    await post_turn(server, {"text": "remember I take no sugar", "conversationId": "c1"}, ALICE)
+    await eventually(
+        lambda: get(server, "/memory/scroll", collection="semantic_facts").json()["points"]
+    )
+    steps.append(
+        ChatScript(tool_calls=[{"name": "recall", "arguments": {"query": "coffee sugar"}}])
+    )
+    await post_turn(server, {"text": "how do I take coffee?", "conversationId": "c1"}, ALICE)
+    assert "no sugar" in ollama.requests[-1]["messages"][-1]["content"]
+    steps.append(
+        ChatScript(tool_calls=[{"name": "recall", "arguments": {"query": "coffee sugar"}}])
+    )
+    await post_turn(server, {"text": "how do I take coffee?", "conversationId": "c1"}, BOB)
+    assert "no sugar" not in ollama.requests[-1]["messages"][-1]["content"]
+    steps.append(ChatScript(tool_calls=[{"name": "forget", "arguments": {"topic": "coffee"}}]))
+    staged = await post_turn(server, {"text": "forget my coffee", "conversationId": "c1"}, ALICE)
+    pending = staged.of("pending")[0]
+    assert pending["command"] == "Forget what I know about coffee"
+    confirmed = httpx.post(
+        server.url + "/confirm",
+        headers=ALICE,
+        json={"token": pending["token"], "conversationId": "c1"},
+    )
+    assert confirmed.json() == {"ok": True, "resolved": True, "resume": True}
+    heard = await post_turn(server, {"resume": True, "conversationId": "c1"}, ALICE)
+    assert heard.final["text"] == "Saved."
+    assert '"deleted":1' in ollama.requests[-1]["messages"][-1]["content"]
+    assert get(server, "/memory/scroll", collection="semantic_facts").json()["points"] == []
+
+
+async def test_an_idle_session_is_captured_then_freed_and_rebuilt_from_the_archive(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server(
+        {"memory": store_factory()},
+        SESSION_IDLE_TIMEOUT_MS="1000",
+        SESSION_IDLE_CHECK_INTERVAL_MS="200",
+    )
+    ollama.responder = summary_responder
+    await post_turn(server, {"text": "the gate code is 4411", "conversationId": "idle"}, ALICE)
+    manager = server.services.manager
+    await eventually(lambda: "static:alice:idle" not in manager.sessions, timeout=20)
+    await eventually(
+        lambda: get(server, "/memory/scroll", collection="episodic_memory").json()["points"]
+    )
+    await post_turn(server, {"text": "what is the gate code?", "conversationId": "idle"}, ALICE)
+    assert "the gate code is 4411" in json.dumps(ollama.requests[-1]["messages"])
