@@ -141,13 +141,14 @@ def build_app(
     plugins: Sequence[Plugin] = (),
     extra_routes: Sequence[Any] = (),
     memory: MemoryStore | None = None,
+    directory: Directory | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
     ``extra_routes`` are mounted behind the same authentication (benchmark baselines).
     """
     auth = auth or build_auth(settings)
-    directory = build_directory(settings)
+    directory = directory or build_directory(settings)
     catalogs = Catalogs.load()
     holder: dict[str, Services] = {}
 
