@@ -1,0 +1,73 @@
+"""Mercury's core: sessions and turns, the model, tools and confirmations, memory, people.
+
+The core never imports a channel and never mentions HTTP; channels call the
+:class:`SessionManager` and read the :mod:`~core.events` it produces.
+"""
+
+from core.channels import Channel, admits
+from core.clock import Clock, ManualClock, system_clock
+from core.config import ConfigurationError, Settings, load_settings
+from core.events import (
+    Choice,
+    Error,
+    Event,
+    Final,
+    Login,
+    Pending,
+    Reasoning,
+    ReasoningEnd,
+    Text,
+    Tool,
+    ToolFinish,
+)
+from core.i18n import Catalogs, Translator
+from core.memory import MemoryStore
+from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
+from core.principal import Person, Principal
+from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
+from core.tools import LoginRequired, Plugin, Skill, ToolCallContext, ToolError, ToolRegistry
+from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
+
+__all__ = [
+    "CHANNEL_API_VERSION",
+    "PLUGIN_API_VERSION",
+    "Catalogs",
+    "Channel",
+    "ChatChunk",
+    "ChatMessage",
+    "Choice",
+    "Clock",
+    "ConfigurationError",
+    "ConfirmResult",
+    "Error",
+    "Event",
+    "Final",
+    "Login",
+    "LoginRequired",
+    "ManualClock",
+    "MemoryStore",
+    "ModelClient",
+    "ModelError",
+    "Pending",
+    "Person",
+    "Plugin",
+    "Principal",
+    "Reasoning",
+    "ReasoningEnd",
+    "SessionManager",
+    "Settings",
+    "Skill",
+    "Text",
+    "Tool",
+    "ToolCallContext",
+    "ToolError",
+    "ToolFinish",
+    "ToolRegistry",
+    "Translator",
+    "Turn",
+    "TurnInput",
+    "admits",
+    "core_version",
+    "load_settings",
+    "system_clock",
+]
