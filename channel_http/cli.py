@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
 import secrets
 import sys
@@ -90,7 +91,7 @@ def serve(arguments: argparse.Namespace) -> int:
         http="httptools",
         lifespan="on",
         log_level="info",
-        timeout_graceful_shutdown=int(settings.http.graceful_timeout_s),
+        timeout_graceful_shutdown=math.ceil(settings.http.graceful_timeout_s),
         proxy_headers=False,
         server_header=False,
     )

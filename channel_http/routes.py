@@ -27,9 +27,9 @@ from channel_http.requests import (
     required_query,
 )
 from core.memory import COLLECTIONS, InvalidCursor, Page
-from core.sessions import SessionManager, TurnInput
+from core.sessions import ONE_OFF_PREFIX, SessionManager, TurnInput
 from core.version import core_version
-from core.wiki import InvalidPattern
+from core.wiki import InvalidPattern, WikiError
 
 if TYPE_CHECKING:
     from channel_http.app import Services
@@ -285,7 +285,9 @@ async def conversation(request: AnyRequest) -> dict[str, Any]:
     caller = _caller(request)
     tr = caller.translator
     query = request.query_params
-    conversation = conversation_id(required_query(query.get("id"), "id", tr), tr) or ""
+    conversation = conversation_id(required_query(query.get("id"), "id", tr), tr)
+    if conversation is None:
+        raise BadRequest(tr.gettext('The query parameter "%(name)s" is required.') % {"name": "id"})
     size = limit(query.get("limit"), 200, tr)
     offset = query.get("offset") or None
     key = SessionManager.session_key(caller.person, conversation)
@@ -321,6 +323,7 @@ async def conversations(request: AnyRequest) -> dict[str, Any]:
             }
             for item in found
             if item.session_key.startswith(prefix)
+            and not item.session_key.startswith(prefix + ONE_OFF_PREFIX)
         ],
     }
 
@@ -360,7 +363,10 @@ async def wiki_read(request: AnyRequest) -> dict[str, Any]:
     caller = _caller(request)
     tr = caller.translator
     path = required_query(request.query_params.get("path"), "path", tr)
-    content = await _services(request).vault.read(caller.person.key, path)
+    try:
+        content = await _services(request).vault.read(caller.person.key, path)
+    except WikiError:  # too large to serve, or unreadable: nothing the caller can read
+        content = None
     if content is None:
         raise NotFound(tr.gettext("Not found."))
     return {"ok": True, "content": content}

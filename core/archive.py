@@ -450,6 +450,16 @@ class ArchiveWriter:
                 log.error("Archive writer stopped with %d unstored items and no database.", kept)
             return kept
         await self._insert("pending", fresh)
+        if fresh_backfill:
+            # A flush can cut _defer between its insert and its seq adoption: skip the
+            # rows already recorded, or the next start would backfill them twice.
+            recorded = {
+                row[0]
+                for row in await self._db.fetch_all(
+                    "SELECT point_id FROM archive_spill WHERE kind = 'backfill'"
+                )
+            }
+            fresh_backfill = [i for i in fresh_backfill if i.id not in recorded]
         await self._insert("backfill", fresh_backfill)
         self._mem.clear()
         self._overflow.clear()

@@ -57,6 +57,9 @@ log = logging.getLogger("mercury.sessions")
 #: How many events may wait between a turn and a slow client before the turn waits.
 EVENT_QUEUE_SIZE: Final = 256
 
+#: The start of a one-off session's id (a turn without conversationId).
+ONE_OFF_PREFIX: Final = ".once-"
+
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     """One request for a turn, as a channel hands it to the core."""
@@ -255,7 +258,9 @@ class SessionManager:
                 reply = await self.linking.redeem(principal, text, translator)
                 await emit(events.Final(text=reply or ""))
                 return
-        key = self.session_key(person, conversation_id or f"once-{uuid.uuid4().hex}")
+        # A one-off session's id has a character the conversationId rule refuses, so it
+        # can't be continued, read back or listed as a conversation of its own.
+        key = self.session_key(person, conversation_id or f"{ONE_OFF_PREFIX}{uuid.uuid4().hex}")
         if not turn_input.opening and not turn_input.resume and is_token(text):
             await self._confirm_in_turn(turn_input, key, text, translator, emit)
             return
@@ -456,8 +461,7 @@ class SessionManager:
             if await tool.needs_confirmation(context, valid):
                 staging = await self._stage(context, tool, valid)
                 outcome, staged = "pending", True
-                if not any(isinstance(e, events.Pending) for e in step_events):
-                    step_events.append(staging)
+                step_events.append(staging)  # every staging gets its event and tokens
                 result = (
                     "This action needs the person's confirmation and was not run yet. "
                     "They have been shown how to confirm it; tell them briefly what will "

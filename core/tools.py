@@ -138,8 +138,9 @@ class ToolRegistry:
     def offered_plugins(self, person: Person) -> list[Plugin]:
         """The plugins ``person`` is offered.
 
-        Built-in plugins (wiki, memory, settings) are everyone's. A plugin named in
-        ``access`` is offered only to people holding one of its roles.
+        Every plugin is offered to everyone unless ``access`` names it: then only to
+        people holding one of its roles. Built-in plugins (wiki, memory, settings) can be
+        gated the same way.
         """
         offered = []
         for plugin in self.plugins:

@@ -206,8 +206,9 @@ async def test_a_backfill_left_at_shutdown_is_finished_by_the_next_writer_while_
     first = ArchiveWriter(store, embedder, db=db, backoff=FAST)
     await first.start()
     first.submit("episodic", {"personKey": "alice", "sessionKey": "alice:c", "summary": "boats"})
-    await eventually(lambda: _true(first.unembedded == 1))
-    assert await first.flush(timeout_s=1) == 1
+    # Wait for the write itself too: on a loaded machine the item can still be in flight.
+    await eventually(lambda: _true(first.unembedded == 1 and first.pending == 0))
+    assert await first.flush(timeout_s=5) == 1
 
     embedder.down = False
     second = ArchiveWriter(store, embedder, db=db, backoff=FAST, backfill_every_s=0.05)
