@@ -383,3 +383,32 @@ async def test_over_the_rate_limit_a_turn_is_429_with_retry_after_and_tokens_are
     token_turn = await post_turn(server, {"text": "abcd-efgh"}, ALICE)
     assert token_turn.status == 200
     assert (await post_turn(server, {"text": "hi"}, BOB)).status == 200
+
+
+async def test_two_stagings_in_one_step_each_get_their_pending_event(
+    engine: RunningServer, ollama: OllamaStandIn, counter: Counter
+) -> None:
+    both = ChatScript(
+        tool_calls=[
+            {"name": "bump", "arguments": {"by": 1}},
+            {"name": "bump", "arguments": {"by": 2}},
+        ]
+    )
+    ollama.responder = tool_loop(both, answer="")
+    got = await post_turn(engine, {"text": "bump twice", "conversationId": "c1"}, ALICE)
+    assert got.names() == [
+        "tool",
+        "tool_finish",
+        "tool",
+        "tool_finish",
+        "pending",
+        "pending",
+        "final",
+    ]
+    commands = [p["command"] for p in got.of("pending")]
+    assert commands == ["Add 1 to the counter", "Add 2 to the counter"]
+    for pending in got.of("pending"):
+        confirm = {"token": pending["token"], "conversationId": "c1"}
+        done = httpx.post(engine.url + "/confirm", headers=ALICE, json=confirm)
+        assert done.json()["resolved"] is True
+    assert [run["by"] for run in counter.runs] == [1, 2]

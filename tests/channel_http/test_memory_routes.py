@@ -318,3 +318,22 @@ async def test_an_idle_session_is_captured_then_freed_and_rebuilt_from_the_archi
     )
     await post_turn(server, {"text": "what is the gate code?", "conversationId": "idle"}, ALICE)
     assert "the gate code is 4411" in json.dumps(ollama.requests[-1]["messages"])
+
+
+async def test_a_one_off_turn_is_archived_but_not_listed_nor_continuable(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()})
+    await post_turn(server, {"text": "just once"}, ALICE)
+    points = await eventually(
+        lambda: get(server, "/memory/scroll", collection="verbatim_archive").json()["points"]
+    )
+    session_key = points[0]["payload"]["sessionKey"]
+    assert session_key.startswith("static:alice:.once-")
+    assert get(server, "/conversations").json()["conversations"] == []
+    one_off = session_key.removeprefix("static:alice:")
+    assert get(server, "/conversation", id=one_off).status_code == 400
+    refused = httpx.post(
+        server.url + "/turn", headers=ALICE, json={"text": "again", "conversationId": one_off}
+    )
+    assert refused.status_code == 400
