@@ -21,6 +21,7 @@ from litestar import Litestar
 from auth_providers import AuthChain, load_providers
 from channel_http import routes
 from channel_http.errors import EXCEPTION_HANDLERS
+from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
 from channel_http.requests import MAX_BODY
 from core.archive import ArchiveWriter
@@ -36,7 +37,9 @@ from core.embedder import OllamaEmbedder
 from core.i18n import Catalogs
 from core.linking import Linking
 from core.memory import CollectionNames, MemoryStore
+from core.logins import Logins
 from core.memory_tools import memory_plugin
+from core.rest_plugin import rest_plugin
 from core.ollama import OllamaModel
 from core.people import People
 from core.person_settings import PersonSettings
@@ -85,6 +88,7 @@ class Services:
     openapi: bytes
     collection_names: CollectionNames
     embedder: OllamaEmbedder | None = None
+    logins: Logins | None = None
     started: float = field(default_factory=time.monotonic)
     background: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -150,6 +154,13 @@ def build_app(
     auth = auth or build_auth(settings)
     directory = directory or build_directory(settings)
     catalogs = Catalogs.load()
+    public_url = settings.http.public_url
+    logins = Logins(
+        secret_key=settings.secret_key,
+        clock=clock,
+        redirect_uri=redirect_uri(public_url) if public_url else None,
+    )
+    plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
     holder: dict[str, Services] = {}
 
     @contextlib.asynccontextmanager
@@ -164,6 +175,8 @@ def build_app(
             plugins=plugins,
             memory=memory,
         )
+        await logins.open(services.db)
+        services.logins = logins
         app.state.services = services
         holder["services"] = services
         try:
@@ -190,8 +203,10 @@ def build_app(
         routes.memory_scroll,
         *extra_routes,
     ]
+    # The login callback exists only where people's browsers can reach it.
+    login_routes = [login_router(public_url, logins)] if public_url else []
     app = Litestar(
-        route_handlers=[*public, routes.authenticated_router(authenticated)],
+        route_handlers=[*public, *login_routes, routes.authenticated_router(authenticated)],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=MAX_BODY,
@@ -204,10 +219,11 @@ def build_app(
 
 def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
     """The application behind the CORS layer, as the server runs it."""
-    paths = frozenset(route.path for route in app.routes)
-    return CorsMiddleware(
-        app, settings.http.cors_origin, paths, bare=frozenset({"/login/callback"})
-    )
+    public_url = settings.http.public_url
+    # The plain-text login pages carry no CORS and answer no preflight.
+    bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
+    paths = frozenset(route.path for route in app.routes) - bare
+    return CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
 
 
 async def open_services(

@@ -93,6 +93,7 @@ def serve(arguments: argparse.Namespace) -> int:
         log_level="info",
         timeout_graceful_shutdown=math.ceil(settings.http.graceful_timeout_s),
         proxy_headers=False,
+        access_log=False,  # its lines would carry the login callback's code and state
         server_header=False,
     )
     server = _Server(config, app)

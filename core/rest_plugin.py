@@ -35,7 +35,16 @@ import msgspec
 
 from core.config import ConfigurationError
 from core.logins import Logins, ServiceLogin
-from core.tools import InvalidArguments, LoginRequired, Plugin, Tool, ToolCallContext, ToolError
+from core.tools import (
+    ConfirmCheck,
+    InvalidArguments,
+    LoginRequired,
+    Plugin,
+    Tool,
+    ToolCallContext,
+    ToolError,
+)
+from core.version import PLUGIN_API_VERSION
 
 if TYPE_CHECKING:
     from core.config import RestOperation, RestService
@@ -44,7 +53,6 @@ __all__ = ["RESULT_MAX_CHARS", "rest_plugin"]
 
 #: How much of a response body the model reads.
 RESULT_MAX_CHARS: Final = 4000
-PLUGIN_API_VERSION: Final = 4
 _PLACEHOLDER: Final = re.compile(r"\{([^{}/]+)\}")
 _QUERY_METHODS: Final = frozenset({"GET", "DELETE"})
 _ENCODER: Final = msgspec.json.Encoder()
@@ -111,13 +119,22 @@ def _tool(service: RestService, operation: RestOperation, caller: _Caller) -> To
     def summary(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         return f"{operation.description} ({detail(arguments)} on {service.name})"
 
+    async def logged_in_first(context: ToolCallContext, arguments: Mapping[str, Any]) -> bool:
+        # Ask for the login before staging, not after the person has confirmed in vain.
+        await caller.token(context)
+        return True
+
+    confirm: bool | ConfirmCheck = operation.confirm
+    if operation.confirm and caller.logins is not None:
+        confirm = logged_in_first
+
     return Tool(
         name=f"{service.name}_{operation.name}",
         description=operation.description,
         parameters=parameters,
         run=run,
         detail=detail,
-        confirm=operation.confirm,
+        confirm=confirm,
         summary=summary if operation.confirm else None,
     )
 
@@ -152,9 +169,7 @@ class _Caller:
         async with httpx.AsyncClient(
             timeout=self.timeout_s, transport=self.transport, follow_redirects=False
         ) as client:
-            token: str | None = None
-            if self.logins is not None:
-                token = await self.logins.access_token(person, name, language=language)
+            token = await self.token(context)
             response = await self._send(client, operation.method, url, token, request)
             if response.status_code == 401 and self.logins is not None:
                 token = await self.logins.access_token(person, name, language=language, stale=token)
@@ -163,6 +178,14 @@ class _Caller:
                     await self.logins.forget(person, name)
                     raise LoginRequired(name, await self.logins.begin(person, name, language))
         return _result(response)
+
+    async def token(self, context: ToolCallContext) -> str | None:
+        """The person's access token; None for a service without a login."""
+        if self.logins is None:
+            return None
+        return await self.logins.access_token(
+            context.person.key, self.service.name, language=context.translator.language
+        )
 
     async def _send(
         self,

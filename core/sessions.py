@@ -616,7 +616,9 @@ class SessionManager:
         context = ToolCallContext(
             turn_input.principal, turn_input.person, key, turn_input.conversation_id, translator
         )
-        reply, handed_back = await self._resolve(context, token)
+        reply, handed_back, login = await self._resolve(context, token)
+        if login is not None:
+            await emit(events.Login(service=login.service, url=login.url))
         if handed_back is None:
             if reply is None:
                 reply = translator.gettext(
@@ -644,7 +646,7 @@ class SessionManager:
         translator = self.catalogs.translator(language)
         key = self.session_key(person, conversation_id)
         context = ToolCallContext(principal, person, key, conversation_id, translator)
-        reply, handed_back = await self._resolve(context, token)
+        reply, handed_back, _login = await self._resolve(context, token)
         if handed_back is None:
             if reply is None:
                 return ConfirmResult(resolved=False)
@@ -654,15 +656,17 @@ class SessionManager:
 
     async def _resolve(
         self, context: ToolCallContext, token: str
-    ) -> tuple[str | None, tuple[str, str] | None]:
-        """Take and run a staged action: (reply, None) or (None, (tool, result)).
+    ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None]:
+        """Take and run a staged action: (reply, None, …) or (None, (tool, result), None).
 
-        A reply of None means nothing was pending for this caller and session.
+        A reply of None means nothing was pending for this caller and session. The third
+        item is set when the action needs a service login that has lapsed since staging.
         """
         translator = context.translator
         taken = await self.confirmations.take(context.session_key, context.person.key, token)
         if taken is None:
-            return None, None
+            return None, None, None
+        login: LoginRequired | None = None
         tool_entry = self.registry.offered_tools(context.person).get(taken.tool_name)
         arguments = dict(taken.arguments)
         if tool_entry is None:
@@ -673,6 +677,8 @@ class SessionManager:
                 arguments[tool.choice_argument] = taken.choice_value
             try:
                 outcome, result = "success", await tool.run(context, arguments)
+            except LoginRequired as required:
+                outcome, result, login = "failed", str(required), required
             except ToolError as error:
                 outcome, result = "failed", str(error)
             except Exception as error:
@@ -686,11 +692,15 @@ class SessionManager:
             result,
             "success" if outcome == "success" else "failed",
         )
+        if login is not None:
+            text = translator.gettext("You need to log in to %(service)s first.")
+            return text % {"service": login.service}, None, login
         if taken.hands_back:
-            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}")
+            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}"), None
         if outcome == "success":
-            return translator.gettext("Confirmed and done."), None
-        return translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}, None
+            return translator.gettext("Confirmed and done."), None, None
+        failed = translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}
+        return failed, None, None
 
     # ---------------------------------------------------------------- helpers
 

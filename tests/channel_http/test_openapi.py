@@ -54,6 +54,16 @@ def test_the_documented_routes_are_exactly_the_apps_routes(
     assert app_routes(settings) == documented_routes(settings)
 
 
+def test_with_a_public_url_the_login_callback_is_documented_and_mounted(
+    make_settings: Callable[..., Settings],
+) -> None:
+    settings = make_settings(
+        HTTP_SURFACE_PUBLIC_URL="https://mercury.example.test/", MERCURY_SECRET_KEY="k" * 32
+    )
+    assert ("GET", "/login/callback") in app_routes(settings)
+    assert app_routes(settings) == documented_routes(settings)
+
+
 def test_every_documented_response_carries_the_envelope_or_a_schema() -> None:
     for path, operations in document()["paths"].items():
         for method, operation in operations.items():

@@ -31,17 +31,14 @@ import pytest
 import uvicorn
 import yaml
 
-from channel_http.app import build_app
-from channel_http.login_callback import callback_path, login_router, redirect_uri
-from channel_http.middleware import CorsMiddleware
 from core.clock import ManualClock
 from core.config import Settings
 from core.logins import Logins
-from core.rest_plugin import RESULT_MAX_CHARS, rest_plugin
+from core.rest_plugin import RESULT_MAX_CHARS
 from tests.conftest import ALICE, BOB
 from tests.oidc.harness import LOGIN_CLIENT_ID, OidcProviderProcess, ensure_node_modules
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, serve
 from tests.support.sse import Received, turn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -212,28 +209,9 @@ class Mercury:
 
 @contextmanager
 def serve_wired(settings: Settings, clock: ManualClock) -> Iterator[Mercury]:
-    """The composition the wiring snippet gives app.py, around the real build_app."""
-    public_url = settings.http.public_url
-    assert public_url is not None
-    logins = Logins(
-        secret_key=settings.secret_key, redirect_uri=redirect_uri(public_url), clock=clock
-    )
-    plugins = [rest_plugin(service, logins) for service in settings.services]
-    app = build_app(settings, plugins=plugins, clock=clock)
-    app.register(login_router(public_url, logins))
-
-    async def open_logins(app: Any) -> None:
-        await logins.open(app.state.services.db)
-
-    app.on_startup.append(open_logins)
-    paths = frozenset(route.path for route in app.routes)
-    bare = frozenset({callback_path(public_url)})
-    asgi = CorsMiddleware(app, settings.http.cors_origin, paths - bare, bare=bare)
-    with running(asgi, lifespan="on") as server:
-        wrapped = RunningServer(server, threading.current_thread(), app)
-        assert server.loop is not None
-        wrapped.server_loop = server.loop
-        yield Mercury(wrapped, logins, clock)
+    """The real application: build_app builds the REST plugins and mounts the callback."""
+    with serve(settings, clock=clock) as server:
+        yield Mercury(server, server.services.logins, clock)
 
 
 def tracker_config(api: TrackerApi, idp: OidcProviderProcess) -> dict[str, Any]:
@@ -500,10 +478,29 @@ async def test_a_failed_exchange_reads_in_the_language_of_who_started_the_login(
     )
 
 
-async def test_an_expired_token_without_a_refresh_token_leads_back_to_a_login(
+async def test_an_expired_access_token_is_refreshed_at_the_provider_and_the_call_runs(
     mercury: Mercury, idp: OidcProviderProcess, ollama: OllamaStandIn, tracker: TrackerApi
 ) -> None:
     await log_in(mercury, idp, ollama, ALICE, "alice")
+    mercury.clock.advance(timedelta(hours=2))
+    script(ollama, call("tracker_search_issues"), answer="One issue.")
+    got = await post_turn(mercury, "my issues?", ALICE)
+    assert "login" not in got.names()
+    assert got.of("tool_finish")[0]["outcome"] == "success"
+    assert [(s.path, s.user) for s in tracker.seen] == [("/issues", "alice")]
+
+
+async def test_a_grant_the_provider_no_longer_knows_leads_back_to_a_login(
+    mercury: Mercury, idp: OidcProviderProcess, ollama: OllamaStandIn, tracker: TrackerApi
+) -> None:
+    await log_in(mercury, idp, ollama, ALICE, "alice")
+    mercury.clock.advance(timedelta(hours=2))
+    script(ollama, call("tracker_search_issues"), answer="One issue.")
+    assert "login" not in (await post_turn(mercury, "my issues?", ALICE)).names()
+    tracker.seen.clear()
+    # The provider keeps grants in memory: a restart revokes every refresh token it issued.
+    await anyio.to_thread.run_sync(idp.stop)
+    await anyio.to_thread.run_sync(idp.start)
     mercury.clock.advance(timedelta(hours=2))
     script(ollama, call("tracker_search_issues"), answer="Log in again.")
     got = await post_turn(mercury, "my issues?", ALICE)
@@ -519,7 +516,9 @@ async def test_a_token_the_service_refuses_leads_back_to_a_login(
     script(ollama, call("tracker_search_issues"), answer="Log in again.")
     got = await post_turn(mercury, "my issues?", ALICE)
     assert got.of("login")[0]["service"] == "tracker"
-    assert [s.path for s in tracker.seen] == ["/issues"]  # no refresh token: no retry
+    # Refused once, and once more after a refresh when the provider gave a refresh token.
+    assert 1 <= len(tracker.seen) <= 2
+    assert all((s.path, s.user) == ("/issues", None) for s in tracker.seen)
 
 
 async def test_path_arguments_stay_inside_the_path_the_operator_wrote(
@@ -541,9 +540,13 @@ async def test_path_arguments_stay_inside_the_path_the_operator_wrote(
     assert "can't be '..'" in results[-2]
 
 
-async def test_a_confirm_required_operation_waits_for_the_person(
+async def test_a_confirm_required_operation_asks_for_the_login_before_the_confirmation(
     mercury: Mercury, idp: OidcProviderProcess, ollama: OllamaStandIn, tracker: TrackerApi
 ) -> None:
+    script(ollama, call("tracker_create_issue", summary="Broken"), answer="Log in first.")
+    got = await post_turn(mercury, "file a bug", BOB)
+    assert "pending" not in got.names()
+    assert got.of("login")[0]["service"] == "tracker"
     await log_in(mercury, idp, ollama, ALICE, "alice")
     script(ollama, call("tracker_create_issue", summary="Broken"), answer="Confirm it.")
     got = await post_turn(mercury, "file a bug", ALICE)

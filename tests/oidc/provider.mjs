@@ -77,13 +77,14 @@ function build(issuer, keys) {
       {
         client_id: loginClientId,
         token_endpoint_auth_method: 'none',
-        grant_types: ['authorization_code'],
+        grant_types: ['authorization_code', 'refresh_token'],
         response_types: ['code'],
         redirect_uris: [loginRedirectUri],
       },
     ],
     jwks: { keys },
     pkce: { required: () => true },
+    issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
     claims: {
       openid: ['sub'],
       profile: ['name', 'preferred_username'],
