@@ -36,15 +36,15 @@ from core.edge import EdgeStore
 from core.embedder import OllamaEmbedder
 from core.i18n import Catalogs
 from core.linking import Linking
-from core.memory import CollectionNames, MemoryStore
 from core.logins import Logins
+from core.memory import CollectionNames, MemoryStore
 from core.memory_tools import memory_plugin
-from core.rest_plugin import rest_plugin
 from core.ollama import OllamaModel
 from core.people import People
 from core.person_settings import PersonSettings
 from core.qdrant import QdrantStore
 from core.rate_limit import RateLimiter
+from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
 from core.tool_log import ToolLog
 from core.tools import Plugin
