@@ -31,14 +31,14 @@ import hashlib
 import re
 import secrets
 import sqlite3
-import string
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
 from core.clock import Clock
+from core.codes import ALPHABET, draw_code, from_micros, to_micros
 from core.db import Database, Row
 from core.events import Choice
 
@@ -60,12 +60,10 @@ __all__ = [
     "new_token",
 ]
 
-TOKEN_ALPHABET: Final = string.ascii_letters + string.digits
+TOKEN_ALPHABET: Final = ALPHABET
 DEFAULT_TTL: Final = timedelta(minutes=5)
 
 _TOKEN_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
 # A token collision is a one-in-10^14 event; a few fresh draws settle it for good.
 _STAGING_ATTEMPTS: Final = 5
 
@@ -198,20 +196,11 @@ def is_token(text: str) -> bool:
 
 def new_token() -> str:
     """A fresh token: two groups of four characters drawn from 62 by a CSPRNG."""
-    draw = "".join(secrets.choice(TOKEN_ALPHABET) for _ in range(8))
-    return f"{draw[:4]}-{draw[4:]}"
+    return draw_code(2)
 
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("ascii")).hexdigest()
-
-
-def _to_micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
-
-
-def _from_micros(micros: int) -> datetime:
-    return _EPOCH + micros * _MICROSECOND
 
 
 def _check_ttl(ttl: timedelta) -> None:
@@ -295,8 +284,8 @@ class ConfirmationStore:
                     label,
                     action.summary,
                     int(action.hands_back),
-                    _to_micros(now),
-                    _to_micros(expires_at),
+                    to_micros(now),
+                    to_micros(expires_at),
                     "pending",
                 ]
             try:
@@ -340,7 +329,7 @@ class ConfirmationStore:
         if not is_token(token):
             return None
         await self._ensure_schema()
-        now = _to_micros(self._clock())
+        now = to_micros(self._clock())
         row = await self._db.fetch_one(
             f"SELECT {_COLUMNS} FROM confirmations WHERE token_hash = ?",  # noqa: S608
             (_hash(token),),
@@ -371,13 +360,13 @@ class ConfirmationStore:
             "SELECT session_key, summary, expires_at, MIN(created_at) AS staged_at "
             "FROM confirmations WHERE person_key = ? AND expires_at > ? "
             "GROUP BY group_id ORDER BY staged_at, MIN(rowid)",
-            (person_key, _to_micros(self._clock())),
+            (person_key, to_micros(self._clock())),
         )
         return [
             PendingSummary(
                 session_key=row["session_key"],
                 summary=row["summary"],
-                expires_at=_from_micros(row["expires_at"]),
+                expires_at=from_micros(row["expires_at"]),
             )
             for row in rows
         ]
@@ -386,7 +375,7 @@ class ConfirmationStore:
         """Delete every expired staging; returns how many choices went."""
         await self._ensure_schema()
         return await self._db.execute(
-            "DELETE FROM confirmations WHERE expires_at <= ?", (_to_micros(self._clock()),)
+            "DELETE FROM confirmations WHERE expires_at <= ?", (to_micros(self._clock()),)
         )
 
 

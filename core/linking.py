@@ -24,14 +24,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import secrets
-import string
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 import msgspec
 
 from core.clock import Clock, system_clock
+from core.codes import ALPHABET, draw_code, to_micros
 from core.db import Database
 from core.directory import DirectoryUnavailable
 from core.i18n import Translator
@@ -47,12 +46,10 @@ __all__ = [
     "new_link_code",
 ]
 
-CODE_ALPHABET: Final = string.ascii_letters + string.digits
+CODE_ALPHABET: Final = ALPHABET
 DEFAULT_CODE_TTL: Final = timedelta(minutes=10)
 
 _CODE_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND: Final = timedelta(microseconds=1)
 
 # One code per owner (the primary key), so starting again replaces the previous one.
 _SCHEMA: Final = """
@@ -93,16 +90,11 @@ def is_link_code(text: str) -> bool:
 
 def new_link_code() -> str:
     """A fresh random code drawn with :mod:`secrets`."""
-    characters = [secrets.choice(CODE_ALPHABET) for _ in range(12)]
-    return "-".join("".join(characters[start : start + 4]) for start in (0, 4, 8))
+    return draw_code(3)
 
 
 def _hash(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
-
-
-def _to_micros(moment: datetime) -> int:
-    return (moment - _EPOCH) // _MICROSECOND
 
 
 class Linking:
@@ -158,7 +150,7 @@ class Linking:
         now = self._clock()
         expires_at = now + self.code_ttl
         code = new_link_code()
-        await self._db.execute("DELETE FROM link_codes WHERE expires_at <= ?", (_to_micros(now),))
+        await self._db.execute("DELETE FROM link_codes WHERE expires_at <= ?", (to_micros(now),))
         await self._db.execute(
             "INSERT OR REPLACE INTO link_codes (owner_identity, code_hash, owner_name, "
             "owner_person_key, expires_at, bound_identity) VALUES (?, ?, ?, ?, ?, NULL)",
@@ -167,7 +159,7 @@ class Linking:
                 _hash(code),
                 person.display_name or person.key,
                 person.key,
-                _to_micros(expires_at),
+                to_micros(expires_at),
             ),
         )
         return LinkCode(code=code, expires_at=expires_at)
@@ -182,7 +174,7 @@ class Linking:
             return None
         await self.ensure_schema()
         code_hash = _hash(text.strip())
-        now = _to_micros(self._clock())
+        now = to_micros(self._clock())
         row = await self._db.fetch_one(
             "SELECT owner_identity, owner_name, owner_person_key, expires_at, bound_identity "
             "FROM link_codes WHERE code_hash = ?",
