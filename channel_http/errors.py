@@ -12,6 +12,9 @@ Exception tree::
     ├── TooManyRequests   429    over the rate limit; carries Retry-After
     └── Unavailable       503    the directory can't be asked
 
+    core.db.DatabaseBusy  503    the database is locked by another process; Retry-After
+    client gone                  a client that left before its body arrived: logged, not an error
+
 Once the first byte of an event stream is out, a failure is an ``error`` event instead.
 """
 
@@ -29,6 +32,9 @@ from litestar.exceptions import (
     ValidationException,
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from core.db import DatabaseBusy
+from core.i18n import N_
 
 if TYPE_CHECKING:
     from litestar.types import (
@@ -144,6 +150,10 @@ def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException)
         return envelope(413, _translate(request, "The request body is larger than 1 MiB."))
     if isinstance(error, ValidationException):
         return envelope(400, str(error.detail))
+    if error.status_code >= 500 and "disconnected" in str(error.detail):
+        # The client left before its body arrived; nobody reads this answer.
+        log.info("client gone before its body arrived on %s", request.url.path)
+        return envelope(400, _translate(request, "The request body must be JSON."))
     if error.status_code >= 500:
         log.error("HTTP %s on %s: %s", error.status_code, request.url.path, error.detail)
         return envelope(
@@ -151,6 +161,12 @@ def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException)
             _translate(request, "Something went wrong on our side. Try again in a moment."),
         )
     return envelope(error.status_code, str(error.detail), headers=error.headers)
+
+
+def handle_database_busy(request: Request[Any, Any, Any], error: DatabaseBusy) -> Response[bytes]:
+    log.warning("%s %s: %s", request.method, request.url.path, error)
+    message = _translate(request, N_("The server is busy; try again in a few seconds."))
+    return envelope(503, message, headers={"retry-after": "5"})
 
 
 def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
@@ -163,6 +179,7 @@ def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Resp
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ApiError: handle_api_error,
+    DatabaseBusy: handle_database_busy,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

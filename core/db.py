@@ -3,18 +3,41 @@
 Each store declares its own schema (``CREATE TABLE IF NOT EXISTS …``) and applies it with
 :meth:`Database.ensure`. Every statement goes through one aiosqlite connection, whose
 worker thread serializes them, so no store blocks the event loop.
+
+Exception tree::
+
+    DatabaseBusy    another process held the database locked past the busy timeout;
+                    nothing was written, and the same call can succeed a moment later
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
 Row = sqlite3.Row
+
+
+class DatabaseBusy(Exception):
+    """The database stayed locked by another process past the busy timeout."""
+
+
+@contextlib.asynccontextmanager
+async def _busy_as_error(path: Path) -> AsyncIterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        message = str(error).lower()
+        if "locked" in message or "busy" in message:
+            raise DatabaseBusy(
+                f"The database {path} is locked by another process; try again shortly."
+            ) from error
+        raise
 
 
 class Database:
@@ -37,29 +60,34 @@ class Database:
 
     async def ensure(self, schema: str) -> None:
         """Apply a schema script (idempotent ``CREATE … IF NOT EXISTS`` statements)."""
-        await self._connection.executescript(schema)
-        await self._connection.commit()
+        async with _busy_as_error(self.path):
+            await self._connection.executescript(schema)
+            await self._connection.commit()
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
         """Run one statement and commit; returns the number of rows it changed."""
-        cursor = await self._connection.execute(sql, parameters)
-        await self._connection.commit()
+        async with _busy_as_error(self.path):
+            cursor = await self._connection.execute(sql, parameters)
+            await self._connection.commit()
         return cursor.rowcount
 
     async def execute_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self._connection.executemany(sql, rows)
-        await self._connection.commit()
+        async with _busy_as_error(self.path):
+            await self._connection.executemany(sql, rows)
+            await self._connection.commit()
 
     async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
-        cursor = await self._connection.execute(sql, parameters)
-        rows = await cursor.fetchall()
-        await cursor.close()
+        async with _busy_as_error(self.path):
+            cursor = await self._connection.execute(sql, parameters)
+            rows = await cursor.fetchall()
+            await cursor.close()
         return list(rows)
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
-        cursor = await self._connection.execute(sql, parameters)
-        row = await cursor.fetchone()
-        await cursor.close()
+        async with _busy_as_error(self.path):
+            cursor = await self._connection.execute(sql, parameters)
+            row = await cursor.fetchone()
+            await cursor.close()
         return row
 
     async def close(self) -> None:

@@ -203,3 +203,5 @@ QUERY_PARAMETER_REQUIRED: Final = N_('The query parameter "%(name)s" is required
 PATTERN_INVALID: Final = N_("The pattern is not a valid regular expression: %(reason)s")
 # Shown: the refusal of a page cursor this server didn't issue.
 OFFSET_INVALID: Final = N_("The offset is not one this server gave; start again without it.")
+# Shown: the refusal of a request while another process holds the database locked.
+DATABASE_BUSY: Final = N_("The server is busy; try again in a few seconds.")

@@ -1,12 +1,23 @@
 """The model port on Ollama, through the official ``ollama`` client.
 
-``ollama.AsyncClient`` owns the connection: host parsing (``OLLAMA_HOST`` forms such as
-``127.0.0.1:11434`` or ``https://host``), headers, ``OLLAMA_API_KEY``, and the calls that
-are not on the per-token path (``list`` for health, ``chat`` without streaming for
-summaries). The streamed ``/api/chat`` goes through the same client's HTTP connection
-pool but is decoded here with msgspec: the client's own path parses each line with
-``json.loads`` and builds a pydantic model, about 8 µs a token against about 0.5 µs for
-one msgspec decode into :class:`~core.model.ChatChunk` (see docs/benchmarks.md).
+``ollama.AsyncClient`` owns the connection settings: host parsing (``OLLAMA_HOST`` forms
+such as ``127.0.0.1:11434`` or ``https://host``), headers, ``OLLAMA_API_KEY``, and the
+calls that are not on the per-token path (``list`` for health, ``chat`` without streaming
+for summaries). The streamed ``/api/chat`` is decoded here with msgspec (the client's own
+path builds a pydantic model per line: about 8 µs a token against about 0.5 µs). On a
+plain-http host (a local Ollama) it is also read here, straight off an asyncio transport
+with a small keep-alive pool (:class:`_WirePool`): httpx costs about 30 µs a read on that
+path and scans its whole pool per request, which halved the server CPU of paced streams
+and kept 500 of them from stretching to several times their length (docs/benchmarks.md).
+An https host streams on the client's httpx pool (TLS, proxies and certificates as httpx
+does them).
+
+Exceptions: every failure is a :class:`~core.model.ModelError`::
+
+    ModelError
+    ├── ModelUnreachable   connecting failed or timed out
+    ├── ModelHTTPError     Ollama answered 4xx/5xx (``status``, ``reason``)
+    └── ModelBrokeOff      the stream broke off, timed out, or carried an error line
 """
 
 from __future__ import annotations
