@@ -554,8 +554,11 @@ class OllamaModel:
             raise ModelBrokeOff(
                 "the model sent a line that is not a chat chunk", model=self._model, host=self._host
             ) from None
-        if chunk.error is not None:
-            raise ModelBrokeOff(chunk.error, model=self._model, host=self._host)
+        if chunk.error is not None:  # Ollama reports a failure mid-stream as an error line
+            reason = chunk.error.strip()[:300] or "no reason given"
+            raise ModelHTTPError(
+                reason, model=self._model, host=self._host, status=500, reason=reason
+            )
         return chunk
 
     async def complete(self, messages: Sequence[ChatMessage]) -> str:

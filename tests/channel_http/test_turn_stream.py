@@ -168,7 +168,7 @@ async def test_the_same_conversation_id_from_two_callers_is_two_conversations(
         (ChatScript(status=500, error="boom"), "answered with an error: boom"),
         (
             ChatScript(content=["a ", "b "], error_after=1, error="model exploded"),
-            "stopped answering",
+            "answered with an error: model exploded",
         ),
         (ChatScript(content=["a ", "b ", "c "], close_after=2), "stopped answering"),
         (ChatScript(status=404, error='model "llama3.2" not found'), "not found"),
