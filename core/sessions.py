@@ -225,12 +225,14 @@ class SessionManager:
     async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
         emit = turn.queue.put
         translator = self.catalogs.translator(turn_input.language)
+        cancelled = False
         try:
             if self._stopping:
                 await emit(events.Error(message=self._stopping_text(translator)))
                 return
             await self._dispatch(turn_input, translator, emit)
         except asyncio.CancelledError:
+            cancelled = True
             raise
         except ModelError as error:
             await emit(events.Error(message=self._model_error_text(error, translator)))
@@ -244,8 +246,13 @@ class SessionManager:
                 )
             )
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
+            try:
                 turn.queue.put_nowait(None)
+            except asyncio.QueueFull:
+                # A slow reader: the end must still reach it. A cancelled turn's reader
+                # is gone (or is the shutdown's, which makes room itself).
+                if not cancelled:
+                    await turn.queue.put(None)
 
     async def _dispatch(self, turn_input: TurnInput, translator: Translator, emit: _Emit) -> None:
         from core.confirmations import is_token
@@ -785,10 +792,11 @@ class SessionManager:
         for turn in list(self._turns):
             turn.cancel()
             translator = self.catalogs.translator(turn.language)
-            with contextlib.suppress(asyncio.QueueFull):
-                turn.queue.put_nowait(events.Error(message=self._stopping_text(translator)))
-            with contextlib.suppress(asyncio.QueueFull):
-                turn.queue.put_nowait(None)
+            queue = turn.queue
+            while queue.qsize() > queue.maxsize - 2:  # room for the two last words
+                queue.get_nowait()
+            queue.put_nowait(events.Error(message=self._stopping_text(translator)))
+            queue.put_nowait(None)
 
     @property
     def open_turns(self) -> int:

@@ -229,3 +229,19 @@ async def _eventually(check: object, timeout: float = 5.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition never became true")
         await asyncio.sleep(0.05)
+
+
+async def test_a_slow_reader_still_gets_every_delta_and_the_final(
+    server: RunningServer, ollama: OllamaStandIn
+) -> None:
+    tokens = 3000  # far more than the turn's event queue holds
+    ollama.enqueue(ChatScript(content=["x" * 200] * tokens))
+    raw = b""
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        with anyio.fail_after(40):
+            async with client.stream("POST", "/turn", json={"text": "hi"}, headers=ALICE) as r:
+                await asyncio.sleep(1.5)  # let the socket and the queue fill up
+                async for data in r.aiter_bytes():
+                    raw += data
+    assert raw.count(b"event: text\n") == tokens
+    assert raw.endswith(b"\n\n") and b"event: final" in raw[-700_000:]
