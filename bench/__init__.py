@@ -1,0 +1,1 @@
+"""Benchmarks of the HTTP surface: ``scripts/bench`` runs :mod:`bench.turns`."""

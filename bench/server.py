@@ -1,0 +1,139 @@
+"""The application under benchmark, with its baselines, in a process of its own.
+
+``build_app`` with two extra routes behind the same authentication:
+
+- ``GET /bench/bare?n=N`` streams N prebuilt ``text`` frames from an async generator
+  (the baseline "emitting the same frames");
+- ``GET /bench/relay?n=N`` relays the stand-in's ``fast N`` stream with httpx and a msgspec
+  decode per line, one write per read (a bare relay, for comparison).
+
+Served by uvicorn (uvloop, httptools), pinned to one core::
+
+    python -m bench.server --port P --ollama http://127.0.0.1:Q --data DIR [--cpu 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import uvicorn
+from litestar import get
+from litestar.response import Stream
+
+from channel_http import sse
+from channel_http.app import build_app, with_cors
+from core.config import load_settings
+from core.events import Text
+from core.model import ChatChunk
+from core.ollama import OllamaModel
+
+USERS = 64
+TOKEN = "bench-token-%d"
+FRAME = sse.frame(Text(chunk="tok "))
+_decode = msgspec.json.Decoder(ChatChunk).decode
+_relay: dict[str, Any] = {}
+
+
+def tokens() -> dict[str, dict[str, str]]:
+    return {TOKEN % i: {"id": f"user{i}", "displayName": f"User {i}"} for i in range(USERS)}
+
+
+async def _frames(n: int) -> AsyncIterator[bytes]:
+    for _ in range(n):
+        yield FRAME
+
+
+@get("/bench/bare")
+async def bare(n: int = 20_000) -> Stream:
+    return Stream(_frames(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
+async def _relayed(n: int) -> AsyncIterator[bytes]:
+    client: httpx.AsyncClient = _relay["client"]
+    body = msgspec.json.encode(
+        {"model": "bench", "messages": [{"role": "user", "content": f"fast {n}"}]}
+    )
+    async with client.stream("POST", "/api/chat", content=body) as response:
+        buffer = b""
+        async for data in response.aiter_raw():
+            buffer += data
+            if b"\n" not in buffer:
+                continue
+            *lines, buffer = buffer.split(b"\n")
+            out = b""
+            for line in lines:
+                if line:
+                    message = _decode(line).message
+                    if message is not None and message.content:
+                        out += sse.frame(Text(chunk=message.content))
+            if out:
+                yield out
+
+
+@get("/bench/relay")
+async def relay(n: int = 20_000) -> Stream:
+    return Stream(_relayed(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.server")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--ollama", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--cpu", type=int, default=None)
+    parser.add_argument(
+        "--httpx-model", action="store_true", help="stream /api/chat on httpx (the old path)"
+    )
+    args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    env = {
+        "MERCURY_CONFIG_FILE": "",
+        "MERCURY_AUTH": "static",
+        "AUTH_STATIC_TOKENS": json.dumps(tokens()),
+        "MERCURY_DATA_DIR": args.data,
+        "OLLAMA_HOST": args.ollama,
+        "OLLAMA_MODEL": "bench",
+        "MERCURY_MEMORY_STORE": "off",
+        "MERCURY_RATE_LIMIT_PER_USER": "1000",
+        "MERCURY_RATE_LIMIT_WINDOW_MS": "1000",
+    }
+    settings = load_settings(env, cwd=Path(args.data))
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+    _relay["client"] = httpx.AsyncClient(base_url=args.ollama, timeout=60.0, limits=limits)
+    model = None
+    if args.httpx_model:
+        model = OllamaModel(
+            settings.ollama.host,
+            settings.ollama.model,
+            read_timeout_s=settings.ollama.timeout_s,
+            connect_timeout_s=settings.ollama.connect_timeout_s,
+        )
+        model._wire = None  # the httpx path, for before/after comparisons
+    app = build_app(settings, model=model, extra_routes=[bare, relay])
+    uvicorn.run(
+        with_cors(app, settings),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        backlog=4096,
+        timeout_graceful_shutdown=2,
+    )
+
+
+if __name__ == "__main__":
+    main()

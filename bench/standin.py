@@ -1,0 +1,70 @@
+"""The Ollama stand-in for the benchmark: the last user message picks the script.
+
+``fast N`` answers N content chunks as fast as the stand-in can (32 lines a write), and
+``paced N RATE`` N chunks at RATE a second; anything else is echoed. Scripts are kept per
+shape, so their lines are encoded once::
+
+    python -m bench.standin --port 11500 [--cpu 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from typing import Any
+
+import uvloop
+
+from tests.support.ollama_standin import ChatScript, OllamaStandIn, echo_script
+
+_scripts: dict[str, ChatScript] = {}
+
+
+def respond(payload: dict[str, Any]) -> ChatScript:
+    last = ""
+    for message in reversed(payload.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            last = str(message.get("content") or "")
+            break
+    words = last.split()
+    # The engine prefixes the person's local time in brackets; the shape is at the end.
+    for i, word in enumerate(words):
+        if word in ("fast", "paced"):
+            words = words[i:]
+            break
+    key = " ".join(words)
+    script = _scripts.get(key)
+    if script is None:
+        if len(words) == 2 and words[0] == "fast":
+            script = ChatScript.fast_tokens(int(words[1]))
+        elif len(words) == 3 and words[0] == "paced":
+            script = ChatScript.paced(int(words[1]), float(words[2]))
+        else:
+            return echo_script(payload)
+        _scripts[key] = script
+    return script
+
+
+async def _serve(port: int) -> None:
+    standin = OllamaStandIn(port=port, responder=respond)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await standin.serve(stop, on_listening=lambda url: print(f"listening on {url}", flush=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.standin")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cpu", type=int, default=None)
+    args = parser.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    uvloop.run(_serve(args.port))
+
+
+if __name__ == "__main__":
+    main()

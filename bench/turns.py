@@ -1,0 +1,668 @@
+"""The turn benchmark: per-event cost, time to first byte, concurrency, auth, recall.
+
+Three processes on loopback: the server (:mod:`bench.server`, pinned to core 0), the
+Ollama stand-in (:mod:`bench.standin`) and this load client (both on core 1). Every figure
+is a ratio to a baseline measured side by side, in the same run, interleaved, because
+absolute times on a shared machine drift. Server CPU is read from ``/proc/<pid>/stat``
+(utime + stime) around each measured request. Prints a table and writes
+``bench/results/turns.json``::
+
+    python -m bench.turns [--quick] [--no-recall] [--no-auth] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from bench.client import Connection, Reply
+from bench.server import TOKEN, USERS
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Plan:
+    events: int = 20_000
+    rounds: int = 6
+    ttfb_turns: int = 300
+    ttfb_tokens: int = 20
+    levels: tuple[int, ...] = (100, 500, 1000)
+    paced_tokens: int = 150
+    rate: float = 50.0
+    ramp_s: float = 1.0
+    auth_tokens: int = 200
+    auth_cached_rounds: int = 50
+    recall_sizes: str = "1000,10000"
+
+
+QUICK = Plan(
+    rounds=3,
+    ttfb_turns=100,
+    levels=(100, 500, 1000),
+    paced_tokens=50,
+    auth_tokens=50,
+    auth_cached_rounds=20,
+    recall_sizes="1000",
+)
+
+
+# ------------------------------------------------------------------ processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_bytes(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+
+
+def _wait_listening(proc: subprocess.Popen[bytes], port: int, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"The {what} exited with {proc.returncode} before listening.")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"The {what} did not listen on port {port} within 30 s.")
+
+
+@contextlib.contextmanager
+def processes(
+    server_cpu: int | None, other_cpu: int | None, server_options: list[str]
+) -> Iterator[tuple[int, int, int, int]]:
+    """Start the stand-in and the server; yields (server port, server pid, stand-in pid)."""
+    py = sys.executable
+    ollama_port, port = _free_port(), _free_port()
+    started: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="mercury-bench-") as data:
+        try:
+            cmd = [py, "-m", "bench.standin", "--port", str(ollama_port)]
+            if other_cpu is not None:
+                cmd += ["--cpu", str(other_cpu)]
+            standin = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
+            started.append(standin)
+            _wait_listening(standin, ollama_port, "Ollama stand-in")
+            cmd = [py, "-m", "bench.server", "--port", str(port), "--data", data]
+            cmd += ["--ollama", f"http://{HOST}:{ollama_port}"]
+            if server_cpu is not None:
+                cmd += ["--cpu", str(server_cpu)]
+            cmd += server_options
+            server = subprocess.Popen(cmd, cwd=ROOT)
+            started.append(server)
+            _wait_listening(server, port, "server")
+            yield port, server.pid, ollama_port, standin.pid
+        finally:
+            for proc in reversed(started):
+                proc.terminate()
+            for proc in reversed(started):
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _auth(i: int = 0) -> dict[str, str]:
+    return {"authorization": f"Bearer {TOKEN % (i % USERS)}"}
+
+
+def _turn_body(text: str) -> bytes:
+    return json.dumps({"text": text}).encode()
+
+
+def _check(reply: Reply, events: int, what: str) -> None:
+    if reply.status != 200:
+        raise RuntimeError(f"{what} answered {reply.status}: {reply.body[:300]!r}")
+    got = reply.body.count(b"event: text\n")
+    if got != events:
+        raise RuntimeError(
+            f"{what} streamed {got} text events, not {events}: {reply.body[-300:]!r}"
+        )
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# ------------------------------------------------------------------ per-event cost
+
+
+async def per_event(port: int, pid: int, plan: Plan) -> dict[str, Any]:
+    n = plan.events
+    kinds = {
+        "turn": ("POST", "/turn", _turn_body(f"fast {n}")),
+        "bare": ("GET", f"/bench/bare?n={n}", b""),
+        "relay": ("GET", f"/bench/relay?n={n}", b""),
+    }
+    conns = {k: await Connection(HOST, port, _auth(i)).open() for i, k in enumerate(kinds)}
+    cpu = dict.fromkeys(kinds, 0.0)
+    wall = {k: [] for k in kinds}  # type: dict[str, list[float]]
+    names = list(kinds)
+    for r in range(plan.rounds + 1):  # round 0 warms up
+        order = names[r % 3 :] + names[: r % 3]
+        for kind in order:
+            method, path, body = kinds[kind]
+            before = cpu_s(pid)
+            reply = await conns[kind].request(method, path, body)
+            after = cpu_s(pid)
+            _check(reply, n, kind)
+            if r:
+                cpu[kind] += after - before
+                wall[kind].append(reply.ended - reply.sent)
+    for conn in conns.values():
+        conn.close()
+    events = n * plan.rounds
+    out: dict[str, Any] = {
+        k: {
+            "cpu_us_per_event": cpu[k] / events * 1e6,
+            "wall_us_per_event_p50": statistics.median(wall[k]) / n * 1e6,
+        }
+        for k in kinds
+    }
+    out["ratio_cpu_turn_vs_bare"] = cpu["turn"] / cpu["bare"]
+    out["ratio_cpu_turn_vs_relay"] = cpu["turn"] / cpu["relay"]
+    out["ratio_wall_turn_vs_bare"] = statistics.median(wall["turn"]) / statistics.median(
+        wall["bare"]
+    )
+    out["events"] = n
+    out["rounds"] = plan.rounds
+    return out
+
+
+# ------------------------------------------------------------------ time to first byte
+
+
+async def first_byte(port: int, pid: int, plan: Plan) -> dict[str, Any]:
+    k = plan.ttfb_tokens
+    turn = await Connection(HOST, port, _auth(1)).open()
+    bare = await Connection(HOST, port, _auth(2)).open()
+    relay = await Connection(HOST, port, _auth(3)).open()
+    times: dict[str, list[float]] = {"turn": [], "bare": [], "relay": []}
+    cpu = {"turn": 0.0, "bare": 0.0, "relay": 0.0}
+    body = _turn_body(f"fast {k}")
+    for i in range(plan.ttfb_turns + 10):
+        pair = [
+            ("turn", turn, "POST", "/turn", body),
+            ("bare", bare, "GET", f"/bench/bare?n={k}", b""),
+            ("relay", relay, "GET", f"/bench/relay?n={k}", b""),
+        ]
+        pair = pair[i % 3 :] + pair[: i % 3]
+        for kind, conn, method, path, payload in pair:
+            before = cpu_s(pid)
+            reply = await conn.request(method, path, payload)
+            after = cpu_s(pid)
+            _check(reply, k, kind)
+            if i >= 10:
+                times[kind].append((reply.first_byte - reply.sent) * 1e3)
+                cpu[kind] += after - before
+    for conn in (turn, bare, relay):
+        conn.close()
+    out: dict[str, Any] = {
+        kind: {
+            "p50_ms": statistics.median(v),
+            "p99_ms": _pct(v, 0.99),
+            "server_cpu_ms_per_request": cpu[kind] / len(v) * 1e3,
+        }
+        for kind, v in times.items()
+    }
+    out["ratio_p50"] = out["turn"]["p50_ms"] / out["bare"]["p50_ms"]
+    out["ratio_p50_vs_relay"] = out["turn"]["p50_ms"] / out["relay"]["p50_ms"]
+    out["turns"] = plan.ttfb_turns
+    return out
+
+
+# ------------------------------------------------------------------ concurrency
+
+
+async def concurrency(
+    port: int, pid: int, standin_port: int, standin_pid: int, plan: Plan
+) -> list[dict[str, Any]]:
+    """Each level through the server, then straight against the stand-in (its own pacing)."""
+    results = []
+    shape = f"paced {plan.paced_tokens} {plan.rate:g}"
+    direct = msgspec_json({"model": "bench", "messages": [{"role": "user", "content": shape}]})
+    for level in plan.levels:
+        await asyncio.sleep(1.0)
+        through = await _level(
+            port, pid, standin_pid, plan, level, ("/turn", _turn_body(shape), b"event: text\n")
+        )
+        await asyncio.sleep(0.5)
+        alone = await _level(
+            standin_port,
+            standin_pid,
+            standin_pid,
+            plan,
+            level,
+            ("/api/chat", direct, b'"done":false'),
+        )
+        through["standin_alone"] = {
+            k: alone[k]
+            for k in ("completed", "stretch_p50", "stretch_p99", "stretch_max", "standin_cpu_share")
+        }
+        results.append(through)
+    return results
+
+
+def msgspec_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+async def _level(
+    port: int,
+    pid: int,
+    standin_pid: int,
+    plan: Plan,
+    level: int,
+    target: tuple[str, bytes, bytes],
+) -> dict[str, Any]:
+    ideal = plan.paced_tokens / plan.rate
+    path, body, marker = target
+    conns = [Connection(HOST, port, _auth(i)) for i in range(level)]
+    opening = asyncio.Semaphore(100)
+
+    async def open_one(conn: Connection) -> None:
+        async with opening:
+            await conn.open()
+
+    await asyncio.gather(*(open_one(c) for c in conns))
+    await asyncio.sleep(0.3)
+    idle = rss_bytes(pid)
+    peak = idle
+    cpu0, sb0, t0 = cpu_s(pid), cpu_s(standin_pid), time.perf_counter()
+    running = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while running:
+            peak = max(peak, rss_bytes(pid))
+            await asyncio.sleep(0.05)
+
+    async def one(i: int, conn: Connection) -> Reply:
+        await asyncio.sleep(plan.ramp_s * i / level)
+        return await conn.request("POST", path, body)
+
+    sampler = asyncio.create_task(sample())
+    replies = await asyncio.gather(
+        *(one(i, c) for i, c in enumerate(conns)), return_exceptions=True
+    )
+    running = False
+    await sampler
+    elapsed = time.perf_counter() - t0
+    cpu, standin_cpu = cpu_s(pid) - cpu0, cpu_s(standin_pid) - sb0
+    for conn in conns:
+        conn.close()
+    good = [
+        r
+        for r in replies
+        if isinstance(r, Reply) and r.status == 200 and r.body.count(marker) == plan.paced_tokens
+    ]
+    stretch = [(r.ended - r.sent) / ideal - 1 for r in good]
+    # The stream alone: first text frame to the end, against (tokens - 1) / rate.
+    streaming = [(r.ended - r.first_byte) / (ideal - 1 / plan.rate) - 1 for r in good]
+    ttfb = [(r.first_byte - r.sent) * 1e3 for r in good]
+    some = bool(good)
+    return {
+        "streams": level,
+        "completed": len(good),
+        "ideal_s": ideal,
+        "ramp_s": plan.ramp_s,
+        "stretch_p50": statistics.median(stretch) if some else None,
+        "stretch_p99": _pct(stretch, 0.99) if some else None,
+        "stretch_max": max(stretch) if some else None,
+        "streaming_stretch_p50": statistics.median(streaming) if some else None,
+        "streaming_stretch_p99": _pct(streaming, 0.99) if some else None,
+        "ttfb_p50_ms": statistics.median(ttfb) if some else None,
+        "ttfb_p99_ms": _pct(ttfb, 0.99) if some else None,
+        "server_cpu_share": cpu / elapsed,
+        "standin_cpu_share": standin_cpu / elapsed,
+        "server_cpu_us_per_event": cpu / max(len(good) * plan.paced_tokens, 1) * 1e6,
+        "rss_idle_mb": idle / 2**20,
+        "rss_peak_mb": peak / 2**20,
+        "rss_kb_per_stream": (peak - idle) / level / 1024,
+    }
+
+
+# ------------------------------------------------------------------ auth
+
+
+async def oidc(plan: Plan) -> dict[str, Any]:
+    from auth_providers.oidc import OidcProvider
+    from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
+
+    ensure_node_modules()
+    with OidcProviderProcess() as idp:
+        tokens = await asyncio.to_thread(
+            lambda: [idp.client_credentials_token() for _ in range(plan.auth_tokens + 1)]
+        )
+        provider = OidcProvider.from_env(idp.issuer, idp.audience)
+        headers = [{"authorization": f"Bearer {t}"} for t in tokens]
+        if await provider.authenticate(headers[0]) is None:  # discovery and keys
+            raise RuntimeError("The OIDC provider's first token was refused.")
+        fresh_headers = headers[1:]
+        t0 = time.perf_counter()
+        for h in fresh_headers:
+            if await provider.authenticate(h) is None:
+                raise RuntimeError("A fresh OIDC token was refused.")
+        fresh = (time.perf_counter() - t0) / len(fresh_headers)
+        t0 = time.perf_counter()
+        for _ in range(plan.auth_cached_rounds):
+            for h in fresh_headers:
+                await provider.authenticate(h)
+        cached = (time.perf_counter() - t0) / (len(fresh_headers) * plan.auth_cached_rounds)
+    return {
+        "fresh_us": fresh * 1e6,
+        "cached_us": cached * 1e6,
+        "ratio_fresh_vs_cached": fresh / cached,
+        "tokens": plan.auth_tokens,
+        "alg": "RS256",
+    }
+
+
+# ------------------------------------------------------------------ recall
+
+
+def recall(plan: Plan) -> dict[str, Any]:
+    if not (ROOT / "bench" / "recall.py").exists():
+        return {"skipped": "bench/recall.py does not exist yet"}
+    cmd = [sys.executable, "-m", "bench.recall", "--sizes", plan.recall_sizes, "--queries", "20"]
+    # recall.py writes bench/results/recall.json (its owner's full-size run): keep that file.
+    kept = RESULTS / "recall.json"
+    original = kept.read_bytes() if kept.exists() else None
+    try:
+        done = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
+        )
+    finally:
+        if original is not None:
+            kept.write_bytes(original)
+    if done.returncode:
+        return {"skipped": f"bench/recall.py failed: {done.stderr.strip()[-500:]}"}
+    lines = done.stdout.splitlines()
+    return {
+        "sizes": plan.recall_sizes,
+        "table": "\n".join(line for line in lines if line.startswith("|")),
+        "rows": [json.loads(line) for line in lines if line.startswith("{")],
+    }
+
+
+# ------------------------------------------------------------------ profiling
+
+
+@contextlib.contextmanager
+def profiled(pid: int, where: Path | None, name: str) -> Iterator[None]:
+    """py-spy samples the server while the block runs (``--profile DIR``), as collapsed stacks."""
+    if where is None:
+        yield
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "py-spy",
+        "record",
+        "-p",
+        str(pid),
+        "-r",
+        "250",
+        "-f",
+        "raw",
+        "-o",
+        str(where / f"{name}.txt"),
+    ]
+    spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        yield
+    finally:
+        spy.send_signal(2)
+        spy.wait(30)
+
+
+# ------------------------------------------------------------------ report
+
+
+def environment() -> dict[str, Any]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "uvicorn": version("uvicorn"),
+        "loop": f"uvloop {version('uvloop')}",
+        "http": f"httptools {version('httptools')}",
+        "litestar": version("litestar"),
+        "msgspec": version("msgspec"),
+        "httpx": version("httpx"),
+    }
+
+
+def _row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [_row("figure", "measured", "baseline", "ratio", "target", "met")]
+    rows.append("|---|---|---|---|---|---|")
+    pe = result.get("per_event")
+    if pe:
+        turn, bare, relay = pe["turn"], pe["bare"], pe["relay"]
+        r = pe["ratio_cpu_turn_vs_bare"]
+        rows.append(
+            _row(
+                "per-event server CPU, turn vs bare frames",
+                f"{turn['cpu_us_per_event']:.2f} µs",
+                f"{bare['cpu_us_per_event']:.2f} µs",
+                f"{r:.2f}x",
+                "≤ 1.25x",
+                _met(r <= 1.25),
+            )
+        )
+        rows.append(
+            _row(
+                "per-event server CPU, turn vs bare relay",
+                f"{turn['cpu_us_per_event']:.2f} µs",
+                f"{relay['cpu_us_per_event']:.2f} µs",
+                f"{pe['ratio_cpu_turn_vs_relay']:.2f}x",
+                "(info)",
+                "",
+            )
+        )
+        rows.append(
+            _row(
+                "per-event wall time (p50), turn vs bare frames",
+                f"{turn['wall_us_per_event_p50']:.2f} µs",
+                f"{bare['wall_us_per_event_p50']:.2f} µs",
+                f"{pe['ratio_wall_turn_vs_bare']:.2f}x",
+                "(info)",
+                "",
+            )
+        )
+    fb = result.get("first_byte")
+    if fb:
+        turn = f"{fb['turn']['p50_ms']:.2f} / {fb['turn']['p99_ms']:.2f} ms"
+        for name, key, target in (
+            ("bare", "ratio_p50", "≤ 1.5x"),
+            ("relay", "ratio_p50_vs_relay", "(info)"),
+        ):
+            r = fb[key]
+            rows.append(
+                _row(
+                    f"time to first byte p50 / p99, turn vs {name}",
+                    turn,
+                    f"{fb[name]['p50_ms']:.2f} / {fb[name]['p99_ms']:.2f} ms",
+                    f"{r:.2f}x (p50)",
+                    target,
+                    _met(r <= 1.5) if name == "bare" else "",
+                )
+            )
+    for lv in result.get("concurrency", []):
+        if lv["stretch_p50"] is None:
+            rows.append(_row(f"{lv['streams']} streams", "none completed", "", "", "", "no"))
+            continue
+        scored = lv["streams"] == 500
+        met = lv["stretch_p99"] <= 0.10 and lv["completed"] == lv["streams"]
+        rows.append(
+            _row(
+                f"{lv['streams']} streams at {result['plan']['rate']:g}/s: stretch "
+                "p50/p99/max (streaming only p50/p99)",
+                f"{lv['stretch_p50']:.1%} / {lv['stretch_p99']:.1%} / {lv['stretch_max']:.1%} "
+                f"({lv['streaming_stretch_p50']:.1%} / {lv['streaming_stretch_p99']:.1%})",
+                f"ideal {lv['ideal_s']:.1f} s",
+                f"{lv['completed']}/{lv['streams']} done, server CPU "
+                f"{lv['server_cpu_share']:.0%}, {lv['rss_kb_per_stream']:.0f} KiB RSS/stream",
+                "≤ 10% (p99)" if scored else "(info)",
+                _met(met) if scored else "",
+            )
+        )
+        alone = lv.get("standin_alone")
+        if alone and alone["stretch_p50"] is not None:
+            rows.append(
+                _row(
+                    f"{lv['streams']} streams straight from the stand-in (its own pacing)",
+                    f"{alone['stretch_p50']:.1%} / {alone['stretch_p99']:.1%} / "
+                    f"{alone['stretch_max']:.1%}",
+                    f"ideal {lv['ideal_s']:.1f} s",
+                    f"{alone['completed']}/{lv['streams']} done, stand-in CPU "
+                    f"{alone['standin_cpu_share']:.0%}",
+                    "(info)",
+                    "",
+                )
+            )
+    au = result.get("auth")
+    if au and "fresh_us" in au:
+        rows.append(
+            _row(
+                "OIDC authenticate, fresh vs cached token",
+                f"{au['fresh_us']:.1f} µs",
+                f"{au['cached_us']:.2f} µs",
+                f"{au['ratio_fresh_vs_cached']:.0f}x",
+                "(info)",
+                "",
+            )
+        )
+    elif au:
+        rows.append(_row("OIDC authenticate", str(au.get("skipped")), "", "", "", ""))
+    return "\n".join(rows)
+
+
+async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, other_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+    if other_cpu is not None:
+        os.sched_setaffinity(0, {other_cpu})
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    result: dict[str, Any] = {
+        "environment": environment(),
+        "plan": plan.__dict__ | {"levels": list(plan.levels)},
+        "pinning": {"server": server_cpu, "standin_and_client": other_cpu},
+    }
+    options = ["--httpx-model"] if args.httpx_model else []
+    result["model_path"] = "httpx (before)" if args.httpx_model else "asyncio wire"
+    result["load_average_before"] = os.getloadavg()
+    with processes(server_cpu, other_cpu, options) as (port, pid, standin_port, standin_pid):
+        started = time.perf_counter()
+        if args.only in (None, "per-event"):
+            with profiled(pid, args.profile, "per-event"):
+                result["per_event"] = await per_event(port, pid, plan)
+            print(f"per-event done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        if args.only in (None, "first-byte"):
+            with profiled(pid, args.profile, "first-byte"):
+                result["first_byte"] = await first_byte(port, pid, plan)
+            print(f"first byte done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+        if args.only in (None, "concurrency"):
+            with profiled(pid, args.profile, "concurrency"):
+                result["concurrency"] = await concurrency(
+                    port, pid, standin_port, standin_pid, plan
+                )
+            print(f"concurrency done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    result["load_average_after"] = os.getloadavg()
+    if not args.no_auth:
+        try:
+            result["auth"] = await oidc(plan)
+        except Exception as error:  # node missing or the provider failed: say so, go on
+            result["auth"] = {"skipped": f"OIDC benchmark failed: {error}"}
+    if not args.no_recall:
+        result["recall"] = recall(plan)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="scripts/bench")
+    parser.add_argument("--quick", action="store_true", help="a run of about a minute")
+    parser.add_argument("--no-auth", action="store_true")
+    parser.add_argument("--no-recall", action="store_true")
+    parser.add_argument("--only", choices=["per-event", "first-byte", "concurrency"])
+    parser.add_argument(
+        "--httpx-model", action="store_true", help="the server streams /api/chat on httpx"
+    )
+    parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
+    parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")
+    parser.add_argument("--json", type=Path, default=RESULTS / "turns.json")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else Plan()
+    if args.levels:
+        plan = dataclasses.replace(plan, levels=tuple(int(x) for x in args.levels.split(",")))
+    started = time.perf_counter()
+    result = uvloop.run(run(plan, args))
+    result["duration_s"] = time.perf_counter() - started
+    result["table"] = table(result)
+    print(result["table"])
+    recall_result = result.get("recall") or {}
+    print("\nMemory recall (bench/recall.py):")
+    print(recall_result.get("table") or recall_result.get("skipped") or "not run (--no-recall)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.json} in {result['duration_s']:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
