@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 MAX_NAME_CHARS: Final = 100
+_CACHE_SIZE: Final = 10_000
 
 SettingName = Literal["name", "language", "time_zone"]
 
@@ -68,6 +69,10 @@ class PersonSettings:
         self._db = db
         self._clock = clock
         self._ready = False
+        # Read on every request; every write goes through this object, which forgets the
+        # person's entry, so the cache is never stale within the process that owns the file.
+        self._cache: dict[str, SavedSettings] = {}
+        self._writes = 0  # a read that overlapped a write doesn't fill the cache
 
     async def ensure_schema(self) -> None:
         """Create the table if needed; done lazily by every call, idempotent."""
@@ -77,14 +82,31 @@ class PersonSettings:
 
     async def get(self, person_key: str) -> SavedSettings:
         """The settings saved for ``person_key`` (all ``None`` for someone new)."""
+        cached = self._cache.get(person_key)
+        if cached is not None:
+            return cached
         await self.ensure_schema()
+        writes = self._writes
         row = await self._db.fetch_one(
             "SELECT name, language, time_zone FROM person_settings WHERE person_key = ?",
             (person_key,),
         )
-        if row is None:
-            return SavedSettings()
-        return SavedSettings(name=row["name"], language=row["language"], time_zone=row["time_zone"])
+        saved = (
+            SavedSettings()
+            if row is None
+            else SavedSettings(
+                name=row["name"], language=row["language"], time_zone=row["time_zone"]
+            )
+        )
+        if writes == self._writes:
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.clear()
+            self._cache[person_key] = saved
+        return saved
+
+    def _forget(self, person_key: str) -> None:
+        self._writes += 1
+        self._cache.pop(person_key, None)
 
     async def set_name(self, person_key: str, name: str) -> str:
         """Save how the person wants to be called; returns it trimmed."""
@@ -104,6 +126,7 @@ class PersonSettings:
             "name = excluded.name, updated_at = excluded.updated_at",
             (person_key, cleaned, self._now()),
         )
+        self._forget(person_key)
         return cleaned
 
     async def set_language(self, person_key: str, language: str) -> str:
@@ -123,6 +146,7 @@ class PersonSettings:
             "language = excluded.language, updated_at = excluded.updated_at",
             (person_key, code, self._now()),
         )
+        self._forget(person_key)
         return code
 
     async def set_time_zone(self, person_key: str, time_zone: str) -> str:
@@ -143,6 +167,7 @@ class PersonSettings:
             "time_zone = excluded.time_zone, updated_at = excluded.updated_at",
             (person_key, zone, self._now()),
         )
+        self._forget(person_key)
         return zone
 
     def _now(self) -> str:
