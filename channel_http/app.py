@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,6 +26,7 @@ from channel_http.login_callback import callback_path, login_router, redirect_ur
 from channel_http.middleware import CorsMiddleware
 from channel_http.requests import MAX_BODY
 from core.archive import ArchiveWriter
+from core.builtin_plugins import builtin_plugins
 from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
@@ -47,7 +49,7 @@ from core.rate_limit import RateLimiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
 from core.tool_log import ToolLog
-from core.tools import Plugin
+from core.tools import Plugin, ToolRegistry
 from core.wiki import Vault
 
 if TYPE_CHECKING:
@@ -90,7 +92,6 @@ class Services:
     embedder: OllamaEmbedder | None = None
     logins: Logins | None = None
     started: float = field(default_factory=time.monotonic)
-    background: list[asyncio.Task[Any]] = field(default_factory=list)
 
     async def memory_reachable(self) -> bool:
         memory = self.manager.memory
@@ -161,7 +162,6 @@ def build_app(
         redirect_uri=redirect_uri(public_url) if public_url else None,
     )
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
-    holder: dict[str, Services] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -178,7 +178,6 @@ def build_app(
         await logins.open(services.db)
         services.logins = logins
         app.state.services = services
-        holder["services"] = services
         try:
             yield
         finally:
@@ -247,16 +246,11 @@ async def open_services(
     linking = Linking(db, people, clock=clock)
     confirmations = ConfirmationStore(db, clock=clock)
     tool_log = ToolLog(db, clock=clock)
-    from datetime import timedelta
-
     limiter = RateLimiter(
         settings.rate_limit.per_user,
         timedelta(milliseconds=settings.rate_limit.window_ms),
         clock=clock,
     )
-    from core.builtin_plugins import builtin_plugins
-    from core.tools import ToolRegistry
-
     chat_model = model or OllamaModel(
         settings.ollama.host,
         settings.ollama.model,
@@ -351,8 +345,6 @@ def build_memory(settings: Settings) -> MemoryStore | None:
 async def close_services(services: Services) -> None:
     manager = services.manager
     await manager.stop_turns()
-    for task in services.background:
-        task.cancel()
     if manager.archive is not None:
         left = await manager.archive.flush(timeout_s=5.0)
         if left:
@@ -363,6 +355,3 @@ async def close_services(services: Services) -> None:
         await manager.memory.close()
     await manager.model.close()
     await services.db.close()
-
-
-Factory = Callable[[], Litestar]

@@ -27,8 +27,9 @@ from channel_http.requests import (
     required_query,
 )
 from core.memory import COLLECTIONS, InvalidCursor, Page
+from core.person_settings import InvalidSetting
 from core.sessions import ONE_OFF_PREFIX, SessionManager, TurnInput
-from core.version import core_version
+from core.version import PLUGIN_API_VERSION, core_version
 from core.wiki import InvalidPattern, WikiError
 
 if TYPE_CHECKING:
@@ -154,8 +155,6 @@ async def me(request: AnyRequest) -> dict[str, Any]:
 
 @patch("/me")
 async def patch_me(request: AnyRequest) -> dict[str, Any]:
-    from core.person_settings import InvalidSetting
-
     caller = _caller(request)
     tr = caller.translator
     body = decode_body(MeBody, await request.body(), tr)
@@ -217,8 +216,6 @@ def _rss_bytes(fallback_kib: int) -> int:
 
 @get("/manifest")
 async def manifest(request: AnyRequest) -> dict[str, Any]:
-    from core.version import PLUGIN_API_VERSION
-
     caller = _caller(request)
     registry = _services(request).manager.registry
     return {"ok": True, "manifest": registry.manifest(caller.person, PLUGIN_API_VERSION)}

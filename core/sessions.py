@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from core import events
+from core.capture import conversational
 from core.clock import Clock, system_clock
+from core.confirmations import StagedActionSpec, is_token
 from core.linking import is_link_code
 from core.model import (
     ChatChunk,
@@ -39,7 +41,16 @@ from core.model import (
     ToolSpec,
 )
 from core.principal import Person, Principal
-from core.tools import LoginRequired, Tool, ToolCallContext, ToolError, ToolRegistry, cap
+from core.timezones import stamp
+from core.tools import (
+    LoginRequired,
+    Tool,
+    ToolCallContext,
+    ToolError,
+    ToolRegistry,
+    cap,
+    detail_of,
+)
 
 if TYPE_CHECKING:
     from core.archive import ArchiveWriter
@@ -206,8 +217,6 @@ class SessionManager:
 
     def is_intercepted(self, text: str) -> bool:
         """Whether ``text`` is answered without the model (a token or a link code)."""
-        from core.confirmations import is_token
-
         stripped = text.strip()
         if is_token(stripped):
             return True
@@ -255,8 +264,6 @@ class SessionManager:
                     await turn.queue.put(None)
 
     async def _dispatch(self, turn_input: TurnInput, translator: Translator, emit: _Emit) -> None:
-        from core.confirmations import is_token
-
         text = turn_input.text.strip()
         principal, person = turn_input.principal, turn_input.person
         conversation_id = turn_input.conversation_id
@@ -307,8 +314,6 @@ class SessionManager:
                 )
                 await self._answer(session, context, turn_input, emit, archive_user=None)
                 return
-            from core.timezones import stamp
-
             stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
             session.messages.append(ChatMessage(role="user", content=stamped))
             await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
@@ -455,7 +460,7 @@ class SessionManager:
         entry = offered.get(name)
         tool = entry[1] if entry is not None else None
         label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": name}
-        detail = cap(tool.detail(arguments)) if tool and tool.detail else _detail(arguments)
+        detail = cap(tool.detail(arguments)) if tool and tool.detail else detail_of(arguments)
         await emit(
             events.Tool(label=label, detail=detail, tool_call_id=tool_call_id, tool_name=name)
         )
@@ -505,8 +510,6 @@ class SessionManager:
     async def _stage(
         self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
     ) -> events.Pending:
-        from core.confirmations import StagedActionSpec
-
         summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
         choices = list(tool.choices(context, arguments)) if tool.choices else None
         staging = await self.confirmations.stage(
@@ -536,8 +539,6 @@ class SessionManager:
         The capture runs in a task of its own, so a client leaving after ``final`` doesn't
         cancel it; the turn waits for it (holding the session) while its client stays.
         """
-        from core.capture import conversational
-
         if self.capture is None:
             return
         said = conversational(session.messages)
@@ -591,8 +592,6 @@ class SessionManager:
 
     async def sweep_idle(self) -> int:
         """Capture and free every session idle for longer than the idle timeout."""
-        from core.capture import conversational
-
         freed = 0
         for key, session in list(self.sessions.items()):
             if self.clock().timestamp() - session.last_active < self.limits.idle_timeout_s:
@@ -645,8 +644,6 @@ class SessionManager:
         self, principal: Principal, person: Person, conversation_id: str, token: str, language: str
     ) -> ConfirmResult:
         """``POST /confirm``: resolve a token in the caller's own session; no model."""
-        from core.confirmations import is_token
-
         token = token.strip()
         if not is_token(token):
             return ConfirmResult(resolved=False)
@@ -809,12 +806,6 @@ _Emit = Any  # Callable[[events.Event], Awaitable[None]]: asyncio.Queue.put
 def _printable(text: str) -> str:
     """``text`` safe for one log line: control characters become ``?``."""
     return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in text)
-
-
-def _detail(arguments: Mapping[str, Any]) -> str:
-    from core.tools import detail_of
-
-    return detail_of(arguments)
 
 
 def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
