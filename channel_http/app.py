@@ -268,7 +268,7 @@ async def open_services(
             memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
         )
         await archive.start()  # ensures the collections in the background, never blocks
-        capture = Capture(chat_model, archive, memory)
+        capture = Capture(chat_model, archive, memory, vault)
         memory_plugins = (memory_plugin(memory, archive, embedder),)
     registry = ToolRegistry(
         (

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -24,6 +25,7 @@ from core.model import ChatMessage, ModelClient
 if TYPE_CHECKING:
     from core.archive import ArchiveWriter
     from core.memory import MemoryStore
+    from core.wiki import Vault
 
 log = logging.getLogger("mercury.capture")
 
@@ -31,6 +33,10 @@ log = logging.getLogger("mercury.capture")
 PRIMER_MAX_CHARS: Final = 1500
 #: How much of the recent conversation one capture reads.
 CAPTURE_MAX_CHARS: Final = 12000
+#: How many of a topic's latest values decide its inferred note.
+CONSOLIDATION_WINDOW: Final = 3
+_SLUG = re.compile(r"[^a-z0-9]+")
+_DERIVED = re.compile(rb"^derived_from: (\d+)$", re.MULTILINE)
 
 _INSTRUCTIONS: Final = (
     "You keep the long-term memory of an assistant. Read the conversation below and answer "
@@ -74,10 +80,17 @@ def parse_extraction(answer: str) -> Extraction:
 class Capture:
     """Runs captures and builds primers for one core."""
 
-    def __init__(self, model: ModelClient, archive: ArchiveWriter, memory: MemoryStore) -> None:
+    def __init__(
+        self,
+        model: ModelClient,
+        archive: ArchiveWriter,
+        memory: MemoryStore,
+        vault: Vault | None = None,
+    ) -> None:
         self.model = model
         self.archive = archive
         self.memory = memory
+        self.vault = vault
 
     async def capture(
         self, person_key: str, session_key: str, messages: Sequence[ChatMessage]
@@ -101,7 +114,35 @@ class Capture:
                 self.archive.submit(
                     "semantic", {"personKey": person_key, "topic": topic, "value": value}
                 )
+                await self._consolidate(person_key, topic, value)
         return extraction
+
+    async def _consolidate(self, person_key: str, topic: str, value: str) -> None:
+        """Keep ``personal/inferred/<topic>.md`` on the value the latest facts agree on.
+
+        The dominant value among the topic's last three occurrences replaces the note only
+        when its count strictly beats the count the note was derived from: never on a tie.
+        """
+        slug = _SLUG.sub("-", topic).strip("-")[:60]
+        if self.vault is None or not slug:
+            return
+        try:
+            stored = await self.memory.facts(person_key, limit=200)
+        except Exception as error:  # the archive may not have caught up; next capture will
+            log.warning("no consolidation of %r: %r", topic, error)
+            return
+        latest = [value, *(f.value for f in stored if f.topic == topic)][:CONSOLIDATION_WINDOW]
+        dominant, count = Counter(latest).most_common(1)[0]
+        note = f"---\ntopic: {topic}\nderived_from: {count}\n---\n{dominant}\n".encode()
+
+        def build(current: bytes | None) -> bytes:
+            match = _DERIVED.search(current or b"")
+            incumbent = int(match.group(1)) if match else 0
+            if current is not None and count <= incumbent:
+                return current
+            return note
+
+        await self.vault.update_inferred(person_key, f"{slug}.md", build)
 
     async def primer(self, person_key: str) -> str:
         """What a new session is told of the person's memory; empty when nothing is known."""

@@ -541,6 +541,15 @@ class Vault:
         created = await self._update(target, build, needs_current=True)
         return WriteResult(path=view_path, created=created)
 
+    async def update_inferred(
+        self, person_key: str, name: str, build: Callable[[bytes | None], bytes]
+    ) -> None:
+        """Rewrite ``personal/inferred/<name>`` with ``build(current)``, read and decided
+        under the note's lock (``build`` returns the current bytes to keep the note)."""
+        view_path = f"personal/inferred/{name}"
+        target = self._writable(person_key, view_path, "personal/inferred/")
+        await self._update(target, build, needs_current=True)
+
     async def promote(
         self, person_key: str, personal_path: str, curated_path: str | None = None
     ) -> str:

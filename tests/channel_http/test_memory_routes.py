@@ -337,3 +337,42 @@ async def test_a_one_off_turn_is_archived_but_not_listed_nor_continuable(
         server.url + "/turn", headers=ALICE, json={"text": "again", "conversationId": one_off}
     )
     assert refused.status_code == 400
+
+
+async def test_facts_consolidate_into_an_inferred_note_only_when_a_value_dominates(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    values = iter(["tea", "coffee", "coffee", "tea"])
+
+    def responder(request: dict[str, Any]) -> ChatScript:
+        if request.get("stream") is False:
+            fact = {"topic": "Morning drink", "value": next(values)}
+            return ChatScript(content=[json.dumps({"summary": "Drinks.", "facts": [fact]})])
+        return ChatScript.words("ok")
+
+    ollama.responder = responder
+
+    def note() -> str:
+        read = httpx.get(
+            server.url + "/wiki/read",
+            headers=ALICE,
+            params={"path": "personal/inferred/morning-drink.md"},
+        )
+        return str(read.json().get("content", ""))
+
+    def facts() -> int:
+        return len(get(server, "/memory/scroll", collection="semantic_facts").json()["points"])
+
+    for turn_number in range(1, 5):
+        await post_turn(server, {"text": f"turn {turn_number}", "conversationId": "c1"}, ALICE)
+        await eventually(lambda n=turn_number: facts() == n)
+        if turn_number == 1:
+            assert "derived_from: 1\n---\ntea" in note()  # a first value makes the note
+        if turn_number == 2:
+            assert "tea" in note()  # coffee 1 against the note's 1: a tie keeps it
+        if turn_number == 3:
+            assert "derived_from: 2\n---\ncoffee" in note()  # coffee 2 of the last 3 wins
+    assert "coffee" in note()  # tea, coffee, coffee: coffee still dominates
+    files = httpx.get(server.url + "/wiki/list", headers=BOB).json()["files"]
+    assert "personal/inferred/morning-drink.md" not in files
