@@ -291,6 +291,9 @@ class WirePool:
                 if wire.received_any:
                     raise
                 continue  # the host had closed the idle connection: try the next one
+            except BaseException:  # cancelled while waiting: the answer would be orphaned
+                wire.close()
+                raise
             return wire
         wire = await self.connect()
         wire.write(request)

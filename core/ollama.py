@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import httpx
@@ -152,9 +152,12 @@ class OllamaModel:
         think: bool = False,
     ) -> AsyncIterator[ChatChunk]:
         think = think and not self._thinking_unsupported
+        # The inner generators are closed here, not left to the garbage collector: a
+        # cancelled turn must give its connection back (or close it) at once.
         try:
-            async for chunk in self._stream(messages, tools, think):
-                yield chunk
+            async with contextlib.aclosing(self._stream(messages, tools, think)) as stream:
+                async for chunk in stream:
+                    yield chunk
         except ModelHTTPError as error:
             # A model without thinking refuses the whole request; ask again without it
             # and remember, rather than failing every turn on a default setting.
@@ -162,12 +165,13 @@ class OllamaModel:
                 raise
             log.warning("model %s does not support thinking; asking without it", self._model)
             self._thinking_unsupported = True
-            async for chunk in self._stream(messages, tools, False):
-                yield chunk
+            async with contextlib.aclosing(self._stream(messages, tools, False)) as stream:
+                async for chunk in stream:
+                    yield chunk
 
     async def _stream(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], think: bool
-    ) -> AsyncIterator[ChatChunk]:
+    ) -> AsyncGenerator[ChatChunk, None]:
         body = _encode(
             _ChatRequest(
                 model=self._model,
@@ -178,8 +182,9 @@ class OllamaModel:
         )
         where = {"model": self._model, "host": self._host}
         if self._wire is not None:
-            async for chunk in self._stream_wire(self._wire, body, where):
-                yield chunk
+            async with contextlib.aclosing(self._stream_wire(self._wire, body, where)) as wired:
+                async for chunk in wired:
+                    yield chunk
             return
         try:
             async with self._http.stream("POST", "/api/chat", content=body) as response:
@@ -211,7 +216,7 @@ class OllamaModel:
 
     async def _stream_wire(
         self, pool: WirePool, body: bytes, where: dict[str, str]
-    ) -> AsyncIterator[ChatChunk]:
+    ) -> AsyncGenerator[ChatChunk, None]:
         request = self._wire_head + b"%d\r\n\r\n" % len(body) + body
         try:
             wire = await pool.send(request)
