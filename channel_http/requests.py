@@ -76,9 +76,7 @@ def _describe(message: str, translator: Translator) -> str:
     }
 
 
-def conversation_id(
-    raw: str | None, translator: Translator, *, required: bool = False
-) -> str | None:
+def conversation_id(raw: str | None, translator: Translator) -> str | None:
     """The trimmed conversation id, None when absent, or a 400 when it breaks the rule."""
     if raw is None or not raw.strip():
         return None

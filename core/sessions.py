@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -800,7 +800,8 @@ class SessionManager:
         return len(self._turns)
 
 
-_Emit = Any  # Callable[[events.Event], Awaitable[None]]: asyncio.Queue.put
+#: How the engine hands an event to the turn's reader (the queue's ``put``).
+_Emit = Callable[[events.Event], Awaitable[None]]
 
 
 def _printable(text: str) -> str:
