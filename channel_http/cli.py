@@ -66,7 +66,7 @@ def serve(arguments: argparse.Namespace) -> int:
     token = _dev_token(environ) if arguments.dev else None
     try:
         settings = load_settings(environ)
-        app = build_app(settings)
+        app = build_app(settings, dev_token=token)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
         return 2
@@ -83,6 +83,8 @@ def serve(arguments: argparse.Namespace) -> int:
             """-d '{"text":"Hello!","conversationId":"first"}'""",
             flush=True,
         )
+        if settings.http.ui:
+            print(f"Or open the browser UI: http://{host}:{settings.http.port}/ui/", flush=True)
     config = uvicorn.Config(
         with_cors(app, settings),
         host=settings.http.host,
