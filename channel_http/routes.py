@@ -63,7 +63,8 @@ def version() -> dict[str, Any]:
 
 @get("/openapi.yaml", sync_to_thread=False)
 def openapi_document(request: AnyRequest) -> Response[bytes]:
-    return Response(_services(request).openapi, media_type="text/yaml; charset=utf-8")
+    # Litestar appends the charset to a text/ media type itself: naming it here doubled it.
+    return Response(_services(request).openapi, media_type="text/yaml")
 
 
 # ------------------------------------------------------------------- turns
