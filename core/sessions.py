@@ -578,13 +578,18 @@ class SessionManager:
         outcome[0] = "success"
 
     def start_background(self) -> None:
-        """Start the idle sweep: idle sessions are captured, then freed from memory."""
+        """Start the idle sweep: idle sessions are captured, then freed from memory.
+
+        The same beat prunes the rate limiter's windows that have passed, so what it holds
+        follows the people who wrote lately, not everyone ever seen.
+        """
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.limits.idle_check_s)
+            self.rate_limiter.cleanup()
             try:
                 await self.sweep_idle()
             except Exception:
