@@ -153,7 +153,10 @@ async def test_a_failing_tool_is_failed_and_the_model_is_told_why(
     assert got.of("tool_finish")[0]["outcome"] == "failed"
     assert got.of("tool")[0]["detail"] == "../etc/passwd.md"
     told = ollama.requests[1]["messages"][-1]
-    assert told["role"] == "tool" and told["content"].startswith("Error:")
+    assert told["role"] == "tool"
+    call_line, result = told["content"].split("\n", 1)
+    assert call_line == f"[toolCallId: {got.of('tool')[0]['toolCallId']}]"
+    assert result.startswith("Error:")
 
 
 async def test_arguments_that_break_the_schema_fail_without_running(
