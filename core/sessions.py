@@ -415,7 +415,8 @@ class SessionManager:
                 answer = pending_note
             for chunk in display_chunks("".join(text_parts), displays.shown):
                 await emit(events.Text(chunk=chunk))
-            answer = with_displays(answer, displays.shown)
+            if displays.shown:
+                answer = with_displays(answer, displays.shown)
             await emit(events.Final(text=answer, pending_note=pending_note))
         finally:
             # What the person saw: the final text, or what streamed before a failure.
