@@ -51,6 +51,7 @@ from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
+from core.turn_log import TurnLogs
 from core.wiki import Vault
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class Services:
     collection_names: CollectionNames
     embedder: OllamaEmbedder | None = None
     logins: Logins | None = None
+    turn_logs: TurnLogs | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:
@@ -191,6 +193,7 @@ def build_app(
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
         routes.turn,
+        routes.turn_events,
         routes.confirm,
         routes.me,
         routes.patch_me,
@@ -322,6 +325,7 @@ async def open_services(
         openapi=OPENAPI_PATH.read_bytes(),
         collection_names=collection_names(settings),
         embedder=embedder,
+        turn_logs=TurnLogs(settings.http.rejoin_s, clock=clock) if settings.http.rejoin_s else None,
     )
 
 

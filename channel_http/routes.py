@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import secrets
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Request, Response, Router, get, patch, post
 from litestar.response import Stream
 
-from channel_http import sse
+from channel_http import rejoin, sse
 from channel_http.errors import BadRequest, NotFound, TooManyRequests
 from channel_http.middleware import Caller, CallerMiddleware
 from channel_http.requests import (
@@ -76,6 +77,11 @@ async def turn(request: AnyRequest) -> Stream:
     caller = _caller(request)
     services = _services(request)
     tr = caller.translator
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id is not None:
+        # A client reconnecting by sending its request again (fetch-event-source does): the
+        # id names the turn, which is rejoined rather than run twice.
+        return _rejoin(services, caller, None, last_event_id)
     body = decode_body(TurnBody, await request.body(), tr)
     conversation = conversation_id(body.conversation_id, tr)
     opening, resume = bool(body.opening), bool(body.resume)
@@ -113,8 +119,50 @@ async def turn(request: AnyRequest) -> Stream:
             received_at=datetime.now(UTC),
         )
     )
+    heartbeat_s = services.settings.http.heartbeat_s
+    headers = {**sse.HEADERS, "content-language": caller.language}
+    if services.turn_logs is None:
+        body_stream = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18))
+    else:
+        log = rejoin.start_logged(running, services.turn_logs, caller.person.key)
+        body_stream = rejoin.follow(log, 0, heartbeat_s)
+    return Stream(body_stream, media_type=sse.MEDIA_TYPE, headers=headers)
+
+
+@get("/turn/events")
+async def turn_events(request: AnyRequest) -> Stream:
+    """Rejoin a turn (an extension of contract 6): its events after Last-Event-ID, then live."""
+    caller = _caller(request)
+    turn_id = required_query(request.query_params.get("turnId"), "turnId", caller.translator)
+    return _rejoin(_services(request), caller, turn_id, request.headers.get("last-event-id"))
+
+
+def _rejoin(
+    services: Services, caller: Caller, turn_id: str | None, last_event_id: str | None
+) -> Stream:
+    tr = caller.translator
+    start = 0
+    if last_event_id is not None:
+        parsed = rejoin.parse_event_id(last_event_id)
+        if parsed is None or (turn_id is not None and parsed[0] != turn_id):
+            raise BadRequest(
+                tr.gettext(
+                    "Last-Event-ID is not an id of this turn; leave it out to read the turn "
+                    "from its start."
+                )
+            )
+        turn_id, start = parsed[0], parsed[1] + 1
+    logs = services.turn_logs
+    log = None if logs is None or turn_id is None else logs.find(turn_id, caller.person.key)
+    if log is None:
+        raise NotFound(
+            tr.gettext(
+                "That turn can't be rejoined: it ended too long ago, or it isn't yours. "
+                "Send your message again."
+            )
+        )
     return Stream(
-        sse.event_stream(running, services.settings.http.heartbeat_s),
+        rejoin.follow(log, start, services.settings.http.heartbeat_s),
         media_type=sse.MEDIA_TYPE,
         headers={**sse.HEADERS, "content-language": caller.language},
     )

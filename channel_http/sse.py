@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from core.events import Event
+from core.events import Event, TurnStarted
 from core.sessions import Turn
 
 HEARTBEAT: Final = b": ping\n\n"
@@ -28,9 +28,14 @@ MEDIA_TYPE: Final = "text/event-stream"  # Litestar appends "; charset=utf-8"
 _encode = msgspec.json.Encoder().encode
 
 
-def frame(event: Event) -> bytes:
+def frame(event: Event | TurnStarted) -> bytes:
     """``event: <name>\\ndata: <compact JSON>\\n\\n`` for one event."""
     return b"event: " + event.name + b"\ndata: " + _encode(event) + b"\n\n"
+
+
+def framed(event: Event | TurnStarted, turn_id: bytes, seq: int) -> bytes:
+    """The frame with its SSE id, ``<turn id>.<number>``: what Last-Event-ID sends back."""
+    return b"id: %b.%d\n" % (turn_id, seq) + frame(event)
 
 
 class _Pinger:
@@ -65,12 +70,16 @@ class _Pinger:
 _PING: Final[Any] = object()
 
 
-async def event_stream(turn: Turn, heartbeat_s: float) -> AsyncIterator[bytes]:
+async def event_stream(turn: Turn, heartbeat_s: float, turn_id: str) -> AsyncIterator[bytes]:
+    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0)."""
     queue = turn.queue
     get_nowait = queue.get_nowait
     pinger = _Pinger(queue, heartbeat_s)
     loop_time = pinger.loop.time
+    tid = turn_id.encode()
+    seq = 0
     try:
+        yield framed(TurnStarted(turn_id=turn_id), tid, 0)
         while True:
             try:
                 event = get_nowait()
@@ -82,14 +91,16 @@ async def event_stream(turn: Turn, heartbeat_s: float) -> AsyncIterator[bytes]:
                 continue
             if event is None:
                 return
-            data = frame(event)
+            seq += 1
+            data = framed(event, tid, seq)
             while queue.qsize():
                 event = get_nowait()
                 if event is None:
                     yield data
                     return
                 if event is not _PING:
-                    data += frame(event)
+                    seq += 1
+                    data += framed(event, tid, seq)
             yield data
             pinger.last = loop_time()
     finally:

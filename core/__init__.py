@@ -19,6 +19,7 @@ from core.events import (
     Text,
     Tool,
     ToolFinish,
+    TurnStarted,
 )
 from core.i18n import Catalogs, Translator
 from core.memory import MemoryStore
@@ -26,6 +27,7 @@ from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
 from core.principal import Person, Principal
 from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
 from core.tools import LoginRequired, Plugin, Skill, ToolCallContext, ToolError, ToolRegistry
+from core.turn_log import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
 __all__ = [
@@ -66,6 +68,9 @@ __all__ = [
     "Translator",
     "Turn",
     "TurnInput",
+    "TurnLog",
+    "TurnLogs",
+    "TurnStarted",
     "admits",
     "core_version",
     "load_settings",

@@ -141,6 +141,7 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
     heartbeat_s: float
     resume_max_chars: int | None
     graceful_timeout_s: float
+    rejoin_s: float
     ui: bool
     ui_oidc_client_id: str | None
     ui_oidc_scope: str
@@ -351,6 +352,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("http.graceful_timeout_s", "HTTP_SURFACE_GRACEFUL_TIMEOUT_S",
             _Float(0, inclusive=True), 10.0,
             "Seconds running streams get to finish when the service stops."),
+    Setting("http.rejoin_s", "HTTP_SURFACE_REJOIN_S", _Float(0, inclusive=True), 0.0,
+            "Seconds a turn keeps running after its client went away, waiting to be rejoined "
+            "with Last-Event-ID; 0 cancels it at once."),
     Setting("http.ui", "HTTP_SURFACE_UI", _Bool(), True,
             "Serve the reference browser UI at /ui/."),
     Setting("http.ui_oidc_client_id", "HTTP_SURFACE_UI_OIDC_CLIENT_ID", _Text(raw=True), None,

@@ -100,6 +100,17 @@ class Error(_Event, frozen=True):
 
 Event = Reasoning | ReasoningEnd | Tool | ToolFinish | Text | Pending | Login | Final | Error
 
+
+class TurnStarted(_Event, frozen=True):
+    """The first event of a stream: the turn's id, to rejoin it (an extension of contract 6).
+
+    Not part of :data:`Event`: the engine never emits it; the channel opens the stream with it.
+    """
+
+    name: ClassVar[bytes] = b"turn"
+    turn_id: str
+
+
 EVENT_TYPES: tuple[type[_Event], ...] = (
     Reasoning,
     ReasoningEnd,

@@ -19,6 +19,10 @@ class Received:
     times: list[float] = field(default_factory=list)
     raw: bytes = b""
     body: dict[str, Any] | None = None
+    turn_id: str | None = None
+    """From the ``turn`` event that opens every stream (kept out of ``events``)."""
+    ids: list[str] = field(default_factory=list)
+    """The SSE id of every event in ``events``."""
 
     def names(self) -> list[str]:
         return [name for name, _ in self.events]
@@ -53,6 +57,11 @@ async def turn(
             received.body = json.loads(response.content)
             return received
         async for event in source.aiter_sse():
-            received.events.append((event.event, json.loads(event.data)))
+            data = json.loads(event.data)
+            if event.event == "turn":
+                received.turn_id = data["turnId"]
+                continue
+            received.events.append((event.event, data))
+            received.ids.append(event.id)
             received.times.append(time.monotonic())
     return received

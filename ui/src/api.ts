@@ -5,7 +5,8 @@ import { readSse } from "./sse";
 
 export type ToolOutcome = "success" | "failed" | "pending";
 
-export type TurnEvent =
+export type TurnEvent = (
+  | { type: "turn"; turnId: string }
   | { type: "reasoning"; chunk: string; id: string }
   | { type: "reasoning_end"; id: string; failed: boolean }
   | { type: "tool"; label: string; detail: string; toolCallId: string; name?: string }
@@ -14,7 +15,8 @@ export type TurnEvent =
   | { type: "pending"; command: string; token: string; choices: Choice[] }
   | { type: "login"; service: string; url: string }
   | { type: "final"; text: string; pendingNote?: string }
-  | { type: "error"; message: string };
+  | { type: "error"; message: string }
+) & { eventId?: string | null };
 
 export interface Choice {
   token: string;
@@ -53,6 +55,7 @@ export interface ConfirmAnswer {
 }
 
 const EVENT_NAMES = new Set([
+  "turn",
   "reasoning",
   "reasoning_end",
   "tool",
@@ -138,11 +141,28 @@ export class Api {
       body: JSON.stringify(body),
       signal,
     });
+    yield* this.events(response);
+  }
+
+  /** The rest of a turn after `lastEventId` (GET /turn/events, when the server keeps turns). */
+  async *rejoin(
+    turnId: string,
+    lastEventId: string,
+    signal: AbortSignal,
+  ): AsyncGenerator<TurnEvent> {
+    const headers = this.headers(false);
+    headers.set("accept", "text/event-stream");
+    headers.set("last-event-id", lastEventId);
+    const response = await fetch(this.url("/turn/events", { turnId }), { headers, signal });
+    yield* this.events(response);
+  }
+
+  private async *events(response: Response): AsyncGenerator<TurnEvent> {
     if (!response.ok) throw await this.refusal(response);
     if (!response.body) throw new ApiError("The server sent no stream.", response.status);
     for await (const message of readSse(response.body)) {
       if (!EVENT_NAMES.has(message.event)) continue; // events of later contracts are skipped
-      yield { type: message.event, ...JSON.parse(message.data) } as TurnEvent;
+      yield { type: message.event, ...JSON.parse(message.data), eventId: message.id } as TurnEvent;
     }
   }
 }

@@ -2,7 +2,14 @@
 // and the turns it runs. A turn is a POST /turn read as a stream; Stop aborts the fetch, which
 // closes the connection, which cancels the model (the contract's rule).
 
-import { type Api, ApiError, type Choice, type TranscriptMessage, type TurnBody } from "./api";
+import {
+  type Api,
+  ApiError,
+  type Choice,
+  type TranscriptMessage,
+  type TurnBody,
+  type TurnEvent,
+} from "./api";
 import { button, h } from "./dom";
 import { AssistantMessage, pastAnswer, userMessage } from "./message";
 
@@ -146,58 +153,78 @@ export class Conversation {
     this.controller = controller;
     this.busy(true);
     let ended = false;
+    let turnId: string | null = null;
+    let lastEventId: string | null = null;
+    let attempts = 0;
+    let stream = this.host.api.turn(body, controller.signal);
     try {
-      for await (const event of this.host.api.turn(body, controller.signal)) {
-        switch (event.type) {
-          case "reasoning":
-            answer.reasoningChunk(event.id, event.chunk);
-            break;
-          case "reasoning_end":
-            answer.reasoningEnd(event.id, event.failed);
-            break;
-          case "tool":
-            answer.toolStarted(event.toolCallId, event.label, event.detail);
-            break;
-          case "tool_finish":
-            answer.toolFinished(event.toolCallId, event.outcome);
-            break;
-          case "text":
-            answer.textChunk(event.chunk);
-            break;
-          case "pending":
-            answer.pending(event.command, event.choices, (choice, group) =>
-              this.choose(choice, group),
-            );
-            break;
-          case "login":
-            answer.login(event.service, event.url);
-            break;
-          case "final":
-            ended = true;
-            answer.final(event.text, event.pendingNote);
-            this.host.announce("Answer complete.");
-            break;
-          case "error":
-            ended = true;
-            answer.error(event.message, () => void this.run(body, null));
-            break;
+      for (;;) {
+        try {
+          for await (const event of stream) {
+            if (event.eventId) lastEventId = event.eventId;
+            if (event.type === "turn") turnId = event.turnId;
+            else ended = this.show(answer, event, body) || ended;
+            this.scrollToEnd();
+          }
+        } catch (error) {
+          // A dropped connection (not Stop, not a refusal) is rejoined below.
+          if (controller.signal.aborted || error instanceof ApiError || !turnId) throw error;
         }
-        this.scrollToEnd();
+        if (ended) break;
+        // The line dropped before the answer ended: rejoin the turn after the last event seen
+        // (the server keeps it for HTTP_SURFACE_REJOIN_S), a few times, then give up.
+        if (!turnId || !lastEventId || attempts >= 3) {
+          answer.error(
+            "The connection closed before the answer ended.",
+            () => void this.run(body, null),
+          );
+          break;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 400 * 2 ** attempts));
+        attempts += 1;
+        stream = this.host.api.rejoin(turnId, lastEventId, controller.signal);
       }
-      if (!ended)
-        answer.error(
-          "The connection closed before the answer ended.",
-          () => void this.run(body, null),
-        );
-    } catch (error) {
-      if (controller.signal.aborted) answer.stopped();
-      else if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
-      else answer.error(this.sentence(error), () => void this.run(body, null));
     } finally {
       this.controller = null;
       this.busy(false);
       if (body.opening && answer.isEmpty()) answer.element.remove();
       this.host.changed();
+    }
+  }
+
+  /** Renders one event; true when it ends the turn. */
+  private show(answer: AssistantMessage, event: TurnEvent, body: TurnBody): boolean {
+    switch (event.type) {
+      case "reasoning":
+        answer.reasoningChunk(event.id, event.chunk);
+        return false;
+      case "reasoning_end":
+        answer.reasoningEnd(event.id, event.failed);
+        return false;
+      case "tool":
+        answer.toolStarted(event.toolCallId, event.label, event.detail);
+        return false;
+      case "tool_finish":
+        answer.toolFinished(event.toolCallId, event.outcome);
+        return false;
+      case "text":
+        answer.textChunk(event.chunk);
+        return false;
+      case "pending":
+        answer.pending(event.command, event.choices, (choice, group) => this.choose(choice, group));
+        return false;
+      case "login":
+        answer.login(event.service, event.url);
+        return false;
+      case "final":
+        answer.final(event.text, event.pendingNote);
+        this.host.announce("Answer complete.");
+        return true;
+      case "error":
+        answer.error(event.message, () => void this.run(body, null));
+        return true;
+      default:
+        return false;
     }
   }
 
