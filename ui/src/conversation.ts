@@ -184,6 +184,14 @@ export class Conversation {
         attempts += 1;
         stream = this.host.api.rejoin(turnId, lastEventId, controller.signal);
       }
+    } catch (error) {
+      const retry = () => void this.run(body, null);
+      if (controller.signal.aborted) answer.stopped();
+      else if (error instanceof ApiError && error.status === 404 && turnId) {
+        answer.error("The connection dropped and the answer can't be recovered.", retry);
+      } else if (error instanceof ApiError && error.status === 401) {
+        this.host.signOut(error.message);
+      } else answer.error(this.sentence(error), retry);
     } finally {
       this.controller = null;
       this.busy(false);
