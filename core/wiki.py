@@ -185,16 +185,35 @@ def _read_at(dir_fd: int, name: str, view_path: str) -> bytes | None:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
-    with open(fd, "rb", closefd=True) as file:
-        info = os.fstat(file.fileno())
+    # The descriptor is read with os.read, never wrapped with open(fd): open() refuses a
+    # folder named like a note with IsADirectoryError and leaves the descriptor open.
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        data = b"" if info.st_size > MAX_NOTE_BYTES else file.read(MAX_NOTE_BYTES + 1)
+        data = b"" if info.st_size > MAX_NOTE_BYTES else _read_all(fd, MAX_NOTE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if info.st_size > MAX_NOTE_BYTES or len(data) > MAX_NOTE_BYTES:
         raise NoteTooLarge(
             f"The note {_shown(view_path)} is larger than 1 MiB; split it into smaller notes."
         )
     return data
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the regular file open at ``fd``, to its end."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        part = os.read(fd, min(left, 1024 * 1024))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
