@@ -30,8 +30,10 @@ __all__ = [
 AUTH_API_VERSION: Final = 1
 """The version of this contract; a provider written for another one isn't loaded."""
 
-# "Bearer", one or more spaces, one token without whitespace, optional trailing whitespace.
-_BEARER: Final = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +(\S+)\s*")
+# "Bearer", one or more spaces, one token, optional trailing spaces or tabs. The token ends
+# at ASCII whitespace only: a no-break space or U+0085 after it is part of it (and so no
+# token anyone was given), never stripped as Unicode whitespace (\s) would.
+_BEARER: Final = re.compile(r"[Bb][Ee][Aa][Rr][Ee][Rr] +([^\x00-\x20\x7f]+)[ \t]*")
 
 
 class AuthError(Exception):

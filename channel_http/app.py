@@ -363,4 +363,5 @@ async def close_services(services: Services) -> None:
     if manager.memory is not None:
         await manager.memory.close()
     await manager.model.close()
+    services.vault.close()
     await services.db.close()

@@ -3,10 +3,10 @@
 Mounted only when ``HTTP_SURFACE_PUBLIC_URL`` is set (:func:`login_router`). There is no
 bearer token here, and no CORS: the ``state`` Mercury issued is the credential, and the
 answer is a short plain-text page (``Cache-Control: no-store``, ``Referrer-Policy:
-no-referrer``) saying how the login went, in the browser's language, else the app's
-default, except that a login that failed reads in the language of the person who started
-it. The code and state are handed to :meth:`core.logins.Logins.complete` and neither kept
-nor logged.
+no-referrer``, ``X-Content-Type-Options: nosniff``) saying how the login went, in the
+browser's language, else the app's default, except that a login that failed reads in the
+language of the person who started it. The code and state are handed to
+:meth:`core.logins.Logins.complete` and neither kept nor logged.
 
 Exceptions: none (every outcome is a page).
 """
@@ -126,6 +126,7 @@ def _page(tr: Translator, status: int, text: str) -> Response[str]:
         headers={
             "cache-control": "no-store",
             "referrer-policy": "no-referrer",
+            "x-content-type-options": "nosniff",
             "content-language": tr.language,
         },
     )

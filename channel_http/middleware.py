@@ -3,7 +3,8 @@
 :class:`CorsMiddleware` wraps the whole application, so every response carries the
 CORS headers (errors, 404s and streams too), and it answers ``OPTIONS`` preflights
 with 204 without authenticating. :class:`CallerMiddleware` runs on the authenticated
-routes only: it asks the auth providers who the token belongs to (401), then the core
+routes only: it refuses a request with more than one ``Authorization`` header (400),
+asks the auth providers who the token belongs to (401), then the core
 whether it talks to that person (403/503), and settles their language and time zone,
 all before a handler reads the body.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 
-from channel_http.errors import send_envelope
+from channel_http.errors import BadRequest, send_envelope
 from core.i18n import choose_language, negotiate
 from core.messages import UNAUTHORIZED
 from core.people import Admitted, refusal_message
@@ -151,6 +152,11 @@ class CallerMiddleware(ASGIMiddleware):
         header_language = negotiate(headers.get("accept-language"))
         language = header_language or settings.defaults.language
         translator = services.catalogs.translator(language)
+        if sum(key == b"authorization" for key, _ in scope["headers"]) > 1:
+            # The dict above keeps the last one; which token counts must not be a guess.
+            message = translator.gettext("Send one Authorization header: this request has several.")
+            await send_envelope(send, BadRequest.status, message, {"content-language": language})
+            return
         principal = await services.auth.authenticate(headers)
         if principal is None:
             challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"

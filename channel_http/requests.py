@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -59,7 +60,36 @@ def decode_body(body_type: type[_T], raw: bytes, translator: Translator) -> _T:
         raise BadRequest(_describe(str(error), translator)) from None
     except msgspec.DecodeError:
         raise BadRequest(translator.gettext("The request body must be JSON.")) from None
+    if repeated := _repeated_key(raw):
+        raise BadRequest(
+            translator.gettext('The field "%(field)s" appears more than once; send it once.')
+            % {"field": repeated[:64]}
+        )
     return value
+
+
+def _repeated_key(raw: bytes) -> str | None:
+    """The first key a JSON object of ``raw`` repeats, or None.
+
+    msgspec keeps the last of repeated keys without a word; the standard parser hands every
+    pair to a hook. Only called once msgspec has accepted the body, so it is flat JSON of
+    known fields and scalar values; json.loads serves only this check (never the stream).
+    """
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not repeated:
+                repeated.append(key)
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(raw, object_pairs_hook=pairs)
+    except ValueError:  # msgspec accepted it; the standard parser has no say on validity
+        return None
+    return repeated[0] if repeated else None
 
 
 def _describe(message: str, translator: Translator) -> str:
@@ -96,9 +126,17 @@ def limit(raw: str | None, default: int, translator: Translator) -> int:
     """A page size from 1 to 500, or a 400."""
     if raw is None:
         return default
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 500:
+    # int() refuses more than 4,300 digits with a ValueError: look at the length first
+    # (leading zeros don't make the number larger).
+    digits = raw.lstrip("0")
+    if (
+        not raw.isascii()
+        or not raw.isdigit()
+        or len(digits) > 3
+        or not 1 <= int(digits or 0) <= 500
+    ):
         raise BadRequest(translator.gettext("The limit must be a whole number from 1 to 500."))
-    return int(raw)
+    return int(digits)
 
 
 def required_query(value: str | None, name: str, translator: Translator) -> str:

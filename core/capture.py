@@ -36,7 +36,7 @@ CAPTURE_MAX_CHARS: Final = 12000
 #: How many of a topic's latest values decide its inferred note.
 CONSOLIDATION_WINDOW: Final = 3
 _SLUG = re.compile(r"[^a-z0-9]+")
-_DERIVED = re.compile(rb"^derived_from: (\d+)$", re.MULTILINE)
+_DERIVED = re.compile(rb"^derived_from: (\d{1,9})$", re.MULTILINE)  # int() refuses 4,301+ digits
 
 _INSTRUCTIONS: Final = (
     "You keep the long-term memory of an assistant. Read the conversation below and answer "

@@ -30,6 +30,10 @@ BODY_TOO_LARGE: Final = N_("The request body is larger than 1 MiB.")
 FIELD_WRONG_TYPE: Final = N_('The field "%(field)s" must be %(expected)s.')
 # Shown: the refusal of a body with a field the route doesn't know.
 FIELD_NOT_ALLOWED: Final = N_('The field "%(field)s" is not allowed here.')
+# Shown: the refusal of a body that gives the same key twice.
+FIELD_REPEATED: Final = N_('The field "%(field)s" appears more than once; send it once.')
+# Shown: the refusal of a request carrying more than one Authorization header.
+AUTHORIZATION_REPEATED: Final = N_("Send one Authorization header: this request has several.")
 # Shown: the refusal of a turn without text.
 TEXT_MISSING: Final = N_('Write some text: "text" is missing or blank.')
 # Shown: the refusal of a conversationId with other characters or too long.

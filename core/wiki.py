@@ -10,7 +10,8 @@ Exception tree::
 
     WikiError
     ├── InvalidPath      a view path the person may not use here (outside the view, not .md, …)
-    ├── InvalidPattern   a grep pattern RE2 refuses, or one longer than the cap
+    ├── InvalidPattern   a grep pattern RE2 refuses, one longer than the cap, or one whose
+    │                    compiled program is too large to search within the time budget
     ├── NoteNotFound     a note that isn't in the person's view
     └── NoteTooLarge     a note, or the content meant for one, over the 1 MiB cap
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import os
 import secrets
 import stat
@@ -27,6 +29,7 @@ import time
 import unicodedata
 import weakref
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
@@ -38,6 +41,12 @@ MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
 MAX_PATTERN_CHARS: Final = 512
 MAX_LINE_CHARS: Final = 500
+#: RE2's program size is what a search costs per byte once its DFA gives up (a pattern such
+#: as ``(?:.{0,100}){9}x`` is 8,105 and took 17 s over one 1 MB line); past this, refused.
+MAX_PROGRAM_SIZE: Final = 1000
+#: Searches running at once; more wait their turn, on threads of their own, so greps never
+#: hold the threads every other wiki read runs on.
+GREP_THREADS: Final = 2
 LAYOUT: Final = ("curated/design", "curated/standards", "curated/decisions", "users", "raw")
 
 _MAX_NAME_BYTES: Final = 255
@@ -48,6 +57,13 @@ _REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO named like a note must not hang the worker thread.
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+# A long line is searched in windows, the deadline checked between them, so one line can't
+# outrun the budget by more than one window's work. Windows overlap, so a match of up to
+# _WINDOW_OVERLAP bytes is found wherever it lies; RE2 sees the whole line as context, so
+# ^, $ and \b keep their meaning at a window's edges.
+_WINDOW_BYTES: Final = 8 * 1024
+_WINDOW_OVERLAP: Final = 1024
 
 _T = TypeVar("_T")
 
@@ -185,16 +201,35 @@ def _read_at(dir_fd: int, name: str, view_path: str) -> bytes | None:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
-    with open(fd, "rb", closefd=True) as file:
-        info = os.fstat(file.fileno())
+    # The descriptor is read with os.read, never wrapped with open(fd): open() refuses a
+    # folder named like a note with IsADirectoryError and leaves the descriptor open.
+    try:
+        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        data = b"" if info.st_size > MAX_NOTE_BYTES else file.read(MAX_NOTE_BYTES + 1)
+        data = b"" if info.st_size > MAX_NOTE_BYTES else _read_all(fd, MAX_NOTE_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if info.st_size > MAX_NOTE_BYTES or len(data) > MAX_NOTE_BYTES:
         raise NoteTooLarge(
             f"The note {_shown(view_path)} is larger than 1 MiB; split it into smaller notes."
         )
     return data
+
+
+def _read_all(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the regular file open at ``fd``, to its end."""
+    parts: list[bytes] = []
+    left = limit
+    while left > 0:
+        part = os.read(fd, min(left, 1024 * 1024))
+        if not part:
+            break
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
 
 
 def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
@@ -241,7 +276,7 @@ def _compile(pattern: str) -> Any:
     options.case_sensitive = False
     options.log_errors = False
     try:
-        return re2.compile(pattern, options)
+        regex = re2.compile(pattern, options)
     except re2.error as error:
         reason = error.args[0] if error.args else "unknown error"
         if isinstance(reason, bytes):
@@ -255,6 +290,37 @@ def _compile(pattern: str) -> Any:
             f"The pattern {_shown(pattern)} holds characters that are not valid text; "
             "remove them and search again."
         ) from None
+    if regex.programsize > MAX_PROGRAM_SIZE:
+        raise InvalidPattern(
+            f"The pattern {_shown(pattern)} is too complex to search in time (its program "
+            f"has {regex.programsize} steps, the limit is {MAX_PROGRAM_SIZE}); use a simpler "
+            "one, for example with smaller repetition counts."
+        )
+    return regex
+
+
+def _char_start(data: bytes, index: int) -> int:
+    """``index`` moved back to the first byte of the UTF-8 character it falls in."""
+    index = min(index, len(data))
+    while 0 < index < len(data) and data[index] & 0xC0 == 0x80:
+        index -= 1
+    return index
+
+
+def _line_matches(regex: Any, line: bytes, deadline: float) -> bool | None:
+    """Whether ``regex`` matches in ``line``; None when the deadline came first."""
+    if len(line) <= _WINDOW_BYTES:
+        return regex.search(line) is not None
+    start = 0
+    while True:
+        if time.monotonic() > deadline:
+            return None
+        end = _char_start(line, start + _WINDOW_BYTES)
+        if regex.search(line, start, end) is not None:
+            return True
+        if end >= len(line):
+            return False
+        start = _char_start(line, end - _WINDOW_OVERLAP)
 
 
 class Vault:
@@ -270,9 +336,14 @@ class Vault:
         self.root = root
         self._grep_seconds = grep_seconds
         self._grep_bytes = grep_bytes
+        self._grep_threads = ThreadPoolExecutor(GREP_THREADS, thread_name_prefix="wiki-grep")
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # -- layout -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the grep threads: a running search ends at its deadline, a queued one never runs."""
+        self._grep_threads.shutdown(wait=False, cancel_futures=True)
 
     async def init(self) -> None:
         """Create the vault's folders if they are missing; safe to call at every start."""
@@ -413,15 +484,17 @@ class Vault:
         """Lines of the person's notes matching ``pattern`` (RE2, case-insensitive).
 
         The search stops at ``max_matches`` lines, after scanning the byte budget, or at
-        the deadline, and answers with what it found by then.
+        the deadline (counted from the call, so time spent waiting for a grep thread counts
+        too), and answers with what it found by then.
         """
-        return await asyncio.to_thread(self._grep_sync, person_key, pattern, max_matches)
+        deadline = time.monotonic() + self._grep_seconds
+        search = functools.partial(self._grep_sync, person_key, pattern, max_matches, deadline)
+        return await asyncio.get_running_loop().run_in_executor(self._grep_threads, search)
 
     def _grep_sync(
-        self, person_key: str, pattern: str, max_matches: int
+        self, person_key: str, pattern: str, max_matches: int, deadline: float
     ) -> builtins.list[GrepMatch]:
         regex = _compile(pattern)
-        deadline = time.monotonic() + self._grep_seconds
         budget = self._grep_bytes
         matches: builtins.list[GrepMatch] = []
         if max_matches < 1:
@@ -440,17 +513,22 @@ class Vault:
                 continue
             data = data[:budget]
             budget -= len(data)
-            text = data.decode("utf-8", errors="replace")
-            for number, line in enumerate(text.split("\n"), start=1):
-                if time.monotonic() > deadline:
+            # Searched as valid UTF-8 bytes: RE2 then needs no copy or offset mapping per window.
+            text = data.decode("utf-8", errors="replace").encode("utf-8")
+            for number, line in enumerate(text.split(b"\n"), start=1):
+                line = line.removesuffix(b"\r")
+                found = _line_matches(regex, line, deadline)
+                if found is None:
                     return matches
-                line = line.removesuffix("\r")
-                if regex.search(line) is not None:
+                if found:
+                    shown = line[: MAX_LINE_CHARS * 4].decode("utf-8", errors="ignore")
                     matches.append(
-                        GrepMatch(path=view_path, line=number, text=line[:MAX_LINE_CHARS])
+                        GrepMatch(path=view_path, line=number, text=shown[:MAX_LINE_CHARS])
                     )
                     if len(matches) >= max_matches:
                         return matches
+                if time.monotonic() > deadline:
+                    return matches
         return matches
 
     # -- writing ------------------------------------------------------------------------
