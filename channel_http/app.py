@@ -119,6 +119,7 @@ def build_auth(settings: Settings) -> AuthChain:
         oidc_audience=settings.oidc.audience,
         oidc_algorithms=settings.oidc.algorithms,
         oidc_leeway_s=settings.oidc.leeway_s,
+        oidc_allow_http=settings.oidc.allow_http_issuer,
         log=log,
     )
     if chain is None:

@@ -241,6 +241,7 @@ class OidcSettings(_Group, frozen=True, kw_only=True):
     audience: str | None
     algorithms: tuple[str, ...]
     leeway_s: int
+    allow_http_issuer: bool
 
 
 class Settings(_Group, frozen=True, kw_only=True):
@@ -429,6 +430,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             default_doc="the provider's choice"),
     Setting("oidc.leeway_s", "OIDC_LEEWAY_S", _Int(0, 60), 30,
             "Seconds of clock difference tolerated on a token's times."),
+    Setting("oidc.allow_http_issuer", "OIDC_ALLOW_HTTP_ISSUER", _Bool(), False,
+            "Accept a plain-http issuer; for development against a local issuer only."),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),
