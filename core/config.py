@@ -144,6 +144,10 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
     ui: bool
     ui_oidc_client_id: str | None
     ui_oidc_scope: str
+    max_header_bytes: int
+    header_timeout_s: float
+    keep_alive_timeout_s: float
+    max_connections: int
 
 
 class AuthSettings(_Group, frozen=True, kw_only=True):
@@ -360,6 +364,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "only takes pasted tokens."),
     Setting("http.ui_oidc_scope", "HTTP_SURFACE_UI_OIDC_SCOPE", _Text(raw=True), "openid profile",
             "The scopes the browser UI asks the OpenID provider for."),
+    Setting("http.max_header_bytes", "HTTP_SURFACE_MAX_HEADER_BYTES", _Int(1024, 1_048_576),
+            65_536, "Bytes a request's head (request line and headers) may take; past them, 431."),
+    Setting("http.header_timeout_s", "HTTP_SURFACE_HEADER_TIMEOUT_S", _SECONDS, 10.0,
+            "Seconds a request's head may take to arrive whole; past them, 408 and the "
+            "connection is closed."),
+    Setting("http.keep_alive_timeout_s", "HTTP_SURFACE_KEEP_ALIVE_TIMEOUT_S", _SECONDS, 5.0,
+            "Seconds an idle keep-alive connection is kept open between requests."),
+    Setting("http.max_connections", "HTTP_SURFACE_MAX_CONNECTIONS", _Int(1, 100_000), 2048,
+            "Connections (or running requests) served at once; past them, 503 with "
+            "Retry-After. Each open stream holds one."),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
             "Where the service keeps its files.", default_doc="`./data`"),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
