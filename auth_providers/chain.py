@@ -62,6 +62,7 @@ def load_providers(
     oidc_audience: str | None,
     oidc_algorithms: str | Sequence[str] | None = None,
     oidc_leeway_s: float | str | None = None,
+    oidc_allow_http: bool = False,
     log: logging.Logger | None = None,
 ) -> tuple[AuthChain | None, list[str]]:
     """Build the named providers, in order, skipping (and logging) those that fail to load.
@@ -72,7 +73,12 @@ def load_providers(
     builders: dict[str, Callable[[], AuthProvider]] = {
         "static": lambda: StaticTokenProvider.from_env(static_tokens),
         "oidc": lambda: OidcProvider.from_env(
-            oidc_issuer, oidc_audience, oidc_algorithms, oidc_leeway_s, log=logger
+            oidc_issuer,
+            oidc_audience,
+            oidc_algorithms,
+            oidc_leeway_s,
+            allow_http=oidc_allow_http,
+            log=logger,
         ),
     }
     loaded: list[AuthProvider] = []

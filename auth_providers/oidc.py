@@ -3,7 +3,12 @@
 The provider discovers the issuer lazily (on the first token it sees), keeps the key
 set for a while, refetches it when a token names a key it doesn't know (rotation),
 at most once per cooldown so forged key ids can't hammer the issuer, and remembers
-verified tokens until they expire so a repeat call costs a dictionary lookup.
+verified tokens until they expire so a repeat call costs a dictionary lookup. A failed
+discovery or key-set fetch is retried once per cooldown too, not on every token: while
+the issuer is down, forged tokens can't turn into one outbound request each.
+
+The issuer must be https: keys fetched over plain http could be swapped on the way.
+``OIDC_ALLOW_HTTP_ISSUER`` lifts that for development against a local issuer.
 
 Exceptions::
 
@@ -90,6 +95,7 @@ class OidcSettings(msgspec.Struct, frozen=True, kw_only=True):
     jwks_ttl_s: float = 600.0
     refetch_cooldown_s: float = 30.0
     cache_size: int = 10_000
+    allow_http: bool = False
 
     @property
     def discovery_url(self) -> str:
@@ -201,6 +207,7 @@ class OidcProvider:
         self._jwks_uri: str | None = None
         self._keys: _KeySet | None = None
         self._last_key_fetch: float | None = None
+        self._last_discovery: float | None = None
         self._discovery: asyncio.Future[str | None] | None = None
         self._key_fetch: asyncio.Future[_KeySet | None] | None = None
         self._reported: dict[str, str] = {}
@@ -221,9 +228,11 @@ class OidcProvider:
         jwks_ttl_s: float = 600.0,
         refetch_cooldown_s: float = 30.0,
         discovery_timeout_s: float = 5.0,
+        allow_http: bool = False,
     ) -> OidcProvider:
-        """Build the provider from ``OIDC_ISSUER``, ``OIDC_AUDIENCE``, ``OIDC_ALGORITHMS``
-        and ``OIDC_LEEWAY_S``; nothing is fetched until the first token arrives."""
+        """Build the provider from ``OIDC_ISSUER``, ``OIDC_AUDIENCE``, ``OIDC_ALGORITHMS``,
+        ``OIDC_LEEWAY_S`` and ``OIDC_ALLOW_HTTP_ISSUER``; nothing is fetched until the first
+        token arrives."""
         if issuer is None or not issuer.strip():
             raise AuthConfigurationError(
                 'OIDC_ISSUER is missing; set it to the issuer URL your tokens carry in "iss".'
@@ -233,6 +242,12 @@ class OidcProvider:
             raise AuthConfigurationError(
                 "OIDC_ISSUER isn't an http(s) URL; set it to the exact issuer URL your tokens "
                 'carry in "iss", such as https://login.example.com/realms/team.'
+            )
+        if parts.scheme == "http" and not allow_http:
+            raise AuthConfigurationError(
+                f"OIDC_ISSUER is {issuer}, plain http: the keys that verify tokens would "
+                "travel unprotected and could be swapped on the way; use the issuer's https "
+                "URL, or set OIDC_ALLOW_HTTP_ISSUER=true for development against a local issuer."
             )
         if audience is None or not audience.strip():
             raise AuthConfigurationError(
@@ -247,6 +262,7 @@ class OidcProvider:
             discovery_timeout_s=discovery_timeout_s,
             jwks_ttl_s=jwks_ttl_s,
             refetch_cooldown_s=refetch_cooldown_s,
+            allow_http=allow_http,
         )
         return cls(settings, http_client_factory=http_client_factory, clock=clock, log=log)
 
@@ -349,19 +365,20 @@ class OidcProvider:
         now = self._now()
         keys = self._keys
         if keys is None or now - keys.fetched_at >= self.settings.jwks_ttl_s:
-            if keys is None or self._may_refetch(now):
-                keys = await self._shared_key_fetch(jwks_uri) or keys
+            keys = await self._shared_key_fetch(jwks_uri, now) or keys
         if keys is None:
             return []
         found = self._lookup(keys, kid, alg)
-        if not found and kid is not None and kid not in keys.by_kid and self._may_refetch(now):
+        if not found and kid is not None and kid not in keys.by_kid:
             # An unknown key id: the issuer may have rotated its keys.
-            keys = await self._shared_key_fetch(jwks_uri) or keys
+            keys = await self._shared_key_fetch(jwks_uri, now) or keys
             found = self._lookup(keys, kid, alg)
         return found
 
     def _may_refetch(self, now: float) -> bool:
-        last = self._last_key_fetch
+        return self._cooled_down(self._last_key_fetch, now)
+
+    def _cooled_down(self, last: float | None, now: float) -> bool:
         return last is None or now - last >= self.settings.refetch_cooldown_s
 
     def _lookup(self, keys: _KeySet, kid: str | None, alg: str) -> list[jwt.PyJWK]:
@@ -391,12 +408,23 @@ class OidcProvider:
         if self._jwks_uri is not None:
             return self._jwks_uri
         if self._discovery is None or self._discovery.done():
+            now = self._now()
+            if not self._cooled_down(self._last_discovery, now):
+                return None  # it failed a moment ago: tokens wait out the cooldown
+            self._last_discovery = now
             self._discovery = asyncio.ensure_future(self._discover())
         return await asyncio.shield(self._discovery)
 
-    async def _shared_key_fetch(self, jwks_uri: str) -> _KeySet | None:
+    async def _shared_key_fetch(self, jwks_uri: str, now: float) -> _KeySet | None:
+        """The key set from the fetch under way, or a new one; None within the cooldown.
+
+        The cooldown follows every fetch, failed ones too: while no keys are cached, a
+        flood of tokens must not turn into a flood of requests to a failing issuer.
+        """
         if self._key_fetch is None or self._key_fetch.done():
-            self._last_key_fetch = self._now()
+            if not self._may_refetch(now):
+                return None
+            self._last_key_fetch = now
             self._key_fetch = asyncio.ensure_future(self._fetch_keys(jwks_uri))
         return await asyncio.shield(self._key_fetch)
 

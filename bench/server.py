@@ -30,6 +30,7 @@ from litestar.response import Stream
 
 from channel_http import sse
 from channel_http.app import build_app, with_cors
+from channel_http.connections import server_options
 from core.config import load_settings
 from core.events import Text
 from core.model import ChatChunk
@@ -126,12 +127,12 @@ def main() -> None:
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",
-        http="httptools",
         lifespan="on",
         log_level="warning",
         access_log=False,
         backlog=4096,
         timeout_graceful_shutdown=2,
+        **server_options(settings),
     )
 
 

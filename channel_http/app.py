@@ -24,6 +24,7 @@ from channel_http import routes
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
+from channel_http.paths import CanonicalPaths
 from channel_http.requests import MAX_BODY
 from channel_http.ui import ui_router
 from core.archive import ArchiveWriter
@@ -120,6 +121,7 @@ def build_auth(settings: Settings) -> AuthChain:
         oidc_audience=settings.oidc.audience,
         oidc_algorithms=settings.oidc.algorithms,
         oidc_leeway_s=settings.oidc.leeway_s,
+        oidc_allow_http=settings.oidc.allow_http_issuer,
         log=log,
     )
     if chain is None:
@@ -225,12 +227,16 @@ def build_app(
 
 
 def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
-    """The application behind the CORS layer, as the server runs it."""
+    """The application behind the CORS layer, as the server runs it.
+
+    Outermost, the path is made canonical once, so the preflight and the route agree on
+    variants such as ``/turn/`` or ``//turn`` (channel_http/paths.py).
+    """
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
     bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
     paths = frozenset(route.path for route in app.routes) - bare
-    return CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
+    return CanonicalPaths(CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare))
 
 
 async def open_services(

@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from channel_http.app import HttpChannel, build_app, with_cors
+from channel_http.connections import server_options
 from core.channels import admits
 from core.config import ConfigurationError, help_text, load_settings
 
@@ -90,13 +91,13 @@ def serve(arguments: argparse.Namespace) -> int:
         host=settings.http.host,
         port=settings.http.port,
         loop="uvloop",
-        http="httptools",
         lifespan="on",
         log_level="info",
         timeout_graceful_shutdown=math.ceil(settings.http.graceful_timeout_s),
         proxy_headers=False,
         access_log=False,  # its lines would carry the login callback's code and state
         server_header=False,
+        **server_options(settings),
     )
     server = _Server(config, app)
     server.run()

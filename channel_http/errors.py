@@ -15,13 +15,18 @@ Exception tree::
     core.db.DatabaseBusy  503    the database is locked by another process; Retry-After
     client gone                  a client that left before its body arrived: logged, not an error
 
+Refused by the connection layer (channel_http/connections.py), before any request exists:
+``HEAD_TIMEOUT`` 408 (a head slower than its timeout), ``HEAD_TOO_LARGE`` 431 (a head past
+its size limit), ``OVER_CAPACITY`` 503 (too many connections at once; Retry-After).
+
 Once the first byte of an event stream is out, a failure is an ``error`` event instead.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, ClassVar
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 from litestar import Request, Response
@@ -97,7 +102,27 @@ class Unavailable(ApiError):
     status = 503
 
 
+HEAD_TIMEOUT: Final = 408
+HEAD_TOO_LARGE: Final = 431
+OVER_CAPACITY: Final = 503
+
 _encode = msgspec.json.Encoder().encode
+
+
+def raw_envelope(status: int, message: str, headers: dict[str, str]) -> bytes:
+    """The envelope as a whole HTTP/1.1 response that closes its connection.
+
+    For refusals made before a request exists (its head is unfinished), so before ASGI.
+    """
+    body = _encode({"ok": False, "error": message})
+    lines = [
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
 def envelope(

@@ -93,8 +93,8 @@ async def turn(request: AnyRequest) -> Stream:
     if not (opening or resume) and not text.strip():
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager
-    if not (opening or resume):
-        decision = manager.check_rate(caller.person, text)
+    if not resume:
+        decision = manager.check_rate(caller.person, text, opening=opening)
         if decision is not None and not decision.allowed:
             seconds = decision.retry_after_s
             raise TooManyRequests(
@@ -375,7 +375,9 @@ async def conversation(request: AnyRequest) -> dict[str, Any]:
     return {
         "ok": True,
         "messages": [
-            {"role": m.role, "content": m.content, "timestamp": m.timestamp} for m in page.items
+            {"role": m.role, "content": m.content, "timestamp": m.timestamp}
+            | ({"interrupted": True} if m.interrupted else {})
+            for m in page.items
         ],
         "nextOffset": page.next_cursor,
     }

@@ -145,6 +145,10 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
     ui: bool
     ui_oidc_client_id: str | None
     ui_oidc_scope: str
+    max_header_bytes: int
+    header_timeout_s: float
+    keep_alive_timeout_s: float
+    max_connections: int
 
 
 class AuthSettings(_Group, frozen=True, kw_only=True):
@@ -242,6 +246,7 @@ class OidcSettings(_Group, frozen=True, kw_only=True):
     audience: str | None
     algorithms: tuple[str, ...]
     leeway_s: int
+    allow_http_issuer: bool
 
 
 class Settings(_Group, frozen=True, kw_only=True):
@@ -363,6 +368,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "only takes pasted tokens."),
     Setting("http.ui_oidc_scope", "HTTP_SURFACE_UI_OIDC_SCOPE", _Text(raw=True), "openid profile",
             "The scopes the browser UI asks the OpenID provider for."),
+    Setting("http.max_header_bytes", "HTTP_SURFACE_MAX_HEADER_BYTES", _Int(1024, 1_048_576),
+            65_536, "Bytes a request's head (request line and headers) may take; past them, 431."),
+    Setting("http.header_timeout_s", "HTTP_SURFACE_HEADER_TIMEOUT_S", _SECONDS, 10.0,
+            "Seconds a request's head may take to arrive whole; past them, 408 and the "
+            "connection is closed."),
+    Setting("http.keep_alive_timeout_s", "HTTP_SURFACE_KEEP_ALIVE_TIMEOUT_S", _SECONDS, 5.0,
+            "Seconds an idle keep-alive connection is kept open between requests."),
+    Setting("http.max_connections", "HTTP_SURFACE_MAX_CONNECTIONS", _Int(1, 100_000), 2048,
+            "Connections (or running requests) served at once; past them, 503 with "
+            "Retry-After. Each open stream holds one."),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
             "Where the service keeps its files.", default_doc="`./data`"),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
@@ -433,6 +448,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             default_doc="the provider's choice"),
     Setting("oidc.leeway_s", "OIDC_LEEWAY_S", _Int(0, 60), 30,
             "Seconds of clock difference tolerated on a token's times."),
+    Setting("oidc.allow_http_issuer", "OIDC_ALLOW_HTTP_ISSUER", _Bool(), False,
+            "Accept a plain-http issuer; for development against a local issuer only."),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),

@@ -277,7 +277,14 @@ class WirePool:
         return wire
 
     async def send(self, request: bytes) -> Wire:
-        """A connection whose answer to ``request`` has begun (its head is read)."""
+        """A connection whose answer to ``request`` has begun (its head is read).
+
+        An idle connection the host had closed fails before anything could have been
+        processed (reset or EOF on write or at the first read, no byte back): the request
+        goes once more, on a fresh connection. Anything else ends the request, a read
+        timeout above all: the host may be working on it, and sending it again on the next
+        idle connection would have the model answer it once per pooled connection.
+        """
         while self.idle:
             wire = self.idle.pop()
             if wire.closed:
@@ -286,18 +293,18 @@ class WirePool:
             try:
                 wire.write(request)
                 await wire.head()
-            except WireError:
+            except WireError as error:
                 wire.close()
-                if wire.received_any:
+                if wire.received_any or error.kind != "broken":
                     raise
-                continue  # the host had closed the idle connection: try the next one
+                break  # the host had closed the idle connection: once more, on a fresh one
             except BaseException:  # cancelled while waiting: the answer would be orphaned
                 wire.close()
                 raise
             return wire
         wire = await self.connect()
-        wire.write(request)
         try:
+            wire.write(request)
             await wire.head()
         except BaseException:
             wire.close()

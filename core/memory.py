@@ -107,6 +107,8 @@ class ArchivedMessage(msgspec.Struct, frozen=True, rename="camel"):
     timestamp: str
     ts: float
     conversation_id: str | None = None
+    interrupted: bool = False
+    """An answer cut off before its end (the turn was cancelled or failed)."""
 
 
 class Episode(msgspec.Struct, frozen=True, rename="camel"):

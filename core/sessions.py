@@ -213,9 +213,16 @@ class SessionManager:
         """``<person key>:<conversationId>``: the caller's own namespace."""
         return f"{person.key}:{conversation_id}"
 
-    def check_rate(self, person: Person, text: str) -> RateDecision | None:
-        """The rate decision for a turn, or None when it is not counted (a token)."""
-        if self.is_intercepted(text):
+    def check_rate(
+        self, person: Person, text: str, *, opening: bool = False
+    ) -> RateDecision | None:
+        """The rate decision for a turn, or None when it is not counted (a token).
+
+        An opening turn asks the model (while the person's name is unsaved) and is counted
+        like a written one; a resumed turn is not: it needs a confirmation, which needs a
+        staging, which a counted turn made.
+        """
+        if not opening and self.is_intercepted(text):
             return None
         return self.rate_limiter.check(f"{person.key}:{person.key}")
 
@@ -355,7 +362,11 @@ class SessionManager:
             log.warning("could not rebuild %s from the archive: %r", key, error)
             return []
         return [
-            ChatMessage(role="user" if m.role == "user" else "assistant", content=m.content)
+            ChatMessage(role="user", content=m.content)
+            if m.role == "user"
+            else interrupted_answer(m.content)
+            if m.interrupted
+            else ChatMessage(role="assistant", content=m.content)
             for m in archived
         ]
 
@@ -381,16 +392,20 @@ class SessionManager:
         specs = [ToolSpec(t.name, t.description, dict(t.parameters)) for _, t in offered.values()]
         system = ChatMessage(role="system", content=self._instructions(context, offered))
         text_parts: list[str] = []
+        step_text: list[str] = []  # the step whose answer is still streaming
         staged = False
         finished = False
+        delivered = False
         answer = ""
         try:
             for _step in range(self.limits.max_steps):
-                step_text, calls = await self._model_step([system, *session.messages], specs, emit)
+                step_text = []
+                calls = await self._model_step([system, *session.messages], specs, emit, step_text)
                 text_parts.extend(step_text)
                 session.messages.append(
                     ChatMessage(role="assistant", content="".join(step_text), tool_calls=calls)
                 )
+                step_text = []
                 if not calls:
                     finished = True
                     break
@@ -418,15 +433,23 @@ class SessionManager:
             if displays.shown:
                 answer = with_displays(answer, displays.shown)
             await emit(events.Final(text=answer, pending_note=pending_note))
+            delivered = True
         finally:
-            # What the person saw: the final text, or what streamed before a failure.
-            self._archive_turn(context, turn_input, archive_user, answer or "".join(text_parts))
+            if not delivered:
+                # Cancelled or failed before its final event: the history keeps what streamed,
+                # marked as cut off, as a rebuild from the archive will (docs/memory.md).
+                text_parts.extend(step_text)
+                answer = "".join(text_parts)
+                session.messages.append(interrupted_answer("".join(step_text)))
+            self._archive_turn(context, turn_input, archive_user, answer, interrupted=not delivered)
 
     async def _model_step(
-        self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit
-    ) -> tuple[list[str], tuple[ToolCall, ...] | None]:
-        """Stream one model answer; returns its text pieces and the tools it called."""
-        parts: list[str] = []
+        self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit, parts: list[str]
+    ) -> tuple[ToolCall, ...] | None:
+        """Stream one model answer into ``parts`` (its text pieces); returns the tools it called.
+
+        ``parts`` belongs to the caller so a turn cut off mid-answer still knows what streamed.
+        """
         calls: list[ToolCall] = []
         reasoning_id: str | None = None
         stream = self.model.chat(messages, tools=specs, think=self.limits.think)
@@ -456,7 +479,7 @@ class SessionManager:
             await stream.aclose()  # type: ignore[attr-defined]
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
-        return parts, tuple(calls) or None
+        return tuple(calls) or None
 
     async def _call_tool(
         self,
@@ -750,8 +773,23 @@ class SessionManager:
         return "\n\n".join(parts)
 
     def _archive_turn(
-        self, context: ToolCallContext, turn_input: TurnInput, user_text: str | None, answer: str
+        self,
+        context: ToolCallContext,
+        turn_input: TurnInput,
+        user_text: str | None,
+        answer: str,
+        *,
+        interrupted: bool,
     ) -> None:
+        """Archive one exchange: the person's message, then the answer, submitted together.
+
+        Turns of a session run one at a time, and the writer gives every item an ``ts``
+        strictly increasing in submission order, which is the order reads follow: so each
+        exchange stays a pair, in the order the turns ran. ``ts`` is not the arrival time
+        (a message waiting behind other turns would sort before their answers); the
+        person's message keeps that in ``timestamp``. An interrupted answer is archived as
+        far as it streamed (possibly empty) and flagged, so the pair stays whole.
+        """
         if self.archive is None:
             return
         now = self.clock()
@@ -767,12 +805,24 @@ class SessionManager:
                     **base,
                     "role": "user",
                     "content": user_text,
-                    **_stamp_fields(turn_input.received_at),
+                    "timestamp": _timestamp(turn_input.received_at),
                 },
             )
-        if answer:
+        if interrupted and (user_text is not None or answer):
             self.archive.submit(
-                "verbatim", {**base, "role": "assistant", "content": answer, **_stamp_fields(now)}
+                "verbatim",
+                {
+                    **base,
+                    "role": "assistant",
+                    "content": answer,
+                    "interrupted": True,
+                    "timestamp": _timestamp(now),
+                },
+            )
+        elif answer:
+            self.archive.submit(
+                "verbatim",
+                {**base, "role": "assistant", "content": answer, "timestamp": _timestamp(now)},
             )
 
     @staticmethod
@@ -837,5 +887,17 @@ def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
     return cap(f"{tool.name} {msgspec.json.encode(dict(arguments)).decode()}", 200)
 
 
-def _stamp_fields(when: datetime) -> dict[str, Any]:
-    return {"timestamp": when.isoformat(timespec="milliseconds"), "ts": when.timestamp()}
+def _timestamp(when: datetime) -> str:
+    """The displayed time of an archived message; its order is the writer's ``ts``."""
+    return when.isoformat(timespec="milliseconds")
+
+
+#: What the model reads after an answer that was cut off (not shown to the person).
+INTERRUPTED_NOTE: Final = "[This answer was interrupted before it was finished.]"
+
+
+def interrupted_answer(text: str) -> ChatMessage:
+    """The history's assistant message for an answer cut off after ``text`` streamed."""
+    return ChatMessage(
+        role="assistant", content=f"{text}\n\n{INTERRUPTED_NOTE}" if text else INTERRUPTED_NOTE
+    )

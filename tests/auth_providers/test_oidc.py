@@ -227,7 +227,7 @@ class LocalIssuer:
         )
 
     def provider(self, clock: ManualClock, **options: Any) -> OidcProvider:
-        return OidcProvider.from_env(self.issuer, AUDIENCE, clock=clock, **options)
+        return OidcProvider.from_env(self.issuer, AUDIENCE, allow_http=True, clock=clock, **options)
 
 
 @pytest.fixture
@@ -298,7 +298,7 @@ def test_the_defaults_are_asymmetric_algorithms_and_thirty_seconds_of_leeway() -
 async def test_a_valid_token_is_admitted_with_its_subject_name_and_claims(
     idp: OidcProviderProcess,
 ) -> None:
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE)
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
     principal = await authenticate(provider, idp.client_credentials_token())
     assert principal is not None
     assert principal.id == CLIENT_ID
@@ -313,7 +313,7 @@ async def test_a_valid_token_is_admitted_with_its_subject_name_and_claims(
 
 @pytest.mark.anyio
 async def test_a_person_who_logged_in_is_admitted_as_themselves(idp: OidcProviderProcess) -> None:
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE)
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
     tokens = idp.login("dora")
     principal = await authenticate(provider, tokens["access_token"])
     assert principal is not None
@@ -323,7 +323,7 @@ async def test_a_person_who_logged_in_is_admitted_as_themselves(idp: OidcProvide
 
 @pytest.mark.anyio
 async def test_a_token_for_another_audience_is_refused(idp: OidcProviderProcess) -> None:
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE)
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
     assert await authenticate(provider, idp.client_credentials_token("other-api")) is None
     assert await authenticate(provider, idp.client_credentials_token()) is not None
 
@@ -336,15 +336,23 @@ async def test_a_token_from_another_issuer_with_the_same_keys_is_refused(
         assert other.issuer != idp.issuer
         assert other.kids == idp.kids
         token = other.client_credentials_token()
-        assert await authenticate(OidcProvider.from_env(idp.issuer, AUDIENCE), token) is None
-        assert await authenticate(OidcProvider.from_env(other.issuer, AUDIENCE), token) is not None
+        assert (
+            await authenticate(OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True), token)
+            is None
+        )
+        assert (
+            await authenticate(
+                OidcProvider.from_env(other.issuer, AUDIENCE, allow_http=True), token
+            )
+            is not None
+        )
 
 
 @pytest.mark.anyio
 async def test_garbage_a_basic_scheme_and_no_header_are_refused(
     idp: OidcProviderProcess,
 ) -> None:
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE)
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
     token = idp.client_credentials_token()
     with anyio.fail_after(10):
         assert await provider.authenticate({}) is None
@@ -356,7 +364,7 @@ async def test_garbage_a_basic_scheme_and_no_header_are_refused(
 
 @pytest.mark.anyio
 async def test_a_tampered_token_is_refused(idp: OidcProviderProcess) -> None:
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE)
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
     head, body, signature = idp.client_credentials_token().split(".")
     claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     forged_body = b64(json.dumps({**claims, "sub": "admin"}).encode())
@@ -372,7 +380,7 @@ async def test_a_key_rotation_is_picked_up_without_a_restart(
 ) -> None:
     clock, counter = now_clock(), Counter()
     provider = OidcProvider.from_env(
-        own_idp.issuer, AUDIENCE, clock=clock, http_client_factory=counter.factory
+        own_idp.issuer, AUDIENCE, allow_http=True, clock=clock, http_client_factory=counter.factory
     )
     assert await authenticate(provider, own_idp.client_credentials_token()) is not None
     own_idp.rotate_keys()
@@ -393,15 +401,19 @@ async def test_an_issuer_down_refuses_logs_once_and_is_retried_when_back(
 ) -> None:
     caplog.set_level(logging.WARNING)
     token = own_idp.client_credentials_token()
-    counter = Counter()
-    provider = OidcProvider.from_env(own_idp.issuer, AUDIENCE, http_client_factory=counter.factory)
+    clock, counter = now_clock(), Counter()
+    provider = OidcProvider.from_env(
+        own_idp.issuer, AUDIENCE, allow_http=True, clock=clock, http_client_factory=counter.factory
+    )
     own_idp.stop()
     assert await authenticate(provider, token) is None
+    clock.advance(timedelta(seconds=31))
     assert await authenticate(provider, token) is None
     failures = [r.getMessage() for r in caplog.records if "discovery at" in r.getMessage()]
     assert len(failures) == 1
     assert failures[0].startswith(f"oidc: discovery at {own_idp.issuer} failed")
     own_idp.start()
+    clock.advance(timedelta(seconds=31))
     principal = await authenticate(provider, token)
     assert principal is not None and principal.id == CLIENT_ID
     assert counter.hits("/openid-configuration") == 3
@@ -415,7 +427,7 @@ async def test_cached_keys_keep_verifying_while_the_issuer_is_down(
     caplog.set_level(logging.WARNING)
     clock = now_clock()
     first, second = own_idp.client_credentials_token(), own_idp.client_credentials_token()
-    provider = OidcProvider.from_env(own_idp.issuer, AUDIENCE, clock=clock)
+    provider = OidcProvider.from_env(own_idp.issuer, AUDIENCE, allow_http=True, clock=clock)
     assert await authenticate(provider, first) is not None
     own_idp.stop()
     clock.advance(timedelta(minutes=11))  # past the key set's ten minutes
@@ -430,7 +442,9 @@ async def test_concurrent_first_requests_share_one_discovery_and_one_key_fetch(
     idp: OidcProviderProcess,
 ) -> None:
     counter = Counter()
-    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, http_client_factory=counter.factory)
+    provider = OidcProvider.from_env(
+        idp.issuer, AUDIENCE, allow_http=True, http_client_factory=counter.factory
+    )
     tokens = [idp.client_credentials_token() for _ in range(8)]
     results: list[Principal | None] = []
 
@@ -704,6 +718,7 @@ async def test_a_hanging_discovery_times_out_and_is_retried(
     assert time.monotonic() - started < 2.5
     assert "no answer within 0.2 s" in caplog.text
     local.discovery_delay_s = 0.0
+    clock.advance(timedelta(seconds=31))  # past the cooldown a failure waits out
     assert await authenticate(provider, token) is not None
     assert local.discovery_hits == 2
 
@@ -719,6 +734,7 @@ async def test_discovery_that_failed_is_retried_and_logged_once_per_cause(
     local.discovery_down = True
     for _ in range(3):
         assert await authenticate(provider, token) is None
+        clock.advance(timedelta(seconds=31))  # past the cooldown a failure waits out
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [f"oidc: discovery at {local.issuer} failed: HTTP status 503"]
     local.discovery_down = False
@@ -796,10 +812,10 @@ async def test_no_token_ever_reaches_the_log(
     real = own_idp.client_credentials_token()
     crafted = local.token(clock)
     seen = [real, crafted]
-    provider = OidcProvider.from_env(own_idp.issuer, AUDIENCE, clock=clock)
+    provider = OidcProvider.from_env(own_idp.issuer, AUDIENCE, allow_http=True, clock=clock)
     assert await authenticate(provider, real) is not None
     own_idp.stop()
-    stranger = OidcProvider.from_env(own_idp.issuer, AUDIENCE, clock=clock)
+    stranger = OidcProvider.from_env(own_idp.issuer, AUDIENCE, allow_http=True, clock=clock)
     assert await authenticate(stranger, real) is None
     local.jwks_down = True
     assert await authenticate(local.provider(clock), crafted) is None
@@ -807,3 +823,73 @@ async def test_no_token_ever_reaches_the_log(
     for token in seen:
         for part in token.split("."):
             assert part not in caplog.text
+
+
+# --- failures are cooled down too (adversarial review) --------------------------------------
+
+
+def forged(clock: ManualClock, issuer: str, n: int) -> list[str]:
+    """``n`` tokens claiming ``issuer``, each signed by a key it never published."""
+    now = int(clock().timestamp())
+    return [
+        jwt.encode(
+            {"iss": issuer, "aud": AUDIENCE, "sub": "mallory", "iat": now, "exp": now + 600},
+            KEYS.stranger,
+            algorithm="RS256",
+            headers={"kid": f"forged-{i}", "typ": "at+jwt"},
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_issuer_is_asked_once_per_cooldown_not_once_per_token(
+    own_idp: OidcProviderProcess,
+) -> None:
+    # The review: 30 forged tokens while the issuer was down made 30 discovery requests.
+    clock, counter = now_clock(), Counter()
+    provider = OidcProvider.from_env(
+        own_idp.issuer, AUDIENCE, allow_http=True, clock=clock, http_client_factory=counter.factory
+    )
+    real = own_idp.client_credentials_token()
+    own_idp.stop()  # its port now refuses connections
+    for token in forged(clock, own_idp.issuer, 30):
+        assert await authenticate(provider, token) is None
+    assert counter.hits("/openid-configuration") == 1
+    own_idp.start()
+    assert await authenticate(provider, real) is None  # still within the cooldown
+    clock.advance(timedelta(seconds=31))
+    principal = await authenticate(provider, real)
+    assert principal is not None and principal.id == CLIENT_ID
+    assert counter.hits("/openid-configuration") == 2
+
+
+@pytest.mark.anyio
+async def test_a_key_set_that_failed_is_fetched_once_per_cooldown_not_once_per_token(
+    local: LocalIssuer,
+) -> None:
+    # The unknown-kid cooldown was skipped while no keys were cached.
+    clock = now_clock()
+    provider = local.provider(clock)
+    local.jwks_down = True
+    for token in forged(clock, local.issuer, 30):
+        assert await authenticate(provider, token) is None
+    assert local.jwks_hits == 1
+    assert local.discovery_hits == 1
+    local.jwks_down = False
+    clock.advance(timedelta(seconds=31))
+    assert await authenticate(provider, local.token(clock)) is not None
+    assert local.jwks_hits == 2
+
+
+@pytest.mark.anyio
+async def test_an_http_issuer_is_refused_unless_allowed_for_development(
+    idp: OidcProviderProcess,
+) -> None:
+    with pytest.raises(AuthConfigurationError) as raised:
+        OidcProvider.from_env("http://login.example.com", AUDIENCE)
+    assert "OIDC_ALLOW_HTTP_ISSUER" in str(raised.value)
+    assert str(raised.value).endswith(".")
+    # The tests' provider runs on plain http on loopback: allowed by the setting.
+    provider = OidcProvider.from_env(idp.issuer, AUDIENCE, allow_http=True)
+    assert await authenticate(provider, idp.client_credentials_token()) is not None

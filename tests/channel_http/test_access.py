@@ -88,6 +88,7 @@ async def test_oidc_and_static_tokens_chain_and_never_share_a_session(
     server = make_server(
         MERCURY_AUTH="oidc,static",
         OIDC_ISSUER=oidc.issuer,
+        OIDC_ALLOW_HTTP_ISSUER="true",
         OIDC_AUDIENCE="mercury-http",
         AUTH_STATIC_TOKENS=json.dumps(tokens),
     )

@@ -448,3 +448,25 @@ async def test_two_stagings_in_one_step_each_get_their_pending_event(
         done = httpx.post(engine.url + "/confirm", headers=ALICE, json=confirm)
         assert done.json()["resolved"] is True
     assert [run["by"] for run in counter.runs] == [1, 2]
+
+
+async def test_opening_turns_count_against_the_rate_limit_while_the_name_is_unsaved(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    # Adversarial review: an opening turn asks the model each time the name is unsaved and
+    # was never counted, an unbounded model-cost path per person.
+    server = make_server(MERCURY_RATE_LIMIT_PER_USER="3", MERCURY_RATE_LIMIT_WINDOW_MS="60000")
+    opening = {"opening": True, "conversationId": "hello"}
+    for _ in range(3):
+        assert (await post_turn(server, opening, ALICE)).status == 200
+    asked = len(ollama.requests)
+    assert asked == 3
+    refused = await post_turn(server, opening, ALICE)
+    assert refused.status == 429
+    assert refused.body is not None and refused.body["ok"] is False
+    assert "Too many messages: wait" in refused.body["error"]
+    assert 0 < int(refused.headers["retry-after"]) <= 60
+    # One budget for both kinds of turn: a written turn is refused too.
+    assert (await post_turn(server, {"text": "hi"}, ALICE)).status == 429
+    assert len(ollama.requests) == asked
+    assert (await post_turn(server, opening, BOB)).status == 200

@@ -13,10 +13,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from httpx_sse import aconnect_sse
 
 from core.edge import EdgeStore
 from core.memory import MemoryStore
 from core.qdrant import QdrantStore
+from core.sessions import INTERRUPTED_NOTE
 from tests.conftest import ALICE, BOB
 from tests.support.memory_doubles import DownStore, SlowStore
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -406,3 +408,104 @@ async def test_facts_consolidate_into_an_inferred_note_only_when_a_value_dominat
     assert "coffee" in note()  # tea, coffee, coffee: coffee still dominates
     files = httpx.get(server.url + "/wiki/list", headers=BOB).json()["files"]
     assert "personal/inferred/morning-drink.md" not in files
+
+
+def echo_or_summary(request: dict[str, Any]) -> ChatScript:
+    """Streams echo the question (so an answer names its question); summaries are JSON."""
+    if request.get("stream") is False:
+        return summary_responder(request)
+    return ChatScript.words(f"answer to {request['messages'][-1]['content'].rsplit('] ', 1)[-1]}")
+
+
+def exchanges(said: list[tuple[str, str]]) -> list[str]:
+    """The questions of a transcript that alternates question and answer; fails otherwise."""
+    questions = []
+    for (role, question), (answer_role, answer) in zip(said[::2], said[1::2], strict=True):
+        assert (role, answer_role) == ("user", "assistant"), said
+        assert answer == f"answer to {question}", said
+        questions.append(question)
+    return questions
+
+
+async def test_concurrent_turns_on_one_conversation_archive_each_exchange_as_a_pair_in_order(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    # Adversarial review: the question was stamped on arrival and the answer at its end,
+    # so thirty concurrent turns read back as thirty questions, then thirty answers.
+    server = make_server(
+        {"memory": store_factory()},
+        MERCURY_RATE_LIMIT_PER_USER="100",
+        SESSION_CAPTURE_MESSAGE_THRESHOLD="1000",
+        SESSION_IDLE_TIMEOUT_MS="1000",
+        SESSION_IDLE_CHECK_INTERVAL_MS="200",
+    )
+    ollama.responder = echo_or_summary
+    questions = [f"q{i:02d}" for i in range(30)]
+    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+        with anyio.fail_after(60):
+            got = await asyncio.gather(
+                *(turn(client, {"text": q, "conversationId": "busy"}, ALICE) for q in questions)
+            )
+    assert all(received.final["text"].startswith("answer to q") for received in got)
+    # The order the turns ran in: the order the model was asked.
+    ran = [r["messages"][-1]["content"].rsplit("] ", 1)[-1] for r in ollama.requests]
+    assert sorted(ran) == questions
+    transcript = await eventually(
+        lambda: len(said := messages(server, "busy")) == 60 and said, timeout=20
+    )
+    assert exchanges([(m["role"], m["content"]) for m in transcript]) == ran
+    # Rebuilt from the archive once the idle session is freed: the same pairs, same order.
+    manager = server.services.manager
+    await eventually(lambda: "static:alice:busy" not in manager.sessions, timeout=20)
+    await post_turn(server, {"text": "q30", "conversationId": "busy"}, ALICE)
+    history = [
+        (m["role"], m["content"].rsplit("] ", 1)[-1])
+        for m in ollama.requests[-1]["messages"]
+        if m["role"] in ("user", "assistant")
+    ]
+    assert history[-1] == ("user", "q30")
+    assert exchanges(history[:-1]) == ran
+
+
+async def test_a_turn_left_mid_answer_keeps_its_pair_with_the_answer_marked_interrupted(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server(
+        {"memory": store_factory()},
+        SESSION_IDLE_TIMEOUT_MS="1000",
+        SESSION_IDLE_CHECK_INTERVAL_MS="200",
+    )
+    ollama.enqueue(ChatScript.words("one two three four five six", delay_s=0.3, thinking=""))
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        with anyio.fail_after(30):
+            body = {"text": "count for me", "conversationId": "cut"}
+            async with aconnect_sse(client, "POST", "/turn", json=body, headers=ALICE) as source:
+                async for event in source.aiter_sse():
+                    if event.event == "text":
+                        break  # the person leaves after the first words
+    ollama.wait_for_closed(1, timeout=10)
+    transcript = await eventually(lambda: len(said := messages(server, "cut")) == 2 and said)
+    assert [m["role"] for m in transcript] == ["user", "assistant"]
+    assert transcript[1]["interrupted"] is True
+    assert "one" in transcript[1]["content"] and "six" not in transcript[1]["content"]
+    assert "interrupted" not in transcript[0]
+
+    def history() -> list[tuple[str, str]]:
+        return [
+            (m["role"], m["content"])
+            for m in ollama.requests[-1]["messages"]
+            if m["role"] in ("user", "assistant")
+        ]
+
+    # The live history and the one rebuilt from the archive read the same.
+    await post_turn(server, {"text": "go on", "conversationId": "cut"}, ALICE)
+    live = history()
+    assert [role for role, _ in live] == ["user", "assistant", "user"]
+    assert live[1][1].endswith(INTERRUPTED_NOTE)
+    manager = server.services.manager
+    await eventually(lambda: "static:alice:cut" not in manager.sessions, timeout=20)
+    await post_turn(server, {"text": "again", "conversationId": "cut"}, ALICE)
+    rebuilt = history()
+    assert [role for role, _ in rebuilt] == ["user", "assistant", "user", "assistant", "user"]
+    assert rebuilt[1][1] == live[1][1]
+    assert "interrupted" not in json.dumps(messages(server, "cut")[3])

@@ -191,6 +191,33 @@ def test_every_route_answers_a_preflight_with_204_without_auth(
     assert "POST" in response.headers["access-control-allow-methods"]
 
 
+@pytest.mark.parametrize("path", ["/turn/", "//turn", "/turn//", "//me/"])
+def test_a_path_variant_the_routes_serve_gets_the_same_preflight_and_answer(
+    server: RunningServer, path: str
+) -> None:
+    # Adversarial review: the router serves "/turn/" and "//turn" as "/turn", but the
+    # preflight matched exact paths only and answered them 401.
+    preflight = httpx.options(
+        server.url + path,
+        headers={"origin": "https://ui.example", "access-control-request-method": "POST"},
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == "*"
+    canonical = "/" + path.strip("/")
+    if canonical == "/turn":
+        answered = httpx.post(server.url + path, headers=ALICE, json={"text": "hi"}, timeout=30)
+        assert answered.status_code == 200
+        assert "event: final" in answered.text
+    else:
+        answered = httpx.get(server.url + path, headers=ALICE)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["ok"] is True
+    assert answered.headers["access-control-allow-origin"] == "*"
+    refused = httpx.get(server.url + path)
+    assert refused.status_code in (401, 405)
+    assert refused.json()["ok"] is False
+
+
 def test_a_configured_origin_is_sent_on_every_response(make_server: object) -> None:
     server = make_server(HTTP_SURFACE_CORS_ORIGIN="https://ui.example")  # type: ignore[operator]
     origin = {"origin": "https://ui.example"}

@@ -8,6 +8,7 @@ same conversation still carries what came before.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -103,6 +104,53 @@ async def test_a_slow_model_within_its_timeout_is_kept_alive_by_heartbeats(
     got = await a_turn(server, "take your time")
     assert [name for name, _ in got.terminals()] == ["final"]
     assert got.text == "slow but fine"
+
+
+async def warm_the_model_pool(server: RunningServer, ollama: OllamaStandIn, count: int) -> None:
+    """Leave ``count`` idle keep-alive connections in the server's pool to the model."""
+    ollama.responder = lambda _request: ChatScript.words("warming up", delay_s=0.4)
+    before = ollama.connections
+    turns = [a_turn(server, f"warm {i}", conversation=f"warm-{i}") for i in range(count)]
+    for outcome in await asyncio.gather(*turns):
+        assert [name for name, _ in outcome.terminals()] == ["final"], outcome.events
+    assert ollama.connections - before >= count
+    ollama.responder = None
+
+
+async def test_a_model_slow_to_answer_gets_the_request_once_over_a_warm_pool(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    # Adversarial review: a read timeout on a pooled connection was taken for a stale
+    # keep-alive and the request re-sent on every idle connection (11 times with 10).
+    server = make_server(None, OLLAMA_TIMEOUT_S="1")
+    await warm_the_model_pool(server, ollama, 6)
+    ollama.responder = lambda _request: ChatScript.words("too late", first_delay_s=6)
+    sent = len(ollama.requests)
+    message = only_error(await a_turn(server, "anyone there?", conversation="slow"))
+    assert "stopped answering" in message, message
+    assert len(ollama.requests) - sent == 1
+    # The pool is still usable afterwards.
+    ollama.responder = None
+    again = await a_turn(server, "and now?", conversation="slow")
+    assert again.text.endswith("and now?"), again.events
+
+
+async def test_a_stale_pooled_connection_is_retried_once_on_a_fresh_one(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = make_server(None)
+    await warm_the_model_pool(server, ollama, 4)
+    # The host dropped the idle connection as the request reached it: retried, once.
+    ollama.enqueue(ChatScript(drop=True), ChatScript.words("fresh answer"))
+    sent = len(ollama.requests)
+    got = await a_turn(server, "first", conversation="stale")
+    assert got.text == "fresh answer", got.events
+    assert len(ollama.requests) - sent == 2
+    # Dropped again on the retry: the turn ends with an error, not a walk through the pool.
+    ollama.enqueue(ChatScript(drop=True), ChatScript(drop=True), ChatScript(drop=True))
+    sent = len(ollama.requests)
+    only_error(await a_turn(server, "second", conversation="stale"))
+    assert len(ollama.requests) - sent == 2
 
 
 class FailingDirectory:

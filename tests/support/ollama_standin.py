@@ -114,6 +114,9 @@ class ChatScript:
     """After this many chunks drop the connection without ending the chunked body."""
     hang: bool = False
     """After all chunks send nothing more (no done line) until the client goes away."""
+    drop: bool = False
+    """Read the request, then close the connection without a byte of answer: a host that
+    dropped an idle keep-alive connection just as the request reached it."""
     done_reason: str = "stop"
     coalesce: int = 1
     """Lines per write when ``delay_s`` is 0; `fast_tokens` batches to keep the stand-in cheap."""
@@ -692,6 +695,9 @@ class OllamaStandIn:
             error = f"the stand-in responder raised {exc!r}"
             await _write_json(writer, 500, {"error": error}, keep_alive=keep)
             return keep
+        if script.drop:
+            await _abort(writer)
+            return False
         if payload.get("stream", True) is False:
             answer = self._answer(script, payload, model, keep, writer)
         else:

@@ -12,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from channel_http.app import build_app, with_cors
+from channel_http.connections import server_options
 from core.config import Settings
 
 
@@ -52,10 +53,10 @@ def serve(settings: Settings, **build: Any) -> Iterator[RunningServer]:
         host="127.0.0.1",
         port=0,
         loop="uvloop",
-        http="httptools",
         lifespan="on",
         log_level="warning",
         timeout_graceful_shutdown=5,
+        **server_options(settings),  # the limits `serve` runs with
     )
     server = _Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
