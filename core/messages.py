@@ -215,3 +215,16 @@ PATTERN_INVALID: Final = N_("The pattern is not a valid regular expression: %(re
 OFFSET_INVALID: Final = N_("The offset is not one this server gave; start again without it.")
 # Shown: the refusal of a request while another process holds the database locked.
 DATABASE_BUSY: Final = N_("The server is busy; try again in a few seconds.")
+# Shown: a request head past HTTP_SURFACE_MAX_HEADER_BYTES (431), before anyone is known.
+HEADERS_TOO_LARGE: Final = N_("The request's headers are too large.")
+# Shown: a request head slower than HTTP_SURFACE_HEADER_TIMEOUT_S (408).
+HEADERS_TOO_SLOW: Final = N_("The request's headers took too long to arrive.")
+# Shown: a Last-Event-ID that names another turn, or isn't an id this server gave.
+REJOIN_BAD_EVENT_ID: Final = N_(
+    "Last-Event-ID is not an id of this turn; leave it out to read the turn from its start."
+)
+# Shown: rejoining a turn that is unknown, no longer kept, or someone else's (404).
+REJOIN_NOT_FOUND: Final = N_(
+    "That turn can't be rejoined: it ended too long ago, or it isn't yours. "
+    "Send your message again."
+)

@@ -32,6 +32,8 @@ async def read_some(
     async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
         async with aconnect_sse(client, "POST", "/turn", json=body, headers=headers) as source:
             async for event in source.aiter_sse():
+                if not event.data:
+                    continue
                 frames.append((event.id, event.event, json.loads(event.data)))
                 if len(frames) == count:
                     break
@@ -51,6 +53,8 @@ async def rejoin(
                 await source.response.aread()
                 return source.response.status_code, [("", "", source.response.json())]
             async for event in source.aiter_sse():
+                if not event.data:
+                    continue
                 frames.append((event.id, event.event, json.loads(event.data)))
     return 200, frames
 

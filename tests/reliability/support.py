@@ -171,6 +171,10 @@ async def read_turn(
                     return outcome
                 try:
                     async for event in source.aiter_sse():
+                        # The rejoin extension's opening event; and the empty event httpx_sse
+                        # makes of a heartbeat once an id was seen (the SSE spec dispatches none).
+                        if event.event == "turn" or not event.data:
+                            continue
                         outcome.events.append((event.event, json.loads(event.data)))
                 except httpx.TransportError as error:
                     outcome.broke_off = repr(error)

@@ -57,6 +57,8 @@ async def turn(
             received.body = json.loads(response.content)
             return received
         async for event in source.aiter_sse():
+            if not event.data:  # httpx_sse's empty event for a heartbeat after an id
+                continue
             data = json.loads(event.data)
             if event.event == "turn":
                 received.turn_id = data["turnId"]
