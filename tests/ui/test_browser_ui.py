@@ -388,6 +388,8 @@ def test_on_a_phone_with_the_keyboard_alone_and_heartbeats_in_the_stream(
     page = context.new_page()
     try:
         page.goto(server.url + "/ui/")
+        # The page focuses the token field once its config has loaded: type only then.
+        expect(page.locator("#token")).to_be_focused()
         page.keyboard.type("alice-token")
         page.keyboard.press("Enter")
         page.wait_for_selector("#composer")
