@@ -337,7 +337,11 @@ def build_memory(settings: Settings) -> MemoryStore | None:
         if settings.memory.qdrant_url is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")
         return QdrantStore.remote(
-            settings.memory.qdrant_url, names, api_key=settings.memory.qdrant_api_key
+            settings.memory.qdrant_url,
+            names,
+            api_key=settings.memory.qdrant_api_key,
+            timeout_s=settings.memory.qdrant_timeout_s,
+            retries=settings.memory.qdrant_retries,
         )
     return None
 

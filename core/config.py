@@ -204,6 +204,8 @@ class MemorySettings(_Group, frozen=True, kw_only=True):
     store: MemoryStoreName
     qdrant_url: str | None
     qdrant_api_key: str | None
+    qdrant_timeout_s: int
+    qdrant_retries: int
     collections: MemoryCollections
     archive_queue_size: int
 
@@ -383,6 +385,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The Qdrant server; required when the store is `qdrant`."),
     Setting("memory.qdrant_api_key", "QDRANT_API_KEY", _Text(raw=True), None,
             "The Qdrant server's API key.", secret=True, aliases=("qdrant.api_key",)),
+    Setting("memory.qdrant_timeout_s", "QDRANT_TIMEOUT_S", _Int(1, 300), 10,
+            "Whole seconds a request to the Qdrant server may take, connecting included."),
+    Setting("memory.qdrant_retries", "QDRANT_RETRIES", _Int(0, 10), 2,
+            "Times a Qdrant request that timed out or met a 429 or 5xx is sent again."),
     Setting("memory.collections.verbatim", "QDRANT_VERBATIM_COLLECTION", _Text(),
             "verbatim_archive", "The collection of archived messages."),
     Setting("memory.collections.episodic", "QDRANT_EPISODIC_COLLECTION", _Text(),
