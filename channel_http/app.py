@@ -31,6 +31,7 @@ from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
+from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.edge import EdgeStore
@@ -289,6 +290,10 @@ async def open_services(
     )
     session = settings.session
     resume_chars = settings.http.resume_max_chars
+    order: ConversationOrder | None = None
+    if db.shared:  # instances share the store: a conversation's turns queue across them
+        order = ConversationOrder(db, lease_s=settings.state.lease_s)
+        await order.start()
     manager = SessionManager(
         model=chat_model,
         catalogs=catalogs,
@@ -311,6 +316,7 @@ async def open_services(
             capture_threshold=session.capture_message_threshold,
         ),
         clock=clock,
+        order=order,
     )
     manager.start_background()
     return Services(
@@ -367,4 +373,6 @@ async def close_services(services: Services) -> None:
     if manager.memory is not None:
         await manager.memory.close()
     await manager.model.close()
+    if manager.order is not None:
+        await manager.order.stop()
     await services.db.close()

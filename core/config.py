@@ -190,6 +190,7 @@ class StateSettings(_Group, frozen=True, kw_only=True):
 
     url: str | None
     pool_size: int
+    lease_s: int
 
 
 class WikiSettings(_Group, frozen=True, kw_only=True):
@@ -367,6 +368,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "under the data directory.", secret=True, default_doc="not set (SQLite)"),
     Setting("state.pool_size", "MERCURY_STATE_POOL_SIZE", _Int(1, 100), 10,
             "The most PostgreSQL connections one instance opens at once."),
+    Setting("state.lease_s", "MERCURY_CONVERSATION_LEASE_S", _Int(2, 30), 15,
+            "Seconds after which a turn of an instance that stopped answering (it died) "
+            "lets the conversation's next turn run on another instance."),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
             "The auth providers, tried in this order (comma-separated in the environment).",
             default_doc="none (not configured)"),
