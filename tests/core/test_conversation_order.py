@@ -14,6 +14,7 @@ import pytest
 
 from core.conversation_order import ConversationOrder, HeldTurn, OrderError
 from core.model import ChatMessage
+from core.state import Database
 from tests.support.state import StateBackend, postgres_server, state  # noqa: F401 - the fixtures
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -61,10 +62,11 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order_acro
             ran.append(("end", n))
             running -= 1
 
+    watcher = await instances.backend.open()
     tasks = []
     for n in range(8):
         tasks.append(asyncio.create_task(turn(a if n % 2 else b, n)))
-        await asyncio.sleep(0.01)  # arrival order: 0, 1, 2, …
+        await _arrived(watcher, "alice:c1", n + 1)  # arrival order: 0, 1, 2, …
     await asyncio.gather(*tasks)
 
     assert [n for what, n in ran if what == "start"] == list(range(8))
@@ -145,6 +147,18 @@ async def test_a_turn_finds_the_version_and_transcript_another_instance_left(
     async with b.hold("alice:c2") as other:
         assert other.version == 0
         assert await other.transcript() == []
+
+
+async def _arrived(db: Database, key: str, tickets: int) -> None:
+    """Wait until ``tickets`` turns of ``key`` have taken their place in the queue."""
+    async with asyncio.timeout(30):
+        while True:
+            row = await db.fetch_one(
+                "SELECT next_ticket FROM conversation_turns WHERE session_key = ?", (key,)
+            )
+            if row is not None and int(row[0]) >= tickets:
+                return
+            await asyncio.sleep(0.005)
 
 
 async def _enter_and_leave(order: ConversationOrder, key: str) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
 from tests.reliability.support import read_turn
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 LEASE_S = 3
 PEOPLE = {
     f"{name}-token": {"id": name, "displayName": name.title()}
-    for name in ("alice", "bob", "carol", "dave", "erin", "frank")
+    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
 }
 RATE_LIMIT = 6
 
@@ -48,12 +49,26 @@ def cluster(
             "WIKI_VAULT_PATH": str(workdir / "shared-vault"),
         }
         with Cluster(workdir, ollama_session.url, shared=shared) as running:
+            running.state_url = shared["MERCURY_STATE_URL"]
             yield running
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
     """The person's messages a model request carried, without the time stamp."""
     return [m["content"].split("] ", 1)[-1] for m in request["messages"] if m["role"] == "user"]
+
+
+async def arrived(db: psycopg.AsyncConnection[Any], key: str, tickets: int) -> None:
+    """Wait until ``tickets`` turns of ``key`` have taken their place in the queue."""
+    async with asyncio.timeout(60):
+        while True:
+            cursor = await db.execute(
+                "SELECT next_ticket FROM conversation_turns WHERE session_key = %s", (key,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and int(row[0]) >= tickets:
+                return
+            await asyncio.sleep(0.01)
 
 
 async def turn_through(url: str, person: str, text: str, conversation: str) -> Any:
@@ -84,9 +99,10 @@ async def test_concurrent_turns_on_one_conversation_never_overlap_and_keep_arriv
 
     ollama.responder = slow_echo
     tasks = []
-    for n in range(5):  # through the balancer: each lands on the next instance
-        tasks.append(asyncio.create_task(turn_through(cluster.url, "bob", f"step {n}", "plan")))
-        await asyncio.sleep(0.4)
+    async with await psycopg.AsyncConnection.connect(cluster.state_url, autocommit=True) as db:
+        for n in range(5):  # through the balancer: each lands on the next instance
+            tasks.append(asyncio.create_task(turn_through(cluster.url, "bob", f"step {n}", "plan")))
+            await arrived(db, "static:bob:plan", n + 1)  # arrival order: 0, 1, 2, …
     outcomes = await asyncio.gather(*tasks)
 
     assert all(o.names()[-1] == "final" for o in outcomes), [o.events for o in outcomes]
@@ -118,6 +134,69 @@ async def test_the_rate_limit_counts_a_persons_turns_on_every_instance(
         statuses.append(outcome.status)
 
     assert statuses == [200] * RATE_LIMIT + [429]
+
+
+def write_note(path: str, content: str) -> Any:
+    """A responder: one wiki_write call, then a plain answer."""
+    pending = [
+        ChatScript(
+            tool_calls=[{"name": "wiki_write", "arguments": {"path": path, "content": content}}]
+        )
+    ]
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        return pending.pop() if pending else ChatScript.words("Written.")
+
+    return respond
+
+
+async def test_a_note_written_through_one_instance_is_listed_and_read_through_the_others(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = write_note("personal/notes/shared.md", "from a")
+    outcome = await turn_through(cluster["a"].url, "grace", "note this", "w")
+    assert outcome.names()[-1] == "final", outcome.events
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for instance in ("b", "c"):
+            listed = await client.get(cluster[instance].url + "/wiki/list", headers=auth("grace"))
+            assert "personal/notes/shared.md" in json.dumps(listed.json())
+            read = await client.get(
+                cluster[instance].url + "/wiki/read",
+                headers=auth("grace"),
+                params={"path": "personal/notes/shared.md"},
+            )
+            assert read.json()["content"] == "from a"
+
+
+async def test_a_confirmation_staged_through_a_is_confirmed_through_b_and_c_exactly_once(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = write_note("personal/notes/plan.md", "first")
+    await turn_through(cluster["a"].url, "heidi", "write", "p")
+    ollama.responder = write_note("personal/notes/plan.md", "second")
+    staged = await turn_through(cluster["a"].url, "heidi", "overwrite", "p")
+    token = next(data["token"] for name, data in staged.events if name == "pending")
+
+    async def confirm(instance: str) -> Any:
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                cluster[instance].url + "/confirm",
+                headers=auth("heidi"),
+                json={"token": token, "conversationId": "p"},
+            )
+            return response.json()
+
+    answers = await asyncio.gather(confirm("b"), confirm("c"))
+
+    assert sorted(a["resolved"] for a in answers) == [False, True], answers
+    async with httpx.AsyncClient(timeout=30) as client:
+        note = await client.get(
+            cluster["a"].url + "/wiki/read",
+            headers=auth("heidi"),
+            params={"path": "personal/notes/plan.md"},
+        )
+    assert note.json()["content"] == "second"
 
 
 async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere(

@@ -49,6 +49,8 @@ class Cluster:
             [(name, server.url.removeprefix("http://")) for name, server in self.instances.items()],
         )
         self._stack = ExitStack()
+        #: The shared state store's URL, when the test gave one.
+        self.state_url = ""
 
     def __getitem__(self, name: str) -> ChildServer:
         return self.instances[name]
