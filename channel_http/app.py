@@ -240,7 +240,7 @@ async def open_services(
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     db = await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size)
-    vault = Vault(settings.wiki.vault_path)
+    vault = Vault(settings.wiki.vault_path, db=db)
     await vault.init()
     people = People(directory, access_unknown=settings.access.unknown, clock=clock)
     person_settings = PersonSettings(db, clock=clock)

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 LEASE_S = 3
 PEOPLE = {
     f"{name}-token": {"id": name, "displayName": name.title()}
-    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi")
+    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
 }
 RATE_LIMIT = 6
 
@@ -197,6 +197,18 @@ async def test_a_confirmation_staged_through_a_is_confirmed_through_b_and_c_exac
             params={"path": "personal/notes/plan.md"},
         )
     assert note.json()["content"] == "second"
+
+
+async def test_a_link_code_made_through_a_is_redeemed_through_b_and_c(cluster: Cluster) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        made = await client.post(cluster["a"].url + "/link", headers=auth("ivan"))
+    code = made.json()["code"]
+
+    preview = await turn_through(cluster["b"].url, "judy", code, "l")
+    linked = await turn_through(cluster["c"].url, "judy", code, "l")
+
+    assert "Ivan" in preview.events[-1][1]["text"]
+    assert linked.events[-1][1]["text"] == "Linked: this account is now Ivan."
 
 
 async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere(
