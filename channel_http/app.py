@@ -2,7 +2,7 @@
 
 :func:`build_app` checks what can be checked before the server starts (settings, auth
 providers) and returns the Litestar application; its start-up hook opens what needs the
-event loop (the SQLite database, the vault, the memory store) into :class:`Services`.
+event loop (the state store, the vault, the memory store) into :class:`Services`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
-from core.db import Database
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.edge import EdgeStore
@@ -49,6 +48,7 @@ from core.qdrant import QdrantStore
 from core.rate_limit import RateLimiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
+from core.state import Database, connect
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
 from core.wiki import Vault
@@ -243,7 +243,7 @@ async def open_services(
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = await Database.open(data_dir / "mercury.db")
+    db = await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size)
     vault = Vault(settings.wiki.vault_path)
     await vault.init()
     people = People(directory, access_unknown=settings.access.unknown, clock=clock)
@@ -252,10 +252,19 @@ async def open_services(
     confirmations = ConfirmationStore(db, clock=clock)
     tool_log = ToolLog(db, clock=clock)
     limiter = RateLimiter(
+        db,
         settings.rate_limit.per_user,
         timedelta(milliseconds=settings.rate_limit.window_ms),
         clock=clock,
     )
+    resume_slots = ResumeSlots(db, dict[str, str], clock=clock)
+    # The schemas are migrated now, before the first request, whichever instance is first.
+    await person_settings.ensure_schema()
+    await linking.ensure_schema()
+    await confirmations.ensure_schema()
+    await tool_log.ensure_schema()
+    await limiter.ensure_schema()
+    await resume_slots.ensure_schema()
     chat_model = model or OllamaModel(
         settings.ollama.host,
         settings.ollama.model,
@@ -290,7 +299,7 @@ async def open_services(
         catalogs=catalogs,
         registry=registry,
         confirmations=confirmations,
-        resume_slots=ResumeSlots(clock),
+        resume_slots=resume_slots,
         tool_log=tool_log,
         person_settings=person_settings,
         rate_limiter=limiter,

@@ -12,7 +12,8 @@ Exception tree::
     ├── TooManyRequests   429    over the rate limit; carries Retry-After
     └── Unavailable       503    the directory can't be asked
 
-    core.db.DatabaseBusy  503    the database is locked by another process; Retry-After
+    core.state.DatabaseUnavailable
+                          503    the state store is locked or out of reach; Retry-After
     client gone                  a client that left before its body arrived: logged, not an error
 
 Once the first byte of an event stream is out, a failure is an ``error`` event instead.
@@ -33,8 +34,8 @@ from litestar.exceptions import (
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from core.db import DatabaseBusy
 from core.i18n import N_
+from core.state import DatabaseUnavailable
 
 if TYPE_CHECKING:
     from litestar.types import (
@@ -163,7 +164,9 @@ def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException)
     return envelope(error.status_code, str(error.detail), headers=error.headers)
 
 
-def handle_database_busy(request: Request[Any, Any, Any], error: DatabaseBusy) -> Response[bytes]:
+def handle_database_unavailable(
+    request: Request[Any, Any, Any], error: DatabaseUnavailable
+) -> Response[bytes]:
     log.warning("%s %s: %s", request.method, request.url.path, error)
     message = _translate(request, N_("The server is busy; try again in a few seconds."))
     return envelope(503, message, headers={"retry-after": "5"})
@@ -179,7 +182,7 @@ def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Resp
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ApiError: handle_api_error,
-    DatabaseBusy: handle_database_busy,
+    DatabaseUnavailable: handle_database_unavailable,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

@@ -90,6 +90,7 @@ __all__ = [
     "SessionSettings",
     "Setting",
     "Settings",
+    "StateSettings",
     "WikiSettings",
     "help_text",
     "load_settings",
@@ -185,6 +186,15 @@ class RateLimitSettings(_Group, frozen=True, kw_only=True):
     window_ms: int
 
 
+class StateSettings(_Group, frozen=True, kw_only=True):
+    """Where the durable state lives: SQLite under the data directory, or PostgreSQL."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"url"})
+
+    url: str | None
+    pool_size: int
+
+
 class WikiSettings(_Group, frozen=True, kw_only=True):
     """The wiki's vault on disk."""
 
@@ -249,6 +259,7 @@ class Settings(_Group, frozen=True, kw_only=True):
 
     http: HttpSettings
     data_dir: Path
+    state: StateSettings
     auth: AuthSettings
     ollama: OllamaSettings
     defaults: DefaultsSettings
@@ -282,6 +293,7 @@ class Settings(_Group, frozen=True, kw_only=True):
 
 _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "http": HttpSettings,
+    "state": StateSettings,
     "auth": AuthSettings,
     "ollama": OllamaSettings,
     "defaults": DefaultsSettings,
@@ -358,6 +370,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The scopes the browser UI asks the OpenID provider for."),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
             "Where the service keeps its files.", default_doc="`./data`"),
+    Setting("state.url", "MERCURY_STATE_URL", _Text(raw=True), None,
+            "The PostgreSQL database every instance shares "
+            "(`postgresql://user:password@host:port/db`); unset keeps the state in SQLite "
+            "under the data directory.", secret=True, default_doc="not set (SQLite)"),
+    Setting("state.pool_size", "MERCURY_STATE_POOL_SIZE", _Int(1, 100), 10,
+            "The most PostgreSQL connections one instance opens at once."),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
             "The auth providers, tried in this order (comma-separated in the environment).",
             default_doc="none (not configured)"),
@@ -465,6 +483,14 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         msgspec.structs.replace(service, client_secret=_service_secret(service, env))
         for service in values["services"]
     )
+    state_url = values["state.url"]
+    if state_url is not None and not state_url.startswith(("postgresql://", "postgres://")):
+        # Never quoted: the URL carries a password.
+        raise ConfigurationError(
+            "MERCURY_STATE_URL must be a PostgreSQL URL, "
+            "postgresql://user:password@host:port/database; unset it to keep the state in "
+            "SQLite under the data directory."
+        )
     if values["memory.store"] == "qdrant" and values["memory.qdrant_url"] is None:
         raise ConfigurationError(
             'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
@@ -738,6 +764,7 @@ def _default_text(setting: Setting) -> str:
 _SECTION_TITLES: Final = {
     "http": "HTTP surface",
     "data_dir": "Data directory",
+    "state": "State store",
     "auth": "Authentication",
     "ollama": "Ollama",
     "defaults": "Defaults for people",

@@ -1,7 +1,8 @@
 """What each person asked the assistant to remember about them: name, language, time zone.
 
-One SQLite row per person key (``people:alice``, or a user key without a directory), so two
-accounts linked into one person share their settings, and nobody reads anyone else's.
+One row in the state store per person key (``people:alice``, or a user key without a
+directory), so two accounts linked into one person share their settings, and nobody reads
+anyone else's.
 A setting never given reads as ``None``.
 
 Exceptions::
@@ -17,8 +18,8 @@ from typing import Final, Literal
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.db import Database
 from core.i18n import SUPPORTED_LANGUAGES
+from core.state import Database, Migration, Notice, Schema, Subscription
 from core.timezones import canonical_zone
 
 __all__ = [
@@ -34,7 +35,12 @@ _CACHE_SIZE: Final = 10_000
 
 SettingName = Literal["name", "language", "time_zone"]
 
-_SCHEMA: Final = """
+_SCHEMA: Final = Schema(
+    "person_settings",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS person_settings (
     person_key TEXT PRIMARY KEY,
     name       TEXT,
@@ -42,7 +48,12 @@ CREATE TABLE IF NOT EXISTS person_settings (
     time_zone  TEXT,
     updated_at TEXT NOT NULL
 );
-"""
+""",
+        ),
+    ),
+)
+#: The channel a write is announced on, with the person key as the payload.
+CHANNEL: Final = "mercury_person_settings"
 
 
 class InvalidSetting(ValueError):
@@ -63,22 +74,47 @@ class SavedSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PersonSettings:
-    """Per-person settings in the core's SQLite database."""
+    """Per-person settings in the state store, cached per instance and never stale.
+
+    Settings are read on every request, so each instance keeps them in memory. Every write
+    goes through a ``PersonSettings`` and announces the person on :data:`CHANNEL`; every
+    instance listening there forgets that person's entry (PostgreSQL ``LISTEN``/``NOTIFY``;
+    in one SQLite process, the announcement goes straight to this object). While notices
+    can't be heard (the listening connection dropped), nothing is cached and every read goes
+    to the store; a reconnection empties the cache, since notices may have been missed.
+    """
 
     def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
         self._db = db
         self._clock = clock
         self._ready = False
-        # Read on every request; every write goes through this object, which forgets the
-        # person's entry, so the cache is never stale within the process that owns the file.
         self._cache: dict[str, SavedSettings] = {}
         self._writes = 0  # a read that overlapped a write doesn't fill the cache
+        self._subscription: Subscription | None = None
+        self._subscribing = asyncio.Lock()
 
     async def ensure_schema(self) -> None:
-        """Create the table if needed; done lazily by every call, idempotent."""
-        if not self._ready:
-            await self._db.ensure(_SCHEMA)
+        """Create the table and start hearing writes; done lazily by every call, idempotent."""
+        if self._ready:
+            return
+        async with self._subscribing:
+            if self._ready:
+                return
+            await self._db.migrate(_SCHEMA)
+            self._subscription = await self._db.subscribe(CHANNEL, self._heard)
             self._ready = True
+
+    def _heard(self, notice: Notice) -> None:
+        self._writes += 1
+        if notice is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(notice, None)
+
+    @property
+    def cached(self) -> int:
+        """How many people's settings this instance holds in memory."""
+        return len(self._cache)
 
     async def get(self, person_key: str) -> SavedSettings:
         """The settings saved for ``person_key`` (all ``None`` for someone new)."""
@@ -98,15 +134,18 @@ class PersonSettings:
                 name=row["name"], language=row["language"], time_zone=row["time_zone"]
             )
         )
-        if writes == self._writes:
+        live = self._subscription is not None and self._subscription.live
+        if live and writes == self._writes:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[person_key] = saved
         return saved
 
-    def _forget(self, person_key: str) -> None:
-        self._writes += 1
-        self._cache.pop(person_key, None)
+    async def _saved(self, person_key: str) -> None:
+        # Forgotten here at once (a notice from the store arrives a moment later), then
+        # announced to every instance.
+        self._heard(person_key)
+        await self._db.notify(CHANNEL, person_key)
 
     async def set_name(self, person_key: str, name: str) -> str:
         """Save how the person wants to be called; returns it trimmed."""
@@ -126,7 +165,7 @@ class PersonSettings:
             "name = excluded.name, updated_at = excluded.updated_at",
             (person_key, cleaned, self._now()),
         )
-        self._forget(person_key)
+        await self._saved(person_key)
         return cleaned
 
     async def set_language(self, person_key: str, language: str) -> str:
@@ -146,7 +185,7 @@ class PersonSettings:
             "language = excluded.language, updated_at = excluded.updated_at",
             (person_key, code, self._now()),
         )
-        self._forget(person_key)
+        await self._saved(person_key)
         return code
 
     async def set_time_zone(self, person_key: str, time_zone: str) -> str:
@@ -167,7 +206,7 @@ class PersonSettings:
             "time_zone = excluded.time_zone, updated_at = excluded.updated_at",
             (person_key, zone, self._now()),
         )
-        self._forget(person_key)
+        await self._saved(person_key)
         return zone
 
     def _now(self) -> str:

@@ -209,11 +209,11 @@ class SessionManager:
         """``<person key>:<conversationId>``: the caller's own namespace."""
         return f"{person.key}:{conversation_id}"
 
-    def check_rate(self, person: Person, text: str) -> RateDecision | None:
+    async def check_rate(self, person: Person, text: str) -> RateDecision | None:
         """The rate decision for a turn, or None when it is not counted (a token)."""
         if self.is_intercepted(text):
             return None
-        return self.rate_limiter.check(f"{person.key}:{person.key}")
+        return await self.rate_limiter.check(f"{person.key}:{person.key}")
 
     def is_intercepted(self, text: str) -> bool:
         """Whether ``text`` is answered without the model (a token or a link code)."""
@@ -282,7 +282,7 @@ class SessionManager:
             session = await self._session(key, person, conversation_id)
             context = ToolCallContext(principal, person, key, conversation_id, translator)
             if turn_input.resume:
-                slot = self.resume_slots.take(key)
+                slot = await self.resume_slots.take(key)
                 if slot is None:
                     await emit(
                         events.Final(
@@ -589,6 +589,16 @@ class SessionManager:
                 await self.sweep_idle()
             except Exception:
                 log.exception("the idle sweep failed")
+            try:
+                await self.purge_expired()
+            except Exception:
+                log.exception("purging expired state failed")
+
+    async def purge_expired(self) -> None:
+        """Drop what has expired from the state store: stagings, resume slots, rate stamps."""
+        await self.confirmations.purge_expired()
+        await self.resume_slots.purge_expired()
+        await self.rate_limiter.cleanup()
 
     async def sweep_idle(self) -> int:
         """Capture and free every session idle for longer than the idle timeout."""
@@ -655,7 +665,7 @@ class SessionManager:
             if reply is None:
                 return ConfirmResult(resolved=False)
             return ConfirmResult(resolved=True, text=reply)
-        self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
+        await self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
         return ConfirmResult(resolved=True, resume=True)
 
     async def _resolve(
