@@ -25,6 +25,7 @@ from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
 from channel_http.requests import MAX_BODY
+from channel_http.ui import ui_router
 from core.archive import ArchiveWriter
 from core.builtin_plugins import builtin_plugins
 from core.capture import Capture
@@ -148,10 +149,12 @@ def build_app(
     extra_routes: Sequence[Any] = (),
     memory: MemoryStore | None = None,
     directory: Directory | None = None,
+    dev_token: str | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
-    ``extra_routes`` are mounted behind the same authentication (benchmark baselines).
+    ``extra_routes`` are mounted behind the same authentication (benchmark baselines);
+    ``dev_token`` is what the browser UI fills in for a browser on this machine (``--dev``).
     """
     auth = auth or build_auth(settings)
     directory = directory or build_directory(settings)
@@ -184,7 +187,9 @@ def build_app(
         finally:
             await close_services(services)
 
-    public = [routes.version, routes.openapi_document]
+    public: list[Any] = [routes.version, routes.openapi_document]
+    if settings.http.ui:
+        public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
         routes.turn,
         routes.confirm,

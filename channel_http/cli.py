@@ -19,7 +19,8 @@ import uvicorn
 
 from channel_http.app import HttpChannel, build_app, with_cors
 from core.channels import admits
-from core.config import ConfigurationError, help_text, load_settings
+from core.config import ConfigurationError, Settings, help_text, load_settings
+from core.state import DatabaseUnavailable, connect
 
 log = logging.getLogger("mercury.http")
 
@@ -61,15 +62,27 @@ def _dev_token(environ: dict[str, str]) -> str | None:
     return token
 
 
+async def _reach_state_store(settings: Settings) -> None:
+    database = await connect(settings.state.url, settings.data_dir, pool_size=1)
+    await database.close()
+
+
 def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
     token = _dev_token(environ) if arguments.dev else None
     try:
         settings = load_settings(environ)
-        app = build_app(settings)
+        app = build_app(settings, dev_token=token)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
         return 2
+    if settings.state.url is not None:
+        try:
+            asyncio.run(_reach_state_store(settings))
+        except DatabaseUnavailable as error:
+            # Said in one line before anything starts, rather than as a start-up traceback.
+            print(f"mercury-http: {error}", file=sys.stderr)
+            return 1
     channel = HttpChannel()
     if not admits(channel):
         print("mercury-http: the core does not run this channel; see the log.", file=sys.stderr)
@@ -83,6 +96,8 @@ def serve(arguments: argparse.Namespace) -> int:
             """-d '{"text":"Hello!","conversationId":"first"}'""",
             flush=True,
         )
+        if settings.http.ui:
+            print(f"Or open the browser UI: http://{host}:{settings.http.port}/ui/", flush=True)
     config = uvicorn.Config(
         with_cors(app, settings),
         host=settings.http.host,

@@ -141,6 +141,9 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
     heartbeat_s: float
     resume_max_chars: int | None
     graceful_timeout_s: float
+    ui: bool
+    ui_oidc_client_id: str | None
+    ui_oidc_scope: str
 
 
 class AuthSettings(_Group, frozen=True, kw_only=True):
@@ -360,6 +363,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("http.graceful_timeout_s", "HTTP_SURFACE_GRACEFUL_TIMEOUT_S",
             _Float(0, inclusive=True), 10.0,
             "Seconds running streams get to finish when the service stops."),
+    Setting("http.ui", "HTTP_SURFACE_UI", _Bool(), True,
+            "Serve the reference browser UI at /ui/."),
+    Setting("http.ui_oidc_client_id", "HTTP_SURFACE_UI_OIDC_CLIENT_ID", _Text(raw=True), None,
+            "The OpenID client the browser UI logs people in with (a public client, "
+            "authorization code with PKCE, redirect URI <address>/ui/); without it the UI "
+            "only takes pasted tokens."),
+    Setting("http.ui_oidc_scope", "HTTP_SURFACE_UI_OIDC_SCOPE", _Text(raw=True), "openid profile",
+            "The scopes the browser UI asks the OpenID provider for."),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
             "Where the service keeps its files.", default_doc="`./data`"),
     Setting("state.url", "MERCURY_STATE_URL", _Text(raw=True), None,

@@ -254,19 +254,21 @@ class Linking:
 
     async def _link(self, account: str, owner: str) -> None:
         linked_at = self._clock().isoformat()
-        await self._db.execute(
-            "INSERT INTO identity_links (identity, owner_identity, linked_at) "
-            "VALUES (?, ?, ?) ON CONFLICT (identity) DO UPDATE SET "
-            "owner_identity = excluded.owner_identity, linked_at = excluded.linked_at",
-            (account, owner, linked_at),
-        )
-        # Accounts already linked to this one follow it, so no link ever points at a link.
-        followers = await self._db.execute(
-            "UPDATE identity_links SET owner_identity = ? WHERE owner_identity = ?",
-            (owner, account),
-        )
+        async with self._db.transaction() as transaction:
+            await transaction.execute(
+                "INSERT INTO identity_links (identity, owner_identity, linked_at) "
+                "VALUES (?, ?, ?) ON CONFLICT (identity) DO UPDATE SET "
+                "owner_identity = excluded.owner_identity, linked_at = excluded.linked_at",
+                (account, owner, linked_at),
+            )
+            # Accounts already linked to this one follow it, so no link ever points at a link.
+            followers = await transaction.execute(
+                "UPDATE identity_links SET owner_identity = ? WHERE owner_identity = ?",
+                (owner, account),
+            )
+            # Every instance forgets whom it took the account for, once this commits.
+            await transaction.notify(CHANNEL, account)
         self._people.invalidate()
-        await self._db.notify(CHANNEL, account)
         logger.info(
             "Linked %s to %s%s.",
             account,

@@ -234,7 +234,6 @@ class Logins:
         self._declared: dict[str, ServiceLogin] = {}
         self._sealer: AESGCM | None = None
         self._db: Database | None = None
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -370,7 +369,9 @@ class Logins:
         when the person has no tokens, no refresh token, or the service refuses the refresh.
         """
         login = self.declared(service)
-        async with self._lock(person_key, service):
+        # One refresh at a time per person and service, across every instance: a rotating
+        # refresh token used twice would revoke the whole grant.
+        async with self._database().lock(f"service-login:{person_key}:{service}"):
             tokens = await self._load(person_key, service)
             if tokens is None:
                 raise LoginRequired(service, await self.begin(person_key, service, language))
@@ -424,11 +425,6 @@ class Logins:
                 person_key,
             )
             return None
-
-    def _lock(self, person_key: str, service: str) -> asyncio.Lock:
-        # One refresh at a time per person and service: a rotating refresh token used twice
-        # would revoke the whole grant.
-        return self._locks.setdefault((person_key, service), asyncio.Lock())
 
     def _oauth_client(self, login: ServiceLogin) -> Any:
         return AsyncOAuth2Client(

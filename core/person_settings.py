@@ -19,7 +19,7 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.i18n import SUPPORTED_LANGUAGES
-from core.state import Database, Migration, Notice, Schema, Subscription
+from core.state import Database, Migration, Schema
 from core.timezones import canonical_zone
 
 __all__ = [
@@ -52,8 +52,6 @@ CREATE TABLE IF NOT EXISTS person_settings (
         ),
     ),
 )
-#: The channel a write is announced on, with the person key as the payload.
-CHANNEL: Final = "mercury_person_settings"
 
 
 class InvalidSetting(ValueError):
@@ -74,42 +72,29 @@ class SavedSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PersonSettings:
-    """Per-person settings in the state store, cached per instance and never stale.
+    """Per-person settings in the state store; never stale, on any instance.
 
-    Settings are read on every request, so each instance keeps them in memory. Every write
-    goes through a ``PersonSettings`` and announces the person on :data:`CHANNEL`; every
-    instance listening there forgets that person's entry (PostgreSQL ``LISTEN``/``NOTIFY``;
-    in one SQLite process, the announcement goes straight to this object). While notices
-    can't be heard (the listening connection dropped), nothing is cached and every read goes
-    to the store; a reconnection empties the cache, since notices may have been missed.
+    Settings are read on every request. On a store one process owns (SQLite) they are
+    cached in memory, and every write, which goes through this object, forgets the person's
+    entry. On a store several instances share (PostgreSQL) nothing is cached: a write
+    through one instance must be what the very next request reads through any other, and
+    no invalidation message can be guaranteed to arrive before that request does, so every
+    read is one primary-key lookup.
     """
 
     def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
         self._db = db
         self._clock = clock
         self._ready = False
+        self._caching = not db.shared
         self._cache: dict[str, SavedSettings] = {}
         self._writes = 0  # a read that overlapped a write doesn't fill the cache
-        self._subscription: Subscription | None = None
-        self._subscribing = asyncio.Lock()
 
     async def ensure_schema(self) -> None:
-        """Create the table and start hearing writes; done lazily by every call, idempotent."""
-        if self._ready:
-            return
-        async with self._subscribing:
-            if self._ready:
-                return
+        """Create the table if needed; done lazily by every call, idempotent."""
+        if not self._ready:
             await self._db.migrate(_SCHEMA)
-            self._subscription = await self._db.subscribe(CHANNEL, self._heard)
             self._ready = True
-
-    def _heard(self, notice: Notice) -> None:
-        self._writes += 1
-        if notice is None:
-            self._cache.clear()
-        else:
-            self._cache.pop(notice, None)
 
     @property
     def cached(self) -> int:
@@ -134,18 +119,16 @@ class PersonSettings:
                 name=row["name"], language=row["language"], time_zone=row["time_zone"]
             )
         )
-        live = self._subscription is not None and self._subscription.live
-        if live and writes == self._writes:
+        if self._caching and writes == self._writes:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[person_key] = saved
         return saved
 
-    async def _saved(self, person_key: str) -> None:
-        # Forgotten here at once (a notice from the store arrives a moment later), then
-        # announced to every instance.
-        self._heard(person_key)
-        await self._db.notify(CHANNEL, person_key)
+    async def _save(self, sql: str, parameters: tuple[str, str, str]) -> None:
+        await self._db.execute(sql, parameters)
+        self._writes += 1
+        self._cache.pop(parameters[0], None)
 
     async def set_name(self, person_key: str, name: str) -> str:
         """Save how the person wants to be called; returns it trimmed."""
@@ -159,13 +142,12 @@ class PersonSettings:
                 f"A name can be at most {MAX_NAME_CHARS} characters long; give a shorter one.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, name, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "name = excluded.name, updated_at = excluded.updated_at",
             (person_key, cleaned, self._now()),
         )
-        await self._saved(person_key)
         return cleaned
 
     async def set_language(self, person_key: str, language: str) -> str:
@@ -179,13 +161,12 @@ class PersonSettings:
                 f"{', '.join(SUPPORTED_LANGUAGES)}.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, language, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "language = excluded.language, updated_at = excluded.updated_at",
             (person_key, code, self._now()),
         )
-        await self._saved(person_key)
         return code
 
     async def set_time_zone(self, person_key: str, time_zone: str) -> str:
@@ -200,13 +181,12 @@ class PersonSettings:
                 "+02:00 isn't one); give an IANA name such as Europe/Rome.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, time_zone, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "time_zone = excluded.time_zone, updated_at = excluded.updated_at",
             (person_key, zone, self._now()),
         )
-        await self._saved(person_key)
         return zone
 
     def _now(self) -> str:

@@ -80,6 +80,10 @@ class Transaction(Protocol):
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None: ...
 
+    async def notify(self, channel: str, payload: str) -> None:
+        """Announce ``payload`` on ``channel`` when, and only if, the transaction commits."""
+        ...
+
 
 class Subscription(Protocol):
     """A standing interest in one channel's notices."""
@@ -125,6 +129,14 @@ class Database(Protocol):
         """One transaction; with ``lock``, none other holding the same key runs meanwhile.
 
         Keep it short: it holds a connection (and, on SQLite, the whole file) until it ends.
+        """
+        ...
+
+    def lock(self, key: str) -> AbstractAsyncContextManager[None]:
+        """Hold ``key`` while the block runs: no other holder of it, on any instance, runs.
+
+        For work that must not overlap but isn't one transaction (it waits on the network
+        between statements). On PostgreSQL it keeps one pooled connection for the duration.
         """
         ...
 

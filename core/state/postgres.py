@@ -269,6 +269,25 @@ class PostgresDatabase:
                     )
                 yield _PostgresTransaction(connection)
 
+    @contextlib.asynccontextmanager
+    async def lock(self, key: str) -> AsyncIterator[None]:
+        async with self._errors(), self._pool.connection() as connection:
+            await connection.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+            try:
+                yield
+            finally:
+                try:
+                    await asyncio.shield(
+                        connection.execute(
+                            "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,)
+                        )
+                    )
+                except (psycopg.Error, asyncio.CancelledError):
+                    # A session lock dies with its connection: close it rather than hand a
+                    # connection still holding the lock back to the pool.
+                    await connection.close()
+                    raise
+
     async def notify(self, channel: str, payload: str) -> None:
         await self.execute("SELECT pg_notify(?, ?)", (channel, payload))
 
@@ -305,6 +324,10 @@ class PostgresDatabase:
 class _PostgresTransaction:
     def __init__(self, connection: psycopg.AsyncConnection[Any]) -> None:
         self._connection = connection
+
+    async def notify(self, channel: str, payload: str) -> None:
+        # PostgreSQL delivers a notice sent inside a transaction when it commits.
+        await self._connection.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
         cursor = await self._connection.execute(postgres_sql(sql), parameters)

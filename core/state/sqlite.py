@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -52,6 +53,8 @@ class SqliteDatabase:
         self._lock = asyncio.Lock()
         self._subscribers: dict[str, list[Callable[[Notice], None]]] = {}
         self._migrated: set[str] = set()
+        # Weak: a key's lock lives as long as someone holds or awaits it.
+        self._held: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @classmethod
     async def open(cls, path: Path) -> SqliteDatabase:
@@ -109,8 +112,20 @@ class SqliteDatabase:
         # BEGIN IMMEDIATE takes the file's write lock at once: with one connection per
         # process and the asyncio lock around it, every transaction is serialized, so the
         # ``lock`` key needs no further work here.
+        transaction = _SqliteTransaction(self)
         async with self._lock, self._errors(), self._begun():
-            yield _SqliteTransaction(self)
+            yield transaction
+        for channel, payload in transaction.notices:
+            await self.notify(channel, payload)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, key: str) -> AsyncIterator[None]:
+        # One process per file: an asyncio lock per key is the whole story.
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = asyncio.Lock()
+        async with held:
+            yield
 
     async def notify(self, channel: str, payload: str) -> None:
         for callback in list(self._subscribers.get(channel, ())):
@@ -167,6 +182,10 @@ class _SqliteTransaction:
     def __init__(self, database: SqliteDatabase) -> None:
         self._connection = database._connection
         self._database = database
+        self.notices: list[tuple[str, str]] = []
+
+    async def notify(self, channel: str, payload: str) -> None:
+        self.notices.append((channel, payload))
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int:
         cursor = await self._connection.execute(sql, parameters)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,7 @@ def documented_routes(settings: Settings) -> set[tuple[str, str]]:
 def app_routes(settings: Settings) -> set[tuple[str, str]]:
     app = build_app(settings)
     return {
-        (method, route.path)
+        (method, re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path))
         for route in app.routes
         for method in getattr(route, "methods", ())
         if method not in {"OPTIONS", "HEAD"}

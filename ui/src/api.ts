@@ -1,0 +1,148 @@
+// The surface as the UI calls it: JSON routes with the `{ok:false,error}` envelope turned into
+// ApiError, and POST /turn read as a stream of typed events (channel contract v6).
+
+import { readSse } from "./sse";
+
+export type ToolOutcome = "success" | "failed" | "pending";
+
+export type TurnEvent =
+  | { type: "reasoning"; chunk: string; id: string }
+  | { type: "reasoning_end"; id: string; failed: boolean }
+  | { type: "tool"; label: string; detail: string; toolCallId: string; name?: string }
+  | { type: "tool_finish"; toolCallId: string; outcome: ToolOutcome }
+  | { type: "text"; chunk: string }
+  | { type: "pending"; command: string; token: string; choices: Choice[] }
+  | { type: "login"; service: string; url: string }
+  | { type: "final"; text: string; pendingNote?: string }
+  | { type: "error"; message: string };
+
+export interface Choice {
+  token: string;
+  label: string;
+}
+
+export interface TurnBody {
+  text?: string;
+  conversationId?: string;
+  opening?: true;
+  resume?: true;
+}
+
+export interface Me {
+  name: string | null;
+  language?: string | null;
+  timeZone?: string | null;
+}
+
+export interface ConversationSummary {
+  conversationId: string;
+  lastTimestamp: string;
+  preview: string;
+}
+
+export interface TranscriptMessage {
+  role: "user" | "assistant";
+  content: string;
+  timestamp: string;
+}
+
+export interface ConfirmAnswer {
+  resolved: boolean;
+  text?: string;
+  resume?: boolean;
+}
+
+const EVENT_NAMES = new Set([
+  "reasoning",
+  "reasoning_end",
+  "tool",
+  "tool_finish",
+  "text",
+  "pending",
+  "login",
+  "final",
+  "error",
+]);
+
+export class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly retryAfterS: number | null = null,
+  ) {
+    super(message);
+  }
+}
+
+export class Api {
+  constructor(
+    readonly base: string,
+    private readonly token: () => string | null,
+  ) {}
+
+  private headers(json: boolean): Headers {
+    const headers = new Headers({ accept: "application/json" });
+    const token = this.token();
+    if (token) headers.set("authorization", `Bearer ${token}`);
+    headers.set("x-time-zone", Intl.DateTimeFormat().resolvedOptions().timeZone);
+    if (json) headers.set("content-type", "application/json");
+    return headers;
+  }
+
+  private url(
+    path: string,
+    query: Record<string, string | number | null | undefined> = {},
+  ): string {
+    const url = new URL(this.base + path, window.location.href);
+    for (const [name, value] of Object.entries(query)) {
+      if (value !== null && value !== undefined) url.searchParams.set(name, String(value));
+    }
+    return url.toString();
+  }
+
+  private async refusal(response: Response): Promise<ApiError> {
+    let message = `The server answered ${response.status}.`;
+    try {
+      const body = (await response.json()) as { error?: unknown };
+      if (typeof body.error === "string" && body.error) message = body.error;
+    } catch {
+      // Not the envelope (a proxy's page, say): keep the status sentence.
+    }
+    const retry = Number.parseInt(response.headers.get("retry-after") ?? "", 10);
+    return new ApiError(message, response.status, Number.isFinite(retry) ? retry : null);
+  }
+
+  async get<T>(path: string, query: Record<string, string | number | null | undefined> = {}) {
+    const response = await fetch(this.url(path, query), { headers: this.headers(false) });
+    if (!response.ok) throw await this.refusal(response);
+    return (await response.json()) as T;
+  }
+
+  async send<T>(method: "POST" | "PATCH", path: string, body: unknown): Promise<T> {
+    const response = await fetch(this.url(path), {
+      method,
+      headers: this.headers(true),
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) throw await this.refusal(response);
+    return (await response.json()) as T;
+  }
+
+  /** One turn; aborting `signal` closes the connection, which cancels the model. */
+  async *turn(body: TurnBody, signal: AbortSignal): AsyncGenerator<TurnEvent> {
+    const headers = this.headers(true);
+    headers.set("accept", "text/event-stream");
+    const response = await fetch(this.url("/turn"), {
+      method: "POST",
+      headers,
+      body: JSON.stringify(body),
+      signal,
+    });
+    if (!response.ok) throw await this.refusal(response);
+    if (!response.body) throw new ApiError("The server sent no stream.", response.status);
+    for await (const message of readSse(response.body)) {
+      if (!EVENT_NAMES.has(message.event)) continue; // events of later contracts are skipped
+      yield { type: message.event, ...JSON.parse(message.data) } as TurnEvent;
+    }
+  }
+}

@@ -1,0 +1,256 @@
+// A conversation: its transcript (paged from /conversation as the reader scrolls), the composer,
+// and the turns it runs. A turn is a POST /turn read as a stream; Stop aborts the fetch, which
+// closes the connection, which cancels the model (the contract's rule).
+
+import { type Api, ApiError, type Choice, type TranscriptMessage, type TurnBody } from "./api";
+import { button, h } from "./dom";
+import { AssistantMessage, pastAnswer, userMessage } from "./message";
+
+export interface ConversationHost {
+  api: Api;
+  announce(text: string): void;
+  signOut(message: string): void;
+  changed(): void;
+}
+
+export class Conversation {
+  readonly element: HTMLElement;
+  private readonly history = h("div", { class: "history" });
+  private readonly sentinel = h("div", { class: "sentinel", attrs: { "aria-hidden": "true" } });
+  private readonly live = h("div", { class: "live" });
+  private readonly log: HTMLElement;
+  private readonly input: HTMLTextAreaElement;
+  private readonly sendButton: HTMLButtonElement;
+  private readonly stopButton: HTMLButtonElement;
+  private controller: AbortController | null = null;
+  private nextOffset: string | null = null;
+  private loading = false;
+  private observer: IntersectionObserver | null = null;
+
+  constructor(
+    private readonly host: ConversationHost,
+    readonly id: string,
+  ) {
+    this.log = h(
+      "div",
+      {
+        class: "log",
+        attrs: { role: "log", "aria-live": "polite", "aria-label": "Conversation", tabindex: "0" },
+      },
+      this.history,
+      this.sentinel,
+      this.live,
+    );
+    this.input = h("textarea", {
+      attrs: {
+        id: "composer",
+        rows: "2",
+        placeholder: "Write a message…",
+        "aria-label": "Message",
+      },
+      on: {
+        keydown: (event) => {
+          if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+            event.preventDefault();
+            this.submit();
+          }
+        },
+      },
+    });
+    this.sendButton = button("Send", () => this.submit(), "primary");
+    this.stopButton = button("Stop", () => this.stop(), "stop");
+    this.stopButton.hidden = true;
+    const form = h(
+      "form",
+      {
+        class: "composer",
+        on: {
+          submit: (event) => {
+            event.preventDefault();
+            this.submit();
+          },
+        },
+      },
+      this.input,
+      this.sendButton,
+      this.stopButton,
+    );
+    this.element = h(
+      "section",
+      { class: "conversation", attrs: { "aria-label": "Chat" } },
+      this.log,
+      form,
+    );
+  }
+
+  focus(): void {
+    this.input.focus();
+  }
+
+  /** The first page of the transcript; later pages load as the sentinel scrolls into view. */
+  async load(): Promise<void> {
+    await this.loadPage(null);
+    this.observer = new IntersectionObserver((entries) => {
+      if (entries.some((entry) => entry.isIntersecting) && this.nextOffset) {
+        void this.loadPage(this.nextOffset);
+      }
+    });
+    this.observer.observe(this.sentinel);
+  }
+
+  dispose(): void {
+    this.observer?.disconnect();
+    this.controller?.abort();
+  }
+
+  private async loadPage(offset: string | null): Promise<void> {
+    if (this.loading) return;
+    this.loading = true;
+    try {
+      const page = await this.host.api.get<{
+        messages: TranscriptMessage[];
+        nextOffset: string | null;
+      }>("/conversation", { id: this.id, limit: 50, offset });
+      for (const message of page.messages) {
+        this.history.append(
+          message.role === "user" ? userMessage(message.content) : pastAnswer(message.content),
+        );
+      }
+      this.nextOffset = page.nextOffset;
+      this.scrollToEnd();
+    } catch (error) {
+      this.refused(error);
+    } finally {
+      this.loading = false;
+    }
+  }
+
+  private submit(): void {
+    const text = this.input.value.trim();
+    if (!text || this.controller) return;
+    this.input.value = "";
+    void this.run({ text, conversationId: this.id }, text);
+  }
+
+  stop(): void {
+    this.controller?.abort();
+  }
+
+  /** Runs one turn into a new answer; `userText` is echoed first when the person wrote it. */
+  async run(body: TurnBody, userText: string | null): Promise<void> {
+    if (userText !== null) this.live.append(userMessage(userText));
+    const answer = new AssistantMessage();
+    this.live.append(answer.element);
+    this.scrollToEnd();
+    const controller = new AbortController();
+    this.controller = controller;
+    this.busy(true);
+    let ended = false;
+    try {
+      for await (const event of this.host.api.turn(body, controller.signal)) {
+        switch (event.type) {
+          case "reasoning":
+            answer.reasoningChunk(event.id, event.chunk);
+            break;
+          case "reasoning_end":
+            answer.reasoningEnd(event.id, event.failed);
+            break;
+          case "tool":
+            answer.toolStarted(event.toolCallId, event.label, event.detail);
+            break;
+          case "tool_finish":
+            answer.toolFinished(event.toolCallId, event.outcome);
+            break;
+          case "text":
+            answer.textChunk(event.chunk);
+            break;
+          case "pending":
+            answer.pending(event.command, event.choices, (choice, group) =>
+              this.choose(choice, group),
+            );
+            break;
+          case "login":
+            answer.login(event.service, event.url);
+            break;
+          case "final":
+            ended = true;
+            answer.final(event.text, event.pendingNote);
+            this.host.announce("Answer complete.");
+            break;
+          case "error":
+            ended = true;
+            answer.error(event.message, () => void this.run(body, null));
+            break;
+        }
+        this.scrollToEnd();
+      }
+      if (!ended)
+        answer.error(
+          "The connection closed before the answer ended.",
+          () => void this.run(body, null),
+        );
+    } catch (error) {
+      if (controller.signal.aborted) answer.stopped();
+      else if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+      else answer.error(this.sentence(error), () => void this.run(body, null));
+    } finally {
+      this.controller = null;
+      this.busy(false);
+      if (body.opening && answer.isEmpty()) answer.element.remove();
+      this.host.changed();
+    }
+  }
+
+  private async choose(choice: Choice, group: HTMLElement): Promise<void> {
+    try {
+      const answer = await this.host.api.send<{
+        resolved: boolean;
+        text?: string;
+        resume?: boolean;
+      }>("POST", "/confirm", { token: choice.token, conversationId: this.id });
+      if (!answer.resolved) {
+        group.append(h("p", { class: "note" }, "This choice is no longer available."));
+      } else if (answer.resume) {
+        group.append(h("p", { class: "note" }, choice.label || "Confirmed."));
+        await this.run({ resume: true, conversationId: this.id }, null);
+      } else {
+        group.append(h("p", { class: "note" }, answer.text ?? ""));
+      }
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+      else group.append(h("p", { class: "error", attrs: { role: "alert" } }, this.sentence(error)));
+    }
+  }
+
+  private sentence(error: unknown): string {
+    if (error instanceof ApiError) {
+      if (error.status === 429 && error.retryAfterS !== null) {
+        return `${error.message} You can try again in ${error.retryAfterS} s.`;
+      }
+      return error.message;
+    }
+    return "The server can't be reached. Check the connection and try again.";
+  }
+
+  private refused(error: unknown): void {
+    if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+    else
+      this.history.append(
+        h("p", { class: "error", attrs: { role: "alert" } }, this.sentence(error)),
+      );
+  }
+
+  private busy(running: boolean): void {
+    this.sendButton.hidden = running;
+    this.stopButton.hidden = !running;
+    this.log.setAttribute("aria-busy", String(running));
+    if (!running) this.input.focus();
+  }
+
+  private scrollToEnd(): void {
+    const log = this.log;
+    if (log.scrollHeight - log.scrollTop - log.clientHeight < 160 || this.controller) {
+      log.scrollTop = log.scrollHeight;
+    }
+  }
+}

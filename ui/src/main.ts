@@ -1,0 +1,250 @@
+// The app shell: sign in, the conversation list, the current conversation and the side panel.
+
+import { Api, ApiError, type ConversationSummary, type Me } from "./api";
+import {
+  finishOidcLogin,
+  forgetToken,
+  savedToken,
+  saveToken,
+  startOidcLogin,
+  type UiConfig,
+} from "./auth";
+import { Conversation } from "./conversation";
+import { button, h } from "./dom";
+import { Panels } from "./panels";
+
+const root = document.getElementById("app") as HTMLElement;
+const announcer = h("div", {
+  class: "visually-hidden",
+  attrs: { role: "status", "aria-live": "polite" },
+});
+
+function announce(text: string): void {
+  announcer.textContent = text;
+}
+
+async function loadConfig(): Promise<UiConfig> {
+  const fallback: UiConfig = { server: window.location.origin, devToken: null, oidc: null };
+  try {
+    const response = await fetch(new URL("config.json", window.location.href));
+    if (!response.ok) return fallback;
+    const config = (await response.json()) as Partial<UiConfig>;
+    return {
+      server: (config.server || window.location.origin).replace(/\/$/, ""),
+      devToken: config.devToken ?? null,
+      oidc: config.oidc ?? null,
+    };
+  } catch {
+    return fallback;
+  }
+}
+
+function newConversationId(): string {
+  return crypto.randomUUID();
+}
+
+class App {
+  private readonly api: Api;
+  private conversation: Conversation | null = null;
+  private readonly list = h("ul", { class: "conversations" });
+  private readonly main = h("main", { attrs: { id: "main" } });
+  private panels: Panels | null = null;
+  private me: Me | null = null;
+
+  constructor(private readonly config: UiConfig) {
+    this.api = new Api(config.server, () => savedToken());
+  }
+
+  async start(): Promise<void> {
+    if (this.config.oidc) {
+      try {
+        const token = await finishOidcLogin(this.config.oidc);
+        if (token) saveToken(token);
+      } catch (error) {
+        this.signIn(`The login didn't complete: ${error instanceof Error ? error.message : error}`);
+        return;
+      }
+    }
+    if (!savedToken()) {
+      this.signIn(null);
+      return;
+    }
+    await this.enter();
+  }
+
+  signIn(message: string | null): void {
+    this.conversation?.dispose();
+    this.conversation = null;
+    const token = h("input", {
+      attrs: {
+        id: "token",
+        type: "password",
+        autocomplete: "off",
+        required: "",
+        "aria-describedby": "token-help",
+      },
+    });
+    if (this.config.devToken) token.value = this.config.devToken;
+    const form = h(
+      "form",
+      {
+        class: "signin",
+        on: {
+          submit: (event) => {
+            event.preventDefault();
+            if (!token.value.trim()) return;
+            saveToken(token.value.trim());
+            void this.enter();
+          },
+        },
+      },
+      h("h1", {}, "Mercury"),
+      message ? h("p", { class: "error", attrs: { role: "alert" } }, message) : null,
+      h("label", { attrs: { for: "token" } }, "Access token"),
+      token,
+      h(
+        "p",
+        { class: "muted", attrs: { id: "token-help" } },
+        this.config.devToken
+          ? "The development token is filled in for you."
+          : "A token your administrator gave you.",
+      ),
+      h("button", { class: "primary", attrs: { type: "submit" } }, "Sign in"),
+    );
+    const oidc = this.config.oidc;
+    if (oidc) {
+      form.append(button("Sign in with your account", () => void startOidcLogin(oidc)));
+    }
+    root.replaceChildren(h("div", { class: "signin-page" }, form), announcer);
+    root.setAttribute("aria-busy", "false");
+    token.focus();
+  }
+
+  signOut = (message: string): void => {
+    forgetToken();
+    this.signIn(message);
+  };
+
+  private async enter(): Promise<void> {
+    try {
+      this.me = await this.api.get<Me>("/me");
+    } catch (error) {
+      if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
+        this.signOut(error.message);
+      } else {
+        this.signIn(error instanceof Error ? error.message : String(error));
+      }
+      return;
+    }
+    this.panels = new Panels({ api: this.api, signOut: this.signOut, announce });
+    const panelsToggle = h(
+      "button",
+      {
+        attrs: { type: "button", "aria-expanded": "false", "aria-controls": "side" },
+        class: "toggle",
+      },
+      "Panels",
+    );
+    const side = h("div", { attrs: { id: "side", hidden: "" } }, this.panels.element);
+    panelsToggle.addEventListener("click", () => {
+      const open = side.hidden;
+      side.hidden = !open;
+      panelsToggle.setAttribute("aria-expanded", String(open));
+      if (open)
+        void this.panels
+          ?.show("settings")
+          .then(() => side.querySelector<HTMLElement>("[role=tab]")?.focus());
+    });
+    side.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        side.hidden = true;
+        panelsToggle.setAttribute("aria-expanded", "false");
+        panelsToggle.focus();
+      }
+    });
+    const header = h(
+      "header",
+      { class: "top" },
+      h("a", { class: "skip", attrs: { href: "#composer" } }, "Skip to the message box"),
+      h("h1", {}, "Mercury"),
+      h("span", { class: "who" }, this.me.name ? `Signed in as ${this.me.name}` : "Signed in"),
+      panelsToggle,
+      button("Sign out", () => this.signOut("You signed out.")),
+    );
+    const nav = h(
+      "nav",
+      { class: "sidebar", attrs: { "aria-label": "Conversations" } },
+      button("New conversation", () => void this.open(newConversationId(), true), "primary"),
+      this.list,
+    );
+    root.replaceChildren(header, h("div", { class: "layout" }, nav, this.main, side), announcer);
+    root.setAttribute("aria-busy", "false");
+    const conversations = await this.refreshList();
+    const first = conversations[0];
+    await this.open(first ? first.conversationId : newConversationId(), !first);
+  }
+
+  private async refreshList(): Promise<ConversationSummary[]> {
+    try {
+      const { conversations } = await this.api.get<{ conversations: ConversationSummary[] }>(
+        "/conversations",
+        { limit: 50 },
+      );
+      const current = this.conversation?.id;
+      // A conversation just started is listed before the archive has it.
+      const shown =
+        current && !conversations.some((item) => item.conversationId === current)
+          ? [
+              { conversationId: current, lastTimestamp: "", preview: "New conversation" },
+              ...conversations,
+            ]
+          : conversations;
+      this.list.replaceChildren(
+        ...shown.map((item) =>
+          h(
+            "li",
+            {},
+            h(
+              "button",
+              {
+                class: "conversation-link",
+                attrs: {
+                  type: "button",
+                  "data-id": item.conversationId,
+                  "aria-current": String(item.conversationId === this.conversation?.id),
+                },
+                on: { click: () => void this.open(item.conversationId, false) },
+              },
+              item.preview || item.conversationId,
+            ),
+          ),
+        ),
+      );
+      return conversations;
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) this.signOut(error.message);
+      return [];
+    }
+  }
+
+  private async open(id: string, fresh: boolean): Promise<void> {
+    this.conversation?.dispose();
+    const conversation = new Conversation(
+      { api: this.api, announce, signOut: this.signOut, changed: () => void this.refreshList() },
+      id,
+    );
+    this.conversation = conversation;
+    this.main.replaceChildren(conversation.element);
+    void this.refreshList();
+    if (fresh) {
+      conversation.focus();
+      if (this.me && this.me.name === null)
+        await conversation.run({ opening: true, conversationId: id }, null);
+      return;
+    }
+    await conversation.load();
+    conversation.focus();
+  }
+}
+
+void loadConfig().then((config) => new App(config).start());

@@ -1,0 +1,214 @@
+// One assistant answer as it streams: reasoning, tool chips, text, pending choices, login links,
+// the final text and errors. Deltas are batched to animation frames (one DOM write per frame,
+// however many deltas arrived), and `final` replaces the streamed text: it is authoritative.
+
+import type { Choice, ToolOutcome } from "./api";
+import { append, button, h } from "./dom";
+import { renderMarkdown } from "./markdown";
+
+const OUTCOME_LABEL: Record<ToolOutcome, string> = {
+  success: "done",
+  failed: "failed",
+  pending: "waiting for you",
+};
+
+/** Text appended to a node at most once per animation frame. */
+class FrameBuffer {
+  private parts: string[] = [];
+  private frame = 0;
+  constructor(private readonly node: Text) {}
+
+  push(chunk: string): void {
+    this.parts.push(chunk);
+    if (this.frame === 0) this.frame = requestAnimationFrame(() => this.flush());
+  }
+
+  flush(): void {
+    if (this.frame !== 0) cancelAnimationFrame(this.frame);
+    this.frame = 0;
+    if (this.parts.length === 0) return;
+    this.node.appendData(this.parts.join(""));
+    this.parts = [];
+  }
+}
+
+export type ChoiceHandler = (choice: Choice, group: HTMLElement) => Promise<void>;
+
+export class AssistantMessage {
+  readonly element: HTMLElement;
+  private readonly activity: HTMLElement;
+  private readonly body: HTMLElement;
+  private readonly text: FrameBuffer;
+  private readonly streamed: HTMLElement;
+  private readonly extras: HTMLElement;
+  private readonly reasoning = new Map<
+    string,
+    { details: HTMLDetailsElement; buffer: FrameBuffer }
+  >();
+  private readonly chips = new Map<string, HTMLElement>();
+  private ownConfirmation = false;
+
+  constructor() {
+    const textNode = document.createTextNode("");
+    this.streamed = h("div", { class: "streamed" }, textNode);
+    this.text = new FrameBuffer(textNode);
+    this.activity = h("div", { class: "activity" });
+    this.body = h("div", { class: "body" }, this.streamed);
+    this.extras = h("div", { class: "extras" });
+    this.element = h(
+      "article",
+      { class: "message assistant", attrs: { "aria-busy": "true", "aria-label": "Answer" } },
+      this.activity,
+      this.body,
+      this.extras,
+    );
+  }
+
+  reasoningChunk(id: string, chunk: string): void {
+    let block = this.reasoning.get(id);
+    if (!block) {
+      const node = document.createTextNode("");
+      const details = h(
+        "details",
+        { class: "reasoning", attrs: { open: "" } },
+        h("summary", {}, "Reasoning"),
+        h("div", { class: "reasoning-text" }, node),
+      );
+      block = { details, buffer: new FrameBuffer(node) };
+      this.reasoning.set(id, block);
+      this.activity.append(details);
+    }
+    block.buffer.push(chunk);
+  }
+
+  reasoningEnd(id: string, failed: boolean): void {
+    const block = this.reasoning.get(id);
+    if (!block) return;
+    block.buffer.flush();
+    block.details.open = false;
+    block.details.classList.toggle("failed", failed);
+  }
+
+  toolStarted(toolCallId: string, label: string, detail: string): void {
+    const chip = h(
+      "span",
+      { class: "chip running", attrs: { title: detail } },
+      h("span", { class: "chip-state", attrs: { "aria-hidden": "true" } }),
+      label,
+      h("span", { class: "visually-hidden" }, " (running)"),
+    );
+    this.chips.set(toolCallId, chip);
+    this.activity.append(chip);
+  }
+
+  toolFinished(toolCallId: string, outcome: ToolOutcome): void {
+    const chip = this.chips.get(toolCallId);
+    if (!chip) return;
+    chip.className = `chip ${outcome}`;
+    chip.dataset.outcome = outcome;
+    const hidden = chip.querySelector(".visually-hidden");
+    if (hidden) hidden.textContent = ` (${OUTCOME_LABEL[outcome]})`;
+  }
+
+  textChunk(chunk: string): void {
+    this.text.push(chunk);
+  }
+
+  /** A staged action: one button per choice; a plain staging gets the UI's own "Confirm". */
+  pending(command: string, choices: Choice[], onChoice: ChoiceHandler): void {
+    this.ownConfirmation = true;
+    const group = h(
+      "div",
+      { class: "pending", attrs: { role: "group", "aria-label": "Waiting for your confirmation" } },
+      h("p", { class: "pending-command" }, command),
+    );
+    const buttons = h("div", { class: "choices" });
+    for (const choice of choices) {
+      const label = choice.label || "Confirm";
+      buttons.append(
+        button(label, () => {
+          for (const other of buttons.querySelectorAll("button")) other.disabled = true;
+          void onChoice(choice, group);
+        }),
+      );
+    }
+    group.append(buttons);
+    this.extras.append(group);
+  }
+
+  login(service: string, url: string): void {
+    const link = h(
+      "a",
+      { attrs: { href: url, target: "_blank", rel: "noopener noreferrer" } },
+      `Log in to ${service}`,
+    );
+    this.extras.append(
+      h(
+        "div",
+        { class: "login", attrs: { role: "note" } },
+        h("p", {}, link),
+        h(
+          "p",
+          { class: "warning" },
+          "This link is for you alone: whoever logs in through it links their account to " +
+            "you. Don't share it.",
+        ),
+      ),
+    );
+  }
+
+  /** The authoritative text; `pendingNote` is hidden when this UI shows its own confirmation. */
+  final(text: string, pendingNote?: string): void {
+    this.text.flush();
+    let shown = text;
+    if (pendingNote && this.ownConfirmation && shown.startsWith(pendingNote)) {
+      shown = shown.slice(pendingNote.length).trim();
+    }
+    this.body.replaceChildren(renderMarkdown(shown));
+    this.body.dataset.final = "true";
+    this.settle();
+  }
+
+  error(message: string, retry: (() => void) | null): void {
+    this.text.flush();
+    const box = h("div", { class: "error", attrs: { role: "alert" } }, h("p", {}, message));
+    if (retry) box.append(button("Retry", retry));
+    this.extras.append(box);
+    this.settle();
+  }
+
+  stopped(): void {
+    this.text.flush();
+    this.extras.append(h("p", { class: "stopped" }, "Stopped."));
+    this.settle();
+  }
+
+  note(text: string): void {
+    append(this.extras, h("p", { class: "note" }, text));
+  }
+
+  isEmpty(): boolean {
+    return this.body.textContent === "" && this.extras.childElementCount === 0;
+  }
+
+  private settle(): void {
+    for (const block of this.reasoning.values()) block.buffer.flush();
+    this.element.setAttribute("aria-busy", "false");
+  }
+}
+
+export function userMessage(text: string): HTMLElement {
+  return h(
+    "article",
+    { class: "message user", attrs: { "aria-label": "You" } },
+    h("div", { class: "body" }, text),
+  );
+}
+
+export function pastAnswer(text: string): HTMLElement {
+  return h(
+    "article",
+    { class: "message assistant", attrs: { "aria-label": "Answer" } },
+    h("div", { class: "body", attrs: { "data-final": "true" } }, renderMarkdown(text)),
+  );
+}

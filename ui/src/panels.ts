@@ -1,0 +1,330 @@
+// What the agent keeps of the person, read-only: the wiki, memory, the tool log, pending
+// confirmations and plugins, plus the settings screen (name, language, time zone).
+
+import { type Api, ApiError, type Me } from "./api";
+import { button, clear, h } from "./dom";
+
+interface Tab {
+  id: string;
+  label: string;
+  render(panel: HTMLElement): Promise<void>;
+}
+
+export interface PanelsHost {
+  api: Api;
+  signOut(message: string): void;
+  announce(text: string): void;
+}
+
+function pre(text: string): HTMLElement {
+  return h("pre", { class: "note-text" }, text);
+}
+
+function json(value: unknown): string {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+export class Panels {
+  readonly element: HTMLElement;
+  private readonly tablist = h("div", {
+    class: "tabs",
+    attrs: { role: "tablist", "aria-label": "What Mercury keeps" },
+  });
+  private readonly panel = h("div", {
+    class: "panel-body",
+    attrs: { role: "tabpanel", tabindex: "0" },
+  });
+  private readonly tabs: Tab[];
+  private current = "";
+
+  constructor(private readonly host: PanelsHost) {
+    this.tabs = [
+      { id: "settings", label: "Settings", render: (panel) => this.settings(panel) },
+      { id: "wiki", label: "Wiki", render: (panel) => this.wiki(panel) },
+      { id: "memory", label: "Memory", render: (panel) => this.memory(panel) },
+      { id: "tool-log", label: "Tool log", render: (panel) => this.toolLog(panel) },
+      { id: "pending", label: "Pending", render: (panel) => this.pending(panel) },
+      { id: "plugins", label: "Plugins", render: (panel) => this.plugins(panel) },
+    ];
+    for (const tab of this.tabs) {
+      this.tablist.append(
+        h(
+          "button",
+          {
+            attrs: {
+              type: "button",
+              role: "tab",
+              id: `tab-${tab.id}`,
+              "aria-selected": "false",
+              "aria-controls": "panel-body",
+            },
+            on: { click: () => void this.show(tab.id) },
+          },
+          tab.label,
+        ),
+      );
+    }
+    this.panel.id = "panel-body";
+    this.element = h(
+      "aside",
+      { class: "panels", attrs: { "aria-label": "Side panel" } },
+      this.tablist,
+      this.panel,
+    );
+  }
+
+  async show(id: string): Promise<void> {
+    const tab = this.tabs.find((candidate) => candidate.id === id) ?? this.tabs[0];
+    if (!tab) return;
+    this.current = tab.id;
+    for (const element of this.tablist.querySelectorAll("button")) {
+      element.setAttribute("aria-selected", String(element.id === `tab-${tab.id}`));
+    }
+    this.panel.setAttribute("aria-labelledby", `tab-${tab.id}`);
+    clear(this.panel);
+    this.panel.append(h("p", { class: "loading" }, "Loading…"));
+    try {
+      const body = h("div");
+      await tab.render(body);
+      if (this.current === tab.id) this.panel.replaceChildren(body);
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+      const message = error instanceof Error ? error.message : String(error);
+      this.panel.replaceChildren(h("p", { class: "error", attrs: { role: "alert" } }, message));
+    }
+  }
+
+  private async settings(panel: HTMLElement): Promise<void> {
+    const me = await this.host.api.get<Me>("/me");
+    const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    const zone = h("dd", {}, me.timeZone ?? "not saved");
+    const status = h("p", { class: "note", attrs: { role: "status" } });
+    panel.append(
+      h("h2", {}, "Settings"),
+      h(
+        "dl",
+        {},
+        h("dt", {}, "Name"),
+        h("dd", {}, me.name ?? "not told yet"),
+        h("dt", {}, "Language"),
+        h("dd", {}, me.language ?? `from the browser (${navigator.language})`),
+        h("dt", {}, "Time zone"),
+        zone,
+      ),
+    );
+    if (me.timeZone !== browserZone) {
+      panel.append(
+        button(`Use this browser's time zone (${browserZone})`, async () => {
+          try {
+            const saved = await this.host.api.send<{ timeZone: string }>("PATCH", "/me", {
+              timeZone: browserZone,
+            });
+            zone.textContent = saved.timeZone;
+            status.textContent = `Time zone saved: ${saved.timeZone}.`;
+          } catch (error) {
+            status.textContent = error instanceof Error ? error.message : String(error);
+          }
+        }),
+      );
+    }
+    panel.append(status);
+  }
+
+  private async wiki(panel: HTMLElement): Promise<void> {
+    const { files } = await this.host.api.get<{ files: string[] }>("/wiki/list");
+    const reader = h("div", { class: "wiki-note", attrs: { "aria-live": "polite" } });
+    const results = h("div", { class: "grep-results" });
+    const pattern = h("input", {
+      attrs: {
+        type: "search",
+        "aria-label": "Search the wiki",
+        placeholder: "Search (regular expression)",
+      },
+    });
+    const grep = h(
+      "form",
+      {
+        class: "grep",
+        attrs: { role: "search" },
+        on: {
+          submit: async (event) => {
+            event.preventDefault();
+            if (!pattern.value) return;
+            try {
+              const { matches } = await this.host.api.get<{
+                matches: { path: string; line: number; text: string }[];
+              }>("/wiki/grep", { pattern: pattern.value });
+              results.replaceChildren(
+                matches.length === 0
+                  ? h("p", {}, "Nothing matches.")
+                  : h(
+                      "ul",
+                      {},
+                      ...matches.map((m) =>
+                        h("li", {}, h("code", {}, `${m.path}:${m.line}`), " ", m.text),
+                      ),
+                    ),
+              );
+            } catch (error) {
+              results.replaceChildren(
+                h("p", { class: "error" }, error instanceof Error ? error.message : String(error)),
+              );
+            }
+          },
+        },
+      },
+      pattern,
+      h("button", { attrs: { type: "submit" } }, "Search"),
+    );
+    const list = h("ul", { class: "wiki-files" });
+    for (const path of files) {
+      list.append(
+        h(
+          "li",
+          {},
+          button(
+            path,
+            async () => {
+              try {
+                const { content } = await this.host.api.get<{ content: string }>("/wiki/read", {
+                  path,
+                });
+                reader.replaceChildren(h("h3", {}, path), pre(content));
+              } catch (error) {
+                reader.replaceChildren(
+                  h(
+                    "p",
+                    { class: "error" },
+                    error instanceof Error ? error.message : String(error),
+                  ),
+                );
+              }
+            },
+            "link",
+          ),
+        ),
+      );
+    }
+    panel.append(
+      h("h2", {}, "Wiki"),
+      grep,
+      results,
+      files.length ? list : h("p", {}, "No notes yet."),
+      reader,
+    );
+  }
+
+  private async memory(panel: HTMLElement): Promise<void> {
+    const select = h(
+      "select",
+      { attrs: { "aria-label": "Collection" } },
+      h("option", { attrs: { value: "verbatim_archive" } }, "Archive"),
+      h("option", { attrs: { value: "episodic_memory" } }, "Episodes"),
+      h("option", { attrs: { value: "semantic_facts" } }, "Facts"),
+    );
+    const list = h("ol", { class: "points" });
+    const more = button("More", () => void page(offset));
+    let offset: string | null = null;
+    const page = async (from: string | null) => {
+      const answer = await this.host.api.get<{
+        points: { id: string; payload: Record<string, unknown> }[];
+        nextOffset: string | null;
+      }>("/memory/scroll", { collection: select.value, limit: 20, offset: from });
+      for (const point of answer.points) {
+        const text = point.payload.text ?? point.payload.content ?? point.payload.summary;
+        list.append(h("li", {}, typeof text === "string" ? text : json(point.payload)));
+      }
+      offset = answer.nextOffset;
+      more.hidden = offset === null;
+      if (answer.points.length === 0 && from === null)
+        list.append(h("li", {}, "Nothing kept here yet."));
+    };
+    select.addEventListener("change", () => {
+      list.replaceChildren();
+      void page(null);
+    });
+    panel.append(h("h2", {}, "Memory"), select, list, more);
+    await page(null);
+  }
+
+  private async toolLog(panel: HTMLElement): Promise<void> {
+    const { entries } = await this.host.api.get<{
+      entries: {
+        timestamp: string;
+        toolName: string;
+        input: unknown;
+        output: unknown;
+        outcome: string;
+      }[];
+    }>("/tool-log");
+    panel.append(h("h2", {}, "Tool log"));
+    if (entries.length === 0) {
+      panel.append(h("p", {}, "No tool calls yet."));
+      return;
+    }
+    panel.append(
+      h(
+        "ol",
+        { class: "tool-log" },
+        ...entries.map((entry) =>
+          h(
+            "li",
+            { class: `outcome-${entry.outcome}` },
+            h("strong", {}, entry.toolName),
+            ` · ${entry.outcome} · ${new Date(entry.timestamp).toLocaleString()}`,
+            h(
+              "details",
+              {},
+              h("summary", {}, "Input and output"),
+              pre(json(entry.input)),
+              pre(json(entry.output)),
+            ),
+          ),
+        ),
+      ),
+    );
+  }
+
+  private async pending(panel: HTMLElement): Promise<void> {
+    const { pending } = await this.host.api.get<{
+      pending: { summary: string; expiresAt: number; conversationId?: string }[];
+    }>("/confirmations");
+    panel.append(h("h2", {}, "Pending confirmations"));
+    panel.append(
+      pending.length === 0
+        ? h("p", {}, "Nothing waits for you.")
+        : h(
+            "ul",
+            {},
+            ...pending.map((item) =>
+              h(
+                "li",
+                {},
+                item.summary,
+                h(
+                  "span",
+                  { class: "muted" },
+                  ` — until ${new Date(item.expiresAt).toLocaleTimeString()}`,
+                ),
+              ),
+            ),
+          ),
+    );
+  }
+
+  private async plugins(panel: HTMLElement): Promise<void> {
+    const { manifest } = await this.host.api.get<{
+      manifest: { plugins: { name: string; active: boolean; skills: unknown[] }[] };
+    }>("/manifest");
+    panel.append(
+      h("h2", {}, "Plugins"),
+      h(
+        "ul",
+        {},
+        ...manifest.plugins.map((plugin) =>
+          h("li", {}, h("strong", {}, plugin.name), plugin.active ? " · active" : " · inactive"),
+        ),
+      ),
+    );
+  }
+}
