@@ -34,7 +34,7 @@ from litestar.exceptions import (
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from core.i18n import N_
+from core.i18n import N_, negotiate
 from core.state import DatabaseUnavailable
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
         HTTPResponseStartEvent,
         Send,
     )
+
+    from core.i18n import Translator
 
 log = logging.getLogger("mercury.http")
 
@@ -127,9 +129,43 @@ async def send_envelope(
     await send(end)
 
 
-def _translate(request: Request[Any, Any, Any], message: str) -> str:
-    translator = request.scope.get("state", {}).get("translator")
-    return translator.gettext(message) if translator is not None else message
+def _speech(request: Request[Any, Any, Any]) -> tuple[Translator | None, str | None]:
+    """The translator and language of a refusal: the caller's, else Accept-Language's.
+
+    A refusal made before the caller is known (an unknown path, a public route) still
+    speaks the language the request asks for, falling back to the instance's default.
+    """
+    state = request.scope.get("state", {})
+    translator = state.get("translator")
+    if translator is not None:
+        chosen: Translator = translator
+        return chosen, state.get("language")
+    services = getattr(request.app.state, "services", None)
+    if services is None:  # before start-up finished: nothing to translate with
+        return None, None
+    language = (
+        negotiate(request.headers.get("accept-language")) or services.settings.defaults.language
+    )
+    found: Translator = services.catalogs.translator(language)
+    return found, language
+
+
+def _refusal(
+    request: Request[Any, Any, Any],
+    status: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    **values: Any,
+) -> Response[bytes]:
+    """The envelope with ``message`` translated for the request, and its Content-Language."""
+    translator, language = _speech(request)
+    text = translator.gettext(message) if translator is not None else message
+    if values:
+        text = text % values
+    headers = dict(headers or {})
+    if language:
+        headers.setdefault("content-language", language)
+    return envelope(status, text, headers=headers)
 
 
 def handle_api_error(request: Request[Any, Any, Any], error: ApiError) -> Response[bytes]:
@@ -143,23 +179,27 @@ def handle_api_error(request: Request[Any, Any, Any], error: ApiError) -> Respon
 def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException) -> Response[bytes]:
     """Litestar's own refusals (unknown route, method, body too large) in our envelope."""
     if isinstance(error, NotFoundException):
-        return envelope(404, _translate(request, "Not found."))
+        return _refusal(request, 404, "Not found.")
     if isinstance(error, MethodNotAllowedException):
-        message = _translate(request, "This route does not accept the %(method)s method.")
-        return envelope(405, message % {"method": request.method}, headers=error.headers)
+        return _refusal(
+            request,
+            405,
+            "This route does not accept the %(method)s method.",
+            dict(error.headers or {}),
+            method=request.method,
+        )
     if error.status_code == 413:
-        return envelope(413, _translate(request, "The request body is larger than 1 MiB."))
+        return _refusal(request, 413, "The request body is larger than 1 MiB.")
     if isinstance(error, ValidationException):
         return envelope(400, str(error.detail))
     if error.status_code >= 500 and "disconnected" in str(error.detail):
         # The client left before its body arrived; nobody reads this answer.
         log.info("client gone before its body arrived on %s", request.url.path)
-        return envelope(400, _translate(request, "The request body must be JSON."))
+        return _refusal(request, 400, "The request body must be JSON.")
     if error.status_code >= 500:
         log.error("HTTP %s on %s: %s", error.status_code, request.url.path, error.detail)
-        return envelope(
-            error.status_code,
-            _translate(request, "Something went wrong on our side. Try again in a moment."),
+        return _refusal(
+            request, error.status_code, "Something went wrong on our side. Try again in a moment."
         )
     return envelope(error.status_code, str(error.detail), headers=error.headers)
 
@@ -168,15 +208,20 @@ def handle_database_unavailable(
     request: Request[Any, Any, Any], error: DatabaseUnavailable
 ) -> Response[bytes]:
     log.warning("%s %s: %s", request.method, request.url.path, error)
-    message = _translate(request, N_("The server is busy; try again in a few seconds."))
-    return envelope(503, message, headers={"retry-after": "5"})
+    return _refusal(
+        request,
+        503,
+        N_("The server is busy; try again in a few seconds."),
+        {"retry-after": "5"},
+    )
 
 
 def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[bytes]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=error)
-    return envelope(
+    return _refusal(
+        request,
         HTTP_500_INTERNAL_SERVER_ERROR,
-        _translate(request, "Something went wrong on our side. Try again in a moment."),
+        "Something went wrong on our side. Try again in a moment.",
     )
 
 

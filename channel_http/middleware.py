@@ -10,6 +10,7 @@ all before a handler reads the body.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -18,6 +19,7 @@ from litestar.middleware import ASGIMiddleware
 
 from channel_http.errors import send_envelope
 from core.i18n import choose_language, negotiate
+from core.messages import UNAUTHORIZED
 from core.people import Admitted, refusal_message
 from core.timezones import choose_zone
 
@@ -38,25 +40,52 @@ if TYPE_CHECKING:
 
 ALLOW_METHODS: Final = "GET, POST, PATCH, OPTIONS"
 ALLOW_HEADERS: Final = "content-type, authorization, accept-language, x-time-zone"
+#: The response headers a browser UI reads beyond the safelisted ones: the challenge of
+#: a 401, the wait of a 429 or 503, the language of a refusal or stream, timings.
+EXPOSE_HEADERS: Final = "content-language, retry-after, server-timing, www-authenticate"
+#: How long a browser may keep a preflight's answer (Chromium caps it at two hours), so
+#: a UI's turns don't each cost a preflight.
+MAX_AGE_S: Final = 7200
 
 
 class CorsMiddleware:
-    """CORS headers on every response; 204 for every preflight on a known path."""
+    """CORS headers on every response; 204 for every preflight on a known path.
+
+    ``origins`` is ``("*",)`` (any origin, answered ``*``) or exact origins: a request
+    whose ``Origin`` is one of them is answered with that origin, any other gets no
+    ``Access-Control-Allow-Origin``, and every answer says ``Vary: Origin``.
+    """
 
     def __init__(
-        self, app: ASGIApp, origin: str, paths: frozenset[str], *, bare: frozenset[str]
+        self,
+        app: ASGIApp,
+        origins: Sequence[str],
+        paths: frozenset[str],
+        *,
+        bare: frozenset[str],
     ) -> None:
         self.app = app
         self.paths = paths
         self.bare = bare  # the plain-text login pages carry no CORS
-        self.headers: list[tuple[bytes, bytes]] = [
-            (b"access-control-allow-origin", origin.encode("latin-1")),
+        self.any_origin = tuple(origins) == ("*",)
+        self.origins = frozenset(o.encode("latin-1") for o in origins if o != "*")
+        common: list[tuple[bytes, bytes]] = [
             (b"access-control-allow-methods", ALLOW_METHODS.encode()),
             (b"access-control-allow-headers", ALLOW_HEADERS.encode()),
-            (b"access-control-expose-headers", b"content-language, retry-after"),
+            (b"access-control-expose-headers", EXPOSE_HEADERS.encode()),
         ]
-        if origin != "*":
-            self.headers.append((b"vary", b"origin"))
+        if not self.any_origin:
+            common.append((b"vary", b"origin"))
+        self.headers = common
+        self.preflight_headers = [*common, (b"access-control-max-age", str(MAX_AGE_S).encode())]
+
+    def _allow_origin(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        if self.any_origin:
+            return [(b"access-control-allow-origin", b"*")]
+        for key, value in scope["headers"]:
+            if key == b"origin":
+                return [(b"access-control-allow-origin", value)] if value in self.origins else []
+        return []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != ScopeType.HTTP:
@@ -66,7 +95,7 @@ class CorsMiddleware:
             start: HTTPResponseStartEvent = {
                 "type": "http.response.start",
                 "status": 204,
-                "headers": self.headers,
+                "headers": [*self._allow_origin(scope), *self.preflight_headers],
             }
             end: HTTPResponseBodyEvent = {
                 "type": "http.response.body",
@@ -79,7 +108,7 @@ class CorsMiddleware:
         if scope["path"] in self.bare:
             await self.app(scope, receive, send)
             return
-        extra = self.headers
+        extra = [*self._allow_origin(scope), *self.headers]
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -121,13 +150,18 @@ class CallerMiddleware(ASGIMiddleware):
         }
         header_language = negotiate(headers.get("accept-language"))
         language = header_language or settings.defaults.language
+        translator = services.catalogs.translator(language)
         principal = await services.auth.authenticate(headers)
         if principal is None:
             challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"
-            await send_envelope(send, 401, "unauthorized", {"www-authenticate": challenge})
+            await send_envelope(
+                send,
+                401,
+                translator.gettext(UNAUTHORIZED),
+                {"www-authenticate": challenge, "content-language": language},
+            )
             return
         identification = await services.people.identify(principal)
-        translator = services.catalogs.translator(language)
         if not isinstance(identification, Admitted):
             status = 403 if identification.reason == "unknown" else 503
             await send_envelope(

@@ -30,6 +30,7 @@ class ConfirmBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
 
 class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     time_zone: str | None = None
+    language: str | None = None  # an extension of contract v6
 
 
 _T = TypeVar("_T", bound=msgspec.Struct)

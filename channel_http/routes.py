@@ -26,6 +26,7 @@ from channel_http.requests import (
     limit,
     required_query,
 )
+from core.i18n import SUPPORTED_LANGUAGES
 from core.memory import COLLECTIONS, InvalidCursor, Page
 from core.person_settings import InvalidSetting
 from core.sessions import ONE_OFF_PREFIX, SessionManager, TurnInput
@@ -63,7 +64,8 @@ def version() -> dict[str, Any]:
 
 @get("/openapi.yaml", sync_to_thread=False)
 def openapi_document(request: AnyRequest) -> Response[bytes]:
-    return Response(_services(request).openapi, media_type="text/yaml; charset=utf-8")
+    # Litestar appends the charset to a text/ media type itself: naming it here doubled it.
+    return Response(_services(request).openapi, media_type="text/yaml")
 
 
 # ------------------------------------------------------------------- turns
@@ -155,24 +157,43 @@ async def me(request: AnyRequest) -> dict[str, Any]:
 
 @patch("/me")
 async def patch_me(request: AnyRequest) -> dict[str, Any]:
+    """Save the caller's time zone and/or language (the language is an extension of v6).
+
+    Both are checked before either is saved, so a refused body changes nothing.
+    """
     caller = _caller(request)
     tr = caller.translator
     body = decode_body(MeBody, await request.body(), tr)
-    if body.time_zone is None:
-        raise BadRequest(tr.gettext('The body must contain "timeZone".'))
-    try:
-        saved = await _services(request).person_settings.set_time_zone(
-            caller.person.key, body.time_zone
-        )
-    except InvalidSetting:
-        raise BadRequest(
-            tr.gettext(
-                'The field "%(field)s" must be a time zone name such as Europe/Rome, '
-                'not "%(value)s".'
+    if body.time_zone is None and body.language is None:
+        raise BadRequest(tr.gettext('The body must contain "timeZone" or "language".'))
+    language = None
+    if body.language is not None:
+        language = body.language.strip().lower()
+        if language not in SUPPORTED_LANGUAGES:
+            raise BadRequest(
+                tr.gettext('The field "%(field)s" must be one of %(choices)s, not "%(value)s".')
+                % {
+                    "field": "language",
+                    "choices": ", ".join(SUPPORTED_LANGUAGES),
+                    "value": body.language[:64],
+                }
             )
-            % {"field": "timeZone", "value": body.time_zone[:64]}
-        ) from None
-    return {"ok": True, "timeZone": saved}
+    settings = _services(request).person_settings
+    saved: dict[str, Any] = {"ok": True}
+    if body.time_zone is not None:
+        try:
+            saved["timeZone"] = await settings.set_time_zone(caller.person.key, body.time_zone)
+        except InvalidSetting:
+            raise BadRequest(
+                tr.gettext(
+                    'The field "%(field)s" must be a time zone name such as Europe/Rome, '
+                    'not "%(value)s".'
+                )
+                % {"field": "timeZone", "value": body.time_zone[:64]}
+            ) from None
+    if language is not None:
+        saved["language"] = await settings.set_language(caller.person.key, language)
+    return saved
 
 
 @post("/link", status_code=200)
@@ -230,12 +251,22 @@ async def confirmations(request: AnyRequest) -> dict[str, Any]:
         "pending": [
             {
                 "sessionKey": item.session_key,
+                # An extension of contract v6: the id a UI knows the conversation by, or
+                # null for a one-off turn's session (it has none).
+                "conversationId": _conversation_of(item.session_key, caller.person.key),
                 "summary": item.summary,
                 "expiresAt": int(item.expires_at.timestamp() * 1000),
             }
             for item in pending
         ],
     }
+
+
+def _conversation_of(session_key: str, person_key: str) -> str | None:
+    conversation = session_key.removeprefix(person_key + ":")
+    if conversation == session_key or conversation.startswith(ONE_OFF_PREFIX):
+        return None
+    return conversation
 
 
 @get("/tool-log")

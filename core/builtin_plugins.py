@@ -1,4 +1,4 @@
-"""The plugins every person is offered: the wiki and their own settings.
+"""The plugins every person is offered: the wiki, their own settings, and ``present``.
 
 Each wraps a module's functions as :class:`~core.tools.Tool` values; the texts given
 to the model (descriptions, skills) are English, the status lines are catalog msgids.
@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from core import wiki_tools
+from core.display_tools import present_plugin
 from core.i18n import N_
 from core.person_settings import InvalidSetting, PersonSettings
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
@@ -177,4 +178,4 @@ def settings_plugin(person_settings: PersonSettings) -> Plugin:
 
 
 def builtin_plugins(*, vault: Vault, person_settings: PersonSettings) -> tuple[Plugin, ...]:
-    return (wiki_plugin(vault), settings_plugin(person_settings))
+    return (wiki_plugin(vault), settings_plugin(person_settings), present_plugin())

@@ -108,8 +108,15 @@ class Capture:
         extraction = parse_extraction(answer)
         base = {"personKey": person_key, "sessionKey": session_key}
         self.archive.submit("episodic", {**base, "summary": extraction.summary.strip()})
+        # A fact the model lists twice in one answer is one observation: stored twice, it
+        # would also count twice towards its topic's inferred note.
+        seen: set[tuple[str, str]] = set()
         for fact in extraction.facts:
             topic, value = fact.topic.strip().lower()[:100], fact.value.strip()[:1000]
+            same = (topic, " ".join(value.casefold().split()))
+            if same in seen:
+                continue
+            seen.add(same)
             if topic and value:
                 self.archive.submit(
                     "semantic", {"personKey": person_key, "topic": topic, "value": value}

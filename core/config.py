@@ -54,6 +54,7 @@ from core.config_kinds import (
     _InvalidValueError,
     _Kind,
     _Names,
+    _Origins,
     _PathKind,
     _PeopleJson,
     _PluginRoles,
@@ -136,7 +137,7 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
 
     host: str
     port: int
-    cors_origin: str
+    cors_origin: tuple[str, ...]
     public_url: str | None
     heartbeat_s: float
     resume_max_chars: int | None
@@ -350,8 +351,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The address to listen on."),
     Setting("http.port", "HTTP_SURFACE_PORT", _PORT, 4100,
             "The port; 0 picks a free one."),
-    Setting("http.cors_origin", "HTTP_SURFACE_CORS_ORIGIN", _Text(), "*",
-            "The origin a browser UI may call from."),
+    Setting("http.cors_origin", "HTTP_SURFACE_CORS_ORIGIN", _Origins(), ("*",),
+            "The origins a browser UI may call from: `*` for any, or a comma-separated "
+            "list of exact origins such as `https://ui.example`; a request from one of them "
+            "is answered with that origin.", default_doc="`*`"),
     Setting("http.public_url", "HTTP_SURFACE_PUBLIC_URL", _Url(base=True), None,
             "The address browsers reach the surface at; without it nobody can log in to "
             "services."),
@@ -832,8 +835,13 @@ def help_text() -> str:
 
     def entry(name: str, text: str) -> None:
         wrapped = textwrap.wrap(text, width=98 - width)
-        lines.append(f"  {name:<{width}}{wrapped[0]}")
-        lines.extend(" " * (width + 2) + more for more in wrapped[1:])
+        indent = " " * (width + 2)
+        if len(name) < width:
+            lines.append(f"  {name:<{width}}{wrapped[0]}")
+        else:  # a name as wide as the column gets a line of its own, as argparse does
+            lines.append(f"  {name}")
+            lines.append(indent + wrapped[0])
+        lines.extend(indent + more for more in wrapped[1:])
 
     entry(
         CONFIG_FILE_VARIABLE,

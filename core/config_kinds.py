@@ -315,6 +315,66 @@ class _Url(_Kind):
         return text
 
 
+class _Origins(_Kind):
+    """``*``, or browser origins (``scheme://host[:port]``): comma-separated in the environment.
+
+    Each origin is checked at start-up and kept in the lowercase form browsers send, so
+    the CORS layer compares the request's ``Origin`` header with them exactly.
+    """
+
+    summary = "`*` or a list of origins"
+    expected = "* or a comma-separated list of origins such as https://ui.example"
+
+    def from_text(self, text: str) -> object:
+        return self._origins([part.strip() for part in text.split(",")])
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.from_text(value)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise _must(self.expected, value)
+        return self._origins([item.strip() for item in value])
+
+    def _origins(self, items: list[str]) -> tuple[str, ...]:
+        if items == ["*"]:
+            return ("*",)
+        if not items or "*" in items:
+            raise _must(self.expected, ", ".join(items))
+        origins: list[str] = []
+        for item in items:
+            origin = self._origin(item)
+            if origin in origins:
+                raise _InvalidValueError(f"names the origin {_shown(origin)} twice")
+            origins.append(origin)
+        return tuple(origins)
+
+    def _origin(self, item: str) -> str:
+        problem = _InvalidValueError(
+            f"holds {_shown(item)}, which is not an origin: write scheme://host[:port] "
+            "such as https://ui.example, without a path or a trailing slash"
+        )
+        try:
+            parts = urllib.parse.urlsplit(item)
+            port = parts.port
+            hostname = parts.hostname
+        except ValueError:
+            raise problem from None
+        if (
+            parts.scheme.lower() not in ("http", "https")
+            or not hostname
+            or parts.username is not None
+            or parts.password is not None
+            or parts.path
+            or parts.query
+            or parts.fragment
+            or item.endswith(("?", "#"))
+            or re.search(r"\s", item)
+        ):
+            raise problem
+        host = f"[{hostname}]" if ":" in hostname else hostname
+        return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port is not None else "")
+
+
 class _Zone(_Kind):
     summary = "IANA time zone"
     expected = "an IANA time zone name such as Europe/Rome or UTC"

@@ -133,7 +133,7 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
                     "additionalProperties": False,
                 },
                 run=forget,
-                label=N_("Consulting memory…"),
+                label=N_("Forgetting…"),
                 detail=lambda a: str(a.get("topic", "")),
                 confirm=True,
                 summary=forget_summary,

@@ -112,6 +112,10 @@ STATUS_WRITING_WIKI: Final = N_("Writing to the wiki…")
 STATUS_SEARCHING_WIKI: Final = N_("Searching the wiki…")
 # Shown: the status line while a tool reads memory.
 STATUS_CONSULTING_MEMORY: Final = N_("Consulting memory…")
+# Shown: the status line while a tool deletes what memory holds on a topic.
+STATUS_FORGETTING: Final = N_("Forgetting…")
+# Shown: the status line while the assistant shows the person a list, table or text.
+STATUS_SHOWING: Final = N_("Showing…")
 # Shown: the status line while a tool saves to memory.
 STATUS_SAVING_MEMORY: Final = N_("Saving to memory…")
 # Shown: the status line while the assistant captures a fact worth keeping.
@@ -138,8 +142,10 @@ DIRECTORY_UNAVAILABLE: Final = N_(
 TIME_ZONE_INVALID: Final = N_(
     'The field "%(field)s" must be a time zone name such as Europe/Rome, not "%(value)s".'
 )
-# Shown: the refusal of a settings change without the time zone.
-TIME_ZONE_MISSING: Final = N_('The body must contain "timeZone".')
+# Shown: the refusal of a settings change naming neither a time zone nor a language.
+SETTING_MISSING: Final = N_('The body must contain "timeZone" or "language".')
+# Shown: the refusal of a language that isn't shipped; choices lists the shipped ones.
+LANGUAGE_INVALID: Final = N_('The field "%(field)s" must be one of %(choices)s, not "%(value)s".')
 
 # --- Linking accounts by code -------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,6 +28,8 @@ from core import events
 from core.capture import conversational
 from core.clock import Clock, system_clock
 from core.confirmations import StagedActionSpec, is_token
+from core.display_tools import PRESENT
+from core.displays import Displays, ToolResults, display_chunks, tool_message, with_displays
 from core.linking import is_link_code
 from core.model import (
     ChatChunk,
@@ -112,6 +114,8 @@ class Session:
     version: int = 0
     #: How many of ``messages`` are in the transcript of record (or never go there).
     recorded: int = 0
+    #: The latest tool results by call id, which ``present`` can show by reference.
+    results: ToolResults = field(default_factory=ToolResults)
 
 
 class SessionLocks:
@@ -425,7 +429,14 @@ class SessionManager:
         *,
         archive_user: str | None,
     ) -> None:
-        """Run the model's steps for this turn, then settle and archive it."""
+        """Run the model's steps for this turn, then settle and archive it.
+
+        What the model presented follows its answer: streamed as ``text`` deltas just
+        before ``final``, appended to ``final.text`` (after the pending note when the turn
+        only staged) and archived with it, never added to the model's own messages.
+        """
+        displays = Displays(session.results)
+        context = replace(context, displays=displays)
         translator = context.translator
         offered = self.registry.offered_tools(context.person)
         specs = [ToolSpec(t.name, t.description, dict(t.parameters)) for _, t in offered.values()]
@@ -463,6 +474,10 @@ class SessionManager:
             elif staged and not answer.strip():
                 pending_note = translator.gettext("Action pending, waiting for confirmation.")
                 answer = pending_note
+            for chunk in display_chunks("".join(text_parts), displays.shown):
+                await emit(events.Text(chunk=chunk))
+            if displays.shown:
+                answer = with_displays(answer, displays.shown)
             await emit(events.Final(text=answer, pending_note=pending_note))
         finally:
             # What the person saw: the final text, or what streamed before a failure.
@@ -557,7 +572,11 @@ class SessionManager:
             log.exception("tool %s failed", name)
             outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
         await emit(events.ToolFinish(tool_call_id=tool_call_id, outcome=outcome))
-        session.messages.append(ChatMessage(role="tool", tool_name=name, content=result))
+        if outcome == "success" and name != PRESENT:
+            session.results.add(tool_call_id, result)
+        session.messages.append(
+            ChatMessage(role="tool", tool_name=name, content=tool_message(tool_call_id, result))
+        )
         await self.tool_log.record(
             context.person.key,
             context.conversation_id,
@@ -639,7 +658,11 @@ class SessionManager:
         outcome[0] = "success"
 
     def start_background(self) -> None:
-        """Start the idle sweep: idle sessions are captured, then freed from memory."""
+        """Start the idle sweep: idle sessions are captured, then freed from memory.
+
+        The same beat prunes the rate limiter's windows that have passed, so what it holds
+        follows the people who wrote lately, not everyone ever seen.
+        """
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 

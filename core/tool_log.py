@@ -3,7 +3,9 @@
 Rows live in the state store (:mod:`core.state`), kept per person (the newest 200 by default), so a
 busy person never evicts anyone else's history. Inputs and outputs are cut to 2,000
 characters, and login links are removed before anything is written: a link carrying an
-OAuth ``state`` is a credential for as long as it lives.
+OAuth ``state`` is a credential for as long as it lives. An input or output that is a JSON
+object or array is kept as JSON and read back as a value: when it is too long, its long
+strings and lists are shortened (marked with ``…``) until it fits, so it stays valid JSON.
 
 Exception tree::
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Final, get_args
+from typing import Any, Final, get_args
 
 import msgspec
 
@@ -23,7 +25,7 @@ from core.clock import Clock
 from core.events import ToolOutcome
 from core.state import Database, Migration, Schema
 
-__all__ = ["MAX_FIELD_CHARS", "ToolLog", "ToolLogEntry", "redact_urls"]
+__all__ = ["MAX_FIELD_CHARS", "LoggedValue", "ToolLog", "ToolLogEntry", "redact_urls"]
 
 MAX_FIELD_CHARS: Final = 2000
 LOGIN_LINK: Final = "[login link]"
@@ -58,15 +60,74 @@ CREATE INDEX IF NOT EXISTS tool_log_person ON tool_log (person_key, id);
 )
 
 
+#: An input or output as the log gives it back: a JSON object or array, else text.
+LoggedValue = str | dict[str, Any] | list[Any]
+
+#: The successive shortenings tried on a JSON value too long to keep whole: the longest
+#: string kept, and how many items of each list or object.
+_SHORTENINGS: Final = ((1000, 50), (300, 20), (100, 10), (30, 5), (10, 2), (0, 0))
+_MAX_DEPTH: Final = 16
+
+
 class ToolLogEntry(msgspec.Struct, frozen=True, kw_only=True):
     """One logged tool call; ``timestamp`` is ISO 8601 in UTC (``2026-01-01T09:30:00.000Z``)."""
 
     timestamp: str
     conversation_id: str | None
     tool_name: str
-    input: str
-    output: str
+    input: LoggedValue
+    output: LoggedValue
     outcome: ToolOutcome
+
+
+def _container(text: str) -> dict[str, Any] | list[Any] | None:
+    """``text`` decoded when it is a JSON object or array; None for anything else."""
+    if not text.lstrip().startswith(("{", "[")):
+        return None
+    try:
+        value = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def _shortened(value: Any, chars: int, items: int, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= chars else value[:chars] + "…"
+    if depth >= _MAX_DEPTH and isinstance(value, dict | list):
+        return "…"
+    if isinstance(value, list):
+        kept = [_shortened(item, chars, items, depth + 1) for item in value[:items]]
+        return [*kept, f"… {len(value) - items} more"] if len(value) > items else kept
+    if isinstance(value, dict):
+        pairs = list(value.items())
+        kept_pairs = {k: _shortened(v, chars, items, depth + 1) for k, v in pairs[:items]}
+        if len(pairs) > items:
+            kept_pairs["…"] = f"{len(pairs) - items} more"
+        return kept_pairs
+    return value
+
+
+def _kept(text: str) -> str:
+    """What the log stores of an input or output: redacted, and within the size limit.
+
+    A JSON object or array stays valid JSON: shortened, never cut in the middle.
+    """
+    text = redact_urls(text)
+    value = _container(text)
+    if value is None:
+        return text[:MAX_FIELD_CHARS]
+    encoded = msgspec.json.encode(value).decode()
+    for chars, items in _SHORTENINGS:
+        if len(encoded) <= MAX_FIELD_CHARS:
+            return encoded
+        encoded = msgspec.json.encode(_shortened(value, chars, items)).decode()
+    return encoded  # at most "[\"… n more\"]" or {"…": "n more"}: well within the limit
+
+
+def _read_back(text: str) -> LoggedValue:
+    value = _container(text)
+    return text if value is None else value
 
 
 def _redact_match(match: re.Match[str]) -> str:
@@ -116,7 +177,7 @@ class ToolLog:
         output: str,
         outcome: ToolOutcome,
     ) -> None:
-        """Log one tool call, login links removed and each side cut to 2,000 characters."""
+        """Log one tool call, login links removed and each side kept within 2,000 characters."""
         if outcome not in _OUTCOMES:
             raise ValueError(
                 f"A tool call can't end as {outcome!r}; log it as success, failed or pending."
@@ -131,8 +192,8 @@ class ToolLog:
                 person_key,
                 conversation_id,
                 tool_name,
-                redact_urls(input)[:MAX_FIELD_CHARS],
-                redact_urls(output)[:MAX_FIELD_CHARS],
+                _kept(input),
+                _kept(output),
                 outcome,
                 _iso(self._clock()),
             ),
@@ -156,8 +217,8 @@ class ToolLog:
                 timestamp=row["timestamp"],
                 conversation_id=row["conversation_id"],
                 tool_name=row["tool_name"],
-                input=row["input"],
-                output=row["output"],
+                input=_read_back(row["input"]),
+                output=_read_back(row["output"]),
                 outcome=row["outcome"],
             )
             for row in rows

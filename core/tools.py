@@ -24,6 +24,7 @@ import msgspec
 from core.principal import Person, Principal
 
 if TYPE_CHECKING:
+    from core.displays import Displays
     from core.i18n import Translator
 
 ActsAs = Literal["mercury", "person"]
@@ -48,13 +49,18 @@ class LoginRequired(ToolError):
 
 @dataclass(frozen=True, slots=True)
 class ToolCallContext:
-    """What a tool knows about the call: who, where, in which language."""
+    """What a tool knows about the call: who, where, in which language.
+
+    ``displays`` collects what the turn shows the person verbatim (``present``); None
+    where nothing can be shown (a confirmation answered outside a turn).
+    """
 
     principal: Principal
     person: Person
     session_key: str
     conversation_id: str | None
     translator: Translator
+    displays: Displays | None = None
 
 
 ToolRun = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable[str]]

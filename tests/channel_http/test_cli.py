@@ -55,6 +55,23 @@ def test_serve_help_lists_every_setting_with_its_default() -> None:
     assert "4100" in result.stdout
 
 
+def test_serve_help_never_runs_a_name_into_its_description() -> None:
+    """Every setting line is a name alone, or a name, two spaces or more, then its text."""
+    result = run({}, "serve", "--help")
+    assert result.returncode == 0
+    settings = result.stdout.split("Settings (environment variables", 1)[1].splitlines()[3:]
+    entries = [line for line in settings if line.startswith("  ") and line[2] != " "]
+    assert len(entries) > 40
+    for line in entries:
+        name, _, rest = line[2:].partition(" ")
+        assert re.fullmatch(r"[A-Z][A-Z0-9_<>]*", name), line
+        assert rest == "" or rest.startswith(" "), line
+        continuation = settings[settings.index(line) + 1] if rest == "" else None
+        if continuation is not None:  # a long name: its description starts on the next line
+            assert continuation.startswith(" " * 38) and continuation.strip(), line
+    assert "  MERCURY_SERVICE_<NAME>_CLIENT_SECRET\n" in result.stdout
+
+
 def test_a_bad_value_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
     result = run({"HTTP_SURFACE_PORT": "abc", "MERCURY_DATA_DIR": str(tmp_path)}, "serve")
     assert result.returncode == 2

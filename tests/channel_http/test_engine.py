@@ -153,7 +153,10 @@ async def test_a_failing_tool_is_failed_and_the_model_is_told_why(
     assert got.of("tool_finish")[0]["outcome"] == "failed"
     assert got.of("tool")[0]["detail"] == "../etc/passwd.md"
     told = ollama.requests[1]["messages"][-1]
-    assert told["role"] == "tool" and told["content"].startswith("Error:")
+    assert told["role"] == "tool"
+    call_line, result = told["content"].split("\n", 1)
+    assert call_line == f"[toolCallId: {got.of('tool')[0]['toolCallId']}]"
+    assert result.startswith("Error:")
 
 
 async def test_arguments_that_break_the_schema_fail_without_running(
@@ -192,8 +195,19 @@ async def test_a_plain_staging_emits_pending_with_one_unlabelled_choice_and_a_pe
     listed = httpx.get(engine.url + "/confirmations", headers=ALICE).json()["pending"]
     assert [item["summary"] for item in listed] == ["Add 2 to the counter"]
     assert listed[0]["sessionKey"] == "static:alice:c1"
+    assert listed[0]["conversationId"] == "c1"  # the extension a UI maps to its conversation
     assert pending["token"] not in str(listed)
     assert httpx.get(engine.url + "/confirmations", headers=BOB).json()["pending"] == []
+
+
+async def test_a_staging_in_a_one_off_turn_is_listed_without_a_conversation_id(
+    engine: RunningServer, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = tool_loop(call("bump", by=1), answer="")
+    await post_turn(engine, {"text": "bump it"}, ALICE)
+    [listed] = httpx.get(engine.url + "/confirmations", headers=ALICE).json()["pending"]
+    assert listed["conversationId"] is None
+    assert listed["sessionKey"].startswith("static:alice:.once-")
 
 
 async def stage(
@@ -383,6 +397,28 @@ async def test_over_the_rate_limit_a_turn_is_429_with_retry_after_and_tokens_are
     token_turn = await post_turn(server, {"text": "abcd-efgh"}, ALICE)
     assert token_turn.status == 200
     assert (await post_turn(server, {"text": "hi"}, BOB)).status == 200
+
+
+async def test_the_rate_limiter_forgets_people_whose_window_has_passed_on_its_own(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, clock: ManualClock
+) -> None:
+    server = make_server(
+        {"clock": clock},
+        MERCURY_RATE_LIMIT_WINDOW_MS="60000",
+        SESSION_IDLE_CHECK_INTERVAL_MS="100",
+    )
+    limiter = server.services.manager.rate_limiter
+    for headers in (ALICE, BOB):
+        assert (await post_turn(server, {"text": "hi"}, headers)).status == 200
+    assert limiter.bucket_count == 2
+    await anyio.sleep(0.5)  # several beats of the sweep: both windows are still open
+    assert limiter.bucket_count == 2
+    clock.advance(timedelta(seconds=61))
+    with anyio.fail_after(10):
+        while limiter.bucket_count:
+            await anyio.sleep(0.05)
+    assert (await post_turn(server, {"text": "hi again"}, ALICE)).status == 200
+    assert limiter.bucket_count == 1
 
 
 async def test_two_stagings_in_one_step_each_get_their_pending_event(

@@ -339,6 +339,36 @@ async def test_a_one_off_turn_is_archived_but_not_listed_nor_continuable(
     assert refused.status_code == 400
 
 
+async def test_a_fact_listed_twice_in_one_capture_is_stored_once(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    server = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    twice = [
+        {"topic": "Pet", "value": "A cat named Tom"},
+        {"topic": "pet ", "value": "a cat  named tom"},
+        {"topic": "city", "value": "Lisbon"},
+        {"topic": "pet", "value": "A cat named Tom"},
+    ]
+
+    def responder(request: dict[str, Any]) -> ChatScript:
+        if request.get("stream") is False:
+            return ChatScript(content=[json.dumps({"summary": "Pets.", "facts": twice})])
+        return ChatScript.words("ok")
+
+    ollama.responder = responder
+    got = await post_turn(server, {"text": "my cat Tom", "conversationId": "c1"}, ALICE)
+    assert got.of("tool_finish")[-1]["outcome"] == "success"
+    await eventually(
+        lambda: (
+            len(get(server, "/memory/scroll", collection="semantic_facts").json()["points"]) >= 2
+        )
+    )
+    await asyncio.sleep(0.5)  # room for a late duplicate to land, were there one
+    points = get(server, "/memory/scroll", collection="semantic_facts").json()["points"]
+    stored = sorted((p["payload"]["topic"], p["payload"]["value"]) for p in points)
+    assert stored == [("city", "Lisbon"), ("pet", "A cat named Tom")]
+
+
 async def test_facts_consolidate_into_an_inferred_note_only_when_a_value_dominates(
     make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
 ) -> None:

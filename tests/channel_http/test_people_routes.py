@@ -148,6 +148,39 @@ def test_me_is_null_until_known_then_patch_canonicalizes_the_zone(server: Runnin
     assert httpx.get(server.url + "/me", headers=BOB).json()["timeZone"] is None
 
 
+def test_patch_me_saves_a_shipped_language_which_then_speaks_to_the_caller(
+    server: RunningServer,
+) -> None:
+    saved = httpx.patch(server.url + "/me", headers=ALICE, json={"language": " IT "})
+    assert saved.json() == {"ok": True, "language": "it"}
+    assert httpx.get(server.url + "/me", headers=ALICE).json()["language"] == "it"
+    assert httpx.get(server.url + "/me", headers=BOB).json()["language"] is None
+    refused = httpx.patch(server.url + "/me", headers=ALICE, json={"timeZone": "Mars/Olympus"})
+    assert refused.headers["content-language"] == "it"
+    both = httpx.patch(
+        server.url + "/me", headers=ALICE, json={"language": "de", "timeZone": "europe/berlin"}
+    )
+    assert both.json() == {"ok": True, "timeZone": "Europe/Berlin", "language": "de"}
+
+
+@pytest.mark.parametrize("language", ["pt", "english", "", "en-US", "xx"])
+def test_patch_me_refuses_a_language_that_is_not_shipped_and_saves_nothing(
+    server: RunningServer, language: str
+) -> None:
+    response = httpx.patch(
+        server.url + "/me", headers=ALICE, json={"language": language, "timeZone": "Asia/Tokyo"}
+    )
+    assert response.status_code == 400
+    assert response.json()["ok"] is False
+    assert "en, it, de, fr, es" in response.json()["error"]
+    assert httpx.get(server.url + "/me", headers=ALICE).json() == {
+        "ok": True,
+        "name": None,
+        "language": None,
+        "timeZone": None,
+    }
+
+
 @pytest.mark.parametrize(
     "body", [{"timeZone": "+02:00"}, {"timeZone": "Mars/Olympus"}, {}, {"timeZone": 3}]
 )

@@ -357,8 +357,9 @@ async def log_in(
 
 
 def tool_results(ollama: OllamaStandIn) -> list[str]:
+    """The tool results the model read last, without the toolCallId line each starts with."""
     last = ollama.requests[-1]["messages"]
-    return [m["content"] for m in last if m["role"] == "tool"]
+    return [m["content"].split("\n", 1)[-1] for m in last if m["role"] == "tool"]
 
 
 # --- the dialogue ----------------------------------------------------------------------------

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import logging
+import socket
+from importlib import metadata
+from pathlib import Path
 
 import httpx
 import pytest
 
 from channel_http.app import CHANNEL_API_VERSION, HttpChannel
 from core.channels import admits
+from core.config import ConfigurationError
 from core.version import CHANNEL_API_VERSION as CORE_CHANNEL_API_VERSION
+from core.version import __version__
 from tests.conftest import ALICE
 from tests.support.server import RunningServer
 
@@ -107,6 +112,30 @@ def test_conversation_ids_outside_the_rule_are_refused(
     assert "conversationId" in response.json()["error"]
 
 
+def test_refusals_before_the_caller_is_known_speak_the_requested_language(
+    server: RunningServer,
+) -> None:
+    italian = {"accept-language": "it-CH, en;q=0.5"}
+    unauthorized = httpx.get(server.url + "/me", headers=italian)
+    assert unauthorized.status_code == 401
+    assert unauthorized.json() == {"ok": False, "error": "non autorizzato"}
+    assert unauthorized.headers["content-language"] == "it"
+    assert unauthorized.headers["www-authenticate"] == "Bearer"
+    missing = httpx.get(server.url + "/nope", headers={"accept-language": "de"})
+    assert missing.status_code == 404
+    assert missing.headers["content-language"] == "de"
+    assert missing.json()["error"] != "Not found."
+    wrong = httpx.delete(server.url + "/version", headers={"accept-language": "fr"})
+    assert wrong.status_code == 405
+    assert wrong.headers["content-language"] == "fr"
+    assert "DELETE" in wrong.json()["error"] and wrong.json()["error"] != (
+        "This route does not accept the DELETE method."
+    )
+    plain = httpx.get(server.url + "/me")
+    assert plain.json() == {"ok": False, "error": "unauthorized"}
+    assert plain.headers["content-language"] == "en"
+
+
 def test_a_lone_surrogate_is_a_400_not_a_crash(server: RunningServer) -> None:
     body = b'{"text": "hi", "conversationId": "\\ud800"}'
     response = httpx.post(server.url + "/turn", headers=ALICE, content=body)
@@ -164,13 +193,75 @@ def test_every_route_answers_a_preflight_with_204_without_auth(
 
 def test_a_configured_origin_is_sent_on_every_response(make_server: object) -> None:
     server = make_server(HTTP_SURFACE_CORS_ORIGIN="https://ui.example")  # type: ignore[operator]
+    origin = {"origin": "https://ui.example"}
     for response in (
-        httpx.get(server.url + "/version"),
-        httpx.get(server.url + "/me"),
-        httpx.get(server.url + "/me", headers=ALICE),
-        httpx.options(server.url + "/turn"),
+        httpx.get(server.url + "/version", headers=origin),
+        httpx.get(server.url + "/me", headers=origin),
+        httpx.get(server.url + "/me", headers={**ALICE, **origin}),
+        httpx.options(server.url + "/turn", headers=origin),
     ):
         assert response.headers["access-control-allow-origin"] == "https://ui.example"
+        assert response.headers["vary"].lower() == "origin"
+
+
+def test_each_listed_origin_is_answered_with_itself_and_others_with_none(
+    make_server: object,
+) -> None:
+    server = make_server(  # type: ignore[operator]
+        HTTP_SURFACE_CORS_ORIGIN=" https://ui.example , HTTP://Admin.Example:8443"
+    )
+    for origin in ("https://ui.example", "http://admin.example:8443"):
+        for response in (
+            httpx.get(server.url + "/me", headers={**ALICE, "origin": origin}),
+            httpx.options(server.url + "/turn", headers={"origin": origin}),
+        ):
+            assert response.headers["access-control-allow-origin"] == origin
+            assert response.headers["vary"].lower() == "origin"
+    for stranger in ("https://evil.example", "https://ui.example.evil", "null", None):
+        headers = {**ALICE, "origin": stranger} if stranger else ALICE
+        for response in (
+            httpx.get(server.url + "/me", headers=headers),
+            httpx.options(server.url + "/turn", headers=headers),
+        ):
+            assert "access-control-allow-origin" not in response.headers, stranger
+            assert response.headers["vary"].lower() == "origin"
+
+
+def test_a_ui_can_read_every_header_it_needs_and_keeps_the_preflight(
+    server: RunningServer,
+) -> None:
+    preflight = httpx.options(
+        server.url + "/turn",
+        headers={"origin": "https://ui.example", "access-control-request-method": "POST"},
+    )
+    assert int(preflight.headers["access-control-max-age"]) >= 600
+    refused = httpx.get(server.url + "/me", headers={"origin": "https://ui.example"})
+    exposed = {
+        name.strip().lower() for name in refused.headers["access-control-expose-headers"].split(",")
+    }
+    assert {"www-authenticate", "retry-after", "content-language", "server-timing"} <= exposed
+    assert refused.headers["www-authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://ui.example/",
+        "https://ui.example/app",
+        "ui.example",
+        "ftp://ui.example",
+        "https://ui.example?x=1",
+        "https://user@ui.example",
+        "*, https://ui.example",
+        "https://ui.example,,https://b.example",
+        "https://ui.example, https://UI.example",
+    ],
+)
+def test_an_origin_list_that_is_not_exact_origins_stops_start_up(
+    make_settings: object, value: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="HTTP_SURFACE_CORS_ORIGIN"):
+        make_settings(HTTP_SURFACE_CORS_ORIGIN=value)  # type: ignore[operator]
 
 
 def test_version_and_the_openapi_document_are_public(server: RunningServer) -> None:
@@ -180,8 +271,20 @@ def test_version_and_the_openapi_document_are_public(server: RunningServer) -> N
     assert version.json()["version"].count(".") == 2
     document = httpx.get(server.url + "/openapi.yaml")
     assert document.status_code == 200
-    assert document.headers["content-type"].startswith("text/yaml")
+    assert document.headers.get_list("content-type") == ["text/yaml; charset=utf-8"]
     assert b"title: Mercury HTTP" in document.content
+
+
+def test_the_version_is_written_once_and_read_the_same_from_a_checkout_or_installed(
+    server: RunningServer,
+) -> None:
+    answered = httpx.get(server.url + "/version").json()["version"]
+    assert answered == __version__
+    assert answered != "0.0.0"
+    # pyproject.toml reads it from core/version.py, so the installed metadata agrees.
+    assert metadata.version("mercury-http") == __version__
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject
 
 
 def test_health_reports_ollama_reachable_and_qdrant_not_configured(server: RunningServer) -> None:
@@ -198,6 +301,19 @@ def test_health_is_bounded_when_ollama_is_gone(make_server: object) -> None:
     response = httpx.get(server.url + "/health", headers=ALICE, timeout=10)
     assert response.json()["ollamaReachable"] is False
     assert response.elapsed.total_seconds() < 3
+
+
+def test_health_is_bounded_when_ollama_is_a_black_hole(make_server: object) -> None:
+    """A host that accepts the connection and never answers: /health still answers soon."""
+    with socket.socket() as hole:
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(16)  # the kernel completes handshakes; nobody ever reads or writes
+        host = f"http://127.0.0.1:{hole.getsockname()[1]}"
+        server = make_server(OLLAMA_HOST=host)  # type: ignore[operator]
+        response = httpx.get(server.url + "/health", headers=ALICE, timeout=15)
+    assert response.status_code == 200
+    assert response.json()["ollamaReachable"] is False
+    assert response.elapsed.total_seconds() < 5
 
 
 def test_the_channel_declares_contract_6_as_a_literal_and_the_core_admits_it() -> None:

@@ -56,7 +56,7 @@ def test_with_no_file_and_no_variables_every_default_applies(tmp_path: Path) -> 
     assert settings.config_file is None
     assert settings.http.host == ALL_INTERFACES
     assert settings.http.port == 4100
-    assert settings.http.cors_origin == "*"
+    assert settings.http.cors_origin == ("*",)
     assert settings.http.public_url is None
     assert settings.http.heartbeat_s == 15
     assert settings.http.resume_max_chars is None

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from core.clock import ManualClock
@@ -55,7 +56,7 @@ async def test_an_entry_comes_back_with_its_fields_and_an_iso_utc_timestamp(
     assert entry.timestamp == "2026-03-01T09:30:00.000Z"
     assert datetime.fromisoformat(entry.timestamp).tzinfo is not None
     assert (entry.conversation_id, entry.tool_name) == ("c1", "wiki_read")
-    assert (entry.input, entry.output, entry.outcome) == ('{"path":"a.md"}', "# A", "success")
+    assert (entry.input, entry.output, entry.outcome) == ({"path": "a.md"}, "# A", "success")
 
 
 @pytest.mark.anyio
@@ -96,6 +97,36 @@ async def test_input_and_output_are_cut_to_two_thousand_characters(log: ToolLog)
     assert MAX_FIELD_CHARS == 2000
     assert short.input == "é" * 2000
     assert short.output == "short"
+
+
+@pytest.mark.anyio
+async def test_json_objects_and_arrays_come_back_as_values_and_anything_else_as_text(
+    log: ToolLog,
+) -> None:
+    await log.record(ALICE, "c1", "t", ' {"topic": "cats", "n": [1, 2]}', "[]", "success")
+    await log.record(ALICE, "c1", "t", "42", '{"cut": "in the mid', "success")
+    await log.record(ALICE, "c1", "t", '"quoted"', "Error: no", "failed")
+    third, second, first = await log.recent(ALICE)
+    assert (first.input, first.output) == ({"topic": "cats", "n": [1, 2]}, [])
+    assert (second.input, second.output) == ("42", '{"cut": "in the mid')
+    assert (third.input, third.output) == ('"quoted"', "Error: no")
+
+
+@pytest.mark.anyio
+async def test_a_long_json_value_is_shortened_into_valid_json_within_the_limit(
+    log: ToolLog,
+) -> None:
+    issues = [{"key": f"MER-{n}", "title": "t" * 120, "body": "b" * 3000} for n in range(60)]
+    big = msgspec.json.encode({"issues": issues, "total": 60}).decode()
+    await log.record(ALICE, "c1", "issues", '{"q": "' + "x" * 5000 + '"}', big, "success")
+    [entry] = await log.recent(ALICE)
+    assert isinstance(entry.input, dict) and isinstance(entry.output, dict)
+    assert len(msgspec.json.encode(entry.input)) <= MAX_FIELD_CHARS
+    assert len(msgspec.json.encode(entry.output)) <= MAX_FIELD_CHARS
+    assert entry.input["q"].startswith("xxx") and entry.input["q"].endswith("…")
+    kept = entry.output["issues"]
+    assert kept[0]["key"] == "MER-0" and kept[-1].startswith("… ") and kept[-1].endswith(" more")
+    assert entry.output["total"] == 60
 
 
 @pytest.mark.anyio
@@ -205,7 +236,7 @@ async def test_recording_never_stores_a_login_link(
     )
     [entry] = await log.recent(ALICE)
     assert entry.input == "go [login link]"
-    assert entry.output == '{"login":"[login link]"}'
+    assert entry.output == {"login": "[login link]"}
     stored = repr([list(row) for row in await db.fetch_all("SELECT * FROM tool_log")])
     assert "Zx81kQ_secret" not in stored
     assert "[login link]" in stored
