@@ -2,7 +2,7 @@
 
 :func:`build_app` checks what can be checked before the server starts (settings, auth
 providers) and returns the Litestar application; its start-up hook opens what needs the
-event loop (the SQLite database, the vault, the memory store) into :class:`Services`.
+event loop (the state store, the vault, the memory store) into :class:`Services`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
-from core.db import Database
+from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.edge import EdgeStore
@@ -50,6 +50,7 @@ from core.qdrant import QdrantStore
 from core.rate_limit import RateLimiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
+from core.state import Database, connect
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
 from core.turn_log import TurnLogs
@@ -252,8 +253,8 @@ async def open_services(
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = await Database.open(data_dir / "mercury.db")
-    vault = Vault(settings.wiki.vault_path)
+    db = await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size)
+    vault = Vault(settings.wiki.vault_path, db=db)
     await vault.init()
     people = People(directory, access_unknown=settings.access.unknown, clock=clock)
     person_settings = PersonSettings(db, clock=clock)
@@ -261,10 +262,19 @@ async def open_services(
     confirmations = ConfirmationStore(db, clock=clock)
     tool_log = ToolLog(db, clock=clock)
     limiter = RateLimiter(
+        db,
         settings.rate_limit.per_user,
         timedelta(milliseconds=settings.rate_limit.window_ms),
         clock=clock,
     )
+    resume_slots = ResumeSlots(db, dict[str, str], clock=clock)
+    # The schemas are migrated now, before the first request, whichever instance is first.
+    await person_settings.ensure_schema()
+    await linking.ensure_schema()
+    await confirmations.ensure_schema()
+    await tool_log.ensure_schema()
+    await limiter.ensure_schema()
+    await resume_slots.ensure_schema()
     chat_model = model or OllamaModel(
         settings.ollama.host,
         settings.ollama.model,
@@ -294,12 +304,16 @@ async def open_services(
     )
     session = settings.session
     resume_chars = settings.http.resume_max_chars
+    order: ConversationOrder | None = None
+    if db.shared:  # instances share the store: a conversation's turns queue across them
+        order = ConversationOrder(db, lease_s=settings.state.lease_s)
+        await order.start()
     manager = SessionManager(
         model=chat_model,
         catalogs=catalogs,
         registry=registry,
         confirmations=confirmations,
-        resume_slots=ResumeSlots(clock),
+        resume_slots=resume_slots,
         tool_log=tool_log,
         person_settings=person_settings,
         rate_limiter=limiter,
@@ -316,6 +330,7 @@ async def open_services(
             capture_threshold=session.capture_message_threshold,
         ),
         clock=clock,
+        order=order,
     )
     manager.start_background()
     return Services(
@@ -352,7 +367,11 @@ def build_memory(settings: Settings) -> MemoryStore | None:
         if settings.memory.qdrant_url is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")
         return QdrantStore.remote(
-            settings.memory.qdrant_url, names, api_key=settings.memory.qdrant_api_key
+            settings.memory.qdrant_url,
+            names,
+            api_key=settings.memory.qdrant_api_key,
+            timeout_s=settings.memory.qdrant_timeout_s,
+            retries=settings.memory.qdrant_retries,
         )
     return None
 
@@ -370,4 +389,6 @@ async def close_services(services: Services) -> None:
         await manager.memory.close()
     await manager.model.close()
     services.vault.close()
+    if manager.order is not None:
+        await manager.order.stop()
     await services.db.close()

@@ -20,7 +20,8 @@ import uvicorn
 from channel_http.app import HttpChannel, build_app, with_cors
 from channel_http.connections import server_options
 from core.channels import admits
-from core.config import ConfigurationError, help_text, load_settings
+from core.config import ConfigurationError, Settings, help_text, load_settings
+from core.state import DatabaseUnavailable, connect
 
 log = logging.getLogger("mercury.http")
 
@@ -62,6 +63,11 @@ def _dev_token(environ: dict[str, str]) -> str | None:
     return token
 
 
+async def _reach_state_store(settings: Settings) -> None:
+    database = await connect(settings.state.url, settings.data_dir, pool_size=1)
+    await database.close()
+
+
 def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
     token = _dev_token(environ) if arguments.dev else None
@@ -71,6 +77,13 @@ def serve(arguments: argparse.Namespace) -> int:
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
         return 2
+    if settings.state.url is not None:
+        try:
+            asyncio.run(_reach_state_store(settings))
+        except DatabaseUnavailable as error:
+            # Said in one line before anything starts, rather than as a start-up traceback.
+            print(f"mercury-http: {error}", file=sys.stderr)
+            return 1
     channel = HttpChannel()
     if not admits(channel):
         print("mercury-http: the core does not run this channel; see the log.", file=sys.stderr)

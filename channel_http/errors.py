@@ -12,7 +12,8 @@ Exception tree::
     ├── TooManyRequests   429    over the rate limit; carries Retry-After
     └── Unavailable       503    the directory can't be asked
 
-    core.db.DatabaseBusy  503    the database is locked by another process; Retry-After
+    core.state.DatabaseUnavailable
+                          503    the state store is locked or out of reach; Retry-After
     client gone                  a client that left before its body arrived: logged, not an error
 
 Refused by the connection layer (channel_http/connections.py), before any request exists:
@@ -38,8 +39,8 @@ from litestar.exceptions import (
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from core.db import DatabaseBusy
 from core.i18n import N_, negotiate
+from core.state import DatabaseUnavailable
 
 if TYPE_CHECKING:
     from litestar.types import (
@@ -228,7 +229,9 @@ def handle_http_exception(request: Request[Any, Any, Any], error: HTTPException)
     return envelope(error.status_code, str(error.detail), headers=error.headers)
 
 
-def handle_database_busy(request: Request[Any, Any, Any], error: DatabaseBusy) -> Response[bytes]:
+def handle_database_unavailable(
+    request: Request[Any, Any, Any], error: DatabaseUnavailable
+) -> Response[bytes]:
     log.warning("%s %s: %s", request.method, request.url.path, error)
     return _refusal(
         request,
@@ -249,7 +252,7 @@ def handle_unexpected(request: Request[Any, Any, Any], error: Exception) -> Resp
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ApiError: handle_api_error,
-    DatabaseBusy: handle_database_busy,
+    DatabaseUnavailable: handle_database_unavailable,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

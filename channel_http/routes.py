@@ -94,7 +94,7 @@ async def turn(request: AnyRequest) -> Stream:
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager
     if not resume:
-        decision = manager.check_rate(caller.person, text, opening=opening)
+        decision = await manager.check_rate(caller.person, text, opening=opening)
         if decision is not None and not decision.allowed:
             seconds = decision.retry_after_s
             raise TooManyRequests(

@@ -40,7 +40,6 @@ from typing import Any, Final, cast
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.db import Database
 from core.embedder import Embedder
 from core.memory import (
     COLLECTIONS,
@@ -50,19 +49,28 @@ from core.memory import (
     MemoryStore,
     StoreUnavailable,
 )
+from core.state import Database, Migration, Schema
 
 log = logging.getLogger(__name__)
 
-SPILL_SCHEMA: Final = """
+SPILL_SCHEMA: Final = Schema(
+    "archive_spill",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS archive_spill (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq {id},
     kind TEXT NOT NULL CHECK (kind IN ('pending', 'backfill', 'dead')),
     point_id TEXT NOT NULL,
     collection TEXT NOT NULL,
     payload TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS archive_spill_kind ON archive_spill (kind, seq);
-"""
+""",
+        ),
+    ),
+)
 
 EMBEDDED_FIELD: Final[Mapping[Collection, str]] = {
     "verbatim": "content",
@@ -169,7 +177,7 @@ class ArchiveWriter:
     async def start(self) -> None:
         """Reload leftovers from SQLite, then launch the ensure, drain and spill tasks."""
         if self._db is not None:
-            await self._db.ensure(SPILL_SCHEMA)
+            await self._db.migrate(SPILL_SCHEMA)
             row = await self._db.fetch_one(
                 "SELECT COUNT(*) FROM archive_spill WHERE kind = 'pending'"
             )

@@ -1,5 +1,5 @@
 """Short random codes people type back (confirmation tokens, link codes), and the time
-encoding the SQLite stores share."""
+encoding the state stores share."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def draw_code(groups: int) -> str:
 
 
 def to_micros(moment: datetime) -> int:
-    """A timezone-aware moment as whole microseconds since the epoch (exact in SQLite)."""
+    """A timezone-aware moment as whole microseconds since the epoch (exact in SQL)."""
     return (moment - _EPOCH) // _MICROSECOND
 
 

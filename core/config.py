@@ -91,6 +91,7 @@ __all__ = [
     "SessionSettings",
     "Setting",
     "Settings",
+    "StateSettings",
     "WikiSettings",
     "help_text",
     "load_settings",
@@ -191,6 +192,16 @@ class RateLimitSettings(_Group, frozen=True, kw_only=True):
     window_ms: int
 
 
+class StateSettings(_Group, frozen=True, kw_only=True):
+    """Where the durable state lives: SQLite under the data directory, or PostgreSQL."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"url"})
+
+    url: str | None
+    pool_size: int
+    lease_s: int
+
+
 class WikiSettings(_Group, frozen=True, kw_only=True):
     """The wiki's vault on disk."""
 
@@ -213,6 +224,8 @@ class MemorySettings(_Group, frozen=True, kw_only=True):
     store: MemoryStoreName
     qdrant_url: str | None
     qdrant_api_key: str | None
+    qdrant_timeout_s: int
+    qdrant_retries: int
     collections: MemoryCollections
     archive_queue_size: int
 
@@ -256,6 +269,7 @@ class Settings(_Group, frozen=True, kw_only=True):
 
     http: HttpSettings
     data_dir: Path
+    state: StateSettings
     auth: AuthSettings
     ollama: OllamaSettings
     defaults: DefaultsSettings
@@ -289,6 +303,7 @@ class Settings(_Group, frozen=True, kw_only=True):
 
 _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "http": HttpSettings,
+    "state": StateSettings,
     "auth": AuthSettings,
     "ollama": OllamaSettings,
     "defaults": DefaultsSettings,
@@ -380,6 +395,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Retry-After. Each open stream holds one."),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
             "Where the service keeps its files.", default_doc="`./data`"),
+    Setting("state.url", "MERCURY_STATE_URL", _Text(raw=True), None,
+            "The PostgreSQL database every instance shares "
+            "(`postgresql://user:password@host:port/db`); unset keeps the state in SQLite "
+            "under the data directory.", secret=True, default_doc="not set (SQLite)"),
+    Setting("state.pool_size", "MERCURY_STATE_POOL_SIZE", _Int(1, 100), 10,
+            "The most PostgreSQL connections one instance opens at once."),
+    Setting("state.lease_s", "MERCURY_CONVERSATION_LEASE_S", _Int(2, 30), 15,
+            "Seconds after which a turn of an instance that stopped answering (it died) "
+            "lets the conversation's next turn run on another instance."),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
             "The auth providers, tried in this order (comma-separated in the environment).",
             default_doc="none (not configured)"),
@@ -416,6 +440,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The Qdrant server; required when the store is `qdrant`."),
     Setting("memory.qdrant_api_key", "QDRANT_API_KEY", _Text(raw=True), None,
             "The Qdrant server's API key.", secret=True, aliases=("qdrant.api_key",)),
+    Setting("memory.qdrant_timeout_s", "QDRANT_TIMEOUT_S", _Int(1, 300), 10,
+            "Whole seconds a request to the Qdrant server may take, connecting included."),
+    Setting("memory.qdrant_retries", "QDRANT_RETRIES", _Int(0, 10), 2,
+            "Times a Qdrant request that timed out or met a 429 or 5xx is sent again."),
     Setting("memory.collections.verbatim", "QDRANT_VERBATIM_COLLECTION", _Text(),
             "verbatim_archive", "The collection of archived messages."),
     Setting("memory.collections.episodic", "QDRANT_EPISODIC_COLLECTION", _Text(),
@@ -489,6 +517,14 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         msgspec.structs.replace(service, client_secret=_service_secret(service, env))
         for service in values["services"]
     )
+    state_url = values["state.url"]
+    if state_url is not None and not state_url.startswith(("postgresql://", "postgres://")):
+        # Never quoted: the URL carries a password.
+        raise ConfigurationError(
+            "MERCURY_STATE_URL must be a PostgreSQL URL, "
+            "postgresql://user:password@host:port/database; unset it to keep the state in "
+            "SQLite under the data directory."
+        )
     if values["memory.store"] == "qdrant" and values["memory.qdrant_url"] is None:
         raise ConfigurationError(
             'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
@@ -762,6 +798,7 @@ def _default_text(setting: Setting) -> str:
 _SECTION_TITLES: Final = {
     "http": "HTTP surface",
     "data_dir": "Data directory",
+    "state": "State store",
     "auth": "Authentication",
     "ollama": "Ollama",
     "defaults": "Defaults for people",

@@ -13,7 +13,8 @@ an account that gets linked follow it to its new owner.
 
 Codes look like ``Ab3d-9xYz-Q7mN`` (62-character alphabet, about 71 random bits), last ten
 minutes and work once. They are stored as their SHA-256, never in clear, and never logged.
-Links live in the ``identity_links`` table of the core's SQLite database.
+Codes and links live in the state store (:mod:`core.state`), so a code made through one
+instance is redeemed through any other.
 
 Runtime outcomes aren't exceptions: :meth:`Linking.redeem` answers with the text to show.
 ``ValueError`` is raised only for a code time to live that isn't positive.
@@ -31,11 +32,11 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import ALPHABET, draw_code, to_micros
-from core.db import Database
 from core.directory import DirectoryUnavailable
 from core.i18n import Translator
 from core.people import People
 from core.principal import Person, Principal
+from core.state import Database, Migration, Notice, Schema
 
 __all__ = [
     "CODE_ALPHABET",
@@ -52,13 +53,18 @@ DEFAULT_CODE_TTL: Final = timedelta(minutes=10)
 _CODE_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
 
 # One code per owner (the primary key), so starting again replaces the previous one.
-_SCHEMA: Final = """
+_SCHEMA: Final = Schema(
+    "linking",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS link_codes (
     owner_identity   TEXT PRIMARY KEY,
     code_hash        TEXT NOT NULL UNIQUE,
     owner_name       TEXT NOT NULL,
     owner_person_key TEXT NOT NULL,
-    expires_at       INTEGER NOT NULL,
+    expires_at       BIGINT NOT NULL,
     bound_identity   TEXT
 );
 CREATE INDEX IF NOT EXISTS link_codes_expiry ON link_codes (expires_at);
@@ -68,7 +74,13 @@ CREATE TABLE IF NOT EXISTS identity_links (
     linked_at      TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS identity_links_owner ON identity_links (owner_identity);
-"""
+""",
+        ),
+    ),
+)
+
+#: The channel every new link is announced on, with the linked account as the payload.
+CHANNEL: Final = "mercury_identity_links"
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +110,7 @@ def _hash(code: str) -> str:
 
 
 class Linking:
-    """Link codes and the links they make, in the core's SQLite database.
+    """Link codes and the links they make, in the state store.
 
     Building it attaches it to ``people`` (:meth:`People.attach_links`), so identification
     follows the links from then on; the two can't be built the other way round.
@@ -125,10 +137,16 @@ class Linking:
         people.attach_links(self)
 
     async def ensure_schema(self) -> None:
-        """Create the tables if needed; done lazily by every call, idempotent."""
+        """Create the tables and hear other instances' links; lazily by every call."""
         if not self._ready:
-            await self._db.ensure(_SCHEMA)
+            await self._db.migrate(_SCHEMA)
+            # People caches who an account is; a link made anywhere must empty that cache
+            # here too, or this instance would go on treating the account as its own person.
+            await self._db.subscribe(CHANNEL, self._heard)
             self._ready = True
+
+    def _heard(self, _notice: Notice) -> None:
+        self._people.invalidate()
 
     async def owner_of(self, user_key: str) -> str | None:
         """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""
@@ -152,8 +170,11 @@ class Linking:
         code = new_link_code()
         await self._db.execute("DELETE FROM link_codes WHERE expires_at <= ?", (to_micros(now),))
         await self._db.execute(
-            "INSERT OR REPLACE INTO link_codes (owner_identity, code_hash, owner_name, "
-            "owner_person_key, expires_at, bound_identity) VALUES (?, ?, ?, ?, ?, NULL)",
+            "INSERT INTO link_codes (owner_identity, code_hash, owner_name, "
+            "owner_person_key, expires_at, bound_identity) VALUES (?, ?, ?, ?, ?, NULL) "
+            "ON CONFLICT (owner_identity) DO UPDATE SET code_hash = excluded.code_hash, "
+            "owner_name = excluded.owner_name, owner_person_key = excluded.owner_person_key, "
+            "expires_at = excluded.expires_at, bound_identity = NULL",
             (
                 owner,
                 _hash(code),
@@ -233,16 +254,20 @@ class Linking:
 
     async def _link(self, account: str, owner: str) -> None:
         linked_at = self._clock().isoformat()
-        await self._db.execute(
-            "INSERT OR REPLACE INTO identity_links (identity, owner_identity, linked_at) "
-            "VALUES (?, ?, ?)",
-            (account, owner, linked_at),
-        )
-        # Accounts already linked to this one follow it, so no link ever points at a link.
-        followers = await self._db.execute(
-            "UPDATE identity_links SET owner_identity = ? WHERE owner_identity = ?",
-            (owner, account),
-        )
+        async with self._db.transaction() as transaction:
+            await transaction.execute(
+                "INSERT INTO identity_links (identity, owner_identity, linked_at) "
+                "VALUES (?, ?, ?) ON CONFLICT (identity) DO UPDATE SET "
+                "owner_identity = excluded.owner_identity, linked_at = excluded.linked_at",
+                (account, owner, linked_at),
+            )
+            # Accounts already linked to this one follow it, so no link ever points at a link.
+            followers = await transaction.execute(
+                "UPDATE identity_links SET owner_identity = ? WHERE owner_identity = ?",
+                (owner, account),
+            )
+            # Every instance forgets whom it took the account for, once this commits.
+            await transaction.notify(CHANNEL, account)
         self._people.invalidate()
         logger.info(
             "Linked %s to %s%s.",

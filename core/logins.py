@@ -16,11 +16,12 @@ service behind every such login:
   refresh (revoked), the tokens are forgotten and :class:`~core.tools.LoginRequired` is
   raised with a new login URL.
 
-Pending logins live in memory: they hold the PKCE verifier, which never needs to reach the
-disk, and a restart only means asking again. Tokens live in the core's SQLite database,
-sealed with AES-256-GCM under a key derived (HKDF-SHA256) from ``MERCURY_SECRET_KEY``; the
-person and the service are the associated data, so a sealed row moved to another person
-does not open. Codes, states and tokens are never logged.
+Pending logins and tokens live in the state store (:mod:`core.state`), so a login begun
+through one instance calls back through any other. Both are sealed with AES-256-GCM under a
+key derived (HKDF-SHA256) from ``MERCURY_SECRET_KEY``; the person and the service are the
+associated data, so a sealed row moved to another person does not open. A pending login is
+keyed by the SHA-256 of its state, and its verifier and URL are sealed, so no state is at
+rest in clear. Codes, states and tokens are never logged.
 
 Exceptions::
 
@@ -39,7 +40,6 @@ import hashlib
 import logging
 import secrets
 import warnings
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -53,7 +53,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from core.clock import Clock, system_clock
+from core.codes import from_micros, to_micros
 from core.config import ConfigurationError
+from core.state import Migration, Schema
 from core.tools import LoginRequired, ToolError
 
 # authlib 1.9 warns once, at import, that it runs on httpx rather than httpx2; httpx is the
@@ -66,7 +68,7 @@ with warnings.catch_warnings():
 
 if TYPE_CHECKING:
     from core.config import RestService
-    from core.db import Database
+    from core.state import Database
 
 __all__ = [
     "LOGIN_TTL",
@@ -85,15 +87,40 @@ LOGIN_TTL: Final = timedelta(minutes=10)
 EXPIRY_LEEWAY: Final = timedelta(seconds=30)
 MIN_SECRET_KEY_CHARS: Final = 16
 
-_SCHEMA: Final = """
+_SCHEMA: Final = Schema(
+    "service_logins",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS service_tokens (
     person_key TEXT NOT NULL,
     service TEXT NOT NULL,
-    sealed BLOB NOT NULL,
+    sealed {blob} NOT NULL,
     updated_at TEXT NOT NULL,
     PRIMARY KEY (person_key, service)
 );
-"""
+""",
+        ),
+        # Pending logins, shared so that a login begun through one instance can call back
+        # through another. Keyed by the state's hash; the verifier and the URL (which
+        # carries the state) are sealed like the tokens.
+        Migration(
+            2,
+            """
+CREATE TABLE IF NOT EXISTS login_states (
+    state_hash TEXT PRIMARY KEY,
+    person_key TEXT NOT NULL,
+    service    TEXT NOT NULL,
+    sealed     {blob} NOT NULL,
+    expires_at BIGINT NOT NULL,
+    UNIQUE (person_key, service)
+);
+CREATE INDEX IF NOT EXISTS login_states_expiry ON login_states (expires_at);
+""",
+        ),
+    ),
+)
 _SEAL_VERSION: Final = b"\x01"
 _NONCE_BYTES: Final = 12
 
@@ -175,22 +202,17 @@ class _Tokens(msgspec.Struct, frozen=True, kw_only=True):
         return self.expires_at is not None and now + EXPIRY_LEEWAY >= self.expires_at
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    state: str
-    person_key: str
-    service: str
+class _Pending(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pending login keeps sealed: the PKCE verifier and the URL to show again."""
+
     verifier: str
     url: str
-    language: str | None
-    expires_at: datetime
-
-    def is_expired(self, now: datetime) -> bool:
-        return now >= self.expires_at
+    language: str | None = None
 
 
 _TOKENS_ENCODER: Final = msgspec.json.Encoder()
 _TOKENS_DECODER: Final = msgspec.json.Decoder(_Tokens)
+_PENDING_DECODER: Final = msgspec.json.Decoder(_Pending)
 
 
 class Logins:
@@ -212,9 +234,6 @@ class Logins:
         self._declared: dict[str, ServiceLogin] = {}
         self._sealer: AESGCM | None = None
         self._db: Database | None = None
-        self._pending: dict[str, _Pending] = {}
-        self._pending_by_owner: dict[tuple[str, str], str] = {}
-        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     # --- set-up ---------------------------------------------------------------------------
 
@@ -243,7 +262,7 @@ class Logins:
 
     async def open(self, db: Database) -> None:
         """Use ``db`` for the tokens (creating the table); call once the database is open."""
-        await db.ensure(_SCHEMA)
+        await db.migrate(_SCHEMA)
         self._db = db
 
     def declared(self, service: str) -> ServiceLogin:
@@ -260,32 +279,57 @@ class Logins:
         if self.redirect_uri is None:
             raise LoginUnavailable(service)
         now = self._clock()
-        self._forget_expired(now)
-        owner = (person_key, service)
-        current = self._pending_by_owner.get(owner)
+        db = self._database()
+        await db.execute("DELETE FROM login_states WHERE expires_at <= ?", (to_micros(now),))
+        current = await self._pending_url(person_key, service)
         if current is not None:
-            return self._pending[current].url
+            return current
         state = secrets.token_urlsafe(32)
         verifier = secrets.token_urlsafe(64)  # 86 characters, inside RFC 7636's 43..128
         url = _authorization_url(login, self.redirect_uri, state, _challenge(verifier))
-        self._pending[state] = _Pending(
-            state=state,
-            person_key=person_key,
-            service=service,
-            verifier=verifier,
-            url=url,
-            language=language,
-            expires_at=now + LOGIN_TTL,
+        pending = _Pending(verifier=verifier, url=url, language=language)
+        sealed = self._seal(person_key, service, _TOKENS_ENCODER.encode(pending))
+        created = await db.execute(
+            "INSERT INTO login_states (state_hash, person_key, service, sealed, expires_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (person_key, service) DO NOTHING",
+            (_state_hash(state), person_key, service, sealed, to_micros(now + LOGIN_TTL)),
         )
-        self._pending_by_owner[owner] = state
+        if created == 0:
+            # Another instance began the same login a moment ago: show its link.
+            current = await self._pending_url(person_key, service)
+            if current is not None:
+                return current
         return url
+
+    async def _pending_url(self, person_key: str, service: str) -> str | None:
+        row = await self._database().fetch_one(
+            "SELECT sealed FROM login_states WHERE person_key = ? AND service = ? "
+            "AND expires_at > ?",
+            (person_key, service, to_micros(self._clock())),
+        )
+        if row is None:
+            return None
+        pending = self._open_pending(person_key, service, bytes(row["sealed"]))
+        return None if pending is None else pending.url
 
     async def complete(self, state: str, code: str) -> LoginOutcome:
         """Finish the login ``state`` names with the service's ``code``; never raises."""
-        pending = self._take(state)
-        if pending is None or pending.is_expired(self._clock()):
+        # Taken out first, by whichever instance the callback reaches: single use even when
+        # the exchange below fails, and only one of two racing callbacks gets it.
+        row = await self._database().fetch_one(
+            "DELETE FROM login_states WHERE state_hash = ? "
+            "RETURNING person_key, service, sealed, expires_at",
+            (_state_hash(state),),
+        )
+        if row is None or from_micros(row["expires_at"]) <= self._clock():
             return LoginOutcome(status="expired")
-        service, language = pending.service, pending.language
+        person_key, service = str(row["person_key"]), str(row["service"])
+        if service not in self._declared:
+            return LoginOutcome(status="expired")
+        pending = self._open_pending(person_key, service, bytes(row["sealed"]))
+        if pending is None:
+            return LoginOutcome(status="expired")
+        language = pending.language
         login = self.declared(service)
         try:
             async with self._oauth_client(login) as client:
@@ -304,8 +348,8 @@ class Logins:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             log.warning("The %s login failed at the token endpoint: %r", service, type(error))
             return LoginOutcome(status="failed", service=service, language=language)
-        await self._store(pending.person_key, service, tokens)
-        log.info("%s logged in to %s", pending.person_key, service)
+        await self._store(person_key, service, tokens)
+        log.info("%s logged in to %s", person_key, service)
         return LoginOutcome(status="logged_in", service=service, language=language)
 
     # --- what tools ask -------------------------------------------------------------------
@@ -325,7 +369,9 @@ class Logins:
         when the person has no tokens, no refresh token, or the service refuses the refresh.
         """
         login = self.declared(service)
-        async with self._lock(person_key, service):
+        # One refresh at a time per person and service, across every instance: a rotating
+        # refresh token used twice would revoke the whole grant.
+        async with self._database().lock(f"service-login:{person_key}:{service}"):
             tokens = await self._load(person_key, service)
             if tokens is None:
                 raise LoginRequired(service, await self.begin(person_key, service, language))
@@ -368,22 +414,17 @@ class Logins:
 
     # --- inside ---------------------------------------------------------------------------
 
-    def _take(self, state: str) -> _Pending | None:
-        pending = self._pending.pop(state, None)
-        if pending is not None:
-            owner = (pending.person_key, pending.service)
-            if self._pending_by_owner.get(owner) == state:
-                del self._pending_by_owner[owner]
-        return pending
-
-    def _forget_expired(self, now: datetime) -> None:
-        for state in [s for s, p in self._pending.items() if p.is_expired(now)]:
-            self._take(state)
-
-    def _lock(self, person_key: str, service: str) -> asyncio.Lock:
-        # One refresh at a time per person and service: a rotating refresh token used twice
-        # would revoke the whole grant.
-        return self._locks.setdefault((person_key, service), asyncio.Lock())
+    def _open_pending(self, person_key: str, service: str, sealed: bytes) -> _Pending | None:
+        try:
+            return _PENDING_DECODER.decode(self._open_seal(person_key, service, sealed))
+        except (InvalidTag, ValueError, msgspec.DecodeError):
+            log.warning(
+                "A pending %s login of %s can't be decrypted (was MERCURY_SECRET_KEY "
+                "changed?); it is ignored",
+                service,
+                person_key,
+            )
+            return None
 
     def _oauth_client(self, login: ServiceLogin) -> Any:
         return AsyncOAuth2Client(
@@ -440,7 +481,9 @@ class Logins:
         if row is None:
             return None
         try:
-            return _TOKENS_DECODER.decode(self._open_seal(person_key, service, row["sealed"]))
+            return _TOKENS_DECODER.decode(
+                self._open_seal(person_key, service, bytes(row["sealed"]))
+            )
         except (InvalidTag, ValueError, msgspec.DecodeError):
             log.warning(
                 "%s's %s tokens can't be decrypted (was MERCURY_SECRET_KEY changed?); "
@@ -475,6 +518,10 @@ def _derive_key(secret_key: str) -> bytes:
         salt=b"mercury service logins",
         info=b"service tokens v1",
     ).derive(secret_key.encode())
+
+
+def _state_hash(state: str) -> str:
+    return hashlib.sha256(state.encode()).hexdigest()
 
 
 def _associated(person_key: str, service: str) -> bytes:

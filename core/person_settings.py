@@ -1,7 +1,8 @@
 """What each person asked the assistant to remember about them: name, language, time zone.
 
-One SQLite row per person key (``people:alice``, or a user key without a directory), so two
-accounts linked into one person share their settings, and nobody reads anyone else's.
+One row in the state store per person key (``people:alice``, or a user key without a
+directory), so two accounts linked into one person share their settings, and nobody reads
+anyone else's.
 A setting never given reads as ``None``.
 
 Exceptions::
@@ -17,8 +18,8 @@ from typing import Final, Literal
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.db import Database
 from core.i18n import SUPPORTED_LANGUAGES
+from core.state import Database, Migration, Schema
 from core.timezones import canonical_zone
 
 __all__ = [
@@ -34,7 +35,12 @@ _CACHE_SIZE: Final = 10_000
 
 SettingName = Literal["name", "language", "time_zone"]
 
-_SCHEMA: Final = """
+_SCHEMA: Final = Schema(
+    "person_settings",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS person_settings (
     person_key TEXT PRIMARY KEY,
     name       TEXT,
@@ -42,7 +48,10 @@ CREATE TABLE IF NOT EXISTS person_settings (
     time_zone  TEXT,
     updated_at TEXT NOT NULL
 );
-"""
+""",
+        ),
+    ),
+)
 
 
 class InvalidSetting(ValueError):
@@ -63,22 +72,34 @@ class SavedSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class PersonSettings:
-    """Per-person settings in the core's SQLite database."""
+    """Per-person settings in the state store; never stale, on any instance.
+
+    Settings are read on every request. On a store one process owns (SQLite) they are
+    cached in memory, and every write, which goes through this object, forgets the person's
+    entry. On a store several instances share (PostgreSQL) nothing is cached: a write
+    through one instance must be what the very next request reads through any other, and
+    no invalidation message can be guaranteed to arrive before that request does, so every
+    read is one primary-key lookup.
+    """
 
     def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
         self._db = db
         self._clock = clock
         self._ready = False
-        # Read on every request; every write goes through this object, which forgets the
-        # person's entry, so the cache is never stale within the process that owns the file.
+        self._caching = not db.shared
         self._cache: dict[str, SavedSettings] = {}
         self._writes = 0  # a read that overlapped a write doesn't fill the cache
 
     async def ensure_schema(self) -> None:
         """Create the table if needed; done lazily by every call, idempotent."""
         if not self._ready:
-            await self._db.ensure(_SCHEMA)
+            await self._db.migrate(_SCHEMA)
             self._ready = True
+
+    @property
+    def cached(self) -> int:
+        """How many people's settings this instance holds in memory."""
+        return len(self._cache)
 
     async def get(self, person_key: str) -> SavedSettings:
         """The settings saved for ``person_key`` (all ``None`` for someone new)."""
@@ -98,15 +119,16 @@ class PersonSettings:
                 name=row["name"], language=row["language"], time_zone=row["time_zone"]
             )
         )
-        if writes == self._writes:
+        if self._caching and writes == self._writes:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[person_key] = saved
         return saved
 
-    def _forget(self, person_key: str) -> None:
+    async def _save(self, sql: str, parameters: tuple[str, str, str]) -> None:
+        await self._db.execute(sql, parameters)
         self._writes += 1
-        self._cache.pop(person_key, None)
+        self._cache.pop(parameters[0], None)
 
     async def set_name(self, person_key: str, name: str) -> str:
         """Save how the person wants to be called; returns it trimmed."""
@@ -120,13 +142,12 @@ class PersonSettings:
                 f"A name can be at most {MAX_NAME_CHARS} characters long; give a shorter one.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, name, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "name = excluded.name, updated_at = excluded.updated_at",
             (person_key, cleaned, self._now()),
         )
-        self._forget(person_key)
         return cleaned
 
     async def set_language(self, person_key: str, language: str) -> str:
@@ -140,13 +161,12 @@ class PersonSettings:
                 f"{', '.join(SUPPORTED_LANGUAGES)}.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, language, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "language = excluded.language, updated_at = excluded.updated_at",
             (person_key, code, self._now()),
         )
-        self._forget(person_key)
         return code
 
     async def set_time_zone(self, person_key: str, time_zone: str) -> str:
@@ -161,13 +181,12 @@ class PersonSettings:
                 "+02:00 isn't one); give an IANA name such as Europe/Rome.",
             )
         await self.ensure_schema()
-        await self._db.execute(
+        await self._save(
             "INSERT INTO person_settings (person_key, time_zone, updated_at) VALUES (?, ?, ?) "
             "ON CONFLICT (person_key) DO UPDATE SET "
             "time_zone = excluded.time_zone, updated_at = excluded.updated_at",
             (person_key, zone, self._now()),
         )
-        self._forget(person_key)
         return zone
 
     def _now(self) -> str:

@@ -9,21 +9,25 @@ indexes (and warns about them), so they are only created on a server.
 Exceptions (from :mod:`core.memory`)::
 
     MemoryStoreError
-    ├── StoreUnavailable        the server doesn't answer, or a collection doesn't exist yet
+    ├── StoreUnavailable        the server doesn't answer in time, answers 5xx or 429, refuses
+    │                           the API key, or a collection doesn't exist yet
     └── CollectionMismatch      an existing collection has another vector size or layout
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import httpx
 from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.common.client_exceptions import ResourceExhaustedResponse
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from core.memory import (
@@ -42,7 +46,13 @@ from core.memory import (
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 REACHABLE_TIMEOUT_S: Final = 1.0
+#: Statuses a Qdrant server answers while it (or a peer of its cluster) recovers.
+_TRANSIENT_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+_RETRY_BASE_S: Final = 0.2
+_MAX_RETRY_AFTER_S: Final = 5
 _TIE_PAGE: Final = 256
 
 _KEYWORD_INDEXES: Final = ("sessionKey", "conversationId", "topic")
@@ -110,10 +120,12 @@ class QdrantStore(PointStoreBase):
         names: CollectionNames | None = None,
         *,
         runner: _LoopThread | None = None,
+        retries: int = 0,
     ) -> None:
         super().__init__(names or CollectionNames())
         self._client = client
         self._runner = runner
+        self._retries = retries
         self._closed = False
 
     @classmethod
@@ -124,12 +136,20 @@ class QdrantStore(PointStoreBase):
         *,
         api_key: str | None = None,
         timeout_s: int = 10,
+        retries: int = 2,
     ) -> QdrantStore:
-        """A store on the Qdrant server at ``url``; nothing is contacted until first use."""
+        """A store on the Qdrant server at ``url``; nothing is contacted until first use.
+
+        Each request may take ``timeout_s`` (connecting included); a timeout, a refused
+        connection, a 429 or a 5xx is retried ``retries`` times with a growing pause.
+        """
         client = AsyncQdrantClient(
-            url=url, api_key=api_key, timeout=timeout_s, check_compatibility=False
+            url=url,
+            api_key=api_key,
+            timeout=timeout_s,  # whole seconds: qdrant-client rounds up anyway
+            check_compatibility=False,
         )
-        return cls(client, names)
+        return cls(client, names, retries=retries)
 
     @classmethod
     async def local(
@@ -154,7 +174,7 @@ class QdrantStore(PointStoreBase):
         if self._closed:
             return
         try:
-            await self._call(self._client.close())
+            await self._call(lambda: self._client.close())
         finally:
             self._closed = True
             if self._runner is not None:
@@ -162,8 +182,8 @@ class QdrantStore(PointStoreBase):
 
     async def reachable(self) -> bool:
         try:
-            async with asyncio.timeout(REACHABLE_TIMEOUT_S):
-                await self._call(self._client.get_collections())
+            async with asyncio.timeout(REACHABLE_TIMEOUT_S), self._errors("(any)"):
+                await self._call(lambda: self._client.get_collections())
         except (TimeoutError, MemoryStoreError):
             return False
         return True
@@ -172,7 +192,7 @@ class QdrantStore(PointStoreBase):
         for collection in ("verbatim", "episodic", "semantic"):
             name = self.names.of(collection)
             async with self._errors(name):
-                exists = await self._call(self._client.collection_exists(name))
+                exists = await self._call(partial(self._client.collection_exists, name))
                 if not exists:
                     await self._create(name, vector_size)
                 else:
@@ -184,16 +204,17 @@ class QdrantStore(PointStoreBase):
         params = models.VectorParams(size=vector_size, distance=models.Distance.COSINE)
         try:
             await self._call(
-                self._client.create_collection(name, vectors_config={VECTOR_NAME: params})
+                lambda: self._client.create_collection(name, vectors_config={VECTOR_NAME: params})
             )
         except (UnexpectedResponse, ValueError) as exc:
-            # Another process may have created it in between; the check below decides.
-            if not await self._call(self._client.collection_exists(name)):
+            # Another instance may have created it in between (a server answers 409, or
+            # 400 "already exists" before 1.x); the check below decides.
+            if not await self._call(lambda: self._client.collection_exists(name)):
                 raise exc
             await self._check(name, vector_size)
 
     async def _check(self, name: str, vector_size: int) -> None:
-        info = await self._call(self._client.get_collection(name))
+        info = await self._call(lambda: self._client.get_collection(name))
         vectors = info.config.params.vectors
         params = vectors.get(VECTOR_NAME) if isinstance(vectors, dict) else None
         if params is None:
@@ -210,14 +231,23 @@ class QdrantStore(PointStoreBase):
 
     async def _indexes(self, name: str) -> None:
         tenant = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
-        await self._call(self._client.create_payload_index(name, "personKey", tenant))
-        for field in _KEYWORD_INDEXES:
-            await self._call(
-                self._client.create_payload_index(name, field, models.PayloadSchemaType.KEYWORD)
-            )
-        await self._call(
-            self._client.create_payload_index(name, "ts", models.PayloadSchemaType.FLOAT)
-        )
+        wanted: list[tuple[str, models.PayloadSchemaType | models.KeywordIndexParams]] = [
+            ("personKey", tenant),
+            *((field, models.PayloadSchemaType.KEYWORD) for field in _KEYWORD_INDEXES),
+            ("ts", models.PayloadSchemaType.FLOAT),
+        ]
+        for field, schema in wanted:
+            try:
+                await self._call(partial(self._client.create_payload_index, name, field, schema))
+            except UnexpectedResponse as exc:
+                # Several instances ensure at once: a server may refuse the second creation
+                # of an index; what counts is that it exists now.
+                if exc.status_code not in (400, 409) or not await self._has_index(name, field):
+                    raise
+
+    async def _has_index(self, name: str, field: str) -> bool:
+        info = await self._call(lambda: self._client.get_collection(name))
+        return field in info.payload_schema
 
     # -- primitives --------------------------------------------------------------------
 
@@ -232,7 +262,7 @@ class QdrantStore(PointStoreBase):
             for p in points
         ]
         async with self._errors(name):
-            await self._call(self._client.upsert(name, structs, wait=True))
+            await self._call(lambda: self._client.upsert(name, structs, wait=True))
 
     async def _ordered(
         self,
@@ -250,7 +280,7 @@ class QdrantStore(PointStoreBase):
         direction = models.Direction.DESC if descending else models.Direction.ASC
         async with self._errors(name):
             records, _ = await self._call(
-                self._client.scroll(
+                lambda: self._client.scroll(
                     name,
                     scroll_filter=_scope_filter(scope, ts_range=ts_range),
                     limit=limit,
@@ -269,8 +299,13 @@ class QdrantStore(PointStoreBase):
         async with self._errors(name):
             while True:
                 records, offset = await self._call(
-                    self._client.scroll(
-                        name, scroll_filter=flt, limit=_TIE_PAGE, offset=offset, with_payload=True
+                    partial(
+                        self._client.scroll,
+                        name,
+                        scroll_filter=flt,
+                        limit=_TIE_PAGE,
+                        offset=offset,
+                        with_payload=True,
                     )
                 )
                 found += [_raw(r) for r in records]
@@ -283,7 +318,7 @@ class QdrantStore(PointStoreBase):
         name = self.names.of(collection)
         async with self._errors(name):
             response = await self._call(
-                self._client.query_points(
+                lambda: self._client.query_points(
                     name,
                     query=list(vector),
                     using=VECTOR_NAME,
@@ -298,10 +333,12 @@ class QdrantStore(PointStoreBase):
         name = self.names.of(collection)
         flt = _scope_filter(scope)
         async with self._errors(name):
-            counted = await self._call(self._client.count(name, count_filter=flt, exact=True))
+            counted = await self._call(
+                lambda: self._client.count(name, count_filter=flt, exact=True)
+            )
             if counted.count:
                 await self._call(
-                    self._client.delete(
+                    lambda: self._client.delete(
                         name, points_selector=models.FilterSelector(filter=flt), wait=True
                     )
                 )
@@ -309,41 +346,48 @@ class QdrantStore(PointStoreBase):
 
     # -- plumbing ----------------------------------------------------------------------
 
-    async def _call(self, work: Coroutine[Any, Any, T]) -> T:
+    async def _call(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run one client call; on a server, retry what may pass a moment later."""
         if self._closed:
-            work.close()
             raise StoreUnavailable("The memory store is closed; build a new one to reopen it.")
-        if self._runner is None:
-            return await work
-        return await self._runner.run(work)
+        if self._runner is not None:
+            return await self._runner.run(make())
+        for attempt in range(self._retries + 1):
+            try:
+                return await make()
+            except (
+                ResponseHandlingException,
+                ResourceExhaustedResponse,
+                UnexpectedResponse,
+            ) as exc:
+                pause = _transient_pause(exc, attempt)
+                if pause is None or attempt == self._retries:
+                    raise
+                log.info(
+                    "Qdrant call failed (%s); retry %d in %.1f s.", _brief(exc), attempt + 1, pause
+                )
+                await asyncio.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     @asynccontextmanager
     async def _errors(self, name: str) -> AsyncIterator[None]:
-        """Turn qdrant-client's failures into the memory store's errors."""
+        """Turn qdrant-client's failures into the memory store's errors (docs/memory.md)."""
         try:
             yield
         except MemoryStoreError:
             raise
         except (ResponseHandlingException, httpx.TransportError, ConnectionError) as exc:
             raise StoreUnavailable(
-                f"Qdrant doesn't answer for the collection {name!r}; check that it runs "
-                "and that QDRANT_URL points at it."
+                f"Qdrant doesn't answer for the collection {name!r} in time; check that it "
+                "runs and that QDRANT_URL points at it."
+            ) from exc
+        except ResourceExhaustedResponse as exc:
+            raise StoreUnavailable(
+                f"Qdrant is overloaded on the collection {name!r} and asks to wait "
+                f"{exc.retry_after_s} s; memory catches up once it has room."
             ) from exc
         except UnexpectedResponse as exc:
-            if exc.status_code == 404:
-                raise StoreUnavailable(
-                    f"The Qdrant collection {name!r} doesn't exist yet; memory switches on "
-                    "once the engine has created it."
-                ) from exc
-            if exc.status_code is not None and exc.status_code >= 500:
-                raise StoreUnavailable(
-                    f"Qdrant failed on the collection {name!r} (status {exc.status_code}); "
-                    "retry once it has recovered."
-                ) from exc
-            raise MemoryStoreError(
-                f"Qdrant refused a request on the collection {name!r} "
-                f"(status {exc.status_code}): {exc.content[:200]!r}."
-            ) from exc
+            raise _refusal(name, exc) from exc
         except ValueError as exc:
             # Local mode reports a missing collection as a ValueError ("Collection … not found").
             if "not found" in str(exc):
@@ -354,3 +398,49 @@ class QdrantStore(PointStoreBase):
             raise MemoryStoreError(
                 f"qdrant-client refused a request on the collection {name!r}: {exc}"
             ) from exc
+
+
+def _refusal(name: str, exc: UnexpectedResponse) -> MemoryStoreError:
+    """The memory store's error for a status Qdrant answered with."""
+    status = exc.status_code
+    if status in (401, 403):
+        return StoreUnavailable(
+            f"Qdrant refused the API key on the collection {name!r} (status {status}); "
+            "set QDRANT_API_KEY to a key the server accepts."
+        )
+    if status == 404:
+        return StoreUnavailable(
+            f"The Qdrant collection {name!r} doesn't exist yet; memory switches on "
+            "once the engine has created it."
+        )
+    if status == 429 or (status is not None and status >= 500):
+        return StoreUnavailable(
+            f"Qdrant failed on the collection {name!r} (status {status}); "
+            "memory catches up once it has recovered."
+        )
+    return MemoryStoreError(
+        f"Qdrant refused a request on the collection {name!r} "
+        f"(status {status}): {exc.content[:200]!r}."
+    )
+
+
+def _transient_pause(exc: Exception, attempt: int) -> float | None:
+    """Seconds to wait before retrying after ``exc``, or ``None`` when retrying can't help.
+
+    Every call the store makes is idempotent (upserts carry their ids, deletes a filter), so
+    a call that timed out after the server acted is safe to send again.
+    """
+    if isinstance(exc, ResourceExhaustedResponse):
+        wait: int = exc.retry_after_s
+        return float(min(wait, _MAX_RETRY_AFTER_S))
+    if isinstance(exc, UnexpectedResponse) and exc.status_code not in _TRANSIENT_STATUSES:
+        return None
+    return _RETRY_BASE_S * 3.0**attempt
+
+
+def _brief(exc: Exception) -> str:
+    if isinstance(exc, UnexpectedResponse):
+        return f"status {exc.status_code}"
+    if isinstance(exc, ResponseHandlingException):
+        return type(exc.source).__name__
+    return type(exc).__name__

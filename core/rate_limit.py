@@ -6,9 +6,12 @@ request is allowed while fewer than the limit were let through in the last windo
 allowed request is recorded, a refused one isn't, so hammering a full bucket never pushes
 its reopening further away.
 
-Memory stays bounded: a bucket never holds more timestamps than the largest limit it was
-checked against, each timestamp is appended and dropped once (amortized O(1) per check),
-and :meth:`RateLimiter.cleanup` forgets buckets whose window has passed.
+The buckets live in the state store, so a person's limit counts across every instance
+sharing it: a check is one short transaction holding the bucket's lock (an advisory lock on
+PostgreSQL; SQLite serializes every transaction), which drops the bucket's stamps older than
+the window, counts the rest and records the request if it fits. A bucket never holds more
+stamps than the largest limit it was checked against, and :meth:`RateLimiter.cleanup`
+forgets buckets whose window has passed.
 
 Exception tree::
 
@@ -19,14 +22,34 @@ Exception tree::
 from __future__ import annotations
 
 import math
-from collections import deque
-from datetime import datetime, timedelta
+from datetime import timedelta
+from typing import Final
 
 import msgspec
 
 from core.clock import Clock
+from core.codes import to_micros
+from core.state import Database, Migration, Schema
 
 __all__ = ["InvalidRateLimitError", "RateDecision", "RateLimiter", "bucket_key"]
+
+
+_SCHEMA: Final = Schema(
+    "rate_limits",
+    (
+        Migration(
+            1,
+            """
+CREATE TABLE IF NOT EXISTS rate_stamps (
+    bucket TEXT NOT NULL,
+    at     BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rate_stamps_bucket ON rate_stamps (bucket, at);
+CREATE INDEX IF NOT EXISTS rate_stamps_at ON rate_stamps (at);
+""",
+        ),
+    ),
+)
 
 
 class InvalidRateLimitError(ValueError):
@@ -61,18 +84,22 @@ def _check_limit(limit: int, what: str) -> None:
 class RateLimiter:
     """At most ``limit`` requests per bucket in any ``window``."""
 
-    def __init__(self, limit: int, window: timedelta, *, clock: Clock) -> None:
+    def __init__(self, db: Database, limit: int, window: timedelta, *, clock: Clock) -> None:
         _check_limit(limit, "A rate limit")
         if window <= timedelta(0):
             raise InvalidRateLimitError(
                 f"A rate-limit window of {window} never holds a request; give a positive duration."
             )
+        self._db = db
         self.limit = limit
         self.window = window
         self._clock = clock
-        self._buckets: dict[str, deque[datetime]] = {}
+        self._window_us = window // timedelta(microseconds=1)
 
-    def check(self, key: str, override: int | None = None) -> RateDecision:
+    async def ensure_schema(self) -> None:
+        await self._db.migrate(_SCHEMA)
+
+    async def check(self, key: str, override: int | None = None) -> RateDecision:
         """Decide on one request in bucket ``key`` and record it if allowed.
 
         ``override`` replaces the limit for this check (a space's own setting).
@@ -80,35 +107,49 @@ class RateLimiter:
         if override is not None:
             _check_limit(override, "A rate-limit override")
         limit = self.limit if override is None else override
-        now = self._clock()
-        horizon = now - self.window
-        stamps = self._buckets.get(key)
-        if stamps is None:
-            stamps = self._buckets[key] = deque()
-        while stamps and stamps[0] <= horizon:
-            stamps.popleft()
-        if len(stamps) < limit:
-            stamps.append(now)
-            return RateDecision(allowed=True, retry_after_s=0, remaining=limit - len(stamps))
+        await self.ensure_schema()
+        now = to_micros(self._clock())
+        horizon = now - self._window_us
+        async with self._db.transaction(lock=f"rate:{key}") as transaction:
+            await transaction.execute(
+                "DELETE FROM rate_stamps WHERE bucket = ? AND at <= ?", (key, horizon)
+            )
+            rows = await transaction.fetch_all(
+                "SELECT at FROM rate_stamps WHERE bucket = ? ORDER BY at", (key,)
+            )
+            stamps = [int(row[0]) for row in rows]
+            if len(stamps) < limit:
+                await transaction.execute(
+                    "INSERT INTO rate_stamps (bucket, at) VALUES (?, ?)", (key, now)
+                )
+                return RateDecision(
+                    allowed=True, retry_after_s=0, remaining=limit - len(stamps) - 1
+                )
         # A lowered override can leave more stamps than the limit: the request gets through
         # once enough of them age out to leave room for one more.
-        frees_room = stamps[len(stamps) - limit] + self.window
-        wait = math.ceil((frees_room - now).total_seconds())
+        frees_room = stamps[len(stamps) - limit] + self._window_us
+        wait = math.ceil((frees_room - now) / 1_000_000)
         return RateDecision(allowed=False, retry_after_s=max(1, wait), remaining=0)
 
-    def cleanup(self) -> int:
+    async def cleanup(self) -> int:
         """Forget every bucket with nothing left in its window; returns how many went."""
-        horizon = self._clock() - self.window
-        idle = [key for key, stamps in self._buckets.items() if not stamps or stamps[-1] <= horizon]
-        for key in idle:
-            del self._buckets[key]
-        return len(idle)
+        await self.ensure_schema()
+        horizon = to_micros(self._clock()) - self._window_us
+        row = await self._db.fetch_one(
+            "SELECT COUNT(*) FROM (SELECT bucket FROM rate_stamps GROUP BY bucket "
+            "HAVING MAX(at) <= ?) idle",
+            (horizon,),
+        )
+        await self._db.execute("DELETE FROM rate_stamps WHERE at <= ?", (horizon,))
+        return 0 if row is None else int(row[0])
 
-    def clear(self) -> None:
+    async def clear(self) -> None:
         """Forget every bucket."""
-        self._buckets.clear()
+        await self.ensure_schema()
+        await self._db.execute("DELETE FROM rate_stamps")
 
-    @property
-    def bucket_count(self) -> int:
+    async def bucket_count(self) -> int:
         """How many buckets are held."""
-        return len(self._buckets)
+        await self.ensure_schema()
+        row = await self._db.fetch_one("SELECT COUNT(DISTINCT bucket) FROM rate_stamps")
+        return 0 if row is None else int(row[0])

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from core.archive import ArchiveWriter
     from core.capture import Capture
     from core.confirmations import ConfirmationStore, ResumeSlots
+    from core.conversation_order import ConversationOrder, HeldTurn
     from core.i18n import Catalogs, Translator
     from core.linking import Linking
     from core.memory import MemoryStore
@@ -108,6 +109,11 @@ class Session:
     #: How many of the conversation's messages (the person's and the assistant's) the
     #: last successful capture covered.
     captured_upto: int = 0
+    #: The conversation's version in the shared transcript these messages reflect
+    #: (:mod:`core.conversation_order`); another version means another instance moved on.
+    version: int = 0
+    #: How many of ``messages`` are in the transcript of record (or never go there).
+    recorded: int = 0
     #: The latest tool results by call id, which ``present`` can show by reference.
     results: ToolResults = field(default_factory=ToolResults)
 
@@ -184,6 +190,7 @@ class SessionManager:
         capture: Capture | None = None,
         limits: EngineLimits = EngineLimits(),
         clock: Clock = system_clock,
+        order: ConversationOrder | None = None,
     ) -> None:
         self.model = model
         self.catalogs = catalogs
@@ -200,6 +207,7 @@ class SessionManager:
         self.limits = limits
         self.clock = clock
         self.locks = SessionLocks()
+        self.order = order
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
         self._captures: set[asyncio.Task[None]] = set()
@@ -213,7 +221,7 @@ class SessionManager:
         """``<person key>:<conversationId>``: the caller's own namespace."""
         return f"{person.key}:{conversation_id}"
 
-    def check_rate(
+    async def check_rate(
         self, person: Person, text: str, *, opening: bool = False
     ) -> RateDecision | None:
         """The rate decision for a turn, or None when it is not counted (a token).
@@ -224,7 +232,7 @@ class SessionManager:
         """
         if not opening and self.is_intercepted(text):
             return None
-        return self.rate_limiter.check(f"{person.key}:{person.key}")
+        return await self.rate_limiter.check(f"{person.key}:{person.key}")
 
     def is_intercepted(self, text: str) -> bool:
         """Whether ``text`` is answered without the model (a token or a link code)."""
@@ -289,62 +297,115 @@ class SessionManager:
         if not turn_input.opening and not turn_input.resume and is_token(text):
             await self._confirm_in_turn(turn_input, key, text, translator, emit)
             return
-        async with self.locks.hold(key):
-            session = await self._session(key, person, conversation_id)
-            context = ToolCallContext(principal, person, key, conversation_id, translator)
-            if turn_input.resume:
-                slot = self.resume_slots.take(key)
-                if slot is None:
-                    await emit(
-                        events.Final(
-                            text=translator.gettext(
-                                "The answer to this confirmation is no longer available."
-                            )
-                        )
-                    )
-                    return
-                session.messages.append(
-                    ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
-                )
-                await self._answer(session, context, turn_input, emit, archive_user=None)
-                return
-            if turn_input.opening:
-                saved = await self.person_settings.get(person.key)
-                if saved.name:
-                    await emit(events.Final(text=""))
-                    return
-                session.messages.append(
-                    ChatMessage(
-                        role="system",
-                        content=(
-                            "The person has just opened the conversation and has not written "
-                            "yet. Introduce yourself in one or two sentences and ask how they "
-                            "would like to be called. When they answer, save it with set_name."
-                        ),
-                    )
-                )
-                await self._answer(session, context, turn_input, emit, archive_user=None)
-                return
-            stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
-            session.messages.append(ChatMessage(role="user", content=stamped))
-            await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
-            if conversation_id is not None:
-                await self._capture_after_turn(session, context, emit)
+        async with self._hold(key, conversation_id) as held:
+            session = await self._session(key, person, conversation_id, held)
+            try:
+                await self._turn(session, turn_input, translator, emit, held)
+            finally:
+                await self._record(session, held)
         if conversation_id is None:
             self.sessions.pop(key, None)
 
-    async def _session(self, key: str, person: Person, conversation_id: str | None) -> Session:
+    async def _turn(
+        self,
+        session: Session,
+        turn_input: TurnInput,
+        translator: Translator,
+        emit: _Emit,
+        held: HeldTurn | None,
+    ) -> None:
+        """One turn of a session the caller holds: resumed, opening, or the person's words."""
+        principal, person = turn_input.principal, turn_input.person
+        key, conversation_id = session.key, session.conversation_id
+        context = ToolCallContext(principal, person, key, conversation_id, translator)
+        if turn_input.resume:
+            slot = await self.resume_slots.take(key)
+            if slot is None:
+                await emit(
+                    events.Final(
+                        text=translator.gettext(
+                            "The answer to this confirmation is no longer available."
+                        )
+                    )
+                )
+                return
+            session.messages.append(
+                ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
+            )
+            await self._answer(session, context, turn_input, emit, archive_user=None)
+            return
+        if turn_input.opening:
+            saved = await self.person_settings.get(person.key)
+            if saved.name:
+                await emit(events.Final(text=""))
+                return
+            session.messages.append(
+                ChatMessage(
+                    role="system",
+                    content=(
+                        "The person has just opened the conversation and has not written "
+                        "yet. Introduce yourself in one or two sentences and ask how they "
+                        "would like to be called. When they answer, save it with set_name."
+                    ),
+                )
+            )
+            await self._answer(session, context, turn_input, emit, archive_user=None)
+            return
+        stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
+        session.messages.append(ChatMessage(role="user", content=stamped))
+        # The person's words are on record before the model runs: an instance dying
+        # mid-turn loses the answer, never what was accepted.
+        await self._record(session, held)
+        await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
+        if conversation_id is not None:
+            await self._capture_after_turn(session, context, emit)
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, key: str, conversation_id: str | None) -> AsyncIterator[HeldTurn | None]:
+        """Run alone on the session: across instances when they share the state store."""
+        if self.order is None or conversation_id is None:  # a one-off key is never shared
+            async with self.locks.hold(key):
+                yield None
+        else:
+            async with self.order.hold(key) as held:
+                yield held
+
+    async def _record(self, session: Session, held: HeldTurn | None) -> None:
+        """Append the session's new messages to the transcript of record (shielded)."""
+        if held is None or session.recorded >= len(session.messages):
+            return
+        new = session.messages[session.recorded :]
+        await asyncio.shield(held.append(new))
+        session.recorded += len(new)
+        session.version = held.version
+
+    async def _session(
+        self,
+        key: str,
+        person: Person,
+        conversation_id: str | None,
+        held: HeldTurn | None = None,
+    ) -> Session:
         session = self.sessions.get(key)
+        if session is not None and held is not None and session.version != held.version:
+            session = None  # another instance moved the conversation on: rebuild it
         if session is None:
             session = Session(key=key, person_key=person.key, conversation_id=conversation_id)
             if self.capture is not None:
                 primer = await self.capture.primer(person.key)
                 if primer:
                     session.messages.append(ChatMessage(role="system", content=primer))
-            if conversation_id is not None:
+            if held is not None and held.version > 0:
+                recorded = await held.transcript()
+                session.messages.extend(recorded)
+                session.captured_upto = len(recorded)  # those were captured in their time
+                session.version = held.version
+            elif conversation_id is not None:
                 rebuilt = await self._rebuilt_history(person.key, key)
                 session.messages.extend(rebuilt)
                 session.captured_upto = len(rebuilt)  # those were captured in their time
+            # The primer and an archive rebuild aren't the conversation's own new messages.
+            session.recorded = len(session.messages)
             self.sessions[key] = session
         session.last_active = self.clock().timestamp()
         return session
@@ -631,11 +692,20 @@ class SessionManager:
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self.limits.idle_check_s)
-            self.rate_limiter.cleanup()
             try:
                 await self.sweep_idle()
             except Exception:
                 log.exception("the idle sweep failed")
+            try:
+                await self.purge_expired()
+            except Exception:
+                log.exception("purging expired state failed")
+
+    async def purge_expired(self) -> None:
+        """Drop what has expired from the state store: stagings, resume slots, rate stamps."""
+        await self.confirmations.purge_expired()
+        await self.resume_slots.purge_expired()
+        await self.rate_limiter.cleanup()
 
     async def sweep_idle(self) -> int:
         """Capture and free every session idle for longer than the idle timeout."""
@@ -680,12 +750,15 @@ class SessionManager:
                 )
             await emit(events.Final(text=reply))
             return
-        async with self.locks.hold(key):
-            session = await self._session(key, turn_input.person, turn_input.conversation_id)
-            session.messages.append(
-                ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
-            )
-            await self._answer(session, context, turn_input, emit, archive_user=None)
+        async with self._hold(key, turn_input.conversation_id) as held:
+            session = await self._session(key, turn_input.person, turn_input.conversation_id, held)
+            try:
+                session.messages.append(
+                    ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
+                )
+                await self._answer(session, context, turn_input, emit, archive_user=None)
+            finally:
+                await self._record(session, held)
 
     async def confirm(
         self, principal: Principal, person: Person, conversation_id: str, token: str, language: str
@@ -702,7 +775,7 @@ class SessionManager:
             if reply is None:
                 return ConfirmResult(resolved=False)
             return ConfirmResult(resolved=True, text=reply)
-        self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
+        await self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
         return ConfirmResult(resolved=True, resume=True)
 
     async def _resolve(

@@ -1,6 +1,6 @@
 """The tool log: each person's recent tool calls, what went in and what came out.
 
-Rows live in the core's SQLite database, kept per person (the newest 200 by default), so a
+Rows live in the state store (:mod:`core.state`), kept per person (the newest 200 by default), so a
 busy person never evicts anyone else's history. Inputs and outputs are cut to 2,000
 characters, and login links are removed before anything is written: a link carrying an
 OAuth ``state`` is a credential for as long as it lives. An input or output that is a JSON
@@ -22,8 +22,8 @@ from typing import Any, Final, get_args
 import msgspec
 
 from core.clock import Clock
-from core.db import Database
 from core.events import ToolOutcome
+from core.state import Database, Migration, Schema
 
 __all__ = ["MAX_FIELD_CHARS", "LoggedValue", "ToolLog", "ToolLogEntry", "redact_urls"]
 
@@ -37,9 +37,14 @@ _URL: Final = re.compile(r"https?://[^\s\"'<>`]+", re.IGNORECASE)
 _STATE_PARAMETER: Final = re.compile(r"(?:[?&;]|\\u0026)state=", re.IGNORECASE)
 _TRAILING_PUNCTUATION: Final = ".,;:!?)]}"
 
-_SCHEMA: Final = """
+_SCHEMA: Final = Schema(
+    "tool_log",
+    (
+        Migration(
+            1,
+            """
 CREATE TABLE IF NOT EXISTS tool_log (
-    id              INTEGER PRIMARY KEY,
+    id              {id},
     person_key      TEXT NOT NULL,
     conversation_id TEXT,
     tool_name       TEXT NOT NULL,
@@ -49,7 +54,10 @@ CREATE TABLE IF NOT EXISTS tool_log (
     timestamp       TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tool_log_person ON tool_log (person_key, id);
-"""
+""",
+        ),
+    ),
+)
 
 
 #: An input or output as the log gives it back: a JSON object or array, else text.
@@ -154,10 +162,10 @@ class ToolLog:
         self.keep_per_person = keep_per_person
         self._ready = False
 
-    async def _ensure_schema(self) -> None:
-        # Lazily, so the log can be built synchronously; the schema is idempotent.
+    async def ensure_schema(self) -> None:
+        """Migrate the table; lazily by every call too, so the log can be built synchronously."""
         if not self._ready:
-            await self._db.ensure(_SCHEMA)
+            await self._db.migrate(_SCHEMA)
             self._ready = True
 
     async def record(
@@ -174,7 +182,7 @@ class ToolLog:
             raise ValueError(
                 f"A tool call can't end as {outcome!r}; log it as success, failed or pending."
             )
-        await self._ensure_schema()
+        await self.ensure_schema()
         # Redact before cutting, so a cut never leaves half a login link behind.
         await self._db.execute(
             "INSERT INTO tool_log "
@@ -198,7 +206,7 @@ class ToolLog:
 
     async def recent(self, person_key: str, limit: int = 200) -> list[ToolLogEntry]:
         """The person's newest ``limit`` entries (at most what is kept), newest first."""
-        await self._ensure_schema()
+        await self.ensure_schema()
         rows = await self._db.fetch_all(
             "SELECT timestamp, conversation_id, tool_name, input, output, outcome "
             "FROM tool_log WHERE person_key = ? ORDER BY id DESC LIMIT ?",

@@ -37,6 +37,8 @@ from urllib.parse import quote
 import msgspec
 import re2
 
+from core.state import Database
+
 MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
 MAX_PATTERN_CHARS: Final = 512
@@ -332,8 +334,12 @@ class Vault:
         *,
         grep_seconds: float = 2.0,
         grep_bytes: int = 20 * 1024 * 1024,
+        db: Database | None = None,
     ) -> None:
         self.root = root
+        # On a folder several instances share, a write also takes a lock per note in the
+        # shared state store, so two instances' read-modify-writes never cross.
+        self._db = db if db is not None and db.shared else None
         self._grep_seconds = grep_seconds
         self._grep_bytes = grep_bytes
         self._grep_threads = ThreadPoolExecutor(GREP_THREADS, thread_name_prefix="wiki-grep")
@@ -590,7 +596,10 @@ class Vault:
         needs_current: bool = False,
     ) -> bool:
         async with self._lock_for(target):
-            return await _to_thread_to_the_end(self._update_sync, target, build, needs_current)
+            if self._db is None:
+                return await _to_thread_to_the_end(self._update_sync, target, build, needs_current)
+            async with self._db.transaction(lock=f"wiki:{target.key}"):
+                return await _to_thread_to_the_end(self._update_sync, target, build, needs_current)
 
     async def write_note(self, person_key: str, view_path: str, content: str) -> WriteResult:
         """Write a note under ``personal/notes/``, replacing any note already there."""

@@ -13,6 +13,9 @@ import pytest
 from core.config import Settings, load_settings
 from tests.support.ollama_standin import OllamaStandIn
 from tests.support.server import RunningServer, serve
+from tests.support.state import postgres_server, shared_state, state
+
+__all__ = ["postgres_server", "shared_state", "state"]  # fixtures for every test module
 
 TOKENS: dict[str, dict[str, str]] = {
     "alice-token": {"id": "alice", "displayName": "Alice"},

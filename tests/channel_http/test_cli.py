@@ -44,7 +44,13 @@ def free_port() -> int:
 def test_serve_help_lists_every_setting_with_its_default() -> None:
     result = run({}, "serve", "--help")
     assert result.returncode == 0
-    for name in ("HTTP_SURFACE_PORT", "MERCURY_AUTH", "OLLAMA_HOST", "MERCURY_DEFAULT_TIME_ZONE"):
+    for name in (
+        "HTTP_SURFACE_PORT",
+        "MERCURY_AUTH",
+        "OLLAMA_HOST",
+        "MERCURY_DEFAULT_TIME_ZONE",
+        "MERCURY_STATE_URL",
+    ):
         assert name in result.stdout
     assert "4100" in result.stdout
 
@@ -72,6 +78,23 @@ def test_a_bad_value_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "HTTP_SURFACE_PORT" in lines[0] and "Traceback" not in result.stderr
+
+
+def test_an_unreachable_state_store_stops_start_up_with_one_line_and_no_password(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "MERCURY_AUTH": "static",
+        "AUTH_STATIC_TOKENS": '{"t": {"id": "a"}}',
+        "MERCURY_DATA_DIR": str(tmp_path),
+        "MERCURY_STATE_URL": f"postgresql://mercury:pw-hunter2@127.0.0.1:{free_port()}/mercury",
+    }
+    result = run(env, "serve", timeout=60)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "pw-hunter2" not in result.stderr + result.stdout
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("mercury-http:")]
+    assert "Couldn't connect to PostgreSQL at 127.0.0.1" in line
 
 
 def test_without_a_loadable_auth_provider_the_surface_never_opens(tmp_path: Path) -> None:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core.archive import ArchiveWriter, Backoff
 from core.clock import ManualClock
-from core.db import Database
 from core.memory import PointStoreBase
 from core.qdrant import QdrantStore
+from core.state import Database
 from tests.support.memory_doubles import DownStore, HashEmbedder, SlowStore, hash_vector
+from tests.support.state import StateBackend
 
 FAST = Backoff(initial_s=0.01, max_s=0.05)
 
@@ -35,12 +35,8 @@ async def store(anyio_backend: str) -> AsyncIterator[PointStoreBase]:
 
 
 @pytest.fixture
-async def db(tmp_path: Path, anyio_backend: str) -> AsyncIterator[Database]:
-    opened = await Database.open(tmp_path / "core.sqlite")
-    try:
-        yield opened
-    finally:
-        await opened.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = 15.0) -> None:
@@ -193,6 +189,8 @@ async def test_an_item_the_embedder_failed_is_stored_without_a_vector_then_backf
     )
     hits = await store.search("verbatim", "alice", query)
     assert hits[0].payload["content"] == "sailing boats on the lake"
+    # The backfilled item's row goes a moment after the item itself.
+    await eventually(lambda: _true_async(spill_rows(db, "backfill"), lambda n: n == 0))
     assert await writer.flush(timeout_s=5) == 0
     assert await spill_rows(db, "backfill") == 0
 
@@ -214,6 +212,8 @@ async def test_a_backfill_left_at_shutdown_is_finished_by_the_next_writer_while_
     second = ArchiveWriter(store, embedder, db=db, backoff=FAST, backfill_every_s=0.05)
     await second.start()
     await eventually(lambda: _true(second.unembedded == 0))
+    # The backfilled item's row goes a moment after the item itself.
+    await eventually(lambda: _true_async(spill_rows(db, "backfill"), lambda n: n == 0))
 
     hits = await store.search("episodic", "alice", hash_vector("boats"))
     assert [h.payload["summary"] for h in hits] == ["boats"]

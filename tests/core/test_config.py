@@ -332,6 +332,7 @@ def test_a_value_of_the_wrong_type_names_the_file_the_key_and_what_is_expected(
         (f"memory:\n  qdrant_api_key: {SECRET}\n", "memory.qdrant_api_key", "QDRANT_API_KEY"),
         (f"qdrant:\n  api_key: {SECRET}\n", "qdrant.api_key", "QDRANT_API_KEY"),
         (f"secret_key: {SECRET}\n", "secret_key", "MERCURY_SECRET_KEY"),
+        (f"state:\n  url: {SECRET}\n", "state.url", "MERCURY_STATE_URL"),
         (
             f"services:\n  - name: jira\n    client_secret: {SECRET}\n",
             "services[0].client_secret",
@@ -347,6 +348,21 @@ def test_a_secret_in_the_file_is_refused_naming_its_environment_variable(
     assert message.startswith(f"{tmp_path / 'mercury.yaml'}: {key} is a secret")
     assert f"set the {variable} environment variable instead" in message
     assert SECRET not in message
+
+
+def test_the_state_store_is_sqlite_unless_a_postgresql_url_is_given(tmp_path: Path) -> None:
+    assert load(tmp_path).state.url is None
+    url = "postgresql://mercury:s3cret@db.internal:5432/mercury"
+    settings = load(tmp_path, MERCURY_STATE_URL=url, MERCURY_STATE_POOL_SIZE="4")
+    assert settings.state.url == url
+    assert settings.state.pool_size == 4
+    assert "s3cret" not in settings.redacted()
+
+
+def test_a_state_url_that_is_not_postgresql_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    message = refusal(tmp_path, MERCURY_STATE_URL="mysql://root:s3cret@db/mercury")
+    assert "MERCURY_STATE_URL must be a PostgreSQL URL" in message
+    assert "s3cret" not in message
 
 
 def test_a_secret_looking_key_anywhere_is_refused_without_its_value(tmp_path: Path) -> None:

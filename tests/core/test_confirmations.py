@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import string
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +23,8 @@ from core.confirmations import (
     is_token,
     new_token,
 )
-from core.db import Database
+from core.state import SQLITE_FILE, Database
+from tests.support.state import StateBackend
 
 SESSION = "alice:c1"
 PERSON = "people:alice"
@@ -47,17 +47,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "core.db"
-
-
-@pytest.fixture
-async def db(db_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(db_path)
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 @pytest.fixture
@@ -239,7 +230,7 @@ async def test_a_window_that_is_not_positive_is_refused(db: Database, clock: Man
     with pytest.raises(InvalidTTLError, match="positive"):
         ConfirmationStore(db, clock=clock, ttl=timedelta(seconds=-1))
     with pytest.raises(InvalidTTLError, match="positive"):
-        ResumeSlots[str](clock, ttl=timedelta(0))
+        ResumeSlots(db, str, clock=clock, ttl=timedelta(0))
 
 
 # Who may take
@@ -383,31 +374,42 @@ async def test_a_taken_staging_is_no_longer_pending(store: ConfirmationStore) ->
 
 
 @pytest.mark.anyio
-async def test_pending_confirmations_survive_a_restart(db_path: Path, clock: ManualClock) -> None:
-    first = await Database.open(db_path)
+async def test_pending_confirmations_survive_a_restart(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    first = await state.open()
     staging = await ConfirmationStore(first, clock=clock).stage(SESSION, PERSON, DELETE)
     await first.close()
 
-    reopened = await Database.open(db_path)
-    try:
-        store = ConfirmationStore(reopened, clock=clock)
-        assert [p.summary for p in await store.pending(PERSON)] == ["jira issue delete OPS-1"]
-        taken = await store.take(SESSION, PERSON, staging.token)
-        assert taken is not None
-        assert taken.arguments == DELETE.arguments
-    finally:
-        await reopened.close()
+    reopened = await state.open()
+    store = ConfirmationStore(reopened, clock=clock)
+    assert [p.summary for p in await store.pending(PERSON)] == ["jira issue delete OPS-1"]
+    taken = await store.take(SESSION, PERSON, staging.token)
+    assert taken is not None
+    assert taken.arguments == DELETE.arguments
+
+
+@pytest.mark.anyio
+async def test_tokens_are_never_stored_in_clear(db: Database, clock: ManualClock) -> None:
+    staging = await ConfirmationStore(db, clock=clock).stage(SESSION, PERSON, DELETE, NOTE_CHOICES)
+    rows = repr([list(row) for row in await db.fetch_all("SELECT * FROM confirmations")])
+    assert len(staging.choices) == 2
+    for choice in staging.choices:
+        assert choice.token not in rows
+        assert hashlib.sha256(choice.token.encode()).hexdigest() in rows
 
 
 @pytest.mark.anyio
 async def test_tokens_are_never_written_to_the_database_files_in_clear(
-    db_path: Path, clock: ManualClock
+    tmp_path: Path, clock: ManualClock
 ) -> None:
-    db = await Database.open(db_path)
+    sqlite = StateBackend("sqlite", tmp_path, None)
+    db = await sqlite.open()
+    db_path = tmp_path / SQLITE_FILE
     staging = await ConfirmationStore(db, clock=clock).stage(SESSION, PERSON, DELETE, NOTE_CHOICES)
     tokens = [choice.token for choice in staging.choices]
-    on_disk_open = b"".join(path.read_bytes() for path in db_path.parent.glob("core.db*"))
-    await db.close()
+    on_disk_open = b"".join(path.read_bytes() for path in tmp_path.glob(SQLITE_FILE + "*"))
+    await sqlite.close()
     on_disk_closed = db_path.read_bytes()
 
     for token in tokens:
@@ -421,43 +423,65 @@ async def test_tokens_are_never_written_to_the_database_files_in_clear(
 # Resume slots
 
 
-def test_a_resume_slot_is_taken_once(clock: ManualClock) -> None:
-    slots = ResumeSlots[dict[str, str]](clock)
-    slots.put(SESSION, {"result": "done"})
-    assert slots.take(SESSION) == {"result": "done"}
-    assert slots.take(SESSION) is None
+@pytest.fixture
+def slots(db: Database, clock: ManualClock) -> ResumeSlots[str]:
+    return ResumeSlots(db, str, clock=clock)
 
 
-def test_a_resume_slot_belongs_to_its_session(clock: ManualClock) -> None:
-    slots = ResumeSlots[str](clock)
-    slots.put(SESSION, "done")
-    assert slots.take("alice:c2") is None
-    assert slots.take(SESSION) == "done"
+@pytest.mark.anyio
+async def test_a_resume_slot_is_taken_once(db: Database, clock: ManualClock) -> None:
+    slots = ResumeSlots(db, dict[str, str], clock=clock)
+    await slots.put(SESSION, {"result": "done"})
+    assert await slots.take(SESSION) == {"result": "done"}
+    assert await slots.take(SESSION) is None
 
 
-def test_a_resume_slot_is_gone_after_five_minutes(clock: ManualClock) -> None:
-    slots = ResumeSlots[str](clock)
-    slots.put(SESSION, "done")
-    clock.advance(timedelta(minutes=5))
-    assert slots.take(SESSION) is None
+@pytest.mark.anyio
+async def test_a_resume_slot_belongs_to_its_session(slots: ResumeSlots[str]) -> None:
+    await slots.put(SESSION, "done")
+    assert await slots.take("alice:c2") is None
+    assert await slots.take(SESSION) == "done"
 
 
-def test_a_resume_slot_is_still_there_just_before_five_minutes(clock: ManualClock) -> None:
-    slots = ResumeSlots[str](clock)
-    slots.put(SESSION, "done")
-    clock.advance(timedelta(minutes=4, seconds=59))
-    assert slots.take(SESSION) == "done"
-
-
-def test_a_second_put_replaces_the_first_and_expired_slots_are_forgotten(
-    clock: ManualClock,
+@pytest.mark.anyio
+async def test_a_resume_slot_is_gone_after_five_minutes(
+    slots: ResumeSlots[str], clock: ManualClock
 ) -> None:
-    slots = ResumeSlots[str](clock)
-    slots.put(SESSION, "first")
-    slots.put(SESSION, "second")
-    slots.put("alice:c2", "other")
+    await slots.put(SESSION, "done")
     clock.advance(timedelta(minutes=5))
-    slots.put("alice:c3", "late")
-    assert len(slots) == 1
-    assert slots.take(SESSION) is None
-    assert slots.take("alice:c3") == "late"
+    assert await slots.take(SESSION) is None
+
+
+@pytest.mark.anyio
+async def test_a_resume_slot_is_still_there_just_before_five_minutes(
+    slots: ResumeSlots[str], clock: ManualClock
+) -> None:
+    await slots.put(SESSION, "done")
+    clock.advance(timedelta(minutes=4, seconds=59))
+    assert await slots.take(SESSION) == "done"
+
+
+@pytest.mark.anyio
+async def test_a_second_put_replaces_the_first_and_expired_slots_are_forgotten(
+    slots: ResumeSlots[str], clock: ManualClock
+) -> None:
+    await slots.put(SESSION, "first")
+    await slots.put(SESSION, "second")
+    await slots.put("alice:c2", "other")
+    clock.advance(timedelta(minutes=5))
+    await slots.put("alice:c3", "late")
+    assert await slots.count() == 1
+    assert await slots.take(SESSION) is None
+    assert await slots.take("alice:c3") == "late"
+
+
+@pytest.mark.anyio
+async def test_a_slot_put_through_one_instance_is_taken_once_through_another(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    first = ResumeSlots(await state.open(), str, clock=clock)
+    second = ResumeSlots(await state.open(), str, clock=clock)
+    await first.put(SESSION, "done")
+    taken = await asyncio.gather(*(s.take(SESSION) for s in (first, second, first, second)))
+    assert taken.count("done") == 1
+    assert taken.count(None) == 3

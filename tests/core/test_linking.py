@@ -4,9 +4,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -14,13 +12,14 @@ from hypothesis import strategies as st
 
 from core.clock import ManualClock
 from core.confirmations import new_token
-from core.db import Database
 from core.directory import DirectoryPerson
 from core.directory_static import StaticDirectory
 from core.i18n import Translation
 from core.linking import CODE_ALPHABET, LinkCode, Linking, is_link_code, new_link_code
 from core.people import Admitted, People, Refused
 from core.principal import Person, Principal
+from core.state import Database
+from tests.support.state import StateBackend
 
 
 @pytest.fixture
@@ -122,12 +121,8 @@ class World:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "core.sqlite3")
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 @pytest.fixture
@@ -439,22 +434,36 @@ async def test_of_two_racing_confirmations_only_one_links(closed: World) -> None
 
 
 @pytest.mark.anyio
-async def test_links_outlive_the_process(tmp_path: Path) -> None:
-    path = tmp_path / "core.sqlite3"
-    first = await Database.open(path)
-    try:
-        world = World(first, None, "refuse")
-        code = await world.code_for(ALICE)
-        await world.send(ALICE_PHONE, code)
-        await world.send(ALICE_PHONE, code)
-    finally:
-        await first.close()
-    second = await Database.open(path)
-    try:
-        again = World(second, None, "refuse")
-        assert (await again.person(ALICE_PHONE)).key == "static:alice"
-    finally:
-        await second.close()
+async def test_links_outlive_the_process(state: StateBackend) -> None:
+    first = await state.open()
+    world = World(first, None, "refuse")
+    code = await world.code_for(ALICE)
+    await world.send(ALICE_PHONE, code)
+    await world.send(ALICE_PHONE, code)
+    await first.close()
+    again = World(await state.open(), None, "refuse")
+    assert (await again.person(ALICE_PHONE)).key == "static:alice"
+
+
+@pytest.mark.anyio
+async def test_a_code_made_through_one_instance_is_redeemed_through_another(
+    shared_state: StateBackend,
+) -> None:
+    first = World(await shared_state.open(), None, "refuse")
+    second = World(await shared_state.open(), None, "refuse")
+    code = await first.code_for(ALICE)
+    # The first instance has met the phone as a person of its own, and caches that.
+    assert (await first.person(ALICE_PHONE)).key != (await first.person(ALICE)).key
+    assert await second.send(ALICE_PHONE, code) != invalid()
+    answers = await asyncio.gather(first.send(ALICE_PHONE, code), second.send(ALICE_PHONE, code))
+    assert sorted(answer or "" for answer in answers) == sorted(
+        [linked("Alice (token)"), invalid()]
+    )
+    # The link, made through one of them, reaches the other's cache.
+    async with asyncio.timeout(10):
+        while (await first.person(ALICE_PHONE)).key != (await first.person(ALICE)).key:
+            await asyncio.sleep(0.01)
+    assert (await second.person(ALICE_PHONE)).key == (await first.person(ALICE)).key
 
 
 @pytest.mark.anyio

@@ -7,14 +7,14 @@ expiring access tokens and rotating refresh tokens, and can revoke a person's gr
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
@@ -24,7 +24,6 @@ import uvicorn
 
 from core.clock import ManualClock
 from core.config import ConfigurationError, RestOperation, RestService
-from core.db import Database
 from core.i18n import Catalogs
 from core.logins import (
     LOGIN_TTL,
@@ -35,7 +34,9 @@ from core.logins import (
 )
 from core.principal import Person, Principal
 from core.rest_plugin import rest_plugin
+from core.state import Database
 from core.tools import LoginRequired, ToolCallContext
+from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -201,10 +202,8 @@ def declaration(token_server: TokenServer, *, secret: str | None = None) -> Serv
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "mercury.db")
-    yield database
-    await database.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 @pytest.fixture
@@ -545,3 +544,32 @@ def test_a_path_naming_an_undeclared_parameter_refuses_to_load(
     )
     with pytest.raises(ConfigurationError, match=r"names \{key\}"):
         rest_plugin(broken, Logins(secret_key=SECRET, redirect_uri=REDIRECT))
+
+
+async def test_a_login_begun_through_one_instance_is_completed_once_through_another(
+    state: StateBackend, token_server: TokenServer, clock: ManualClock
+) -> None:
+    first, second = (
+        Logins(secret_key=SECRET, redirect_uri=REDIRECT, clock=clock) for _ in range(2)
+    )
+    for instance in (first, second):
+        instance.declare(declaration(token_server))
+        await instance.open(await state.open())
+    url = await first.begin("alice", "tracker", "it")
+    # The pending login is shared: asking through the other instance shows the same link.
+    assert await second.begin("alice", "tracker", "it") == url
+    login_state, code = token_server.approve(url, "alice-sub")
+    outcomes = await asyncio.gather(
+        second.complete(login_state, code), first.complete(login_state, code)
+    )
+    assert sorted(outcome.status for outcome in outcomes) == ["expired", "logged_in"]
+    assert await first.is_logged_in("alice", "tracker")
+    assert await second.is_logged_in("alice", "tracker")
+
+
+async def test_no_login_state_or_verifier_is_stored_in_clear(logins: Logins, db: Database) -> None:
+    url = await logins.begin("alice", "tracker", "it")
+    stored = repr([list(row) for row in await db.fetch_all("SELECT * FROM login_states")])
+    assert query_of(url)["state"] not in stored
+    assert "tracker.example.test" not in stored
+    assert "alice" in stored

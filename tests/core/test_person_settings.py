@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from core.clock import ManualClock
-from core.db import Database
 from core.person_settings import InvalidSetting, PersonSettings, SavedSettings
+from core.state import Database
+from tests.support.state import StateBackend
 
 
 @pytest.fixture
@@ -17,12 +16,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "core.sqlite3")
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 @pytest.fixture
@@ -135,19 +130,13 @@ async def test_an_empty_or_overlong_name_is_refused(settings: PersonSettings, na
 
 @pytest.mark.anyio
 async def test_settings_outlive_the_store_and_the_connection(
-    tmp_path: Path, clock: ManualClock
+    state: StateBackend, clock: ManualClock
 ) -> None:
-    path = tmp_path / "core.sqlite3"
-    first = await Database.open(path)
-    try:
-        await PersonSettings(first, clock=clock).set_language(ALICE, "de")
-    finally:
-        await first.close()
-    second = await Database.open(path)
-    try:
-        assert (await PersonSettings(second, clock=clock).get(ALICE)).language == "de"
-    finally:
-        await second.close()
+    first = await state.open()
+    await PersonSettings(first, clock=clock).set_language(ALICE, "de")
+    await first.close()
+    second = await state.open()
+    assert (await PersonSettings(second, clock=clock).get(ALICE)).language == "de"
 
 
 @pytest.mark.anyio

@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import msgspec
 import pytest
 
 from core.clock import ManualClock
-from core.db import Database
+from core.state import Database
 from core.tool_log import MAX_FIELD_CHARS, ToolLog, redact_urls
+from tests.support.state import StateBackend
 
 ALICE = "people:alice"
 BOB = "people:bob"
@@ -30,12 +29,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "core.db")
-    try:
-        yield database
-    finally:
-        await database.close()
+async def db(state: StateBackend) -> Database:
+    return await state.open()
 
 
 @pytest.fixture
@@ -185,15 +180,12 @@ async def test_a_person_sees_only_their_own_entries(log: ToolLog) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_log_survives_a_restart(tmp_path: Path, clock: ManualClock) -> None:
-    first = await Database.open(tmp_path / "core.db")
+async def test_the_log_survives_a_restart(state: StateBackend, clock: ManualClock) -> None:
+    first = await state.open()
     await ToolLog(first, clock=clock).record(ALICE, "c1", "jira", "in", "out", "success")
     await first.close()
-    reopened = await Database.open(tmp_path / "core.db")
-    try:
-        assert [e.tool_name for e in await ToolLog(reopened, clock=clock).recent(ALICE)] == ["jira"]
-    finally:
-        await reopened.close()
+    reopened = await state.open()
+    assert [e.tool_name for e in await ToolLog(reopened, clock=clock).recent(ALICE)] == ["jira"]
 
 
 # Login links
@@ -237,7 +229,7 @@ def test_every_login_link_in_a_text_is_redacted() -> None:
 
 @pytest.mark.anyio
 async def test_recording_never_stores_a_login_link(
-    log: ToolLog, db: Database, tmp_path: Path
+    log: ToolLog, db: Database, state: StateBackend
 ) -> None:
     await log.record(
         ALICE, "c1", "calendar", f"go {LOGIN_URL}", f'{{"login":"{LOGIN_URL}"}}', "pending"
@@ -245,8 +237,12 @@ async def test_recording_never_stores_a_login_link(
     [entry] = await log.recent(ALICE)
     assert entry.input == "go [login link]"
     assert entry.output == {"login": "[login link]"}
-    on_disk = b"".join(path.read_bytes() for path in tmp_path.glob("core.db*"))
-    assert b"Zx81kQ_secret" not in on_disk
+    stored = repr([list(row) for row in await db.fetch_all("SELECT * FROM tool_log")])
+    assert "Zx81kQ_secret" not in stored
+    assert "[login link]" in stored
+    if state.name == "sqlite":
+        on_disk = b"".join(path.read_bytes() for path in state.data_dir.glob("mercury.db*"))
+        assert b"Zx81kQ_secret" not in on_disk
 
 
 @pytest.mark.anyio

@@ -1,0 +1,285 @@
+"""One conversation's turns one after another, in arrival order, on every instance at once.
+
+Several instances share one state store; consecutive requests of a conversation may land on
+different ones. Each turn takes a **ticket** the moment it arrives (one short transaction:
+the conversation's counter goes up by one, and a row of the queue names the ticket, the
+instance holding it and when that claim lapses). A turn runs once its ticket is the lowest
+live one of its conversation, and deletes its row when it ends. Nothing holds a database
+connection while it waits or runs: a waiter polls (with a growing pause, woken early by a
+notice when a turn of the conversation ends), and one statement per instance and interval
+renews the claims of every turn the instance runs or queues, so 500 running turns cost a
+renewal statement every few seconds, not 500 connections.
+
+An instance that dies stops renewing: its claims lapse after ``lease_s`` and the queue moves
+on. A stalled holder that comes back after its claim lapsed can no longer write the
+transcript (every write is fenced on the claim still being there).
+
+The **transcript of record** lives here too, beside the counter: each turn appends the
+messages it added (the person's message as soon as its turn starts, the rest when it ends)
+and raises the conversation's **version**. An instance whose in-memory history carries
+another version than the store rebuilds it from the transcript before the turn runs, so a
+history is never stale.
+
+Exceptions::
+
+    OrderError              the queue lost this turn (its claim lapsed while it ran)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+import msgspec
+
+from core.model import ChatMessage
+from core.state import Database, Migration, Notice, Schema
+
+__all__ = ["SCHEMA", "ConversationOrder", "HeldTurn", "OrderError"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "conversation_order"
+_FIRST_PAUSE_S: Final = 0.02
+_LONGEST_PAUSE_S: Final = 0.5
+
+SCHEMA: Final = Schema(
+    "conversation_order",
+    (
+        Migration(
+            1,
+            sql="""
+CREATE TABLE IF NOT EXISTS conversation_turns (
+    session_key TEXT PRIMARY KEY,
+    next_ticket BIGINT NOT NULL,
+    version     BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS conversation_queue (
+    session_key TEXT NOT NULL,
+    ticket      BIGINT NOT NULL,
+    holder      TEXT NOT NULL,
+    expires_at  BIGINT NOT NULL,
+    PRIMARY KEY (session_key, ticket)
+);
+CREATE INDEX IF NOT EXISTS conversation_queue_holder ON conversation_queue (holder);
+CREATE TABLE IF NOT EXISTS conversation_transcript (
+    seq         {id},
+    session_key TEXT NOT NULL,
+    message     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversation_transcript_key
+    ON conversation_transcript (session_key, seq);
+""",
+        ),
+    ),
+)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(ChatMessage).decode
+
+
+class OrderError(Exception):
+    """This turn's claim lapsed while it ran; another turn of the conversation went ahead."""
+
+
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
+@dataclass
+class HeldTurn:
+    """A conversation's turn while it runs: the version it found, and its transcript writes."""
+
+    key: str
+    ticket: int
+    version: int
+    _order: ConversationOrder = field(repr=False)
+
+    async def transcript(self) -> list[ChatMessage]:
+        """Every message of the conversation, in order."""
+        return await self._order.transcript(self.key)
+
+    async def append(self, messages: Sequence[ChatMessage]) -> None:
+        """Add ``messages`` to the transcript and raise the version (one transaction)."""
+        if messages:
+            self.version = await self._order.append(self, messages)
+
+
+class ConversationOrder:
+    """Per-conversation turn order across instances, on the shared state store."""
+
+    def __init__(self, db: Database, *, lease_s: float, holder: str | None = None) -> None:
+        self._db = db
+        self.lease_s = lease_s
+        self.holder = holder or uuid.uuid4().hex
+        self._wakers: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Create the tables if needed, listen for ends of turns, renew claims from now on."""
+        await self._db.migrate(SCHEMA)
+        await self._db.subscribe(CHANNEL, self._heard)
+        self._renewer = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    async def stop(self) -> None:
+        """Stop renewing and give back this instance's claims."""
+        await self.stop_renewing()
+        with contextlib.suppress(Exception):
+            await self._db.execute(
+                "DELETE FROM conversation_queue WHERE holder = ?", (self.holder,)
+            )
+
+    async def stop_renewing(self) -> None:
+        """Stop renewing the claims; they lapse after the lease, as a dead instance's do."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewer
+            self._renewer = None
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[HeldTurn]:
+        """Wait for this conversation's earlier turns, on every instance; then run alone."""
+        ticket = await self._take_ticket(key)
+        try:
+            version = await self._wait_for(key, ticket)
+            yield HeldTurn(key, ticket, version, self)
+        finally:
+            # Shielded: a cancelled turn must still leave the queue, or it blocks it a lease.
+            await asyncio.shield(self._leave(key, ticket))
+
+    async def transcript(self, key: str) -> list[ChatMessage]:
+        rows = await self._db.fetch_all(
+            "SELECT message FROM conversation_transcript WHERE session_key = ? ORDER BY seq",
+            (key,),
+        )
+        return [_decode(row[0]) for row in rows]
+
+    async def append(self, held: HeldTurn, messages: Sequence[ChatMessage]) -> int:
+        async with self._db.transaction() as tx:
+            still_held = await tx.fetch_one(
+                "SELECT 1 FROM conversation_queue "
+                "WHERE session_key = ? AND ticket = ? AND holder = ?",
+                (held.key, held.ticket, self.holder),
+            )
+            if still_held is None:
+                raise OrderError(
+                    f"The turn of {held.key!r} lost its place: its claim lapsed while it ran."
+                )
+            for message in messages:
+                await tx.execute(
+                    "INSERT INTO conversation_transcript (session_key, message) VALUES (?, ?)",
+                    (held.key, _encode(message).decode()),
+                )
+            row = await tx.fetch_one(
+                "UPDATE conversation_turns SET version = version + 1 "
+                "WHERE session_key = ? RETURNING version",
+                (held.key,),
+            )
+        assert row is not None  # noqa: S101 - the ticket's row exists since it was taken
+        return int(row[0])
+
+    # --- inside -----------------------------------------------------------------------
+
+    async def _take_ticket(self, key: str) -> int:
+        async with self._db.transaction() as tx:
+            row = await tx.fetch_one(
+                "INSERT INTO conversation_turns (session_key, next_ticket, version) "
+                "VALUES (?, 1, 0) ON CONFLICT (session_key) DO UPDATE "
+                "SET next_ticket = conversation_turns.next_ticket + 1 RETURNING next_ticket",
+                (key,),
+            )
+            assert row is not None  # noqa: S101 - an upsert with RETURNING gives its row
+            ticket = int(row[0])
+            await tx.execute(
+                "INSERT INTO conversation_queue (session_key, ticket, holder, expires_at) "
+                "VALUES (?, ?, ?, ?)",
+                (key, ticket, self.holder, self._expiry()),
+            )
+        return ticket
+
+    async def _wait_for(self, key: str, ticket: int) -> int:
+        waker = self._wakers.setdefault(key, asyncio.Event())
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            return await self._poll(key, ticket, waker)
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                del self._wakers[key]
+
+    async def _poll(self, key: str, ticket: int, waker: asyncio.Event) -> int:
+        pause = _FIRST_PAUSE_S
+        while True:
+            waker.clear()
+            await self._db.execute(
+                "DELETE FROM conversation_queue WHERE session_key = ? AND expires_at < ?",
+                (key, _now_us()),
+            )
+            row = await self._db.fetch_one(
+                "SELECT q.ticket, t.version FROM conversation_queue q "
+                "JOIN conversation_turns t ON t.session_key = q.session_key "
+                "WHERE q.session_key = ? ORDER BY q.ticket LIMIT 1",
+                (key,),
+            )
+            if row is None or int(row[0]) > ticket:
+                # Our claim lapsed while we waited (the renewals stalled): claim the place
+                # again; every ticket before ours has left or lapsed too.
+                await self._db.execute(
+                    "INSERT INTO conversation_queue (session_key, ticket, holder, expires_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (session_key, ticket) DO NOTHING",
+                    (key, ticket, self.holder, self._expiry()),
+                )
+                continue
+            if int(row[0]) == ticket:
+                return int(row[1])
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await waker.wait()
+            pause = min(pause * 2, _LONGEST_PAUSE_S)
+
+    async def _leave(self, key: str, ticket: int) -> None:
+        try:
+            await self._db.execute(
+                "DELETE FROM conversation_queue WHERE session_key = ? AND ticket = ?",
+                (key, ticket),
+            )
+            await self._db.notify(CHANNEL, key)
+        except Exception:  # the claim lapses by itself; the queue moves on then
+            log.exception("could not leave the queue of %s; its claim will lapse", key)
+        finally:
+            self._wake(key)
+
+    def _heard(self, notice: Notice) -> None:
+        if notice is None:  # notices may have been missed: everyone looks again
+            for event in self._wakers.values():
+                event.set()
+            return
+        self._wake(notice)
+
+    def _wake(self, key: str) -> None:
+        event = self._wakers.get(key)
+        if event is not None:
+            event.set()
+
+    def _expiry(self) -> int:
+        return _now_us() + int(self.lease_s * 1_000_000)
+
+    async def _renew_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self._db.execute(
+                    "UPDATE conversation_queue SET expires_at = ? WHERE holder = ?",
+                    (self._expiry(), self.holder),
+                )
+            except Exception:
+                log.exception("could not renew this instance's conversation claims")

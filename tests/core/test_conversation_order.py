@@ -1,0 +1,170 @@
+"""Per-conversation order across instances, on SQLite and on the real PostgreSQL.
+
+Each "instance" is a ConversationOrder on a connection of its own to the same store, with a
+holder id of its own, as separate processes would have.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from core.conversation_order import ConversationOrder, HeldTurn, OrderError
+from core.model import ChatMessage
+from core.state import Database
+from tests.support.state import StateBackend, postgres_server, state  # noqa: F401 - the fixtures
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Instances:
+    def __init__(self, backend: StateBackend) -> None:
+        self.backend = backend
+        self.started: list[ConversationOrder] = []
+
+    async def open(self, *, lease_s: float = 5.0, pool_size: int = 10) -> ConversationOrder:
+        order = ConversationOrder(await self.backend.open(pool_size=pool_size), lease_s=lease_s)
+        await order.start()
+        self.started.append(order)
+        return order
+
+
+@pytest.fixture
+async def instances(state: StateBackend) -> AsyncIterator[Instances]:  # noqa: F811
+    made = Instances(state)
+    yield made
+    for order in made.started:
+        await order.stop()
+
+
+async def test_turns_of_one_conversation_run_one_at_a_time_in_arrival_order_across_instances(
+    instances: Instances,
+) -> None:
+    a, b = await instances.open(), await instances.open()
+    ran: list[tuple[str, int]] = []
+    running = 0
+
+    async def turn(order: ConversationOrder, n: int) -> None:
+        nonlocal running
+        async with order.hold("alice:c1"):
+            running += 1
+            assert running == 1, "two turns of one conversation overlapped"
+            ran.append(("start", n))
+            await asyncio.sleep(0.05)
+            ran.append(("end", n))
+            running -= 1
+
+    watcher = await instances.backend.open()
+    tasks = []
+    for n in range(8):
+        tasks.append(asyncio.create_task(turn(a if n % 2 else b, n)))
+        await _arrived(watcher, "alice:c1", n + 1)  # arrival order: 0, 1, 2, …
+    await asyncio.gather(*tasks)
+
+    assert [n for what, n in ran if what == "start"] == list(range(8))
+
+
+async def test_different_conversations_run_side_by_side_on_few_connections(
+    instances: Instances,
+) -> None:
+    a = await instances.open(pool_size=3)
+    inside = 0
+    most = 0
+
+    async def turn(n: int) -> None:
+        nonlocal inside, most
+        async with a.hold(f"alice:c{n}"):
+            inside += 1
+            most = max(most, inside)
+            await asyncio.sleep(0.5)  # a model turn: no connection is held meanwhile
+            inside -= 1
+
+    await asyncio.gather(*(turn(n) for n in range(30)))
+
+    assert most == 30
+
+
+async def test_a_dead_instances_turn_lapses_and_the_next_turn_runs_once_it_has(
+    instances: Instances,
+) -> None:
+    lease = 2.0
+    dying, survivor = await instances.open(lease_s=lease), await instances.open(lease_s=lease)
+    held = dying.hold("alice:c1")
+    await held.__aenter__()
+    await dying.stop_renewing()  # the process is gone: nothing renews or leaves
+
+    started = time.monotonic()
+    async with survivor.hold("alice:c1") as turn:
+        waited = time.monotonic() - started
+        assert turn.version == 0
+
+    assert waited >= lease * 0.8
+    with pytest.raises(OrderError):  # the dead turn, were it to wake, can't write any more
+        await dying.append(
+            _held(dying, "alice:c1", ticket=1), [ChatMessage(role="user", content="late")]
+        )
+
+
+async def test_a_turn_cancelled_while_it_waits_leaves_the_queue_at_once(
+    instances: Instances,
+) -> None:
+    a, b = await instances.open(lease_s=30.0), await instances.open(lease_s=30.0)
+    first = a.hold("alice:c1")
+    await first.__aenter__()
+    waiting = asyncio.create_task(_enter_and_leave(b, "alice:c1"))
+    await asyncio.sleep(0.3)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await first.__aexit__(None, None, None)
+
+    started = time.monotonic()
+    async with a.hold("alice:c1"):
+        pass
+    assert time.monotonic() - started < 5.0  # far less than the 30 s lease
+
+
+async def test_a_turn_finds_the_version_and_transcript_another_instance_left(
+    instances: Instances,
+) -> None:
+    a, b = await instances.open(), await instances.open()
+    async with a.hold("alice:c1") as turn:
+        await turn.append([ChatMessage(role="user", content="one")])
+        await turn.append([ChatMessage(role="assistant", content="two")])
+        seen_by_a = turn.version
+
+    async with b.hold("alice:c1") as turn:
+        assert turn.version == seen_by_a == 2
+        assert [m.content for m in await turn.transcript()] == ["one", "two"]
+    async with b.hold("alice:c2") as other:
+        assert other.version == 0
+        assert await other.transcript() == []
+
+
+async def _arrived(db: Database, key: str, tickets: int) -> None:
+    """Wait until ``tickets`` turns of ``key`` have taken their place in the queue."""
+    async with asyncio.timeout(30):
+        while True:
+            row = await db.fetch_one(
+                "SELECT next_ticket FROM conversation_turns WHERE session_key = ?", (key,)
+            )
+            if row is not None and int(row[0]) >= tickets:
+                return
+            await asyncio.sleep(0.005)
+
+
+async def _enter_and_leave(order: ConversationOrder, key: str) -> None:
+    async with order.hold(key):
+        pass
+
+
+def _held(order: ConversationOrder, key: str, *, ticket: int) -> HeldTurn:
+    return HeldTurn(key, ticket, 0, order)

@@ -1,0 +1,241 @@
+"""Three ``mercury-http serve`` processes on one real PostgreSQL behind a real HAProxy.
+
+The model is the Ollama stand-in; what it received shows which history reached the model.
+"Through A" means straight to instance ``a``; round robin goes through the balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.reliability.support import read_turn
+from tests.support.cluster import Cluster
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.postgres import running_postgres
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+LEASE_S = 3
+PEOPLE = {
+    f"{name}-token": {"id": name, "displayName": name.title()}
+    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
+}
+RATE_LIMIT = 6
+
+
+def auth(name: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {name}-token"}
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, ollama_session: OllamaStandIn
+) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("cluster")
+    with running_postgres() as postgres:
+        shared = {
+            "MERCURY_STATE_URL": postgres.create_database(),
+            "MERCURY_CONVERSATION_LEASE_S": str(LEASE_S),
+            "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
+            "MERCURY_RATE_LIMIT_PER_USER": str(RATE_LIMIT),
+            "WIKI_VAULT_PATH": str(workdir / "shared-vault"),
+        }
+        with Cluster(workdir, ollama_session.url, shared=shared) as running:
+            running.state_url = shared["MERCURY_STATE_URL"]
+            yield running
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    """The person's messages a model request carried, without the time stamp."""
+    return [m["content"].split("] ", 1)[-1] for m in request["messages"] if m["role"] == "user"]
+
+
+async def arrived(db: psycopg.AsyncConnection[Any], key: str, tickets: int) -> None:
+    """Wait until ``tickets`` turns of ``key`` have taken their place in the queue."""
+    async with asyncio.timeout(60):
+        while True:
+            cursor = await db.execute(
+                "SELECT next_ticket FROM conversation_turns WHERE session_key = %s", (key,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and int(row[0]) >= tickets:
+                return
+            await asyncio.sleep(0.01)
+
+
+async def turn_through(url: str, person: str, text: str, conversation: str) -> Any:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        return await read_turn(
+            client, {"text": text, "conversationId": conversation}, auth(person), deadline_s=90
+        )
+
+
+async def test_a_conversation_continued_on_each_instance_in_turn_reaches_the_model_whole(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    for n, instance in enumerate(["a", "b", "c", "a", "c"]):
+        outcome = await turn_through(cluster[instance].url, "alice", f"message {n}", "trip")
+        assert outcome.names()[-1] == "final", outcome.events
+
+    requests = [r for r in ollama.requests if "message 0" in json.dumps(r)]
+    assert user_texts(requests[-1]) == [f"message {n}" for n in range(5)]
+    answers = [m["content"] for m in requests[-1]["messages"] if m["role"] == "assistant"]
+    assert [a.split("] ", 1)[-1] for a in answers] == [f"message {n}" for n in range(4)]
+
+
+async def test_concurrent_turns_on_one_conversation_never_overlap_and_keep_arrival_order(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    def slow_echo(request: dict[str, Any]) -> ChatScript:
+        return ChatScript(content=["Heard ", user_texts(request)[-1]], delay_s=0.3)
+
+    ollama.responder = slow_echo
+    tasks = []
+    async with await psycopg.AsyncConnection.connect(cluster.state_url, autocommit=True) as db:
+        for n in range(5):  # through the balancer: each lands on the next instance
+            tasks.append(asyncio.create_task(turn_through(cluster.url, "bob", f"step {n}", "plan")))
+            await arrived(db, "static:bob:plan", n + 1)  # arrival order: 0, 1, 2, …
+    outcomes = await asyncio.gather(*tasks)
+
+    assert all(o.names()[-1] == "final" for o in outcomes), [o.events for o in outcomes]
+    seen = [user_texts(r) for r in ollama.requests if "step 0" in json.dumps(r)]
+    # Each model request holds every earlier step and its own, in arrival order: the turns
+    # ran one after another, each on a history that was never stale.
+    assert seen == [[f"step {k}" for k in range(n + 1)] for n in range(5)]
+
+
+async def test_a_setting_saved_through_one_instance_is_read_through_another(
+    cluster: Cluster,
+) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        saved = await client.patch(
+            cluster["a"].url + "/me", json={"timeZone": "Europe/Rome"}, headers=auth("carol")
+        )
+        assert saved.status_code == 200
+        for instance in ("b", "c"):
+            read = await client.get(cluster[instance].url + "/me", headers=auth("carol"))
+            assert read.json()["timeZone"] == "Europe/Rome"
+
+
+async def test_the_rate_limit_counts_a_persons_turns_on_every_instance(
+    cluster: Cluster,
+) -> None:
+    statuses = []
+    for n in range(RATE_LIMIT + 1):
+        outcome = await turn_through(cluster.url, "dave", f"hello {n}", f"r{n}")
+        statuses.append(outcome.status)
+
+    assert statuses == [200] * RATE_LIMIT + [429]
+
+
+def write_note(path: str, content: str) -> Any:
+    """A responder: one wiki_write call, then a plain answer."""
+    pending = [
+        ChatScript(
+            tool_calls=[{"name": "wiki_write", "arguments": {"path": path, "content": content}}]
+        )
+    ]
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        return pending.pop() if pending else ChatScript.words("Written.")
+
+    return respond
+
+
+async def test_a_note_written_through_one_instance_is_listed_and_read_through_the_others(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = write_note("personal/notes/shared.md", "from a")
+    outcome = await turn_through(cluster["a"].url, "grace", "note this", "w")
+    assert outcome.names()[-1] == "final", outcome.events
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for instance in ("b", "c"):
+            listed = await client.get(cluster[instance].url + "/wiki/list", headers=auth("grace"))
+            assert "personal/notes/shared.md" in json.dumps(listed.json())
+            read = await client.get(
+                cluster[instance].url + "/wiki/read",
+                headers=auth("grace"),
+                params={"path": "personal/notes/shared.md"},
+            )
+            assert read.json()["content"] == "from a"
+
+
+async def test_a_confirmation_staged_through_a_is_confirmed_through_b_and_c_exactly_once(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = write_note("personal/notes/plan.md", "first")
+    await turn_through(cluster["a"].url, "heidi", "write", "p")
+    ollama.responder = write_note("personal/notes/plan.md", "second")
+    staged = await turn_through(cluster["a"].url, "heidi", "overwrite", "p")
+    token = next(data["token"] for name, data in staged.events if name == "pending")
+
+    async def confirm(instance: str) -> Any:
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                cluster[instance].url + "/confirm",
+                headers=auth("heidi"),
+                json={"token": token, "conversationId": "p"},
+            )
+            return response.json()
+
+    answers = await asyncio.gather(confirm("b"), confirm("c"))
+
+    assert sorted(a["resolved"] for a in answers) == [False, True], answers
+    async with httpx.AsyncClient(timeout=30) as client:
+        note = await client.get(
+            cluster["a"].url + "/wiki/read",
+            headers=auth("heidi"),
+            params={"path": "personal/notes/plan.md"},
+        )
+    assert note.json()["content"] == "second"
+
+
+async def test_a_link_code_made_through_a_is_redeemed_through_b_and_c(cluster: Cluster) -> None:
+    async with httpx.AsyncClient(timeout=30) as client:
+        made = await client.post(cluster["a"].url + "/link", headers=auth("ivan"))
+    code = made.json()["code"]
+
+    preview = await turn_through(cluster["b"].url, "judy", code, "l")
+    linked = await turn_through(cluster["c"].url, "judy", code, "l")
+
+    assert "Ivan" in preview.events[-1][1]["text"]
+    assert linked.events[-1][1]["text"] == "Linked: this account is now Ivan."
+
+
+async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Never ", "finished"], delay_s=30.0))
+    doomed = asyncio.create_task(turn_through(cluster["c"].url, "erin", "first words", "k"))
+    await ollama.wait_until_async(lambda: ollama.open_streams >= 1, timeout=30)
+    cluster["c"].process.kill()  # type: ignore[union-attr]
+    killed_at = time.monotonic()
+    lost = await doomed
+    assert "final" not in lost.names()
+
+    # Meanwhile the others serve: another conversation goes through at once.
+    other = await turn_through(cluster["a"].url, "frank", "still there?", "x")
+    assert other.names()[-1] == "final"
+    # The killed turn's conversation continues once its lease has lapsed, and nothing the
+    # person had said is lost: the model gets the words the dead instance had accepted.
+    ollama.responder = None
+    after = await turn_through(cluster["b"].url, "erin", "second words", "k")
+    assert after.names()[-1] == "final", after.events
+    assert time.monotonic() - killed_at >= LEASE_S * 0.8
+    last = [r for r in ollama.requests if "second words" in json.dumps(r)][-1]
+    assert user_texts(last) == ["first words", "second words"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_responder(ollama: OllamaStandIn) -> Iterator[None]:
+    yield
+    ollama.responder = None
