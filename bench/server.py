@@ -32,8 +32,7 @@ from channel_http import sse
 from channel_http.app import build_app, with_cors
 from core.config import load_settings
 from core.events import Text
-from core.model import ChatChunk
-from core.ollama import OllamaModel
+from core.model import ChatChunk, OllamaModel
 
 USERS = 64
 TOKEN = "bench-token-%d"

@@ -42,7 +42,7 @@ from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory_tools import memory_plugin
-from core.ollama import OllamaModel
+from core.model import OllamaModel
 from core.people import People
 from core.person_settings import PersonSettings
 from core.qdrant import QdrantStore
