@@ -91,6 +91,7 @@ def main() -> None:
     parser.add_argument(
         "--httpx-model", action="store_true", help="stream /api/chat on httpx (the old path)"
     )
+    parser.add_argument("--provider", choices=["ollama", "openai"], default="ollama")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -106,6 +107,9 @@ def main() -> None:
         "MERCURY_MEMORY_STORE": "off",
         "MERCURY_RATE_LIMIT_PER_USER": "1000",
         "MERCURY_RATE_LIMIT_WINDOW_MS": "1000",
+        "MERCURY_MODEL_PROVIDER": args.provider,
+        "OPENAI_BASE_URL": args.ollama + "/v1",
+        "OPENAI_MODEL": "bench",
     }
     settings = load_settings(env, cwd=Path(args.data))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
