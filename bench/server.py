@@ -33,8 +33,7 @@ from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
 from core.config import load_settings
 from core.events import Text
-from core.model import ChatChunk
-from core.ollama import OllamaModel
+from core.model import ChatChunk, OllamaModel
 
 USERS = 64
 TOKEN = "bench-token-%d"
@@ -93,6 +92,7 @@ def main() -> None:
     parser.add_argument(
         "--httpx-model", action="store_true", help="stream /api/chat on httpx (the old path)"
     )
+    parser.add_argument("--provider", choices=["ollama", "openai"], default="ollama")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -108,6 +108,9 @@ def main() -> None:
         "MERCURY_MEMORY_STORE": "off",
         "MERCURY_RATE_LIMIT_PER_USER": "1000",
         "MERCURY_RATE_LIMIT_WINDOW_MS": "1000",
+        "MERCURY_MODEL_PROVIDER": args.provider,
+        "OPENAI_BASE_URL": args.ollama + "/v1",
+        "OPENAI_MODEL": "bench",
     }
     settings = load_settings(env, cwd=Path(args.data))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)

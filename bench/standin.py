@@ -1,4 +1,6 @@
-"""The Ollama stand-in for the benchmark: the last user message picks the script.
+"""The model stand-in for the benchmark (Ollama's or, with ``--protocol openai``, OpenAI's).
+
+The last user message picks the script.
 
 ``fast N`` answers N content chunks as fast as the stand-in can (32 lines a write), and
 ``paced N RATE`` N chunks at RATE a second; anything else is echoed. Scripts are kept per
@@ -18,8 +20,10 @@ from typing import Any
 import uvloop
 
 from tests.support.ollama_standin import ChatScript, OllamaStandIn, echo_script
+from tests.support.openai_standin import CompletionScript, OpenAIStandIn, completion_echo
 
 _scripts: dict[str, ChatScript] = {}
+_openai = False
 
 
 def respond(payload: dict[str, Any]) -> ChatScript:
@@ -37,18 +41,20 @@ def respond(payload: dict[str, Any]) -> ChatScript:
     key = " ".join(words)
     script = _scripts.get(key)
     if script is None:
+        kind = CompletionScript if _openai else ChatScript
         if len(words) == 2 and words[0] == "fast":
-            script = ChatScript.fast_tokens(int(words[1]))
+            script = kind.fast_tokens(int(words[1]))
         elif len(words) == 3 and words[0] == "paced":
-            script = ChatScript.paced(int(words[1]), float(words[2]))
+            script = kind.paced(int(words[1]), float(words[2]))
         else:
-            return echo_script(payload)
+            return completion_echo(payload) if _openai else echo_script(payload)
         _scripts[key] = script
     return script
 
 
 async def _serve(port: int) -> None:
-    standin = OllamaStandIn(port=port, responder=respond)
+    kind = OpenAIStandIn if _openai else OllamaStandIn
+    standin = kind(port=port, responder=respond)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -60,7 +66,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.standin")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cpu", type=int, default=None)
+    parser.add_argument("--protocol", choices=["ollama", "openai"], default="ollama")
     args = parser.parse_args()
+    global _openai
+    _openai = args.protocol == "openai"
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     uvloop.run(_serve(args.port))

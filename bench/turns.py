@@ -103,7 +103,10 @@ def _wait_listening(proc: subprocess.Popen[bytes], port: int, what: str) -> None
 
 @contextlib.contextmanager
 def processes(
-    server_cpu: int | None, other_cpu: int | None, server_options: list[str]
+    server_cpu: int | None,
+    other_cpu: int | None,
+    server_options: list[str],
+    provider: str = "ollama",
 ) -> Iterator[tuple[int, int, int, int]]:
     """Start the stand-in and the server; yields (server port, server pid, stand-in pid)."""
     py = sys.executable
@@ -112,13 +115,14 @@ def processes(
     with tempfile.TemporaryDirectory(prefix="mercury-bench-") as data:
         try:
             cmd = [py, "-m", "bench.standin", "--port", str(ollama_port)]
+            cmd += ["--protocol", provider]
             if other_cpu is not None:
                 cmd += ["--cpu", str(other_cpu)]
             standin = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
             started.append(standin)
             _wait_listening(standin, ollama_port, "Ollama stand-in")
             cmd = [py, "-m", "bench.server", "--port", str(port), "--data", data]
-            cmd += ["--ollama", f"http://{HOST}:{ollama_port}"]
+            cmd += ["--ollama", f"http://{HOST}:{ollama_port}", "--provider", provider]
             if server_cpu is not None:
                 cmd += ["--cpu", str(server_cpu)]
             cmd += server_options
@@ -492,6 +496,19 @@ def table(result: dict[str, Any]) -> str:
     rows = [_row("figure", "measured", "baseline", "ratio", "target", "met")]
     rows.append("|---|---|---|---|---|---|")
     pe = result.get("per_event")
+    peo = result.get("per_event_openai")
+    if pe and peo:
+        ollama_us, openai_us = pe["turn"]["cpu_us_per_event"], peo["turn"]["cpu_us_per_event"]
+        rows.append(
+            _row(
+                "per-event server CPU of a turn, OpenAI adapter vs Ollama adapter",
+                f"{openai_us:.2f} µs",
+                f"{ollama_us:.2f} µs",
+                f"{openai_us / ollama_us:.2f}x",
+                "(info)",
+                "",
+            )
+        )
     if pe:
         turn, bare, relay = pe["turn"], pe["bare"], pe["relay"]
         r = pe["ratio_cpu_turn_vs_bare"]
@@ -610,7 +627,7 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     result["load_average_before"] = os.getloadavg()
     with processes(server_cpu, other_cpu, options) as (port, pid, standin_port, standin_pid):
         started = time.perf_counter()
-        if args.only in (None, "per-event"):
+        if args.only in (None, "per-event", "providers"):
             with profiled(pid, args.profile, "per-event"):
                 result["per_event"] = await per_event(port, pid, plan)
             print(f"per-event done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
@@ -624,6 +641,11 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
                     port, pid, standin_port, standin_pid, plan
                 )
             print(f"concurrency done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    if args.only in (None, "per-event", "providers"):
+        # The same per-event run on the OpenAI adapter against its stand-in, side by side.
+        with processes(server_cpu, other_cpu, [], "openai") as (port, pid, _, _):
+            result["per_event_openai"] = await per_event(port, pid, plan)
+        print("per-event on the OpenAI adapter done", file=sys.stderr)
     result["load_average_after"] = os.getloadavg()
     if not args.no_auth:
         try:
@@ -640,7 +662,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a run of about a minute")
     parser.add_argument("--no-auth", action="store_true")
     parser.add_argument("--no-recall", action="store_true")
-    parser.add_argument("--only", choices=["per-event", "first-byte", "concurrency"])
+    parser.add_argument("--only", choices=["per-event", "first-byte", "concurrency", "providers"])
     parser.add_argument(
         "--httpx-model", action="store_true", help="the server streams /api/chat on httpx"
     )

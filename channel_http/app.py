@@ -37,13 +37,13 @@ from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.edge import EdgeStore
-from core.embedder import OllamaEmbedder
+from core.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
 from core.i18n import Catalogs
 from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory_tools import memory_plugin
-from core.ollama import OllamaModel
+from core.model import OllamaModel, OpenAIModel
 from core.people import People
 from core.person_settings import PersonSettings
 from core.qdrant import QdrantStore
@@ -93,7 +93,7 @@ class Services:
     vault: Vault
     openapi: bytes
     collection_names: CollectionNames
-    embedder: OllamaEmbedder | None = None
+    embedder: Embedder | None = None
     logins: Logins | None = None
     turn_logs: TurnLogs | None = None
     started: float = field(default_factory=time.monotonic)
@@ -275,19 +275,14 @@ async def open_services(
     await tool_log.ensure_schema()
     await limiter.ensure_schema()
     await resume_slots.ensure_schema()
-    chat_model = model or OllamaModel(
-        settings.ollama.host,
-        settings.ollama.model,
-        read_timeout_s=settings.ollama.timeout_s,
-        connect_timeout_s=settings.ollama.connect_timeout_s,
-    )
+    chat_model = model or build_model(settings)
     memory = memory or build_memory(settings)
     archive: ArchiveWriter | None = None
     capture: Capture | None = None
-    embedder: OllamaEmbedder | None = None
+    embedder: Embedder | None = None
     memory_plugins: tuple[Plugin, ...] = ()
     if memory is not None:
-        embedder = OllamaEmbedder(settings.ollama.host, settings.ollama.embedding_model)
+        embedder = build_embedder(settings)
         archive = ArchiveWriter(
             memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
         )
@@ -356,6 +351,43 @@ def collection_names(settings: Settings) -> CollectionNames:
         episodic=settings.memory.collections.episodic,
         semantic=settings.memory.collections.semantic,
     )
+
+
+def build_model(settings: Settings) -> ModelClient:
+    """The chat model on the server ``MERCURY_MODEL_PROVIDER`` names."""
+    if settings.model.provider == "openai":
+        openai = settings.openai
+        if openai.model is None:  # the settings refuse this already
+            raise ConfigurationError("MERCURY_MODEL_PROVIDER=openai needs OPENAI_MODEL.")
+        return OpenAIModel(
+            openai.base_url,
+            openai.model,
+            api_key=openai.api_key,
+            read_timeout_s=openai.timeout_s,
+            connect_timeout_s=openai.connect_timeout_s,
+        )
+    return OllamaModel(
+        settings.ollama.host,
+        settings.ollama.model,
+        read_timeout_s=settings.ollama.timeout_s,
+        connect_timeout_s=settings.ollama.connect_timeout_s,
+    )
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The embedder for memory, on the same kind of server as the chat model."""
+    if settings.model.provider == "openai":
+        openai = settings.openai
+        if openai.embedding_model is None:  # the settings refuse this already
+            raise ConfigurationError(
+                "MERCURY_MODEL_PROVIDER=openai with memory on needs OPENAI_EMBEDDING_MODEL."
+            )
+        return OpenAIEmbedder(
+            openai.embedding_base_url or openai.base_url,
+            openai.embedding_model,
+            api_key=openai.api_key,
+        )
+    return OllamaEmbedder(settings.ollama.host, settings.ollama.embedding_model)
 
 
 def build_memory(settings: Settings) -> MemoryStore | None:

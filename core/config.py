@@ -108,9 +108,11 @@ SERVICE_SECRET_VARIABLE: Final = "MERCURY_SERVICE_<NAME>_CLIENT_SECRET"  # noqa:
 
 AuthProviderName = Literal["static", "oidc"]
 MemoryStoreName = Literal["edge", "qdrant", "off"]
+ModelProvider = Literal["ollama", "openai"]
 UnknownPeople = Literal["refuse", "allow"]
 
 AUTH_PROVIDERS: Final = ("static", "oidc")
+MODEL_PROVIDERS: Final = ("ollama", "openai")
 # Asymmetric algorithms only: "none" and the HMAC family would let a shared secret (or
 # nothing) stand in for the issuer's key.
 OIDC_ALGORITHMS: Final = (
@@ -168,6 +170,26 @@ class OllamaSettings(_Group, frozen=True, kw_only=True):
     model: str
     think: bool
     embedding_model: str
+    timeout_s: float
+    connect_timeout_s: float
+
+
+class ModelSettings(_Group, frozen=True, kw_only=True):
+    """Which kind of server answers and embeds."""
+
+    provider: ModelProvider
+
+
+class OpenAISettings(_Group, frozen=True, kw_only=True):
+    """A server speaking OpenAI's chat-completions protocol (vLLM, llama-server, LiteLLM, …)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"api_key"})
+
+    base_url: str
+    api_key: str | None
+    model: str | None
+    embedding_model: str | None
+    embedding_base_url: str | None
     timeout_s: float
     connect_timeout_s: float
 
@@ -271,7 +293,9 @@ class Settings(_Group, frozen=True, kw_only=True):
     data_dir: Path
     state: StateSettings
     auth: AuthSettings
+    model: ModelSettings
     ollama: OllamaSettings
+    openai: OpenAISettings
     defaults: DefaultsSettings
     engine: EngineSettings
     rate_limit: RateLimitSettings
@@ -305,7 +329,9 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "http": HttpSettings,
     "state": StateSettings,
     "auth": AuthSettings,
+    "model": ModelSettings,
     "ollama": OllamaSettings,
+    "openai": OpenAISettings,
     "defaults": DefaultsSettings,
     "engine": EngineSettings,
     "rate_limit": RateLimitSettings,
@@ -410,6 +436,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("auth.static_tokens", "AUTH_STATIC_TOKENS", _Text(raw=True), None,
             "The static provider's tokens, as JSON (validated by the provider).",
             secret=True),
+    Setting("model.provider", "MERCURY_MODEL_PROVIDER", _Choice(MODEL_PROVIDERS), "ollama",
+            "Which server answers and embeds: `ollama`, or `openai` for any server speaking "
+            "OpenAI's chat-completions protocol (vLLM, llama-server, LM Studio, LiteLLM)."),
     Setting("ollama.host", "OLLAMA_HOST", _Text(), "http://127.0.0.1:11434",
             "The Ollama server's address."),
     Setting("ollama.model", "OLLAMA_MODEL", _Text(), "llama3.2",
@@ -422,6 +451,23 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Seconds to wait for the next chunk of a streamed answer."),
     Setting("ollama.connect_timeout_s", "OLLAMA_CONNECT_TIMEOUT_S", _SECONDS, 5.0,
             "Seconds to wait for a connection to Ollama."),
+    Setting("openai.base_url", "OPENAI_BASE_URL", _Url(base=True), "http://127.0.0.1:8080/v1",
+            "The server's API address, `/v1` included."),
+    Setting("openai.api_key", "OPENAI_API_KEY", _Text(raw=True), None,
+            "The bearer token the server asks for, if any.", secret=True),
+    Setting("openai.model", "OPENAI_MODEL", _Text(), None,
+            "The chat model, as the server names it; required with "
+            "`MERCURY_MODEL_PROVIDER=openai`."),
+    Setting("openai.embedding_model", "OPENAI_EMBEDDING_MODEL", _Text(), None,
+            "The model that embeds memory through `/embeddings`; required with "
+            "`MERCURY_MODEL_PROVIDER=openai` unless `MERCURY_MEMORY_STORE=off`."),
+    Setting("openai.embedding_base_url", "OPENAI_EMBEDDING_BASE_URL", _Url(base=True), None,
+            "Where the embedding model is served, when another server than the chat model's "
+            "(llama-server serves one or the other).", default_doc="`OPENAI_BASE_URL`"),
+    Setting("openai.timeout_s", "OPENAI_TIMEOUT_S", _SECONDS, 300.0,
+            "Seconds to wait for the next event of a streamed answer."),
+    Setting("openai.connect_timeout_s", "OPENAI_CONNECT_TIMEOUT_S", _SECONDS, 5.0,
+            "Seconds to wait for a connection to the server."),
     Setting("defaults.language", "MERCURY_DEFAULT_LANGUAGE", _Choice(SUPPORTED_LANGUAGES), "en",
             "The language of people who haven't chosen one."),
     Setting("defaults.time_zone", "MERCURY_DEFAULT_TIME_ZONE", _Zone(), "UTC",
@@ -530,6 +576,18 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
             "file); set it, or set MERCURY_MEMORY_STORE to edge or off."
         )
+    if values["model.provider"] == "openai":
+        if values["openai.model"] is None:
+            raise ConfigurationError(
+                'The model provider is "openai", which needs OPENAI_MODEL (openai.model in the '
+                "file), the model's name as the server lists it under /v1/models; set it."
+            )
+        if values["openai.embedding_model"] is None and values["memory.store"] != "off":
+            raise ConfigurationError(
+                'The model provider is "openai" and memory is on, which needs '
+                "OPENAI_EMBEDDING_MODEL (openai.embedding_model in the file) to embed it; "
+                "set it, or set MERCURY_MEMORY_STORE to off."
+            )
     return Settings(**_build("", Settings, values), config_file=config_file)
 
 
@@ -800,7 +858,9 @@ _SECTION_TITLES: Final = {
     "data_dir": "Data directory",
     "state": "State store",
     "auth": "Authentication",
+    "model": "Model server",
     "ollama": "Ollama",
+    "openai": "OpenAI-compatible server",
     "defaults": "Defaults for people",
     "engine": "Engine",
     "rate_limit": "Rate limit",

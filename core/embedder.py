@@ -1,4 +1,4 @@
-"""Turning text into vectors for memory: the :class:`Embedder` port and its Ollama adapter.
+"""Turning text into vectors for memory: the :class:`Embedder` port, on Ollama or OpenAI's protocol.
 
 The vector size is not configured but learnt: the first successful embedding fixes it, and
 later answers of another size are refused, since a collection holds one size only.
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 import httpx
+import msgspec
 import ollama
 
 _PROBE: Final = "vector size probe"
@@ -92,3 +93,104 @@ class OllamaEmbedder:
     async def close(self) -> None:
         """Close the HTTP connections to Ollama."""
         await self._client.close()  # type: ignore[no-untyped-call]
+
+
+class _Embedding(msgspec.Struct):
+    embedding: list[float]
+    index: int = 0
+
+
+class _Embeddings(msgspec.Struct):
+    data: list[_Embedding]
+
+
+class _EmbeddingError(msgspec.Struct):
+    message: str = ""
+
+
+class _EmbeddingErrorBody(msgspec.Struct):
+    error: _EmbeddingError | str | None = None
+
+
+_decode_embeddings = msgspec.json.Decoder(_Embeddings).decode
+_decode_embedding_error = msgspec.json.Decoder(_EmbeddingErrorBody).decode
+
+
+class OpenAIEmbedder:
+    """An :class:`Embedder` on OpenAI's ``POST {base}/embeddings`` (vLLM, llama-server, …)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url + "/", headers=headers, timeout=timeout_s
+        )
+        self._size: int | None = None
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        body = msgspec.json.encode({"model": self.model, "input": list(texts)})
+        try:
+            response = await self._client.post(
+                "embeddings", content=body, headers={"content-type": "application/json"}
+            )
+        except httpx.HTTPError as exc:
+            raise EmbeddingFailed(
+                f"The model server at {self.base_url} doesn't answer ({exc!r}); check that it "
+                "runs and that OPENAI_EMBEDDING_BASE_URL (or OPENAI_BASE_URL) points at it."
+            ) from exc
+        if response.status_code >= 400:
+            raise EmbeddingFailed(
+                f"The model server at {self.base_url} refused to embed with {self.model!r} "
+                f"(status {response.status_code}): {self._reason(response.content)}; check "
+                "that it serves that embedding model."
+            )
+        try:
+            data = sorted(_decode_embeddings(response.content).data, key=lambda e: e.index)
+        except msgspec.DecodeError as exc:
+            raise EmbeddingFailed(
+                f"The model server at {self.base_url} answered /embeddings with something that "
+                f"is not a list of embeddings ({exc})."
+            ) from exc
+        vectors = [item.embedding for item in data]
+        if len(vectors) != len(texts) or not vectors[0]:
+            raise EmbeddingFailed(
+                f"The model server returned {len(vectors)} embeddings for {len(texts)} texts "
+                f"with {self.model!r}; check that it is an embedding model."
+            )
+        size = len(vectors[0])
+        if any(len(v) != size for v in vectors) or (self._size is not None and size != self._size):
+            raise EmbeddingFailed(
+                f"{self.model!r} returned {size}-dimensional vectors where "
+                f"{self._size or size} were expected; keep one embedding model per collection."
+            )
+        self._size = size
+        return vectors
+
+    @staticmethod
+    def _reason(body: bytes) -> str:
+        try:
+            error = _decode_embedding_error(body).error
+        except msgspec.DecodeError:
+            return body.decode("utf-8", "replace").strip()[:300] or "no reason given"
+        text = error.message if isinstance(error, _EmbeddingError) else (error or "")
+        return text.strip()[:300] or "no reason given"
+
+    async def vector_size(self) -> int:
+        if self._size is None:
+            await self.embed([_PROBE])
+        assert self._size is not None  # noqa: S101 - set by the successful embed above
+        return self._size
+
+    async def close(self) -> None:
+        """Close the HTTP connections to the server."""
+        await self._client.aclose()

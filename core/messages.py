@@ -64,6 +64,12 @@ RATE_LIMITED: Final = N_plural(
 MODEL_UNREACHABLE: Final = N_(
     "The model %(model)s at %(host)s can't be reached. Check that Ollama is running there."
 )
+# Shown: the error of a turn whose OpenAI-compatible model server (vLLM, llama-server, …)
+# doesn't answer.
+MODEL_SERVER_UNREACHABLE: Final = N_(
+    "The model %(model)s at %(host)s can't be reached. "
+    "Check that its model server is running there."
+)
 # Shown: the error of a turn whose model server answered with an error.
 MODEL_FAILED: Final = N_("The model %(model)s at %(host)s answered with an error: %(reason)s")
 # Shown: the error of a turn whose model stream broke off.

@@ -902,6 +902,14 @@ class SessionManager:
     def _model_error_text(error: ModelError, translator: Translator) -> str:
         where = {"model": error.model, "host": error.host}
         if isinstance(error, ModelUnreachable):
+            if error.provider == "openai":
+                return (
+                    translator.gettext(
+                        "The model %(model)s at %(host)s can't be reached. "
+                        "Check that its model server is running there."
+                    )
+                    % where
+                )
             return (
                 translator.gettext(
                     "The model %(model)s at %(host)s can't be reached. "

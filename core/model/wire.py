@@ -1,6 +1,6 @@
 """A keep-alive HTTP/1.1 connection pool that hands out a streamed response line by line.
 
-Used by :mod:`core.ollama` for the streamed ``/api/chat`` on a plain-http host: httpx costs
+Used by :mod:`core.model.ollama` for the streamed ``/api/chat`` on a plain-http host: httpx costs
 about 30 µs a read on that path (h11, anyio cancel scopes, four stream layers) and scans its
 whole pool per request, which dominated the server's CPU at 500 streams
 (docs/benchmarks.md). It speaks just what Ollama's answers need: a status line, headers,

@@ -6,7 +6,7 @@ calls that are not on the per-token path (``list`` for health, ``chat`` without 
 for summaries). The streamed ``/api/chat`` is decoded here with msgspec (the client's own
 path builds a pydantic model per line: about 8 µs a token against about 0.5 µs). On a
 plain-http host (a local Ollama) it is read straight off an asyncio transport, with a
-small keep-alive pool (:class:`core.http_wire.WirePool`): httpx costs about 30 µs a read
+small keep-alive pool (:class:`core.model.wire.WirePool`): httpx costs about 30 µs a read
 on that path and scans its whole pool per request, which halved the server CPU of paced streams
 and kept 500 of them from stretching to several times their length (docs/benchmarks.md).
 An https host streams on the client's httpx pool (TLS, proxies and certificates as httpx
@@ -32,8 +32,7 @@ import httpx
 import msgspec
 import ollama
 
-from core.http_wire import WireError, WirePool
-from core.model import (
+from core.model.port import (
     ChatChunk,
     ChatMessage,
     ModelBrokeOff,
@@ -42,6 +41,7 @@ from core.model import (
     ModelUnreachable,
     ToolSpec,
 )
+from core.model.wire import WireError, WirePool
 
 log = logging.getLogger("mercury.ollama")
 

@@ -7,8 +7,9 @@ Exception tree::
     ├── ModelHTTPError         the server answered the request with an HTTP error
     └── ModelBrokeOff          the stream failed after it began (error line, cut, stall)
 
-The chunk Structs mirror Ollama's streamed ``/api/chat`` lines, so an adapter can
-decode a line straight into :class:`ChatChunk` with one msgspec call.
+The chunk Structs mirror Ollama's streamed ``/api/chat`` lines, so that adapter decodes a
+line straight into :class:`ChatChunk` with one msgspec call; the OpenAI adapter builds them
+from ``chat.completion.chunk`` events.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class ToolFunction(msgspec.Struct, frozen=True, omit_defaults=True):
 
 class ToolCall(msgspec.Struct, frozen=True, omit_defaults=True):
     function: ToolFunction
+    id: str | None = None
+    """The server's id for the call, where its protocol has one (OpenAI's does)."""
 
 
 class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -54,6 +57,10 @@ class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     done: bool = False
     done_reason: str | None = None
     error: str | None = None
+    prompt_eval_count: int | None = None
+    """Tokens of the prompt, on the last chunk, where the server counts them."""
+    eval_count: int | None = None
+    """Tokens of the answer, on the last chunk, where the server counts them."""
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
@@ -67,10 +74,12 @@ class ToolSpec(msgspec.Struct, frozen=True):
 class ModelError(Exception):
     """The model could not give an answer."""
 
-    def __init__(self, message: str, *, model: str, host: str) -> None:
+    def __init__(self, message: str, *, model: str, host: str, provider: str = "ollama") -> None:
         super().__init__(message)
         self.model = model
         self.host = host
+        self.provider = provider
+        """Which kind of server failed (``ollama`` or ``openai``), for the person's sentence."""
 
 
 class ModelUnreachable(ModelError):
@@ -80,8 +89,17 @@ class ModelUnreachable(ModelError):
 class ModelHTTPError(ModelError):
     """The model's server answered the request with an HTTP error."""
 
-    def __init__(self, message: str, *, model: str, host: str, status: int, reason: str) -> None:
-        super().__init__(message, model=model, host=host)
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        host: str,
+        status: int,
+        reason: str,
+        provider: str = "ollama",
+    ) -> None:
+        super().__init__(message, model=model, host=host, provider=provider)
         self.status = status
         self.reason = reason
 
