@@ -21,9 +21,11 @@ from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
 from channel_http import routes
+from channel_http.access_log import RequestLog
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
+from channel_http.probes import MetricsServer, livez, metrics_route, pull_command, readyz
 from channel_http.requests import MAX_BODY
 from channel_http.ui import ui_router
 from core.archive import ArchiveWriter
@@ -42,7 +44,8 @@ from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory_tools import memory_plugin
-from core.ollama import OllamaModel
+from core.metrics import Metrics, measured
+from core.ollama import OllamaModel, missing_models
 from core.people import People
 from core.person_settings import PersonSettings
 from core.qdrant import QdrantStore
@@ -92,6 +95,11 @@ class Services:
     collection_names: CollectionNames
     embedder: OllamaEmbedder | None = None
     logins: Logins | None = None
+    metrics: Metrics | None = None
+    #: The models the settings name (chat, then embedding), when the settings built the
+    #: model client; empty for a client given from outside.
+    model_names: tuple[str, ...] = ()
+    metrics_server: MetricsServer | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:
@@ -165,6 +173,7 @@ def build_app(
         redirect_uri=redirect_uri(public_url) if public_url else None,
     )
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
+    metrics = Metrics() if settings.metrics.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -177,16 +186,24 @@ def build_app(
             clock=clock,
             plugins=plugins,
             memory=memory,
+            metrics=metrics,
         )
         await logins.open(services.db)
         services.logins = logins
         app.state.services = services
+        if services.model_names:
+            await check_models(settings, services.model_names)
+        if metrics is not None and settings.metrics.port is not None:
+            services.metrics_server = MetricsServer(
+                metrics, settings.http.host, settings.metrics.port
+            )
+            log.info("Metrics are served on port %d.", services.metrics_server.port)
         try:
             yield
         finally:
             await close_services(services)
 
-    public: list[Any] = [routes.version, routes.openapi_document]
+    public: list[Any] = [routes.version, routes.openapi_document, livez, readyz]
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
@@ -207,6 +224,8 @@ def build_app(
         routes.memory_scroll,
         *extra_routes,
     ]
+    if metrics is not None and settings.metrics.port is None:
+        authenticated.append(metrics_route)
     # The login callback exists only where people's browsers can reach it.
     login_routes = [login_router(public_url, logins)] if public_url else []
     app = Litestar(
@@ -218,16 +237,19 @@ def build_app(
         debug=False,
         logging_config=None,
     )
+    app.state.metrics = metrics
     return app
 
 
 def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
-    """The application behind the CORS layer, as the server runs it."""
+    """The application behind the CORS layer and the request log, as the server runs it."""
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
     bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
-    paths = frozenset(route.path for route in app.routes) - bare
-    return CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
+    routes = frozenset(route.path for route in app.routes)
+    paths = routes - bare
+    cors = CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
+    return RequestLog(cors, routes, getattr(app.state, "metrics", None))
 
 
 async def open_services(
@@ -240,10 +262,11 @@ async def open_services(
     clock: Clock,
     plugins: Sequence[Plugin] = (),
     memory: MemoryStore | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = await Database.open(data_dir / "mercury.db")
+    db = measured(await Database.open(data_dir / "mercury.db"), "state", metrics)
     vault = Vault(settings.wiki.vault_path)
     await vault.init()
     people = People(directory, access_unknown=settings.access.unknown, clock=clock)
@@ -262,7 +285,8 @@ async def open_services(
         read_timeout_s=settings.ollama.timeout_s,
         connect_timeout_s=settings.ollama.connect_timeout_s,
     )
-    memory = memory or build_memory(settings)
+    model_names = () if model is not None else (settings.ollama.model,)
+    memory = measured(memory or build_memory(settings), "memory", metrics)
     archive: ArchiveWriter | None = None
     capture: Capture | None = None
     embedder: OllamaEmbedder | None = None
@@ -273,6 +297,11 @@ async def open_services(
             memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
         )
         await archive.start()  # ensures the collections in the background, never blocks
+        if model is None:
+            model_names = (*model_names, settings.ollama.embedding_model)
+        if metrics is not None:
+            metrics.readings.archive_depth = lambda: archive.pending if archive else 0
+            metrics.readings.archive_spilled = lambda: archive.spilled if archive else 0
         capture = Capture(chat_model, archive, memory, vault)
         memory_plugins = (memory_plugin(memory, archive, embedder),)
     registry = ToolRegistry(
@@ -307,6 +336,7 @@ async def open_services(
             capture_threshold=session.capture_message_threshold,
         ),
         clock=clock,
+        metrics=metrics,
     )
     manager.start_background()
     return Services(
@@ -322,7 +352,29 @@ async def open_services(
         openapi=OPENAPI_PATH.read_bytes(),
         collection_names=collection_names(settings),
         embedder=embedder,
+        metrics=metrics,
+        model_names=model_names,
     )
+
+
+async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
+    """Ask the model host once, bounded, whether it has ``names``; warn about any missing."""
+    missing = await missing_models(settings.ollama.host, names, timeout_s=3.0)
+    if missing is None:
+        log.warning(
+            "Ollama at %s doesn't answer, so whether it has %s is unknown; start it, or set "
+            "OLLAMA_HOST to where it runs.",
+            settings.ollama.host,
+            " and ".join(names),
+        )
+    elif missing:
+        log.warning(
+            "Ollama at %s lacks the model%s %s; on that machine run: %s",
+            settings.ollama.host,
+            "s" if len(missing) > 1 else "",
+            ", ".join(missing),
+            pull_command(missing),
+        )
 
 
 def collection_names(settings: Settings) -> CollectionNames:
@@ -348,6 +400,8 @@ def build_memory(settings: Settings) -> MemoryStore | None:
 
 
 async def close_services(services: Services) -> None:
+    if services.metrics_server is not None:
+        services.metrics_server.close()
     manager = services.manager
     await manager.stop_turns()
     if manager.archive is not None:

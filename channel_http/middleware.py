@@ -10,6 +10,7 @@ all before a handler reads the body.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 
+from channel_http.access_log import mark
 from channel_http.errors import send_envelope
+from core.config import AUTH_PROVIDERS
 from core.i18n import choose_language, negotiate
 from core.messages import UNAUTHORIZED
 from core.people import Admitted, refusal_message
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     )
 
     from core.i18n import Translator
+    from core.metrics import Metrics
     from core.person_settings import SavedSettings
     from core.principal import Person, Principal
 
@@ -137,6 +141,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def count_auth(metrics: Metrics, principal: Principal | None, presented: bool) -> None:
+    """One authentication's outcome; the provider label only takes the names it can have."""
+    if principal is not None:
+        provider = principal.provider if principal.provider in AUTH_PROVIDERS else "other"
+        metrics.auth.labels(provider, "ok").inc()
+    else:
+        metrics.auth.labels("none", "invalid" if presented else "missing").inc()
+
+
 class CallerMiddleware(ASGIMiddleware):
     """Authentication and admission, in one place, for every authenticated route."""
 
@@ -151,7 +164,13 @@ class CallerMiddleware(ASGIMiddleware):
         header_language = negotiate(headers.get("accept-language"))
         language = header_language or settings.defaults.language
         translator = services.catalogs.translator(language)
+        started = time.perf_counter()
         principal = await services.auth.authenticate(headers)
+        authenticated = time.perf_counter()
+        mark(scope, "auth", authenticated - started)
+        metrics = services.metrics
+        if metrics is not None:
+            count_auth(metrics, principal, "authorization" in headers)
         if principal is None:
             challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"
             await send_envelope(
@@ -162,7 +181,10 @@ class CallerMiddleware(ASGIMiddleware):
             )
             return
         identification = await services.people.identify(principal)
+        mark(scope, "admission", time.perf_counter() - authenticated)
         if not isinstance(identification, Admitted):
+            if metrics is not None:
+                metrics.admission_refusals.labels(identification.reason).inc()
             status = 403 if identification.reason == "unknown" else 503
             await send_envelope(
                 send,

@@ -9,12 +9,13 @@ import logging
 import resource
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from litestar import Request, Response, Router, get, patch, post
 from litestar.response import Stream
 
 from channel_http import sse
+from channel_http.access_log import mark
 from channel_http.errors import BadRequest, NotFound, TooManyRequests
 from channel_http.middleware import Caller, CallerMiddleware
 from channel_http.requests import (
@@ -29,7 +30,7 @@ from channel_http.requests import (
 from core.i18n import SUPPORTED_LANGUAGES
 from core.memory import COLLECTIONS, InvalidCursor, Page
 from core.person_settings import InvalidSetting
-from core.sessions import ONE_OFF_PREFIX, SessionManager, TurnInput
+from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
 from core.wiki import InvalidPattern, WikiError
 
@@ -76,7 +77,9 @@ async def turn(request: AnyRequest) -> Stream:
     caller = _caller(request)
     services = _services(request)
     tr = caller.translator
+    reading = time.perf_counter()
     body = decode_body(TurnBody, await request.body(), tr)
+    mark(request.scope, "body", time.perf_counter() - reading)
     conversation = conversation_id(body.conversation_id, tr)
     opening, resume = bool(body.opening), bool(body.resume)
     if opening and conversation is None:
@@ -113,11 +116,36 @@ async def turn(request: AnyRequest) -> Stream:
             received_at=datetime.now(UTC),
         )
     )
+    request.scope["state"]["turn"] = running
+    await _admitted(request, running, min(QUEUE_REPORT_S, services.settings.http.heartbeat_s))
     return Stream(
-        sse.event_stream(running, services.settings.http.heartbeat_s),
+        sse.event_stream(running, services.settings.http.heartbeat_s, services.metrics),
         media_type=sse.MEDIA_TYPE,
         headers={**sse.HEADERS, "content-language": caller.language},
     )
+
+
+#: How long ``/turn`` holds its headers back to report the wait behind earlier turns.
+QUEUE_REPORT_S: Final = 1.0
+
+
+async def _admitted(request: AnyRequest, running: Turn, bound: float) -> None:
+    """Wait (bounded) until the turn holds its conversation, for ``Server-Timing: queue``.
+
+    The turn is waiting anyway, so its first byte is no later; past the bound the headers go
+    out with the wait so far, and the stream's heartbeats keep the connection alive.
+    """
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(bound):
+            await running.admitted.wait()
+    except TimeoutError:
+        mark(request.scope, "queue", time.perf_counter() - started)
+        return
+    except asyncio.CancelledError:
+        running.cancel()
+        raise
+    mark(request.scope, "queue", running.queue_s)
 
 
 @post("/confirm", status_code=200)

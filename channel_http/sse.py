@@ -9,13 +9,17 @@ client leaves (Litestar cancels the body on ``http.disconnect``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from core.events import Event
 from core.sessions import Turn
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 HEARTBEAT: Final = b": ping\n\n"
 HEADERS: Final = {
@@ -65,11 +69,16 @@ class _Pinger:
 _PING: Final[Any] = object()
 
 
-async def event_stream(turn: Turn, heartbeat_s: float) -> AsyncIterator[bytes]:
+async def event_stream(
+    turn: Turn, heartbeat_s: float, metrics: Metrics | None = None
+) -> AsyncIterator[bytes]:
     queue = turn.queue
     get_nowait = queue.get_nowait
     pinger = _Pinger(queue, heartbeat_s)
     loop_time = pinger.loop.time
+    first = metrics is not None  # one check per event, the histogram once per turn
+    if metrics is not None:
+        metrics.open_streams.inc()
     try:
         while True:
             try:
@@ -79,9 +88,14 @@ async def event_stream(turn: Turn, heartbeat_s: float) -> AsyncIterator[bytes]:
             if event is _PING:
                 yield HEARTBEAT
                 pinger.last = loop_time()
+                if metrics is not None:
+                    metrics.heartbeats.inc()
                 continue
             if event is None:
                 return
+            if first:
+                first = False
+                metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
             data = frame(event)
             while queue.qsize():
                 event = get_nowait()
@@ -95,3 +109,5 @@ async def event_stream(turn: Turn, heartbeat_s: float) -> AsyncIterator[bytes]:
     finally:
         pinger.cancel()
         turn.cancel()
+        if metrics is not None:
+            metrics.open_streams.dec()

@@ -134,6 +134,8 @@ class ArchiveWriter:
         self._overflow: list[_Item] = []
         self._backfill: dict[str, _Item] = {}
         self._spill_pending = False  # SQLite may hold pending rows not loaded yet
+        #: Items spilled to SQLite since start-up because the queue was full.
+        self.spilled = 0
         self._spill_generation = 0
         self._last_loaded_seq = 0
         self._last_ts = 0.0
@@ -310,6 +312,7 @@ class ArchiveWriter:
                     continue
                 delay = self._backoff.initial_s
                 del self._overflow[: len(chunk)]
+                self.spilled += len(chunk)
                 self._spill_pending = True
                 self._spill_generation += 1
                 self._wake.set()
