@@ -28,7 +28,7 @@ from channel_http.requests import (
     required_query,
 )
 from core.i18n import SUPPORTED_LANGUAGES
-from core.memory import COLLECTIONS, InvalidCursor, Page
+from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
 from core.person_settings import InvalidSetting
 from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
@@ -332,7 +332,11 @@ async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
             )
         ) from None
     except Exception as error:  # degrade to empty: the store is enrichment
-        log.warning("memory read on %s failed: %r", request.url.path, error)
+        log.warning(
+            "A memory read on %s failed (%s); the caller got an empty answer.",
+            request.url.path,
+            error if isinstance(error, MemoryStoreError) else type(error).__name__,
+        )
         return empty
 
 

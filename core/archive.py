@@ -41,13 +41,14 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.db import Database
-from core.embedder import Embedder
+from core.embedder import Embedder, EmbeddingFailed
 from core.memory import (
     COLLECTIONS,
     Collection,
     CollectionMismatch,
     MemoryPoint,
     MemoryStore,
+    MemoryStoreError,
     StoreUnavailable,
 )
 
@@ -247,7 +248,7 @@ class ArchiveWriter:
                 log.exception("Memory stays off: the vector store's collections don't fit.")
                 return
             except Exception as exc:
-                log.warning("Memory isn't ready yet (%s); retrying in %.1f s.", exc, delay)
+                log.warning("Memory isn't ready yet, retrying in %.1f s: %s", delay, _said(exc))
                 await asyncio.sleep(delay)
                 delay = self._backoff.next(delay)
             else:
@@ -521,3 +522,10 @@ class ArchiveWriter:
     def _text(item: _Item) -> str:
         value = item.payload.get(EMBEDDED_FIELD[item.collection])
         return value if isinstance(value, str) else ""
+
+
+def _said(error: BaseException) -> str:
+    """An error as one sentence for operators: our own messages, else only the type."""
+    if isinstance(error, (EmbeddingFailed, MemoryStoreError)):
+        return str(error)
+    return f"the attempt failed ({type(error).__name__})."
