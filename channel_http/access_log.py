@@ -7,7 +7,7 @@ is read, so link codes and confirmation tokens sent as ``/turn`` text never reac
 
 ``Server-Timing`` goes on every response with what was measured before its first byte: the
 layers inside record ``auth``, ``admission``, ``body`` and, on ``/turn``, ``queue`` with
-:func:`mark`.
+:func:`mark`; ``app`` is the whole time from the request's arrival to its first byte.
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ class RequestLog:
             nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
-                steps = state.get(_TIMING)
-                if steps:
-                    headers = [*message.get("headers", ())]
-                    headers.append((b"server-timing", server_timing(steps)))
-                    message["headers"] = headers
+                steps = [*state.get(_TIMING, ()), ("app", time.perf_counter() - started)]
+                message["headers"] = [
+                    *message.get("headers", ()),
+                    (b"server-timing", server_timing(steps)),
+                ]
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
             await send(message)
