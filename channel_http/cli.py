@@ -19,6 +19,7 @@ import uvicorn
 
 from channel_http import logs
 from channel_http.app import HttpChannel, build_app, with_cors
+from channel_http.config_commands import INIT_FILE, check_config, init
 from core.channels import admits
 from core.config import ConfigurationError, help_text, load_settings
 from core.version import core_version
@@ -148,7 +149,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_parser.add_argument(
         "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
     )
+    check_parser = commands.add_parser(
+        "check-config",
+        help="print the effective settings and every problem found (exit 1 on any)",
+        description="Print the effective settings (secrets only as set or not set) and every "
+        "problem found: settings, auth, directory, the models Ollama lacks. Exits 1 on any.",
+    )
+    check_parser.add_argument(
+        "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
+    )
+    init_parser = commands.add_parser(
+        "init",
+        help="write a commented mercury.yaml with every setting at its default",
+        description="Write a mercury.yaml naming every setting the file may hold, at its "
+        "default, with its meaning as a comment.",
+    )
+    init_parser.add_argument("--output", default=INIT_FILE, help="where to write it")
+    init_parser.add_argument("--force", action="store_true", help="replace an existing file")
     arguments = parser.parse_args(argv)
+    if arguments.command == "check-config":
+        return check_config(arguments)
+    if arguments.command == "init":
+        return init(arguments)
     return serve(arguments)
 
 
