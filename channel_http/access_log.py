@@ -30,15 +30,18 @@ UNMATCHED: Final = "unmatched"
 _TIMING: Final = "timing"
 
 
-def mark(scope: Scope | Any, name: str, seconds: float) -> None:
+def mark(scope: Scope | Any, name: str, seconds: float, description: str = "") -> None:
     """Record one step of the request for its ``Server-Timing`` header."""
     state: dict[str, Any] = scope.setdefault("state", {})
-    state.setdefault(_TIMING, []).append((name, seconds))
+    state.setdefault(_TIMING, []).append((name, seconds, description))
 
 
-def server_timing(steps: list[tuple[str, float]]) -> bytes:
-    """``auth;dur=0.412, queue;dur=12.003``: milliseconds, as browsers read them."""
-    return ", ".join(f"{name};dur={seconds * 1000:.3f}" for name, seconds in steps).encode()
+def server_timing(steps: list[tuple[str, float, str]]) -> bytes:
+    """``auth;dur=0.412, queue;dur=50.003;desc="waiting"``: milliseconds, as browsers read."""
+    return ", ".join(
+        f"{name};dur={seconds * 1000:.3f}" + (f';desc="{description}"' if description else "")
+        for name, seconds, description in steps
+    ).encode()
 
 
 class RequestLog:
@@ -62,7 +65,7 @@ class RequestLog:
             nonlocal status, sent
             if message["type"] == "http.response.start":
                 status = message["status"]
-                steps = [*state.get(_TIMING, ()), ("app", time.perf_counter() - started)]
+                steps = [*state.get(_TIMING, ()), ("app", time.perf_counter() - started, "")]
                 message["headers"] = [
                     *message.get("headers", ()),
                     (b"server-timing", server_timing(steps)),

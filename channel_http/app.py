@@ -27,6 +27,7 @@ from channel_http.login_callback import callback_path, login_router, redirect_ur
 from channel_http.middleware import CorsMiddleware
 from channel_http.probes import MetricsServer, livez, metrics_route, pull_command, readyz
 from channel_http.requests import MAX_BODY
+from channel_http.tracing import traced
 from channel_http.ui import ui_router
 from core.archive import ArchiveWriter
 from core.builtin_plugins import builtin_plugins
@@ -249,7 +250,8 @@ def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
     routes = frozenset(route.path for route in app.routes)
     paths = routes - bare
     cors = CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
-    return RequestLog(cors, routes, getattr(app.state, "metrics", None))
+    logged = RequestLog(cors, routes, getattr(app.state, "metrics", None))
+    return traced(logged, routes)
 
 
 async def open_services(

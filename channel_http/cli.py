@@ -20,6 +20,7 @@ import uvicorn
 from channel_http import logs
 from channel_http.app import HttpChannel, build_app, with_cors
 from channel_http.config_commands import INIT_FILE, check_config, init
+from channel_http.tracing import configure_tracing
 from core.channels import admits
 from core.config import ConfigurationError, help_text, load_settings
 from core.version import core_version
@@ -84,6 +85,7 @@ def serve(arguments: argparse.Namespace) -> int:
     try:
         settings = load_settings(environ)
         logs.configure(settings.log.level, settings.log.format)
+        configure_tracing(environ)
         app = build_app(settings, dev_token=token)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)

@@ -15,6 +15,8 @@ from typing import Any, Final, TextIO
 
 import msgspec
 
+from core.telemetry import trace_id
+
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _encode = msgspec.json.Encoder().encode
@@ -43,6 +45,12 @@ class JsonFormatter(logging.Formatter):
         return _encode(line).decode()
 
 
+def with_trace_id(record: logging.LogRecord) -> bool:
+    """Stamp the current trace id (when tracing records one) on every record."""
+    record.trace_id = trace_id()
+    return True
+
+
 def configure(level: str = "info", style: str = "text", stream: TextIO | None = None) -> None:
     """Send every logger's records at ``level`` or above to ``stream`` in ``style``."""
     handler = logging.StreamHandler(stream or sys.stderr)
@@ -53,6 +61,7 @@ def configure(level: str = "info", style: str = "text", stream: TextIO | None = 
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
+    handler.addFilter(with_trace_id)
     root.addHandler(handler)
     root.setLevel(level.upper())
     # httpx logs every request it makes at info: one line per model call, none of it news.

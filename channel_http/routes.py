@@ -125,22 +125,23 @@ async def turn(request: AnyRequest) -> Stream:
     )
 
 
-#: How long ``/turn`` holds its headers back to report the wait behind earlier turns.
-QUEUE_REPORT_S: Final = 1.0
+#: How long ``/turn`` may hold its headers back to report the wait behind earlier turns.
+QUEUE_REPORT_S: Final = 0.05
 
 
 async def _admitted(request: AnyRequest, running: Turn, bound: float) -> None:
-    """Wait (bounded) until the turn holds its conversation, for ``Server-Timing: queue``.
+    """Wait (briefly) until the turn holds its conversation, for ``Server-Timing: queue``.
 
-    The turn is waiting anyway, so its first byte is no later; past the bound the headers go
-    out with the wait so far, and the stream's heartbeats keep the connection alive.
+    A turn behind a longer one doesn't hold its headers: a client sees its 200 at once and
+    can leave before the turn starts. Its ``queue`` then says ``waiting``, with the wait so
+    far.
     """
     started = time.perf_counter()
     try:
         async with asyncio.timeout(bound):
             await running.admitted.wait()
     except TimeoutError:
-        mark(request.scope, "queue", time.perf_counter() - started)
+        mark(request.scope, "queue", time.perf_counter() - started, "waiting")
         return
     except asyncio.CancelledError:
         running.cancel()

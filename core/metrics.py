@@ -9,7 +9,8 @@ The streaming path touches these once per turn, not per token: a turn counts its
 chunks in a local integer and adds them to ``mercury_model_tokens_total`` when it ends.
 
 :func:`measured` wraps a store (the memory store, the state database) so each of its
-coroutine methods records its latency and errors under the method's name.
+coroutine methods records its latency and errors under the method's name, in a span of
+its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Final, Literal, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from core.telemetry import span
 
 __all__ = [
     "TURN_OUTCOMES",
@@ -185,7 +188,7 @@ class Metrics:
 class _Measured:
     """A store whose coroutine methods record their latency and errors."""
 
-    def __init__(self, inner: Any, store: str, metrics: Metrics) -> None:
+    def __init__(self, inner: Any, store: str, metrics: Metrics | None) -> None:
         self._inner = inner
         self._store = store
         self._metrics = metrics
@@ -194,25 +197,28 @@ class _Measured:
         attribute = getattr(self._inner, name)
         if name.startswith("_") or not inspect.iscoroutinefunction(attribute):
             return attribute
-        record = self._metrics.store_call
+        metrics = self._metrics
+        span_name = f"{self._store}.{name}"  # a method of the port: a closed set
         store = self._store
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             ok = False
             try:
-                result = await attribute(*args, **kwargs)
+                with span(span_name):
+                    result = await attribute(*args, **kwargs)
                 ok = True
                 return result
             finally:
-                record(store, name, time.perf_counter() - start, ok)
+                if metrics is not None:
+                    metrics.store_call(store, name, time.perf_counter() - start, ok)
 
         return call
 
 
 def measured(inner: _T, store: Literal["memory", "state"], metrics: Metrics | None) -> _T:
-    """``inner`` with its calls measured under ``store``; ``inner`` itself without metrics."""
-    if metrics is None or inner is None:
+    """``inner`` with its calls measured under ``store`` and traced as ``<store>.<method>``."""
+    if inner is None:
         return inner
     wrapped: _T = _Measured(inner, store, metrics)  # type: ignore[assignment]
     return wrapped

@@ -44,6 +44,7 @@ from core.model import (
     ToolSpec,
 )
 from core.principal import Person, Principal
+from core.telemetry import span
 from core.timezones import stamp
 from core.tools import (
     LoginRequired,
@@ -479,35 +480,36 @@ class SessionManager:
         asked = time.perf_counter()
         chunks = 0  # counted here, added to the metrics once: nothing shared per token
         stream = self.model.chat(messages, tools=specs, think=self.limits.think)
-        try:
-            chunk: ChatChunk
-            async for chunk in stream:
-                message = chunk.message
-                if message is None:
-                    continue
-                if not chunks and self.metrics is not None:
-                    self.metrics.model_first_token.observe(time.perf_counter() - asked)
-                chunks += 1
-                if message.thinking:
-                    if reasoning_id is None:
-                        reasoning_id = uuid.uuid4().hex[:12]
-                    await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
-                if message.content:
-                    if reasoning_id is not None:
-                        await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
-                        reasoning_id = None
-                    parts.append(message.content)
-                    await emit(events.Text(chunk=message.content))
-                if message.tool_calls:
-                    calls.extend(message.tool_calls)
-        except ModelError:
-            if reasoning_id is not None:
-                await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
-            raise
-        finally:
-            if self.metrics is not None:
-                self.metrics.model_tokens.inc(chunks)
-            await stream.aclose()  # type: ignore[attr-defined]
+        with span("model.chat"):
+            try:
+                chunk: ChatChunk
+                async for chunk in stream:
+                    message = chunk.message
+                    if message is None:
+                        continue
+                    if not chunks and self.metrics is not None:
+                        self.metrics.model_first_token.observe(time.perf_counter() - asked)
+                    chunks += 1
+                    if message.thinking:
+                        if reasoning_id is None:
+                            reasoning_id = uuid.uuid4().hex[:12]
+                        await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
+                    if message.content:
+                        if reasoning_id is not None:
+                            await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
+                            reasoning_id = None
+                        parts.append(message.content)
+                        await emit(events.Text(chunk=message.content))
+                    if message.tool_calls:
+                        calls.extend(message.tool_calls)
+            except ModelError:
+                if reasoning_id is not None:
+                    await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
+                raise
+            finally:
+                if self.metrics is not None:
+                    self.metrics.model_tokens.inc(chunks)
+                await stream.aclose()  # type: ignore[attr-defined]
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
         return parts, tuple(calls) or None
@@ -535,35 +537,37 @@ class SessionManager:
         )
         outcome: events.ToolOutcome = "success"
         staged = False
-        try:
-            if tool is None:
-                raise ToolError(f"There is no tool named {name}.")
-            valid = tool.validate(arguments)
-            if await tool.needs_confirmation(context, valid):
-                staging = await self._stage(context, tool, valid)
-                outcome, staged = "pending", True
-                step_events.append(staging)  # every staging gets its event and tokens
+        with span("tool.call", **{"mercury.tool": name if tool else "unknown"}):
+            try:
+                if tool is None:
+                    raise ToolError(f"There is no tool named {name}.")
+                valid = tool.validate(arguments)
+                if await tool.needs_confirmation(context, valid):
+                    staging = await self._stage(context, tool, valid)
+                    outcome, staged = "pending", True
+                    step_events.append(staging)  # every staging gets its event and tokens
+                    result = (
+                        "This action needs the person's confirmation and was not run yet. "
+                        "They have been shown how to confirm it; tell them briefly what will "
+                        "happen once they confirm, without inventing a token."
+                    )
+                else:
+                    result = await tool.run(context, valid)
+            except LoginRequired as login:
+                outcome = "failed"
+                step_events.append(events.Login(service=login.service, url=login.url))
                 result = (
-                    "This action needs the person's confirmation and was not run yet. "
-                    "They have been shown how to confirm it; tell them briefly what will "
-                    "happen once they confirm, without inventing a token."
+                    f"The person must log in to {login.service} first. They have been shown "
+                    "a link to do it; tell them to use it and ask again. Never write a link "
+                    "yourself."
                 )
-            else:
-                result = await tool.run(context, valid)
-        except LoginRequired as login:
-            outcome = "failed"
-            step_events.append(events.Login(service=login.service, url=login.url))
-            result = (
-                f"The person must log in to {login.service} first. They have been shown a "
-                "link to do it; tell them to use it and ask again. Never write a link yourself."
-            )
-        except ToolError as error:
-            outcome, result = "failed", f"Error: {error}"
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            log.exception("tool %s failed", name)
-            outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
+            except ToolError as error:
+                outcome, result = "failed", f"Error: {error}"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.exception("tool %s failed", name)
+                outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
         await emit(events.ToolFinish(tool_call_id=tool_call_id, outcome=outcome))
         if self.metrics is not None:
             self.metrics.tool_call(name, outcome, known=tool is not None)
