@@ -21,11 +21,23 @@ from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
 from channel_http import routes
+from channel_http.access_log import RequestLog
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths
+from channel_http.probes import (
+    MetricsServer,
+    fetch_hint,
+    livez,
+    metrics_route,
+    missing_models,
+    model_server,
+    readyz,
+)
+from channel_http.probes import model_names as probe_model_names
 from channel_http.requests import MAX_BODY
+from channel_http.tracing import traced
 from channel_http.ui import ui_router
 from core.archive import ArchiveWriter
 from core.builtin_plugins import builtin_plugins
@@ -43,6 +55,7 @@ from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory_tools import memory_plugin
+from core.metrics import Metrics, measured
 from core.model import OllamaModel, OpenAIModel
 from core.people import People
 from core.person_settings import PersonSettings
@@ -96,6 +109,11 @@ class Services:
     embedder: Embedder | None = None
     logins: Logins | None = None
     turn_logs: TurnLogs | None = None
+    metrics: Metrics | None = None
+    #: The models the settings name (chat, then embedding), when the settings built the
+    #: model client; empty for a client given from outside.
+    model_names: tuple[str, ...] = ()
+    metrics_server: MetricsServer | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:
@@ -170,6 +188,7 @@ def build_app(
         redirect_uri=redirect_uri(public_url) if public_url else None,
     )
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
+    metrics = Metrics() if settings.metrics.enabled else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -182,16 +201,24 @@ def build_app(
             clock=clock,
             plugins=plugins,
             memory=memory,
+            metrics=metrics,
         )
         await logins.open(services.db)
         services.logins = logins
         app.state.services = services
+        if services.model_names:
+            await check_models(settings, services.model_names)
+        if metrics is not None and settings.metrics.port is not None:
+            services.metrics_server = MetricsServer(
+                metrics, settings.http.host, settings.metrics.port
+            )
+            log.info("Metrics are served on port %d.", services.metrics_server.port)
         try:
             yield
         finally:
             await close_services(services)
 
-    public: list[Any] = [routes.version, routes.openapi_document]
+    public: list[Any] = [routes.version, routes.openapi_document, livez, readyz]
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
@@ -213,6 +240,8 @@ def build_app(
         routes.memory_scroll,
         *extra_routes,
     ]
+    if metrics is not None and settings.metrics.port is None:
+        authenticated.append(metrics_route)
     # The login callback exists only where people's browsers can reach it.
     login_routes = [login_router(public_url, logins)] if public_url else []
     app = Litestar(
@@ -224,20 +253,24 @@ def build_app(
         debug=False,
         logging_config=None,
     )
+    app.state.metrics = metrics
     return app
 
 
 def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
-    """The application behind the CORS layer, as the server runs it.
+    """The application behind the CORS layer and the request log, as the server runs it.
 
-    Outermost, the path is made canonical once, so the preflight and the route agree on
-    variants such as ``/turn/`` or ``//turn`` (channel_http/paths.py).
+    Outermost, the path is made canonical once, so the preflight, the route and the request
+    log agree on variants such as ``/turn/`` or ``//turn`` (channel_http/paths.py).
     """
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
     bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
-    paths = frozenset(route.path for route in app.routes) - bare
-    return CanonicalPaths(CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare))
+    routes = frozenset(route.path for route in app.routes)
+    paths = routes - bare
+    cors = CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
+    logged = RequestLog(cors, routes, getattr(app.state, "metrics", None))
+    return CanonicalPaths(traced(logged, routes))
 
 
 async def open_services(
@@ -250,10 +283,15 @@ async def open_services(
     clock: Clock,
     plugins: Sequence[Plugin] = (),
     memory: MemoryStore | None = None,
+    metrics: Metrics | None = None,
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    db = await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size)
+    db = measured(
+        await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size),
+        "state",
+        metrics,
+    )
     vault = Vault(settings.wiki.vault_path, db=db)
     await vault.init()
     people = People(directory, access_unknown=settings.access.unknown, clock=clock)
@@ -276,7 +314,8 @@ async def open_services(
     await limiter.ensure_schema()
     await resume_slots.ensure_schema()
     chat_model = model or build_model(settings)
-    memory = memory or build_memory(settings)
+    model_names = () if model is not None else probe_model_names(settings, memory_on=False)
+    memory = measured(memory or build_memory(settings), "memory", metrics)
     archive: ArchiveWriter | None = None
     capture: Capture | None = None
     embedder: Embedder | None = None
@@ -287,6 +326,11 @@ async def open_services(
             memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
         )
         await archive.start()  # ensures the collections in the background, never blocks
+        if model is None:
+            model_names = probe_model_names(settings, memory_on=True)
+        if metrics is not None:
+            metrics.readings.archive_depth = lambda: archive.pending if archive else 0
+            metrics.readings.archive_spilled = lambda: archive.spilled if archive else 0
         capture = Capture(chat_model, archive, memory, vault)
         memory_plugins = (memory_plugin(memory, archive, embedder),)
     registry = ToolRegistry(
@@ -326,6 +370,7 @@ async def open_services(
         ),
         clock=clock,
         order=order,
+        metrics=metrics,
     )
     manager.start_background()
     return Services(
@@ -342,7 +387,32 @@ async def open_services(
         collection_names=collection_names(settings),
         embedder=embedder,
         turn_logs=TurnLogs(settings.http.rejoin_s, clock=clock) if settings.http.rejoin_s else None,
+        metrics=metrics,
+        model_names=model_names,
     )
+
+
+async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
+    """Ask the model server once, bounded, whether it has ``names``; warn about any missing."""
+    missing = await missing_models(settings, names, 3.0)
+    server = model_server(settings)
+    if missing is None:
+        where = "OPENAI_BASE_URL" if settings.model.provider == "openai" else "OLLAMA_HOST"
+        log.warning(
+            "%s doesn't answer, so whether it has %s is unknown; start it, or set %s to "
+            "where it runs.",
+            server,
+            " and ".join(names),
+            where,
+        )
+    elif missing:
+        log.warning(
+            "%s lacks the model%s %s; %s",
+            server,
+            "s" if len(missing) > 1 else "",
+            ", ".join(missing),
+            fetch_hint(settings, missing),
+        )
 
 
 def collection_names(settings: Settings) -> CollectionNames:
@@ -409,6 +479,8 @@ def build_memory(settings: Settings) -> MemoryStore | None:
 
 
 async def close_services(services: Services) -> None:
+    if services.metrics_server is not None:
+        services.metrics_server.close()
     manager = services.manager
     await manager.stop_turns()
     if manager.archive is not None:

@@ -17,11 +17,15 @@ from typing import Any
 
 import uvicorn
 
+from channel_http import logs
 from channel_http.app import HttpChannel, build_app, with_cors
+from channel_http.config_commands import INIT_FILE, check_config, init
 from channel_http.connections import server_options
+from channel_http.tracing import configure_tracing
 from core.channels import admits
 from core.config import ConfigurationError, Settings, help_text, load_settings
 from core.state import DatabaseUnavailable, connect
+from core.version import core_version
 
 log = logging.getLogger("mercury.http")
 
@@ -68,11 +72,27 @@ async def _reach_state_store(settings: Settings) -> None:
     await database.close()
 
 
+def _overrides(arguments: argparse.Namespace, environ: dict[str, str]) -> None:
+    """``--config``, ``--host`` and ``--port`` win over the environment and the file."""
+    if arguments.config is not None:
+        environ["MERCURY_CONFIG_FILE"] = arguments.config
+    if arguments.host is not None:
+        environ["HTTP_SURFACE_HOST"] = arguments.host
+    if arguments.port is not None:
+        environ["HTTP_SURFACE_PORT"] = str(arguments.port)
+
+
 def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
+    _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
+    if token is not None and "HTTP_SURFACE_HOST" not in environ:
+        # Development mode stays on this machine unless a host is asked for explicitly.
+        environ["HTTP_SURFACE_HOST"] = "127.0.0.1"
     try:
         settings = load_settings(environ)
+        logs.configure(settings.log.level, settings.log.format)
+        configure_tracing(environ)
         app = build_app(settings, dev_token=token)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
@@ -105,10 +125,11 @@ def serve(arguments: argparse.Namespace) -> int:
         port=settings.http.port,
         loop="uvloop",
         lifespan="on",
-        log_level="info",
+        log_level=settings.log.level,
+        log_config=None,  # uvicorn's lines go through our handler, in our format
         timeout_graceful_shutdown=math.ceil(settings.http.graceful_timeout_s),
         proxy_headers=False,
-        access_log=False,  # its lines would carry the login callback's code and state
+        access_log=False,  # ours (access_log.py) logs the route template, never the query
         server_header=False,
         **server_options(settings),
     )
@@ -118,10 +139,9 @@ def serve(arguments: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure()
     parser = argparse.ArgumentParser(prog="mercury-http", description="Mercury's HTTP surface.")
+    parser.add_argument("--version", action="version", version=f"mercury-http {core_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser(
         "serve",
@@ -133,9 +153,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_parser.add_argument(
         "--dev",
         action="store_true",
-        help="with no auth configured, make and print a development static token",
+        help="with no auth configured, make and print a development static token, and "
+        "listen on 127.0.0.1 only unless --host or HTTP_SURFACE_HOST says otherwise",
     )
+    serve_parser.add_argument(
+        "--host", help="the address to listen on (overrides HTTP_SURFACE_HOST and the file)"
+    )
+    serve_parser.add_argument(
+        "--port", type=int, help="the port (overrides HTTP_SURFACE_PORT and the file)"
+    )
+    serve_parser.add_argument(
+        "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
+    )
+    check_parser = commands.add_parser(
+        "check-config",
+        help="print the effective settings and every problem found (exit 1 on any)",
+        description="Print the effective settings (secrets only as set or not set) and every "
+        "problem found: settings, auth, directory, the models Ollama lacks. Exits 1 on any.",
+    )
+    check_parser.add_argument(
+        "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
+    )
+    init_parser = commands.add_parser(
+        "init",
+        help="write a commented mercury.yaml with every setting at its default",
+        description="Write a mercury.yaml naming every setting the file may hold, at its "
+        "default, with its meaning as a comment.",
+    )
+    init_parser.add_argument("--output", default=INIT_FILE, help="where to write it")
+    init_parser.add_argument("--force", action="store_true", help="replace an existing file")
     arguments = parser.parse_args(argv)
+    if arguments.command == "check-config":
+        return check_config(arguments)
+    if arguments.command == "init":
+        return init(arguments)
     return serve(arguments)
 
 

@@ -11,6 +11,7 @@ all before a handler reads the body.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -18,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar.enums import ScopeType
 from litestar.middleware import ASGIMiddleware
 
+from channel_http.access_log import mark
 from channel_http.errors import BadRequest, send_envelope
+from core.config import AUTH_PROVIDERS
 from core.i18n import choose_language, negotiate
 from core.messages import UNAUTHORIZED
 from core.people import Admitted, refusal_message
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     )
 
     from core.i18n import Translator
+    from core.metrics import Metrics
     from core.person_settings import SavedSettings
     from core.principal import Person, Principal
 
@@ -138,6 +142,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def count_auth(metrics: Metrics, principal: Principal | None, presented: bool) -> None:
+    """One authentication's outcome; the provider label only takes the names it can have."""
+    if principal is not None:
+        provider = principal.provider if principal.provider in AUTH_PROVIDERS else "other"
+        metrics.auth.labels(provider, "ok").inc()
+    else:
+        metrics.auth.labels("none", "invalid" if presented else "missing").inc()
+
+
 class CallerMiddleware(ASGIMiddleware):
     """Authentication and admission, in one place, for every authenticated route."""
 
@@ -157,7 +170,13 @@ class CallerMiddleware(ASGIMiddleware):
             message = translator.gettext("Send one Authorization header: this request has several.")
             await send_envelope(send, BadRequest.status, message, {"content-language": language})
             return
+        started = time.perf_counter()
         principal = await services.auth.authenticate(headers)
+        authenticated = time.perf_counter()
+        mark(scope, "auth", authenticated - started)
+        metrics = services.metrics
+        if metrics is not None:
+            count_auth(metrics, principal, "authorization" in headers)
         if principal is None:
             challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"
             await send_envelope(
@@ -168,7 +187,10 @@ class CallerMiddleware(ASGIMiddleware):
             )
             return
         identification = await services.people.identify(principal)
+        mark(scope, "admission", time.perf_counter() - authenticated)
         if not isinstance(identification, Admitted):
+            if metrics is not None:
+                metrics.admission_refusals.labels(identification.reason).inc()
             status = 403 if identification.reason == "unknown" else 503
             await send_envelope(
                 send,

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from channel_http.sse import HEARTBEAT, framed
 from core.sessions import Turn
 from core.turn_log import TurnLog, TurnLogs
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 _EVENT_ID: Final = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,9})")
 
@@ -31,19 +35,21 @@ def parse_event_id(value: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2))
 
 
-def start_logged(turn: Turn, logs: TurnLogs, owner: str) -> TurnLog:
+def start_logged(turn: Turn, logs: TurnLogs, owner: str, metrics: Metrics | None = None) -> TurnLog:
     """Moves ``turn``'s events into a new log, in a task of its own, until the turn ends."""
     log = logs.open(owner, turn.cancel)
-    log.pump = asyncio.get_running_loop().create_task(_pump(turn, log, logs))
+    log.pump = asyncio.get_running_loop().create_task(_pump(turn, log, logs, metrics))
     return log
 
 
-async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs) -> None:
+async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | None) -> None:
     queue = turn.queue
     get_nowait = queue.get_nowait
     try:
         while True:
             event = await queue.get()
+            if metrics is not None and not log.events and event is not None:
+                metrics.turn_first_event.observe(time.perf_counter() - turn.started)
             batch = []
             while event is not None:
                 batch.append(event)
@@ -59,11 +65,15 @@ async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs) -> None:
         logs.end(log)
 
 
-async def follow(log: TurnLog, start: int, heartbeat_s: float) -> AsyncIterator[bytes]:
+async def follow(
+    log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None = None
+) -> AsyncIterator[bytes]:
     """The log's events numbered ``start`` and later, then the live rest until the turn ends."""
     tid = log.turn_id.encode()
     position = start
     log.attach()
+    if metrics is not None:
+        metrics.open_streams.inc()
     try:
         while True:
             end = len(log.events)
@@ -78,5 +88,9 @@ async def follow(log: TurnLog, start: int, heartbeat_s: float) -> AsyncIterator[
                     await log.changed()
             except TimeoutError:
                 yield HEARTBEAT
+                if metrics is not None:
+                    metrics.heartbeats.inc()
     finally:
         log.detach()
+        if metrics is not None:
+            metrics.open_streams.dec()

@@ -10,12 +10,13 @@ import resource
 import secrets
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from litestar import Request, Response, Router, get, patch, post
 from litestar.response import Stream
 
 from channel_http import rejoin, sse
+from channel_http.access_log import mark
 from channel_http.errors import BadRequest, NotFound, TooManyRequests
 from channel_http.middleware import Caller, CallerMiddleware
 from channel_http.requests import (
@@ -28,9 +29,9 @@ from channel_http.requests import (
     required_query,
 )
 from core.i18n import SUPPORTED_LANGUAGES
-from core.memory import COLLECTIONS, InvalidCursor, Page
+from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
 from core.person_settings import InvalidSetting
-from core.sessions import ONE_OFF_PREFIX, SessionManager, TurnInput
+from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
 from core.wiki import InvalidPattern, WikiError
 
@@ -82,7 +83,9 @@ async def turn(request: AnyRequest) -> Stream:
         # A client reconnecting by sending its request again (fetch-event-source does): the
         # id names the turn, which is rejoined rather than run twice.
         return _rejoin(services, caller, None, last_event_id)
+    reading = time.perf_counter()
     body = decode_body(TurnBody, await request.body(), tr)
+    mark(request.scope, "body", time.perf_counter() - reading)
     conversation = conversation_id(body.conversation_id, tr)
     opening, resume = bool(body.opening), bool(body.resume)
     if opening and conversation is None:
@@ -119,13 +122,16 @@ async def turn(request: AnyRequest) -> Stream:
             received_at=datetime.now(UTC),
         )
     )
+    request.scope["state"]["turn"] = running
     heartbeat_s = services.settings.http.heartbeat_s
+    await _admitted(request, running, min(QUEUE_REPORT_S, heartbeat_s))
     headers = {**sse.HEADERS, "content-language": caller.language}
+    metrics = services.metrics
     if services.turn_logs is None:
-        body_stream = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18))
+        body_stream = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
     else:
-        log = rejoin.start_logged(running, services.turn_logs, caller.person.key)
-        body_stream = rejoin.follow(log, 0, heartbeat_s)
+        log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
+        body_stream = rejoin.follow(log, 0, heartbeat_s, metrics)
     return Stream(body_stream, media_type=sse.MEDIA_TYPE, headers=headers)
 
 
@@ -162,10 +168,34 @@ def _rejoin(
             )
         )
     return Stream(
-        rejoin.follow(log, start, services.settings.http.heartbeat_s),
+        rejoin.follow(log, start, services.settings.http.heartbeat_s, services.metrics),
         media_type=sse.MEDIA_TYPE,
         headers={**sse.HEADERS, "content-language": caller.language},
     )
+
+
+#: How long ``/turn`` may hold its headers back to report the wait behind earlier turns.
+QUEUE_REPORT_S: Final = 0.05
+
+
+async def _admitted(request: AnyRequest, running: Turn, bound: float) -> None:
+    """Wait (briefly) until the turn holds its conversation, for ``Server-Timing: queue``.
+
+    A turn behind a longer one doesn't hold its headers: a client sees its 200 at once and
+    can leave before the turn starts. Its ``queue`` then says ``waiting``, with the wait so
+    far.
+    """
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(bound):
+            await running.admitted.wait()
+    except TimeoutError:
+        mark(request.scope, "queue", time.perf_counter() - started, "waiting")
+        return
+    except asyncio.CancelledError:
+        running.cancel()
+        raise
+    mark(request.scope, "queue", running.queue_s)
 
 
 @post("/confirm", status_code=200)
@@ -352,7 +382,11 @@ async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
             )
         ) from None
     except Exception as error:  # degrade to empty: the store is enrichment
-        log.warning("memory read on %s failed: %r", request.url.path, error)
+        log.warning(
+            "A memory read on %s failed (%s); the caller got an empty answer.",
+            request.url.path,
+            error if isinstance(error, MemoryStoreError) else type(error).__name__,
+        )
         return empty
 
 

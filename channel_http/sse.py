@@ -9,13 +9,17 @@ client leaves (Litestar cancels the body on ``http.disconnect``).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from core.events import Event, TurnStarted
 from core.sessions import Turn
+
+if TYPE_CHECKING:
+    from core.metrics import Metrics
 
 HEARTBEAT: Final = b": ping\n\n"
 HEADERS: Final = {
@@ -70,7 +74,9 @@ class _Pinger:
 _PING: Final[Any] = object()
 
 
-async def event_stream(turn: Turn, heartbeat_s: float, turn_id: str) -> AsyncIterator[bytes]:
+async def event_stream(
+    turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
+) -> AsyncIterator[bytes]:
     """The turn's events as frames numbered from 1, after the ``turn`` event (number 0)."""
     queue = turn.queue
     get_nowait = queue.get_nowait
@@ -78,6 +84,9 @@ async def event_stream(turn: Turn, heartbeat_s: float, turn_id: str) -> AsyncIte
     loop_time = pinger.loop.time
     tid = turn_id.encode()
     seq = 0
+    first = metrics is not None  # one check per event, the histogram once per turn
+    if metrics is not None:
+        metrics.open_streams.inc()
     try:
         yield framed(TurnStarted(turn_id=turn_id), tid, 0)
         while True:
@@ -88,9 +97,14 @@ async def event_stream(turn: Turn, heartbeat_s: float, turn_id: str) -> AsyncIte
             if event is _PING:
                 yield HEARTBEAT
                 pinger.last = loop_time()
+                if metrics is not None:
+                    metrics.heartbeats.inc()
                 continue
             if event is None:
                 return
+            if first:
+                first = False
+                metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
             seq += 1
             data = framed(event, tid, seq)
             while queue.qsize():
@@ -106,3 +120,5 @@ async def event_stream(turn: Turn, heartbeat_s: float, turn_id: str) -> AsyncIte
     finally:
         pinger.cancel()
         turn.cancel()
+        if metrics is not None:
+            metrics.open_streams.dec()

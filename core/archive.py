@@ -40,13 +40,14 @@ from typing import Any, Final, cast
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.embedder import Embedder
+from core.embedder import Embedder, EmbeddingFailed
 from core.memory import (
     COLLECTIONS,
     Collection,
     CollectionMismatch,
     MemoryPoint,
     MemoryStore,
+    MemoryStoreError,
     StoreUnavailable,
 )
 from core.state import Database, Migration, Schema
@@ -142,6 +143,8 @@ class ArchiveWriter:
         self._overflow: list[_Item] = []
         self._backfill: dict[str, _Item] = {}
         self._spill_pending = False  # SQLite may hold pending rows not loaded yet
+        #: Items spilled to SQLite since start-up because the queue was full.
+        self.spilled = 0
         self._spill_generation = 0
         self._last_loaded_seq = 0
         self._last_ts = 0.0
@@ -253,7 +256,7 @@ class ArchiveWriter:
                 log.exception("Memory stays off: the vector store's collections don't fit.")
                 return
             except Exception as exc:
-                log.warning("Memory isn't ready yet (%s); retrying in %.1f s.", exc, delay)
+                log.warning("Memory isn't ready yet, retrying in %.1f s: %s", delay, _said(exc))
                 await asyncio.sleep(delay)
                 delay = self._backoff.next(delay)
             else:
@@ -318,6 +321,7 @@ class ArchiveWriter:
                     continue
                 delay = self._backoff.initial_s
                 del self._overflow[: len(chunk)]
+                self.spilled += len(chunk)
                 self._spill_pending = True
                 self._spill_generation += 1
                 self._wake.set()
@@ -526,3 +530,10 @@ class ArchiveWriter:
     def _text(item: _Item) -> str:
         value = item.payload.get(EMBEDDED_FIELD[item.collection])
         return value if isinstance(value, str) else ""
+
+
+def _said(error: BaseException) -> str:
+    """An error as one sentence for operators: our own messages, else only the type."""
+    if isinstance(error, (EmbeddingFailed, MemoryStoreError)):
+        return str(error)
+    return f"the attempt failed ({type(error).__name__})."

@@ -81,8 +81,10 @@ __all__ = [
     "DirectorySettings",
     "EngineSettings",
     "HttpSettings",
+    "LogSettings",
     "MemoryCollections",
     "MemorySettings",
+    "MetricsSettings",
     "OidcSettings",
     "OllamaSettings",
     "RateLimitSettings",
@@ -110,6 +112,8 @@ AuthProviderName = Literal["static", "oidc"]
 MemoryStoreName = Literal["edge", "qdrant", "off"]
 ModelProvider = Literal["ollama", "openai"]
 UnknownPeople = Literal["refuse", "allow"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["text", "json"]
 
 AUTH_PROVIDERS: Final = ("static", "oidc")
 MODEL_PROVIDERS: Final = ("ollama", "openai")
@@ -284,6 +288,20 @@ class OidcSettings(_Group, frozen=True, kw_only=True):
     allow_http_issuer: bool
 
 
+class LogSettings(_Group, frozen=True, kw_only=True):
+    """What the service logs and how each line looks."""
+
+    level: LogLevel
+    format: LogFormat
+
+
+class MetricsSettings(_Group, frozen=True, kw_only=True):
+    """The Prometheus metrics: whether they are kept, and where they are served."""
+
+    enabled: bool
+    port: int | None
+
+
 class Settings(_Group, frozen=True, kw_only=True):
     """Every setting of the service, read once at start-up by :func:`load_settings`."""
 
@@ -305,6 +323,8 @@ class Settings(_Group, frozen=True, kw_only=True):
     directory: DirectorySettings
     access: AccessSettings
     oidc: OidcSettings
+    log: LogSettings
+    metrics: MetricsSettings
     secret_key: str | None
     services: tuple[RestService, ...]
     #: The YAML file that was read, if any.
@@ -342,6 +362,8 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "directory": DirectorySettings,
     "access": AccessSettings,
     "oidc": OidcSettings,
+    "log": LogSettings,
+    "metrics": MetricsSettings,
 }
 
 
@@ -524,6 +546,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Seconds of clock difference tolerated on a token's times."),
     Setting("oidc.allow_http_issuer", "OIDC_ALLOW_HTTP_ISSUER", _Bool(), False,
             "Accept a plain-http issuer; for development against a local issuer only."),
+    Setting("log.level", "MERCURY_LOG_LEVEL", _Choice(("debug", "info", "warning", "error")),
+            "info", "The least severe log lines written."),
+    Setting("log.format", "MERCURY_LOG_FORMAT", _Choice(("text", "json")), "text",
+            "`text` for people, `json` for log pipelines (one object per line)."),
+    Setting("metrics.enabled", "MERCURY_METRICS", _Bool(), True,
+            "Keep Prometheus metrics and serve them at `GET /metrics` (behind the bearer "
+            "token)."),
+    Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
+            "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
+            "network only the scraper reaches; the surface then serves none.", default_doc="none"),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),
@@ -870,6 +902,8 @@ _SECTION_TITLES: Final = {
     "directory": "Directory",
     "access": "Access",
     "oidc": "OIDC provider",
+    "log": "Logs",
+    "metrics": "Metrics",
     "secret_key": "Secret key",
     "services": "REST services",
 }

@@ -61,12 +61,13 @@ class OllamaEmbedder:
             response = await self._client.embed(model=self.model, input=list(texts))
         except ollama.ResponseError as exc:
             raise EmbeddingFailed(
-                f"Ollama at {self.host} refused to embed with {self.model!r} "
-                f"(status {exc.status_code}): {exc.error}; check that the model is pulled."
+                f"Ollama at {self.host} refused to embed with {self.model} "
+                f"(status {exc.status_code}); check that the model is pulled "
+                f"(ollama pull {self.model})."
             ) from exc
         except (httpx.HTTPError, ConnectionError, ollama.RequestError) as exc:
             raise EmbeddingFailed(
-                f"Ollama at {self.host} doesn't answer ({exc}); check that it runs and "
+                f"Ollama at {self.host} doesn't answer; check that it runs and "
                 "that OLLAMA_HOST points at it."
             ) from exc
         vectors = [[float(x) for x in vector] for vector in response.embeddings]

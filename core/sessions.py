@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,7 @@ from core.model import (
     ToolSpec,
 )
 from core.principal import Person, Principal
+from core.telemetry import span
 from core.timezones import stamp
 from core.tools import (
     LoginRequired,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from core.i18n import Catalogs, Translator
     from core.linking import Linking
     from core.memory import MemoryStore
+    from core.metrics import Metrics, TurnOutcome
     from core.person_settings import PersonSettings
     from core.rate_limit import RateDecision, RateLimiter
     from core.tool_log import ToolLog
@@ -123,14 +126,24 @@ class SessionLocks:
 
     def __init__(self) -> None:
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        #: How many holders wait behind an earlier one right now.
+        self.waiting = 0
 
     @contextlib.asynccontextmanager
     async def hold(self, key: str) -> AsyncIterator[None]:
         lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
         users[0] += 1
+        queued = lock.locked()
+        self.waiting += queued
         try:
-            async with lock:  # asyncio.Lock wakes waiters in arrival order
+            try:
+                await lock.acquire()  # asyncio.Lock wakes waiters in arrival order
+            finally:
+                self.waiting -= queued
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             users[0] -= 1
             if users[0] == 0:
@@ -147,6 +160,14 @@ class Turn:
         self.queue: asyncio.Queue[events.Event | None] = asyncio.Queue(EVENT_QUEUE_SIZE)
         self.task: asyncio.Task[None] | None = None
         self.language = "en"
+        #: ``time.perf_counter()`` when the turn was opened.
+        self.started = time.perf_counter()
+        #: Set once the turn holds its conversation (or will never wait for it).
+        self.admitted = asyncio.Event()
+        #: Seconds the turn waited behind its conversation's earlier turns.
+        self.queue_s = 0.0
+        #: How the turn ended, once it has.
+        self.outcome: TurnOutcome | None = None
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -191,6 +212,7 @@ class SessionManager:
         limits: EngineLimits = EngineLimits(),
         clock: Clock = system_clock,
         order: ConversationOrder | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.model = model
         self.catalogs = catalogs
@@ -208,6 +230,9 @@ class SessionManager:
         self.clock = clock
         self.locks = SessionLocks()
         self.order = order
+        self.metrics = metrics
+        if metrics is not None:
+            metrics.readings.queued_turns = lambda: self.locks.waiting
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
         self._captures: set[asyncio.Task[None]] = set()
@@ -232,7 +257,11 @@ class SessionManager:
         """
         if not opening and self.is_intercepted(text):
             return None
-        return await self.rate_limiter.check(f"{person.key}:{person.key}")
+        decision = await self.rate_limiter.check(f"{person.key}:{person.key}")
+        if not decision.allowed and self.metrics is not None:
+            self.metrics.rate_limit_refusals.inc()
+            self.metrics.turns.labels("refused").inc()
+        return decision
 
     def is_intercepted(self, text: str) -> bool:
         """Whether ``text`` is answered without the model (a token or a link code)."""
@@ -254,13 +283,20 @@ class SessionManager:
         emit = turn.queue.put
         translator = self.catalogs.translator(turn_input.language)
         cancelled = False
+        outcome: TurnOutcome = "error"
         try:
             if self._stopping:
+                outcome = "refused"
                 await emit(events.Error(message=self._stopping_text(translator)))
                 return
-            await self._dispatch(turn_input, translator, emit)
+            if self.metrics is not None:
+                self.metrics.turns_started.inc()
+            await self._dispatch(turn_input, translator, emit, turn)
+            outcome = "final"
         except asyncio.CancelledError:
             cancelled = True
+            # Cancelled by the shutdown, the client saw an error event; else it left.
+            outcome = "error" if self._stopping else "cancelled"
             raise
         except ModelError as error:
             await emit(events.Error(message=self._model_error_text(error, translator)))
@@ -274,6 +310,12 @@ class SessionManager:
                 )
             )
         finally:
+            turn.outcome = outcome
+            turn.admitted.set()
+            if self.metrics is not None:
+                self.metrics.turns.labels(outcome).inc()
+                if outcome != "refused":
+                    self.metrics.turn_duration.observe(time.perf_counter() - turn.started)
             try:
                 turn.queue.put_nowait(None)
             except asyncio.QueueFull:
@@ -282,7 +324,9 @@ class SessionManager:
                 if not cancelled:
                     await turn.queue.put(None)
 
-    async def _dispatch(self, turn_input: TurnInput, translator: Translator, emit: _Emit) -> None:
+    async def _dispatch(
+        self, turn_input: TurnInput, translator: Translator, emit: _Emit, turn: Turn | None = None
+    ) -> None:
         text = turn_input.text.strip()
         principal, person = turn_input.principal, turn_input.person
         conversation_id = turn_input.conversation_id
@@ -297,7 +341,11 @@ class SessionManager:
         if not turn_input.opening and not turn_input.resume and is_token(text):
             await self._confirm_in_turn(turn_input, key, text, translator, emit)
             return
+        waiting_since = time.perf_counter()
         async with self._hold(key, conversation_id) as held:
+            if turn is not None:
+                turn.queue_s = time.perf_counter() - waiting_since
+                turn.admitted.set()
             session = await self._session(key, person, conversation_id, held)
             try:
                 await self._turn(session, turn_input, translator, emit, held)
@@ -513,31 +561,39 @@ class SessionManager:
         """
         calls: list[ToolCall] = []
         reasoning_id: str | None = None
+        asked = time.perf_counter()
+        chunks = 0  # counted here, added to the metrics once: nothing shared per token
         stream = self.model.chat(messages, tools=specs, think=self.limits.think)
-        try:
-            chunk: ChatChunk
-            async for chunk in stream:
-                message = chunk.message
-                if message is None:
-                    continue
-                if message.thinking:
-                    if reasoning_id is None:
-                        reasoning_id = uuid.uuid4().hex[:12]
-                    await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
-                if message.content:
-                    if reasoning_id is not None:
-                        await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
-                        reasoning_id = None
-                    parts.append(message.content)
-                    await emit(events.Text(chunk=message.content))
-                if message.tool_calls:
-                    calls.extend(message.tool_calls)
-        except ModelError:
-            if reasoning_id is not None:
-                await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
-            raise
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+        with span("model.chat"):
+            try:
+                chunk: ChatChunk
+                async for chunk in stream:
+                    message = chunk.message
+                    if message is None:
+                        continue
+                    if not chunks and self.metrics is not None:
+                        self.metrics.model_first_token.observe(time.perf_counter() - asked)
+                    chunks += 1
+                    if message.thinking:
+                        if reasoning_id is None:
+                            reasoning_id = uuid.uuid4().hex[:12]
+                        await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
+                    if message.content:
+                        if reasoning_id is not None:
+                            await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
+                            reasoning_id = None
+                        parts.append(message.content)
+                        await emit(events.Text(chunk=message.content))
+                    if message.tool_calls:
+                        calls.extend(message.tool_calls)
+            except ModelError:
+                if reasoning_id is not None:
+                    await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
+                raise
+            finally:
+                if self.metrics is not None:
+                    self.metrics.model_tokens.inc(chunks)
+                await stream.aclose()  # type: ignore[attr-defined]
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
         return tuple(calls) or None
@@ -565,36 +621,40 @@ class SessionManager:
         )
         outcome: events.ToolOutcome = "success"
         staged = False
-        try:
-            if tool is None:
-                raise ToolError(f"There is no tool named {name}.")
-            valid = tool.validate(arguments)
-            if await tool.needs_confirmation(context, valid):
-                staging = await self._stage(context, tool, valid)
-                outcome, staged = "pending", True
-                step_events.append(staging)  # every staging gets its event and tokens
+        with span("tool.call", **{"mercury.tool": name if tool else "unknown"}):
+            try:
+                if tool is None:
+                    raise ToolError(f"There is no tool named {name}.")
+                valid = tool.validate(arguments)
+                if await tool.needs_confirmation(context, valid):
+                    staging = await self._stage(context, tool, valid)
+                    outcome, staged = "pending", True
+                    step_events.append(staging)  # every staging gets its event and tokens
+                    result = (
+                        "This action needs the person's confirmation and was not run yet. "
+                        "They have been shown how to confirm it; tell them briefly what will "
+                        "happen once they confirm, without inventing a token."
+                    )
+                else:
+                    result = await tool.run(context, valid)
+            except LoginRequired as login:
+                outcome = "failed"
+                step_events.append(events.Login(service=login.service, url=login.url))
                 result = (
-                    "This action needs the person's confirmation and was not run yet. "
-                    "They have been shown how to confirm it; tell them briefly what will "
-                    "happen once they confirm, without inventing a token."
+                    f"The person must log in to {login.service} first. They have been shown "
+                    "a link to do it; tell them to use it and ask again. Never write a link "
+                    "yourself."
                 )
-            else:
-                result = await tool.run(context, valid)
-        except LoginRequired as login:
-            outcome = "failed"
-            step_events.append(events.Login(service=login.service, url=login.url))
-            result = (
-                f"The person must log in to {login.service} first. They have been shown a "
-                "link to do it; tell them to use it and ask again. Never write a link yourself."
-            )
-        except ToolError as error:
-            outcome, result = "failed", f"Error: {error}"
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:
-            log.exception("tool %s failed", name)
-            outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
+            except ToolError as error:
+                outcome, result = "failed", f"Error: {error}"
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                log.exception("tool %s failed", name)
+                outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
         await emit(events.ToolFinish(tool_call_id=tool_call_id, outcome=outcome))
+        if self.metrics is not None:
+            self.metrics.tool_call(name, outcome, known=tool is not None)
         if outcome == "success" and name != PRESENT:
             session.results.add(tool_call_id, result)
         session.messages.append(
@@ -626,6 +686,8 @@ class SessionManager:
             ),
             choices,
         )
+        if self.metrics is not None:
+            self.metrics.confirmations.labels("staged").inc()
         return events.Pending(
             command=summary,
             token=staging.token,
@@ -788,6 +850,8 @@ class SessionManager:
         """
         translator = context.translator
         taken = await self.confirmations.take(context.session_key, context.person.key, token)
+        if self.metrics is not None:
+            self.metrics.confirmations.labels("expired" if taken is None else "confirmed").inc()
         if taken is None:
             return None, None, None
         login: LoginRequired | None = None
@@ -949,6 +1013,11 @@ class SessionManager:
                 queue.get_nowait()
             queue.put_nowait(events.Error(message=self._stopping_text(translator)))
             queue.put_nowait(None)
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the shutdown has begun: no new turn runs from now on."""
+        return self._stopping
 
     @property
     def open_turns(self) -> int:

@@ -295,3 +295,27 @@ class OllamaModel:
         if self._wire is not None:
             self._wire.close()
         await self._client.close()  # type: ignore[no-untyped-call]
+
+
+def _canonical(name: str) -> str:
+    """``llama3.2`` and ``llama3.2:latest`` name one model, as Ollama resolves them."""
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+async def missing_models(
+    host: str, names: Sequence[str], *, timeout_s: float = 3.0
+) -> tuple[str, ...] | None:
+    """The models among ``names`` that Ollama at ``host`` doesn't have.
+
+    ``None`` when the host doesn't answer within ``timeout_s``: nothing can be said then.
+    """
+    client = ollama.AsyncClient(host=host, timeout=timeout_s)
+    try:
+        async with asyncio.timeout(timeout_s):
+            listed = await client.list()
+    except Exception:  # any failure means the same here: the host can't say
+        return None
+    finally:
+        await client.close()  # type: ignore[no-untyped-call]
+    have = {_canonical(model.model) for model in listed.models if model.model}
+    return tuple(name for name in names if _canonical(name) not in have)

@@ -537,3 +537,32 @@ class OpenAIModel:
         if self._wire is not None:
             self._wire.close()
         await self._http.aclose()
+
+
+class _ModelList(msgspec.Struct):
+    data: list[_ListedModel]
+
+
+class _ListedModel(msgspec.Struct):
+    id: str
+
+
+async def missing_models(
+    base_url: str, names: Sequence[str], *, api_key: str | None = None, timeout_s: float = 3.0
+) -> tuple[str, ...] | None:
+    """The models among ``names`` that the server at ``base_url`` doesn't list (``/models``).
+
+    ``None`` when the server doesn't answer within ``timeout_s`` or answers something else
+    than a model list: nothing can be said then.
+    """
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    url = base_url.rstrip("/") + "/models"
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client, asyncio.timeout(timeout_s):
+            response = await client.get(url, headers=headers)
+        response.raise_for_status()
+        listed = msgspec.json.decode(response.content, type=_ModelList)
+    except Exception:  # any failure means the same here: the server can't say
+        return None
+    have = {model.id for model in listed.data}
+    return tuple(name for name in names if name not in have)

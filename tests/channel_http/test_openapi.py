@@ -32,6 +32,8 @@ def documented_routes(settings: Settings) -> set[tuple[str, str]]:
     for path, operations in document()["paths"].items():
         if path == "/login/callback" and settings.http.public_url is None:
             continue
+        if path == "/metrics" and (not settings.metrics.enabled or settings.metrics.port):
+            continue
         for method in operations:
             if method in {"get", "post", "patch", "put", "delete"}:
                 pairs.add((method.upper(), path))

@@ -1,0 +1,145 @@
+"""The command line an operator asks questions of: --version, check-config, init, --dev."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from channel_http.cli import main
+from core.config import load_settings
+from core.version import core_version
+from tests.conftest import TOKENS
+from tests.support.ollama_standin import OllamaStandIn
+
+pytestmark = [pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ollama: OllamaStandIn
+) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith(("MERCURY_", "OLLAMA_", "AUTH_", "HTTP_SURFACE_", "QDRANT_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MERCURY_CONFIG_FILE", "none")
+    monkeypatch.setenv("OLLAMA_HOST", ollama.url)
+    monkeypatch.setenv("MERCURY_MEMORY_STORE", "off")
+    return monkeypatch
+
+
+def test_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["--version"])
+    assert stopped.value.code == 0
+    assert capsys.readouterr().out.strip() == f"mercury-http {core_version()}"
+
+
+def test_check_config_prints_the_settings_with_secrets_masked_and_exits_0(
+    environment: pytest.MonkeyPatch, ollama: OllamaStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.setenv("MERCURY_AUTH", "static")
+    environment.setenv("AUTH_STATIC_TOKENS", json.dumps(TOKENS))
+    ollama.models = ["llama3.2"]
+    try:
+        assert main(["check-config"]) == 0
+    finally:
+        ollama.models = None
+    out = capsys.readouterr().out
+    assert "auth.static_tokens = (set)" in out
+    assert "alice-token" not in out
+    assert "ollama.model = llama3.2" in out
+    assert out.rstrip().endswith("No problems found.")
+
+
+def test_check_config_lists_every_problem_and_exits_1(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check-config"]) == 1  # no auth, and the stand-in has no model
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Pro")]
+    assert len(problems) == 2
+    assert "MERCURY_AUTH" in problems[0]
+    assert problems[1].endswith("run: ollama pull llama3.2")
+
+
+def test_check_config_names_a_bad_file(
+    environment: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.yaml").write_text("http:\n  port: many\n")
+    assert main(["check-config", "--config", "bad.yaml"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("Problem: ") and "http.port" in out
+
+
+def test_init_writes_every_setting_at_its_default_and_keeps_an_existing_file(
+    environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert main(["init"]) == 0
+    written = tmp_path / "mercury.yaml"
+    text = written.read_text()
+    assert "# The address to listen on. (HTTP_SURFACE_HOST)" in text
+    assert "#   AUTH_STATIC_TOKENS:" in text  # secrets: named, never in the file
+    from_file = load_settings({"MERCURY_CONFIG_FILE": "mercury.yaml"}, cwd=tmp_path)
+    defaults = load_settings({"MERCURY_CONFIG_FILE": "none"}, cwd=tmp_path)
+    assert from_file.config_file == written
+    for name in defaults.__struct_fields__:
+        if name != "config_file":
+            assert getattr(from_file, name) == getattr(defaults, name), name
+    written.write_text("# mine\n")
+    assert main(["init"]) == 1
+    assert written.read_text() == "# mine\n"
+    assert main(["init", "--force"]) == 0
+    assert written.read_text() == text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_dev_mode_listens_on_loopback_only_and_port_overrides_the_environment(
+    tmp_path: Path, ollama: OllamaStandIn
+) -> None:
+    port = free_port()
+    env = {
+        "PATH": os.environ["PATH"],
+        "MERCURY_CONFIG_FILE": "",
+        "MERCURY_DATA_DIR": str(tmp_path / "data"),
+        "HTTP_SURFACE_PORT": "1",  # --port wins
+        "OLLAMA_HOST": ollama.url,
+        "MERCURY_MEMORY_STORE": "off",
+    }
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "channel_http", "serve", "--dev", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("Uvicorn running on" in line for line in lines):
+            assert time.monotonic() < deadline and process.poll() is None, lines
+            lines.append(process.stdout.readline())
+        running = next(line for line in lines if "Uvicorn running on" in line)
+        assert f"http://127.0.0.1:{port}" in running
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) in (0, -signal.SIGTERM)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -1,0 +1,96 @@
+"""OpenTelemetry: one span per request, children for the model, tools and stores."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import anyio
+import httpx
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from channel_http.logs import JsonFormatter, with_trace_id
+from tests.conftest import ALICE
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer
+from tests.support.sse import turn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """The SDK's in-memory exporter behind the process's tracer provider (set once)."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def named(spans: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name == name]
+
+
+async def test_a_turn_is_one_request_span_with_model_tool_and_store_children(
+    spans: InMemorySpanExporter, make_server: object, ollama: OllamaStandIn
+) -> None:
+    server: RunningServer = make_server()  # type: ignore[operator]
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "no_such_tool", "arguments": {}}]),
+        ChatScript.words("done"),
+    )
+    records = io.StringIO()
+    handler = logging.StreamHandler(records)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(with_trace_id)
+    requests_log = logging.getLogger("mercury.http.requests")
+    level = requests_log.level
+    requests_log.addHandler(handler)
+    requests_log.setLevel(logging.INFO)
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+            with anyio.fail_after(30):
+                got = await turn(client, {"text": "hi", "conversationId": "secret-conv"}, ALICE)
+                assert got.final["text"] == "done"
+                await client.get("/conversation?id=secret-conv", headers=ALICE)
+                # A request's line is written once its response has ended, on the server.
+                while '"route":"/turn"' not in records.getvalue():
+                    await anyio.sleep(0.02)
+    finally:
+        requests_log.removeHandler(handler)
+        requests_log.setLevel(level)
+    finished = spans.get_finished_spans()
+    (request,) = named(finished, "POST /turn")
+    assert request.kind == trace.SpanKind.SERVER
+    trace_id = request.context.trace_id
+    in_turn = [span for span in finished if span.context.trace_id == trace_id]
+    assert len(named(in_turn, "model.chat")) == 2
+    (tool,) = named(in_turn, "tool.call")
+    assert tool.attributes == {"mercury.tool": "unknown"}
+    assert any(span.name.startswith("state.") for span in in_turn)
+    ids = {span.context.span_id for span in in_turn}
+    assert all(
+        span.parent is not None and span.parent.span_id in ids
+        for span in in_turn
+        if span is not request
+    )
+    # No span per sent frame, and nothing of the query in any attribute.
+    assert len(in_turn) < 40
+    for span in finished:
+        assert "secret-conv" not in json.dumps(dict(span.attributes or {}))
+        assert "secret-conv" not in span.name
+    lines = [json.loads(line) for line in records.getvalue().splitlines()]
+    turn_line = next(line for line in lines if line["route"] == "/turn")
+    assert turn_line["traceId"] == format(trace_id, "032x")

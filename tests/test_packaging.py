@@ -1,0 +1,100 @@
+"""What ships: the Dockerfile (linted with hadolint), compose.yaml, the LICENSE, the wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def test_the_dockerfile_passes_hadolint() -> None:
+    # No container engine runs here, so the image is linted rather than built.
+    linted = subprocess.run(  # noqa: S603 - the linter from our own dev extra
+        [str(BIN / "hadolint"), "--no-color", "Dockerfile"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_the_image_is_multi_stage_slim_non_root_with_a_volume_and_a_livez_healthcheck() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    stages = [line for line in lines if line.startswith("FROM ")]
+    assert len(stages) == 2 and all("-slim" in stage for stage in stages)
+    assert any(line.startswith("COPY --from=build") for line in lines)
+    user = next(line for line in lines if line.startswith("USER "))
+    assert user.split()[1].split(":")[0] not in ("0", "root")
+    assert 'VOLUME ["/srv/mercury/data"]' in lines
+    health = " ".join(lines[lines.index(next(x for x in lines if x.startswith("HEALTHCHECK"))) :])
+    assert "/livez" in health
+
+
+def test_compose_runs_mercury_beside_ollama_and_qdrant_on_request() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    assert services["mercury"]["environment"]["OLLAMA_HOST"] == "http://ollama:11434"
+    assert "mercury-data:/srv/mercury/data" in services["mercury"]["volumes"]
+    assert "ollama" in services["mercury"]["depends_on"]
+    assert services["qdrant"]["profiles"] == ["qdrant"]
+
+
+def test_the_license_file_is_the_one_pyproject_declares() -> None:
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    assert declared == "MIT"
+    assert (ROOT / "LICENSE").read_text().startswith("MIT License\n")
+
+
+@pytest.mark.slow
+def test_the_wheel_builds_and_installs_into_a_clean_venv(tmp_path: Path) -> None:
+    # Minutes on a loaded machine even from pip's cache: it runs with scripts/soak.
+    subprocess.run(  # noqa: S603 - python -m build on our own tree
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (wheel,) = (tmp_path / "dist").glob("mercury_http-*.whl")
+    venv.create(tmp_path / "venv", with_pip=True)
+    target = tmp_path / "venv" / "bin"
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path))}
+    subprocess.run(  # noqa: S603 - pip of the venv we just made
+        [str(target / "pip"), "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+        env=env,
+    )
+    helped = subprocess.run(  # noqa: S603 - the installed entry point
+        [str(target / "mercury-http"), "serve", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert helped.returncode == 0, helped.stderr
+    assert "HTTP_SURFACE_PORT" in helped.stdout and "--host" in helped.stdout
+    version = subprocess.run(  # noqa: S603 - the installed entry point
+        [str(target / "mercury-http"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    )
+    assert version.stdout.strip() == "mercury-http 0.1.0"
