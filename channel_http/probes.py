@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client import start_http_server as _start_http_server
 
 from channel_http.errors import Unavailable
-from core.i18n import N_
+from core import messages
 from core.model import ollama, openai
 
 if TYPE_CHECKING:
@@ -36,9 +36,9 @@ log = logging.getLogger("mercury.http")
 CHECK_TIMEOUT_S: Final = 2.0
 
 _NOT_READY: Final = {
-    "state": N_("The state database doesn't answer."),
-    "memory": N_("The memory store doesn't answer."),
-    "model": N_("The model host doesn't answer."),
+    "state": messages.NOT_READY_STATE,
+    "memory": messages.NOT_READY_MEMORY,
+    "model": messages.NOT_READY_MODEL,
 }
 
 
@@ -53,16 +53,20 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
     translator = services.catalogs.translator(services.settings.defaults.language)
     if services.manager.stopping:
         raise Unavailable(
-            translator.gettext("The server is stopping; send new turns to another instance."),
+            translator.gettext(messages.NOT_READY_STOPPING),
             extra={"checks": {}},
         )
     checks, missing = await readiness(services)
     if all(checks.values()):
         return {"ok": True, "checks": checks}
     sentences = [translator.gettext(_NOT_READY[name]) for name, ok in checks.items() if not ok]
-    if missing:
+    if missing and services.settings.model.provider == "openai":
         sentences.append(
-            translator.gettext("The model host lacks %(models)s; on it run: %(command)s")
+            translator.gettext(messages.MODELS_MISSING_OPENAI) % {"models": ", ".join(missing)}
+        )
+    elif missing:
+        sentences.append(
+            translator.gettext(messages.MODELS_MISSING_OLLAMA)
             % {"models": ", ".join(missing), "command": pull_command(missing)}
         )
     raise Unavailable(" ".join(sentences), extra={"checks": checks})

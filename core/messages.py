@@ -234,3 +234,21 @@ REJOIN_NOT_FOUND: Final = N_(
     "That turn can't be rejoined: it ended too long ago, or it isn't yours. "
     "Send your message again."
 )
+
+# --- Probes ---------------------------------------------------------------------------------
+
+# Shown: /readyz when the state store doesn't answer within its bound (503).
+NOT_READY_STATE: Final = N_("The state database doesn't answer.")
+# Shown: /readyz when the memory store doesn't answer within its bound (503).
+NOT_READY_MEMORY: Final = N_("The memory store doesn't answer.")
+# Shown: /readyz when the model server doesn't answer within its bound (503).
+NOT_READY_MODEL: Final = N_("The model host doesn't answer.")
+# Shown: /readyz once the shutdown has begun (503).
+NOT_READY_STOPPING: Final = N_("The server is stopping; send new turns to another instance.")
+# Shown: /readyz when Ollama lacks a model the settings name (503).
+MODELS_MISSING_OLLAMA: Final = N_("The model host lacks %(models)s; on it run: %(command)s")
+# Shown: /readyz when an OpenAI-compatible server doesn't list a model the settings name (503).
+MODELS_MISSING_OPENAI: Final = N_(
+    "The model server doesn't list %(models)s; load them there or set OPENAI_MODEL to a "
+    "model it lists."
+)
