@@ -10,7 +10,10 @@ Exception tree::
     ├── MethodNotAllowed  405
     ├── PayloadTooLarge   413
     ├── TooManyRequests   429    over the rate limit; carries Retry-After
-    └── Unavailable       503    the directory can't be asked
+    ├── InternalError     500    a turn answered at once failed on our side (logged)
+    ├── BadGateway        502    the model failed a turn answered at once (``POST /chat``)
+    ├── Unavailable       503    the directory can't be asked; the server is stopping
+    └── GatewayTimeout    504    a turn answered at once ran past its time limit
 
     core.db.DatabaseBusy  503    the database is locked by another process; Retry-After
     client gone                  a client that left before its body arrived: logged, not an error
@@ -93,8 +96,20 @@ class TooManyRequests(ApiError):
     status = 429
 
 
+class InternalError(ApiError):
+    status = 500
+
+
+class BadGateway(ApiError):
+    status = 502
+
+
 class Unavailable(ApiError):
     status = 503
+
+
+class GatewayTimeout(ApiError):
+    status = 504
 
 
 _encode = msgspec.json.Encoder().encode
