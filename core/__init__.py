@@ -25,7 +25,15 @@ from core.memory import MemoryStore
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
 from core.principal import Person, Principal
 from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
-from core.tools import LoginRequired, Plugin, Skill, ToolCallContext, ToolError, ToolRegistry
+from core.tools import (
+    LoginRequired,
+    Plugin,
+    Skill,
+    ToolCallContext,
+    ToolError,
+    ToolRegistry,
+    ToolReply,
+)
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
 __all__ = [
@@ -63,6 +71,7 @@ __all__ = [
     "ToolError",
     "ToolFinish",
     "ToolRegistry",
+    "ToolReply",
     "Translator",
     "Turn",
     "TurnInput",

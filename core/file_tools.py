@@ -95,7 +95,7 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
         else:
             data = content.encode("utf-8")
         try:
-            stored = await files.write_outbox(context.person.key, str(arguments["name"]), data)
+            stored = await files.write_outbox(context.person.key, str(arguments["filename"]), data)
         except FileError as error:
             raise ToolError(str(error)) from None
         return msgspec.json.encode(
@@ -145,7 +145,7 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
                 parameters={
                     "type": "object",
                     "properties": {
-                        "name": {
+                        "filename": {
                             "type": "string",
                             "minLength": 1,
                             "maxLength": 200,
@@ -158,12 +158,12 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
                             "description": "How content is written; text unless given.",
                         },
                     },
-                    "required": ["name", "content"],
+                    "required": ["filename", "content"],
                     "additionalProperties": False,
                 },
                 run=outbox_write,
                 label=N_("Writing a file for you…"),
-                detail=lambda arguments: str(arguments.get("name", "")),
+                detail=lambda arguments: str(arguments.get("filename", "")),
             ),
         ),
         skills=(FILES_SKILL,),

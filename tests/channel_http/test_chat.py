@@ -16,6 +16,7 @@ import pytest
 
 from core.tools import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE, BOB
+from tests.support.contract import check_response
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 
@@ -55,7 +56,10 @@ def sent_paths(request: dict[str, Any]) -> list[str]:
 
 
 def post(server: RunningServer, body: Any, headers: Mapping[str, str] = ALICE, **kw: Any) -> Any:
-    return httpx.post(server.url + "/chat", json=body, headers=dict(headers), timeout=30, **kw)
+    """POST /chat; every answer is held to openapi.yaml (status documented, body fits)."""
+    response = httpx.post(server.url + "/chat", json=body, headers=dict(headers), timeout=30, **kw)
+    check_response(response)
+    return response
 
 
 def private_area(server: RunningServer, person_key: str) -> Path:
@@ -73,7 +77,7 @@ def test_a_file_goes_in_and_a_file_comes_out_with_equal_bytes(
     produced = bytes(range(256)) * 3
     ollama.responder = steps(
         lambda request: call("inbox_read", path=sent_paths(request)[0]),
-        call("outbox_write", name="result.bin", content=b64(produced), encoding="base64"),
+        call("outbox_write", filename="result.bin", content=b64(produced), encoding="base64"),
         ChatScript.words("Here is your file."),
     )
     answer = post(
@@ -107,13 +111,13 @@ def test_a_file_goes_in_and_a_file_comes_out_with_equal_bytes(
 def test_older_outbox_files_are_kept_and_never_sent_again(
     server: RunningServer, ollama: OllamaStandIn
 ) -> None:
-    ollama.responder = steps(call("outbox_write", name="a.csv", content="x,y\n1,2\n"))
+    ollama.responder = steps(call("outbox_write", filename="a.csv", content="x,y\n1,2\n"))
     first = post(server, {"text": "make a", "conversationId": "keep"}).json()
     assert [(f["filename"], f["mimeType"]) for f in first["files"]] == [("a.csv", "text/csv")]
-    ollama.responder = steps(call("outbox_write", name="b.md", content="# B\n"))
+    ollama.responder = steps(call("outbox_write", filename="b.md", content="# B\n"))
     second = post(server, {"text": "make b", "conversationId": "keep"}).json()
     assert [f["filename"] for f in second["files"]] == ["b.md"]
-    ollama.responder = steps(call("outbox_write", name="a.csv", content="x,y\n3,4\n"))
+    ollama.responder = steps(call("outbox_write", filename="a.csv", content="x,y\n3,4\n"))
     third = post(server, {"text": "redo a", "conversationId": "keep"}).json()
     assert [f["filename"] for f in third["files"]] == ["a.csv"]
     assert base64.b64decode(third["files"][0]["data"]) == b"x,y\n3,4\n"
@@ -198,9 +202,7 @@ def test_limits_per_file_and_per_turn_are_refused_with_413_naming_the_limit(
     server = make_server(CHAT_MAX_FILE_BYTES="2048", CHAT_MAX_TURN_BYTES="3072")
     one = post(server, {"text": "hi", "files": [{"name": "big.bin", "data": b64(b"x" * 2049)}]})
     assert one.status_code == 413
-    assert one.json()["error"] == (
-        'The file "big.bin" is larger than the limit of 2 KiB per file.'
-    )
+    assert one.json()["error"] == ('The file "big.bin" is larger than the limit of 2 KiB per file.')
     two = post(
         server,
         {
@@ -312,7 +314,7 @@ def test_a_bridge_acts_for_another_caller_and_others_are_refused(
     make_server: Callable[..., RunningServer], ollama: OllamaStandIn
 ) -> None:
     server = make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(PEOPLE))
-    ollama.responder = steps(call("outbox_write", name="for-carol.txt", content="hi Carol"))
+    ollama.responder = steps(call("outbox_write", filename="for-carol.txt", content="hi Carol"))
     body = {
         "text": "hello",
         "callerId": "discord:42",
@@ -389,7 +391,7 @@ def test_a_client_that_leaves_cancels_the_turn(
 
 
 def test_inbox_and_outbox_never_cross_people(server: RunningServer, ollama: OllamaStandIn) -> None:
-    ollama.responder = steps(call("outbox_write", name="secret.txt", content="alice only"))
+    ollama.responder = steps(call("outbox_write", filename="secret.txt", content="alice only"))
     sent = post(
         server, {"text": "keep this", "files": [{"name": "mine.txt", "data": b64(b"A-secret")}]}
     )
@@ -398,7 +400,7 @@ def test_inbox_and_outbox_never_cross_people(server: RunningServer, ollama: Olla
     ollama.responder = steps(
         call("inbox_list"),
         call("inbox_read", path=alice_path),
-        call("outbox_write", name="secret.txt", content="bob's own"),
+        call("outbox_write", filename="secret.txt", content="bob's own"),
     )
     bob = post(server, {"text": "show me files"}, BOB).json()
     listed = json.loads(ollama.requests[1]["messages"][-1]["content"])
