@@ -17,7 +17,7 @@ from typing import Any
 
 import uvicorn
 
-from channel_http.app import HttpChannel, build_app, with_cors
+from channel_http import chat_client
 from core.channels import admits
 from core.config import ConfigurationError, help_text, load_settings
 
@@ -62,6 +62,9 @@ def _dev_token(environ: dict[str, str]) -> str | None:
 
 
 def serve(arguments: argparse.Namespace) -> int:
+    # Imported here: `mercury-http chat` shares this entry point and must start quickly.
+    from channel_http.app import HttpChannel, build_app, with_cors
+
     environ = dict(os.environ)
     token = _dev_token(environ) if arguments.dev else None
     try:
@@ -121,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="with no auth configured, make and print a development static token",
     )
+    chat_client.add_command(commands)
     arguments = parser.parse_args(argv)
+    if arguments.command == "chat":
+        return chat_client.run(arguments)
     return serve(arguments)
 
 
