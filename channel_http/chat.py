@@ -63,6 +63,8 @@ AnyRequest = Request[Any, Any, Any]
 #: ``<platform>:<id>``: how a bridge names the person it acts for (a directory identity).
 CALLER_ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}:[^\s\x00-\x1f\x7f]{1,200}")
 MAX_AUTHOR_CHARS: Final = 100
+#: Files one request may carry: each is a write to the disk before the turn starts.
+MAX_FILES: Final = 20
 # The JSON around the files' base64: the text, the names, the punctuation.
 _BODY_OVERHEAD: Final = 1024 * 1024
 
@@ -306,6 +308,10 @@ async def chat(request: AnyRequest) -> Response[Any]:
         conversation = conversation or space
     text = body.text or ""
     incoming = [IncomingFile(f.name, f.data) for f in body.files or ()]
+    if len(incoming) > MAX_FILES:
+        raise BadRequest(
+            tr.gettext("Send at most %(count)d files with one message.") % {"count": MAX_FILES}
+        )
     if not text.strip() and not incoming:
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager

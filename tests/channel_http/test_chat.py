@@ -238,6 +238,10 @@ def test_bodies_that_break_the_shape_are_refused_with_a_sentence(server: Running
         ({"text": "hi", "extra": 1}, '"extra" is not allowed'),
         ({"text": "   "}, "missing or blank"),
         ({"text": "hi", "conversationId": "a b"}, "conversationId"),
+        (
+            {"text": "hi", "files": [{"name": f"{n}.txt", "data": "eA=="} for n in range(21)]},
+            "at most 20 files",
+        ),
     ]
     for body, words in cases:
         answer = post(server, body)
