@@ -17,7 +17,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from core.tools import Plugin, Tool, ToolCallContext
+from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 
@@ -37,6 +37,9 @@ class Desk:
         await asyncio.sleep(1.5)  # long enough for the spinner to be seen
         return "the room is free"
 
+    async def agenda(self, context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+        raise LoginRequired("Calendar", "http://127.0.0.1:9/login/calendar?state=s1")
+
     async def book(self, context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         self.booked.append(str(arguments["room"]))
         return "booked"
@@ -54,6 +57,12 @@ class Desk:
                     run=self.lookup,
                     label="Looking the room up…",
                     detail=lambda arguments: str(arguments.get("room", "")),
+                ),
+                Tool(
+                    name="agenda",
+                    description="Read the agenda.",
+                    parameters={"type": "object", "properties": {}},
+                    run=self.agenda,
                 ),
                 Tool(
                     name="book",
@@ -162,6 +171,22 @@ def test_a_tool_turn_is_shown_live_at_each_step(
     assert steps_seen == sorted(steps_seen), steps_seen
     assert "\x1b[2" in raw  # dimmed (reasoning)
     assert "\x1b[1mB12" in raw  # bold, from the Markdown
+
+
+def test_a_login_link_is_shown_with_its_warning_and_a_failed_tool_with_a_cross(
+    tmp_path: Path, server: RunningServer, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = steps(
+        ChatScript(tool_calls=[{"name": "agenda", "arguments": {}}]),
+        ChatScript.words("Log in first, please."),
+    )
+    child = spawn(client_env(tmp_path, server), "--conversation", "tty-5", "my agenda?")
+    assert finish(child) == 0
+    seen = ANSI.sub("", child.before)
+    assert "✗ Using agenda…" in seen
+    assert "🔑 Log in to Calendar: http://127.0.0.1:9/login/calendar?state=s1" in seen
+    assert "Open it yourself: it signs you in to Calendar as you." in seen
+    assert seen.rindex("Log in first, please.") > seen.index("✗ Using agenda…")
 
 
 def test_the_confirmation_prompt_is_answered_by_typing_a_number(
