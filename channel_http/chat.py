@@ -36,6 +36,7 @@ from channel_http.errors import (
 )
 from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
+from core.file_types import describe_size
 from core.files import (
     OUTBOX,
     FileError,
@@ -44,7 +45,6 @@ from core.files import (
     InvalidFileName,
     PersonFiles,
     StoredFile,
-    describe_size,
 )
 from core.i18n import choose_language
 from core.people import Admitted, refusal_message

@@ -14,13 +14,8 @@ from typing import Any, Final
 
 import msgspec
 
-from core.files import (
-    INBOX,
-    FileError,
-    PersonFiles,
-    describe_size,
-    is_textual,
-)
+from core.file_types import describe_size, is_textual
+from core.files import INBOX, FileError, PersonFiles
 from core.i18n import N_
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError, ToolReply
 from core.version import PLUGIN_API_VERSION

@@ -6,7 +6,7 @@ and ``inferred``). A file sent with a turn is saved as ``inbox/<milliseconds>-<n
 model writes ``outbox/<name>``. Names pass one rule (:func:`checked_name`): no separators,
 no ``..``, no control or invisible characters, nothing hidden. Every open walks the folders
 one by one with ``O_NOFOLLOW`` from the vault's root, so a symlink leads nowhere, and the
-type of a file is read from its bytes (:func:`sniff`), never from its name.
+type of a file is read from its bytes (:func:`core.file_types.sniff`), never from its name.
 
 Exception tree::
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-import filetype  # type: ignore[import-untyped]
 import msgspec
 
+from core.file_types import describe_size, sniff
 from core.wiki import person_folder
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "PersonFiles",
     "StoredFile",
     "checked_name",
-    "sniff",
 ]
 
 INBOX: Final = "inbox"
@@ -59,19 +58,6 @@ _REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 _STEERING: Final = "/\\"
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-# Types told apart by their first bytes that are still text: filetype knows none of them.
-_TEXT_TYPES: Final = {
-    ".json": "application/json",
-    ".csv": "text/csv",
-    ".md": "text/markdown",
-    ".markdown": "text/markdown",
-    ".html": "text/html",
-    ".htm": "text/html",
-    ".xml": "application/xml",
-    ".svg": "image/svg+xml",
-    ".yaml": "application/yaml",
-    ".yml": "application/yaml",
-}
 
 
 class FileError(Exception):
@@ -177,42 +163,6 @@ def checked_name(name: str) -> str:
     return name
 
 
-def sniff(data: bytes, name: str = "") -> str:
-    """The MIME type of ``data``, read from its bytes.
-
-    Binary formats are recognized by their signatures; bytes that are valid UTF-8 without
-    NUL are text, and only then does the name's extension choose among text types.
-    """
-    kind = filetype.guess(data[:8192]) if data else None
-    if kind is not None:
-        return str(kind.mime)
-    if is_text(data):
-        suffix = os.path.splitext(name)[1].lower()
-        return _TEXT_TYPES.get(suffix, "text/plain")
-    return "application/octet-stream"
-
-
-def is_text(data: bytes) -> bool:
-    """Whether ``data`` reads as UTF-8 text (no NUL, at most a cut character at the end)."""
-    if b"\0" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        # A sample cut in the middle of a character is still text.
-        return error.start >= len(data) - 3 and error.reason == "unexpected end of data"
-    return True
-
-
-def is_textual(mime_type: str) -> bool:
-    """Whether a file of this type is given to the model as text."""
-    return (
-        mime_type.startswith("text/")
-        or mime_type in {"application/json", "application/xml", "application/yaml"}
-        or mime_type == "image/svg+xml"
-    )
-
-
 def check_sizes(files: Sequence[IncomingFile], limits: FileLimits) -> None:
     """Refuse a turn whose files break a limit, before anything is written."""
     total = 0
@@ -233,15 +183,6 @@ def check_sizes(files: Sequence[IncomingFile], limits: FileLimits) -> None:
             limit=limits.max_turn_bytes,
             per="turn",
         )
-
-
-def describe_size(size: int) -> str:
-    """``10 MiB``, ``512 KiB`` or ``300 bytes``: a size as a person reads it."""
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor:
-            value = size / factor
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{size} bytes"
 
 
 class PersonFiles:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from core.file_types import describe_size, sniff
 from core.files import (
     FileError,
     FileLimits,
@@ -16,8 +17,6 @@ from core.files import (
     InvalidFileName,
     PersonFiles,
     checked_name,
-    describe_size,
-    sniff,
 )
 
 pytestmark = pytest.mark.anyio
