@@ -55,6 +55,12 @@ def sent_paths(request: dict[str, Any]) -> list[str]:
     return re.findall(r"^- (inbox/.+)$", user, re.MULTILINE)
 
 
+def tool_result(message: dict[str, Any]) -> str:
+    """A tool message's content without the ``[toolCallId: …]`` line the engine puts first."""
+    content: str = message["content"]
+    return re.sub(r"\A\[toolCallId: [^\]]*\]\n", "", content)
+
+
 def post(server: RunningServer, body: Any, headers: Mapping[str, str] = ALICE, **kw: Any) -> Any:
     """POST /chat; every answer is held to openapi.yaml (status documented, body fits)."""
     response = httpx.post(server.url + "/chat", json=body, headers=dict(headers), timeout=30, **kw)
@@ -102,7 +108,7 @@ def test_a_file_goes_in_and_a_file_comes_out_with_equal_bytes(
     assert len(paths) == 1 and paths[0].endswith("-notes.txt")
     assert "Turn this into numbers" in first[-1]["content"]
     read_back = ollama.requests[1]["messages"][-1]
-    assert read_back["role"] == "tool" and read_back["content"] == "line one\nline two\n"
+    assert read_back["role"] == "tool" and tool_result(read_back) == "line one\nline two\n"
     area = private_area(server, "static:alice")
     assert (area / paths[0]).read_bytes() == b"line one\nline two\n"
     assert (area / "outbox" / "result.bin").read_bytes() == produced
@@ -140,7 +146,7 @@ def test_the_type_is_read_from_the_bytes_not_the_name(
         },
     )
     assert answer.status_code == 200, answer.text
-    listed = json.loads(ollama.requests[1]["messages"][-1]["content"])["files"]
+    listed = json.loads(tool_result(ollama.requests[1]["messages"][-1]))["files"]
     types = {entry["path"].split("-", 1)[1]: entry["type"] for entry in listed}
     assert types == {"photo.txt": "image/png", "table.png": "text/plain"}
 
@@ -407,9 +413,9 @@ def test_inbox_and_outbox_never_cross_people(server: RunningServer, ollama: Olla
         call("outbox_write", filename="secret.txt", content="bob's own"),
     )
     bob = post(server, {"text": "show me files"}, BOB).json()
-    listed = json.loads(ollama.requests[1]["messages"][-1]["content"])
+    listed = json.loads(tool_result(ollama.requests[1]["messages"][-1]))
     assert listed == {"files": []}
-    read = ollama.requests[2]["messages"][-1]["content"]
+    read = tool_result(ollama.requests[2]["messages"][-1])
     assert read.startswith("Error:") and "A-secret" not in read
     assert [base64.b64decode(f["data"]) for f in bob["files"]] == [b"bob's own"]
     alice_outbox = private_area(server, "static:alice") / "outbox" / "secret.txt"

@@ -207,7 +207,10 @@ async def test_bob_reaches_nothing_of_alices_inbox_or_outbox(
     ollama.responder = lambda request: script.pop(0) if script else ChatScript.words("ok")
     asked = len(ollama.requests)
     answer = call(server, "POST", "/chat", BOB, json={"text": "my files?", "conversationId": "c4"})
-    told = [r["messages"][-1]["content"] for r in ollama.requests[asked + 1 :]]
+    told = [
+        re.sub(r"\A\[toolCallId: [^\]]*\]\n", "", r["messages"][-1]["content"])
+        for r in ollama.requests[asked + 1 :]
+    ]
     assert json.loads(told[0]) == {"files": []}
     assert told[1].startswith("Error: There is no file")
     # Bob gets his own file back, never Alice's, and hers stays as it was.
