@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
-from channel_http import routes
+from channel_http import chat, routes
 from channel_http.access_log import RequestLog
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
@@ -50,6 +50,8 @@ from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.edge import EdgeStore
 from core.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
+from core.file_tools import files_plugin
+from core.files import FileLimits, PersonFiles
 from core.i18n import Catalogs
 from core.linking import Linking
 from core.logins import Logins
@@ -104,6 +106,7 @@ class Services:
     manager: SessionManager
     linking: Linking
     vault: Vault
+    files: PersonFiles
     openapi: bytes
     collection_names: CollectionNames
     embedder: Embedder | None = None
@@ -224,6 +227,7 @@ def build_app(
     authenticated = [
         routes.turn,
         routes.turn_events,
+        chat.chat,
         routes.confirm,
         routes.me,
         routes.patch_me,
@@ -333,9 +337,17 @@ async def open_services(
             metrics.readings.archive_spilled = lambda: archive.spilled if archive else 0
         capture = Capture(chat_model, archive, memory, vault)
         memory_plugins = (memory_plugin(memory, archive, embedder),)
+    files = PersonFiles(
+        settings.wiki.vault_path,
+        FileLimits(
+            max_file_bytes=settings.chat.max_file_bytes,
+            max_turn_bytes=settings.chat.max_turn_bytes,
+        ),
+    )
     registry = ToolRegistry(
         (
             *builtin_plugins(vault=vault, person_settings=person_settings),
+            files_plugin(files, chat_model.accepts_images),
             *memory_plugins,
             *plugins,
         ),
@@ -383,6 +395,7 @@ async def open_services(
         manager=manager,
         linking=linking,
         vault=vault,
+        files=files,
         openapi=OPENAPI_PATH.read_bytes(),
         collection_names=collection_names(settings),
         embedder=embedder,

@@ -17,15 +17,13 @@ from typing import Any
 
 import uvicorn
 
-from channel_http import logs
-from channel_http.app import HttpChannel, build_app, with_cors
-from channel_http.config_commands import INIT_FILE, check_config, init
-from channel_http.connections import server_options
-from channel_http.tracing import configure_tracing
+from channel_http import chat_client, logs
 from core.channels import admits
 from core.config import ConfigurationError, Settings, help_text, load_settings
-from core.state import DatabaseUnavailable, connect
 from core.version import core_version
+
+# The server's modules (the app, the state store, tracing) are imported by the commands that
+# use them: ``mercury-http chat`` starts without loading the server.
 
 log = logging.getLogger("mercury.http")
 
@@ -68,6 +66,8 @@ def _dev_token(environ: dict[str, str]) -> str | None:
 
 
 async def _reach_state_store(settings: Settings) -> None:
+    from core.state import connect
+
     database = await connect(settings.state.url, settings.data_dir, pool_size=1)
     await database.close()
 
@@ -83,6 +83,12 @@ def _overrides(arguments: argparse.Namespace, environ: dict[str, str]) -> None:
 
 
 def serve(arguments: argparse.Namespace) -> int:
+    # Imported here: `mercury-http chat` shares this entry point and must start quickly.
+    from channel_http.app import HttpChannel, build_app, with_cors
+    from channel_http.connections import server_options
+    from channel_http.tracing import configure_tracing
+    from core.state import DatabaseUnavailable
+
     environ = dict(os.environ)
     _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
@@ -180,13 +186,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write a mercury.yaml naming every setting the file may hold, at its "
         "default, with its meaning as a comment.",
     )
-    init_parser.add_argument("--output", default=INIT_FILE, help="where to write it")
+    init_parser.add_argument("--output", help="where to write it (default: mercury.yaml)")
     init_parser.add_argument("--force", action="store_true", help="replace an existing file")
+    chat_client.add_command(commands)
     arguments = parser.parse_args(argv)
-    if arguments.command == "check-config":
-        return check_config(arguments)
-    if arguments.command == "init":
-        return init(arguments)
+    if arguments.command == "chat":
+        return chat_client.run(arguments)
+    if arguments.command in ("check-config", "init"):
+        from channel_http.config_commands import check_config, init
+
+        return check_config(arguments) if arguments.command == "check-config" else init(arguments)
     return serve(arguments)
 
 

@@ -65,7 +65,7 @@ def check_config(arguments: argparse.Namespace, out: TextIO | None = None) -> in
 def init(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
     """Write the commented default file; never over an existing one unless ``--force``."""
     out = out or sys.stdout
-    path = Path(arguments.output)
+    path = Path(arguments.output or INIT_FILE)
     if path.exists() and not arguments.force:
         print(
             f"mercury-http: {path} exists already; name another file with --output, or "

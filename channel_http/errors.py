@@ -10,7 +10,10 @@ Exception tree::
     ├── MethodNotAllowed  405
     ├── PayloadTooLarge   413
     ├── TooManyRequests   429    over the rate limit; carries Retry-After
-    └── Unavailable       503    the directory can't be asked
+    ├── InternalError     500    a turn answered at once failed on our side (logged)
+    ├── BadGateway        502    the model failed a turn answered at once (``POST /chat``)
+    ├── Unavailable       503    the directory can't be asked; the server is stopping
+    └── GatewayTimeout    504    a turn answered at once ran past its time limit
 
     core.state.DatabaseUnavailable
                           503    the state store is locked or out of reach; Retry-After
@@ -99,8 +102,20 @@ class TooManyRequests(ApiError):
     status = 429
 
 
+class InternalError(ApiError):
+    status = 500
+
+
+class BadGateway(ApiError):
+    status = 502
+
+
 class Unavailable(ApiError):
     status = 503
+
+
+class GatewayTimeout(ApiError):
+    status = 504
 
 
 HEAD_TIMEOUT: Final = 408

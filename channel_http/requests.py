@@ -29,6 +29,22 @@ class ConfirmBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     conversation_id: str | None = None
 
 
+class FileBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A file sent to ``POST /chat``: its name and its bytes (base64 on the wire)."""
+
+    name: str
+    data: bytes
+
+
+class ChatBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    text: str | None = None
+    conversation_id: str | None = None
+    files: list[FileBody] | None = None
+    caller_id: str | None = None
+    author_name: str | None = None
+    space_id: str | None = None
+
+
 class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     time_zone: str | None = None
     language: str | None = None  # an extension of contract v6
@@ -37,17 +53,23 @@ class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="ca
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
-    body_type: msgspec.json.Decoder(body_type) for body_type in (TurnBody, ConfirmBody, MeBody)
+    body_type: msgspec.json.Decoder(body_type)
+    for body_type in (TurnBody, ConfirmBody, ChatBody, MeBody)
 }
 _EXPECTED: Final = {
     "str": "a string",
     "bool": "true or false",
     "object": "a JSON object",
+    "array": "a JSON array",
 }
 _TYPE_ERROR = re.compile(
     r"Expected `(?P<expected>[^`]+)`, got `[^`]+`(?: - at `\$\.(?P<field>[^`]+)`)?"
 )
 _UNKNOWN_FIELD = re.compile(r"Object contains unknown field `(?P<field>[^`]+)`")
+_BASE64 = re.compile(r"Invalid base64 encoded string - at `\$\.(?P<field>[^`]+)`")
+_MISSING = re.compile(
+    r"Object missing required field `(?P<field>[^`]+)`(?: - at `\$\.(?P<at>[^`]+)`)?"
+)
 
 
 def decode_body(body_type: type[_T], raw: bytes, translator: Translator) -> _T:
@@ -97,6 +119,13 @@ def _describe(message: str, translator: Translator) -> str:
         return translator.gettext('The field "%(field)s" is not allowed here.') % {
             "field": match["field"]
         }
+    if match := _BASE64.search(message):
+        return translator.gettext('The field "%(field)s" must be base64.') % {
+            "field": match["field"]
+        }
+    if match := _MISSING.search(message):
+        field = f"{match['at']}.{match['field']}" if match["at"] else match["field"]
+        return translator.gettext('The field "%(field)s" is required.') % {"field": field}
     match = _TYPE_ERROR.search(message)
     if match is None or match["field"] is None:
         return translator.gettext("The request body must be a JSON object.")

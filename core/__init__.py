@@ -26,7 +26,15 @@ from core.memory import MemoryStore
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
 from core.principal import Person, Principal
 from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
-from core.tools import LoginRequired, Plugin, Skill, ToolCallContext, ToolError, ToolRegistry
+from core.tools import (
+    LoginRequired,
+    Plugin,
+    Skill,
+    ToolCallContext,
+    ToolError,
+    ToolRegistry,
+    ToolReply,
+)
 from core.turn_log import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
@@ -65,6 +73,7 @@ __all__ = [
     "ToolError",
     "ToolFinish",
     "ToolRegistry",
+    "ToolReply",
     "Translator",
     "Turn",
     "TurnInput",

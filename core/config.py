@@ -76,6 +76,7 @@ __all__ = [
     "SETTINGS",
     "AccessSettings",
     "AuthSettings",
+    "ChatSettings",
     "ConfigurationError",
     "DefaultsSettings",
     "DirectorySettings",
@@ -211,6 +212,15 @@ class EngineSettings(_Group, frozen=True, kw_only=True):
     max_steps: int
 
 
+class ChatSettings(_Group, frozen=True, kw_only=True):
+    """``POST /chat``: its time limit, the size of files, and who may act for others."""
+
+    timeout_s: float
+    max_file_bytes: int
+    max_turn_bytes: int
+    bridge_role: str
+
+
 class RateLimitSettings(_Group, frozen=True, kw_only=True):
     """How many turns a person may start in a sliding window."""
 
@@ -316,6 +326,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     openai: OpenAISettings
     defaults: DefaultsSettings
     engine: EngineSettings
+    chat: ChatSettings
     rate_limit: RateLimitSettings
     wiki: WikiSettings
     memory: MemorySettings
@@ -354,6 +365,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "openai": OpenAISettings,
     "defaults": DefaultsSettings,
     "engine": EngineSettings,
+    "chat": ChatSettings,
     "rate_limit": RateLimitSettings,
     "wiki": WikiSettings,
     "memory": MemorySettings,
@@ -496,6 +508,17 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The time zone of people who haven't given one, spelled as the tz database does."),
     Setting("engine.max_steps", "MERCURY_MAX_STEPS", _Int(1, 100), 8,
             "Model steps (answers and tool rounds) one turn may take."),
+    Setting("chat.timeout_s", "CHAT_TIMEOUT_S", _SECONDS, 300.0,
+            "Seconds a `POST /chat` turn may take before it is stopped and refused with 504."),
+    Setting("chat.max_file_bytes", "CHAT_MAX_FILE_BYTES", _Int(1), 10 * 1024 * 1024,
+            "Bytes one file sent to or written by the assistant may hold.",
+            default_doc="`10485760` (10 MiB)"),
+    Setting("chat.max_turn_bytes", "CHAT_MAX_TURN_BYTES", _Int(1), 25 * 1024 * 1024,
+            "Bytes the files of one `POST /chat` may hold together, sent or returned.",
+            default_doc="`26214400` (25 MiB)"),
+    Setting("chat.bridge_role", "CHAT_BRIDGE_ROLE", _Text(), "mercury.bridge",
+            "The directory role that lets a caller act for others on `POST /chat` "
+            "(`callerId`, `authorName`, `spaceId`)."),
     Setting("rate_limit.per_user", "MERCURY_RATE_LIMIT_PER_USER", _Int(1, 1000), 10,
             "Turns a person may start per window."),
     Setting("rate_limit.window_ms", "MERCURY_RATE_LIMIT_WINDOW_MS", _Int(1000, 3_600_000),
@@ -895,6 +918,7 @@ _SECTION_TITLES: Final = {
     "openai": "OpenAI-compatible server",
     "defaults": "Defaults for people",
     "engine": "Engine",
+    "chat": "Chat (`POST /chat` and files)",
     "rate_limit": "Rate limit",
     "wiki": "Wiki",
     "memory": "Memory",

@@ -252,3 +252,66 @@ MODELS_MISSING_OPENAI: Final = N_(
     "The model server doesn't list %(models)s; load them there or set OPENAI_MODEL to a "
     "model it lists."
 )
+
+# --- Chat and files (POST /chat) ----------------------------------------------------------------
+
+# Shown: the refusal of a POST /chat body over the size its files may take.
+CHAT_BODY_TOO_LARGE: Final = N_(
+    "The request is larger than the limit of %(limit)s of files per turn."
+)
+# Shown: the refusal of a file sent without a name.
+FILE_NAME_EMPTY: Final = N_("A file has no name; give every file a name such as notes.txt.")
+# Shown: the refusal of a file name with control or invisible characters.
+FILE_NAME_INVISIBLE: Final = N_(
+    'The file name "%(name)s" holds control or invisible characters; rename the file.'
+)
+# Shown: the refusal of a file name that is a path.
+FILE_NAME_PATH: Final = N_(
+    'The file name "%(name)s" is a path; send the file\'s own name, without folders.'
+)
+# Shown: the refusal of a hidden file's name.
+FILE_NAME_HIDDEN: Final = N_(
+    'The file name "%(name)s" starts with a dot (a hidden file); rename the file.'
+)
+# Shown: the refusal of a file name with spaces at either end.
+FILE_NAME_SPACES: Final = N_(
+    'The file name "%(name)s" starts or ends with a space; rename the file.'
+)
+# Shown: the refusal of a file name that is too long.
+FILE_NAME_LONG: Final = N_('The file name "%(name)s" is too long; shorten it.')
+# Shown: the refusal of a file over the per-file limit; limit is e.g. "10 MiB".
+FILE_TOO_LARGE: Final = N_('The file "%(name)s" is larger than the limit of %(limit)s per file.')
+# Shown: the refusal of files over the per-turn limit together.
+FILES_TOO_LARGE: Final = N_("The files are larger together than the limit of %(limit)s per turn.")
+# Shown: the refusal of too many files in one request.
+TOO_MANY_FILES: Final = N_("Send at most %(count)d files with one message.")
+# Shown: the refusal of a field that must be base64.
+FIELD_NOT_BASE64: Final = N_('The field "%(field)s" must be base64.')
+# Shown: the refusal of a body missing a required field.
+FIELD_REQUIRED: Final = N_('The field "%(field)s" is required.')
+# Shown: the refusal of the bridge fields from a caller without the bridge role.
+BRIDGE_ONLY: Final = N_(
+    'Only a bridge may send "callerId", "authorName" or "spaceId": '
+    "the directory must give the caller the role %(role)s."
+)
+# Shown: the refusal of a callerId that isn't <platform>:<id>.
+CALLER_ID_INVALID: Final = N_('The "callerId" must be a platform and an id, such as discord:1234.')
+# Shown: the refusal of a bridge naming an identity that signs in here itself.
+BRIDGE_LOCAL_IDENTITY: Final = N_(
+    'A bridge can\'t act for "%(provider)s" identities: they sign in themselves.'
+)
+# Shown: the refusal of both spaceId and conversationId with different values.
+SPACE_AND_CONVERSATION: Final = N_('Give "spaceId" or "conversationId", or the same value in both.')
+# Shown: the answer of a POST /chat turn that ran past its time limit.
+CHAT_TIMED_OUT: Final = N_plural(
+    "The turn took longer than %(seconds)d second and was stopped; "
+    "ask something shorter or try again.",
+    "The turn took longer than %(seconds)d seconds and was stopped; "
+    "ask something shorter or try again.",
+)
+# Shown: the status line while the model lists the person's inbox.
+LOOKING_AT_FILES: Final = N_("Looking at your files…")
+# Shown: the status line while the model reads a file of the inbox.
+READING_FILE: Final = N_("Reading your file…")
+# Shown: the status line while the model writes a file to the outbox.
+WRITING_FILE: Final = N_("Writing a file for you…")

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
@@ -52,6 +52,7 @@ from core.tools import (
     ToolCallContext,
     ToolError,
     ToolRegistry,
+    ToolReply,
     cap,
     detail_of,
 )
@@ -77,6 +78,9 @@ EVENT_QUEUE_SIZE: Final = 256
 #: The start of a one-off session's id (a turn without conversationId).
 ONE_OFF_PREFIX: Final = ".once-"
 
+#: Why a turn failed: the model, the server stopping, or something of ours.
+TurnFailure = Literal["model", "stopping", "internal"]
+
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     """One request for a turn, as a channel hands it to the core."""
@@ -90,6 +94,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     language: str
     time_zone: str
     received_at: datetime
+    #: Files saved to the person's inbox with this turn, as the model names them.
+    attachments: tuple[str, ...] = ()
 
 
 class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -168,6 +174,8 @@ class Turn:
         self.queue_s = 0.0
         #: How the turn ended, once it has.
         self.outcome: TurnOutcome | None = None
+        #: Why the turn ended with an ``error`` event, for a channel that answers at once.
+        self.failure: TurnFailure | None = None
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -287,6 +295,7 @@ class SessionManager:
         try:
             if self._stopping:
                 outcome = "refused"
+                turn.failure = "stopping"
                 await emit(events.Error(message=self._stopping_text(translator)))
                 return
             if self.metrics is not None:
@@ -299,9 +308,11 @@ class SessionManager:
             outcome = "error" if self._stopping else "cancelled"
             raise
         except ModelError as error:
+            turn.failure = "model"
             await emit(events.Error(message=self._model_error_text(error, translator)))
         except Exception:
             log.exception("turn failed")
+            turn.failure = "internal"
             await emit(
                 events.Error(
                     message=translator.gettext(
@@ -400,6 +411,8 @@ class SessionManager:
             await self._answer(session, context, turn_input, emit, archive_user=None)
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
+        if turn_input.attachments:
+            stamped += attachments_note(turn_input.attachments)
         session.messages.append(ChatMessage(role="user", content=stamped))
         # The person's words are on record before the model runs: an instance dying
         # mid-turn loses the answer, never what was accepted.
@@ -621,6 +634,7 @@ class SessionManager:
         )
         outcome: events.ToolOutcome = "success"
         staged = False
+        images: tuple[str, ...] | None = None
         with span("tool.call", **{"mercury.tool": name if tool else "unknown"}):
             try:
                 if tool is None:
@@ -636,7 +650,11 @@ class SessionManager:
                         "happen once they confirm, without inventing a token."
                     )
                 else:
-                    result = await tool.run(context, valid)
+                    ran = await tool.run(context, valid)
+                    if isinstance(ran, ToolReply):
+                        result, images = ran.text, ran.images or None
+                    else:
+                        result = ran
             except LoginRequired as login:
                 outcome = "failed"
                 step_events.append(events.Login(service=login.service, url=login.url))
@@ -658,7 +676,12 @@ class SessionManager:
         if outcome == "success" and name != PRESENT:
             session.results.add(tool_call_id, result)
         session.messages.append(
-            ChatMessage(role="tool", tool_name=name, content=tool_message(tool_call_id, result))
+            ChatMessage(
+                role="tool",
+                tool_name=name,
+                content=tool_message(tool_call_id, result),
+                images=images,
+            )
         )
         await self.tool_log.record(
             context.person.key,
@@ -864,7 +887,8 @@ class SessionManager:
             if tool.choice_argument and taken.choice_value is not None:
                 arguments[tool.choice_argument] = taken.choice_value
             try:
-                outcome, result = "success", await tool.run(context, arguments)
+                ran = await tool.run(context, arguments)
+                outcome, result = "success", ran.text if isinstance(ran, ToolReply) else ran
             except LoginRequired as required:
                 outcome, result, login = "failed", str(required), required
             except ToolError as error:
@@ -1006,6 +1030,7 @@ class SessionManager:
         if self._sweeper is not None:
             self._sweeper.cancel()
         for turn in list(self._turns):
+            turn.failure = "stopping"
             turn.cancel()
             translator = self.catalogs.translator(turn.language)
             queue = turn.queue
@@ -1026,6 +1051,15 @@ class SessionManager:
 
 #: How the engine hands an event to the turn's reader (the queue's ``put``).
 _Emit = Callable[[events.Event], Awaitable[None]]
+
+
+def attachments_note(paths: tuple[str, ...]) -> str:
+    """What the model reads after the person's words when files came with them."""
+    listed = "".join(f"\n- {path}" for path in paths)
+    return (
+        f"\n\n[Files the person sent with this message, saved in their inbox:{listed}\n"
+        "Read them with inbox_read when they matter.]"
+    )
 
 
 def _printable(text: str) -> str:

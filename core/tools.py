@@ -63,7 +63,14 @@ class ToolCallContext:
     displays: Displays | None = None
 
 
-ToolRun = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable[str]]
+class ToolReply(msgspec.Struct, frozen=True):
+    """A tool's answer with images for the model to see (base64), beside its text."""
+
+    text: str
+    images: tuple[str, ...] = ()
+
+
+ToolRun = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable["str | ToolReply"]]
 ConfirmCheck = Callable[[ToolCallContext, Mapping[str, Any]], Awaitable[bool]]
 Describe = Callable[[ToolCallContext, Mapping[str, Any]], str]
 ChoicesFor = Callable[[ToolCallContext, Mapping[str, Any]], Sequence[tuple[str, str]]]

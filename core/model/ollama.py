@@ -105,6 +105,7 @@ class OllamaModel:
         # The client's connection pool; see the module docstring for why we stream on it.
         self._http: httpx.AsyncClient = self._client._client
         self._thinking_unsupported = False
+        self._vision: bool | None = None
         self._wire, self._wire_head = self._wire_pool(read_timeout_s, connect_timeout_s)
 
     def _wire_pool(
@@ -283,6 +284,18 @@ class OllamaModel:
         except httpx.HTTPError as error:
             raise ModelBrokeOff(repr(error), model=self._model, host=self._host) from None
         return response.message.content or ""
+
+    async def accepts_images(self) -> bool:
+        # Asked once: a model's capabilities don't change while it is loaded under its name.
+        if self._vision is None:
+            try:
+                async with asyncio.timeout(5.0):
+                    shown = await self._client.show(self._model)
+            except Exception as error:  # unknown: send no images rather than fail the turn
+                log.warning("could not ask %s for its capabilities: %r", self._model, error)
+                return False
+            self._vision = "vision" in (shown.capabilities or [])
+        return self._vision
 
     async def reachable(self) -> bool:
         with contextlib.suppress(Exception):

@@ -533,6 +533,11 @@ class OpenAIModel:
                 return response.status_code < 400
         return False
 
+    async def accepts_images(self) -> bool:
+        # The protocol has no way to ask a model whether it sees images, and a tool message
+        # can't carry them: the files tools tell the model it can't see the picture instead.
+        return False
+
     async def close(self) -> None:
         if self._wire is not None:
             self._wire.close()

@@ -41,6 +41,8 @@ class ChatMessage(msgspec.Struct, frozen=True, omit_defaults=True):
     thinking: str | None = None
     tool_calls: tuple[ToolCall, ...] | None = None
     tool_name: str | None = None
+    #: Base64 images for a model that sees them (Ollama's ``images`` field).
+    images: tuple[str, ...] | None = None
 
 
 class ChunkMessage(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -132,5 +134,9 @@ class ModelClient(Protocol):
         ...
 
     async def reachable(self) -> bool: ...
+
+    async def accepts_images(self) -> bool:
+        """Whether the model reads the ``images`` of a message."""
+        ...
 
     async def close(self) -> None: ...

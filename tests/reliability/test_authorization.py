@@ -1,15 +1,18 @@
 """Object-level authorization: Bob against everything Alice owns, route by route.
 
 Alice jots through a tool (the tool log), stages two actions (one pending, one confirmed and
-waiting to be resumed), keeps a private wiki note, saves a time zone, asks for a link code and
-talks in two conversations (the archive). Bob, a second static-token caller, then tries every
-per-person route and action: he never sees, confirms, resumes or redeems any of it, and
-Alice still can afterwards.
+waiting to be resumed), keeps a private wiki note, saves a time zone, asks for a link code,
+talks in two conversations (the archive) and sends a file over ``POST /chat`` that the model
+reads, answering with a file of its own (her inbox and outbox). Bob, a second static-token
+caller, then tries every per-person route, action, tool and file: he never sees, confirms,
+resumes or redeems any of it, and Alice still can afterwards.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 SECRET_ENTRY = "alice-entry-5f1c"
 SECRET_NOTE = "alice-note-a9e2"
 SECRET_TALK = "alice-talk-77d0"
+SECRET_FILE = b"alice-file-3c81"
+SECRET_OUT = "alice-out-e402"
 
 
 @dataclass
@@ -35,6 +40,7 @@ class AliceWorld:
     ledger: Ledger
     pending_token: str
     link_code: str
+    inbox_path: str
 
 
 def call(server: RunningServer, method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
@@ -67,8 +73,18 @@ async def alice_builds_her_world(server: RunningServer, ollama: OllamaStandIn) -
     )
     assert call(server, "PATCH", "/me", ALICE, json={"timeZone": "Europe/Rome"}).status_code == 200
     code = call(server, "POST", "/link", ALICE).json()["code"]
+    ollama.responder = tool_then_answer("outbox_write", filename="answer.txt", content=SECRET_OUT)
+    body = {
+        "text": "file this",
+        "conversationId": "c4",
+        "files": [{"name": "secret.txt", "data": base64.b64encode(SECRET_FILE).decode()}],
+    }
+    filed = call(server, "POST", "/chat", ALICE, json=body).json()
+    assert [base64.b64decode(f["data"]) for f in filed["files"]] == [SECRET_OUT.encode()]
+    inbox_path = re.findall(r"^- (inbox/.+)$", ollama.requests[-2]["messages"][-1]["content"], re.M)
+    ollama.responder = None
     assert [run["entry"] for run in ledger.runs] == [SECRET_ENTRY, "handed-back"]
-    return AliceWorld(server, ledger, pending_token, code)
+    return AliceWorld(server, ledger, pending_token, code, inbox_path[0])
 
 
 @pytest.fixture
@@ -173,6 +189,49 @@ async def test_bob_can_neither_reuse_nor_replace_alices_link_code(
     # only announces the link (it takes the second to link), and nothing of Alice's showed.
     reads = json.dumps(bobs_reads(server))
     assert SECRET_NOTE not in reads and SECRET_ENTRY not in reads
+
+
+async def test_bob_reaches_nothing_of_alices_inbox_or_outbox(
+    world: AliceWorld, ollama: OllamaStandIn
+) -> None:
+    server = world.server
+    script = [
+        ChatScript(tool_calls=[{"name": "inbox_list", "arguments": {}}]),
+        ChatScript(tool_calls=[{"name": "inbox_read", "arguments": {"path": world.inbox_path}}]),
+        ChatScript(
+            tool_calls=[
+                {"name": "outbox_write", "arguments": {"filename": "x.txt", "content": "b"}}
+            ]
+        ),
+    ]
+    ollama.responder = lambda request: script.pop(0) if script else ChatScript.words("ok")
+    asked = len(ollama.requests)
+    answer = call(server, "POST", "/chat", BOB, json={"text": "my files?", "conversationId": "c4"})
+    told = [
+        re.sub(r"\A\[toolCallId: [^\]]*\]\n", "", r["messages"][-1]["content"])
+        for r in ollama.requests[asked + 1 :]
+    ]
+    assert json.loads(told[0]) == {"files": []}
+    assert told[1].startswith("Error: There is no file")
+    # Bob gets his own file back, never Alice's, and hers stays as it was.
+    assert [f["filename"] for f in answer.json()["files"]] == ["x.txt"]
+    everything = answer.text + json.dumps(told)
+    for secret in (SECRET_FILE.decode(), SECRET_OUT, base64.b64encode(SECRET_FILE).decode()):
+        assert secret not in everything
+    alice = server.call(server.services.files.read("static:alice", world.inbox_path))
+    assert alice[1] == SECRET_FILE
+    hers = server.call(server.services.files.read("static:alice", "answer.txt", "outbox"))
+    assert hers[1] == SECRET_OUT.encode()
+    # Nothing Bob does with names reaches another area.
+    for name in ("../static%3Aalice/inbox/x", "..", "/etc/passwd"):
+        refused = call(
+            server,
+            "POST",
+            "/chat",
+            BOB,
+            json={"text": "x", "files": [{"name": name, "data": "eA=="}]},
+        )
+        assert refused.status_code == 400
 
 
 async def test_bob_sees_nothing_of_alices_archive(world: AliceWorld) -> None:

@@ -10,7 +10,8 @@ same wire format, streaming, errors and disconnects as against a real Ollama::
         ollama.wait_for_closed(1)
 
 It serves ``POST /api/chat`` (NDJSON stream unless ``"stream": false``), ``POST /api/embed``,
-``POST /api/embeddings``, ``GET /api/tags``, ``GET /api/version`` and ``GET /``; anything else
+``POST /api/embeddings``, ``POST /api/show``, ``GET /api/tags``, ``GET /api/version`` and
+``GET /``; anything else
 is a 404 with ``{"error": ...}``. A chat request takes the next enqueued `ChatScript` (FIFO),
 else asks `OllamaStandIn.responder`, else echoes the last user message (`echo_script`).
 
@@ -385,6 +386,8 @@ class OllamaStandIn:
         self.models: list[str] | None = None if models is None else list(models)
         self.dimensions = dimensions
         self.responder: Responder | None = responder
+        self.vision = False
+        """Whether ``/api/show`` lists the ``vision`` capability (the model reads images)."""
         self.requests: list[dict[str, Any]] = []
         self.embed_requests: list[dict[str, Any]] = []
         self.closed_at: list[float] = []
@@ -430,6 +433,7 @@ class OllamaStandIn:
         """Forget queued scripts, the responder, recorded requests and counters."""
         self._scripts.clear()
         self.responder = None
+        self.vision = False
         self.requests.clear()
         self.embed_requests.clear()
         self.closed_at.clear()
@@ -628,6 +632,7 @@ class OllamaStandIn:
             "/api/embeddings": ("POST",),
             "/api/tags": ("GET", "HEAD"),
             "/api/version": ("GET", "HEAD"),
+            "/api/show": ("POST",),
             "/": ("GET", "HEAD"),
         }
         keep = request.keep_alive
@@ -659,6 +664,9 @@ class OllamaStandIn:
             await _write_json(
                 writer, 400, {"error": "the body must be a JSON object"}, keep_alive=keep
             )
+            return keep
+        if request.path == "/api/show":
+            await self._show(payload, writer, keep)
             return keep
         if request.path == "/api/chat":
             self.requests.append(payload)
@@ -900,6 +908,26 @@ class OllamaStandIn:
                 }
             )
         return {"models": models}
+
+    async def _show(
+        self, payload: dict[str, Any], writer: asyncio.StreamWriter, keep: bool
+    ) -> None:
+        model = payload.get("model")
+        if not isinstance(model, str) or not self._knows(model):
+            await _write_json(writer, 404, {"error": f"model '{model}' not found"}, keep_alive=keep)
+            return
+        capabilities = ["completion", "tools", "thinking"]
+        if self.vision:
+            capabilities.append("vision")
+        answer = {
+            "modelfile": "",
+            "template": "{{ .Prompt }}",
+            "details": {"format": "gguf", "family": "standin", "parameter_size": "1B"},
+            "model_info": {},
+            "capabilities": capabilities,
+            "modified_at": self._modified_at,
+        }
+        await _write_json(writer, 200, answer, keep_alive=keep)
 
     def _knows(self, model: str) -> bool:
         if self.models is None:

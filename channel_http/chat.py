@@ -1,0 +1,380 @@
+"""``POST /chat``: a turn answered at once in JSON, with files in and out, for scripts.
+
+The same pipeline as ``POST /turn`` (the caller middleware, the rate limit, the engine's
+confirmations and isolation); the route drains the turn's events itself and answers the
+``final`` text, the files the model wrote to the person's outbox during the turn, and a
+``pending`` or ``login`` when the turn produced one. A client that leaves cancels the turn;
+a turn that runs past ``chat.timeout_s`` is cancelled and answered 504.
+
+Acting for others: ``callerId``, ``authorName`` and ``spaceId`` are taken only from a
+caller whose directory entry holds the bridge role (``chat.bridge_role``); the turn then
+runs as the person the directory finds behind ``callerId``, admitted as any caller is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+from litestar import Request, Response, post
+
+from channel_http.errors import (
+    BadGateway,
+    BadRequest,
+    Forbidden,
+    GatewayTimeout,
+    InternalError,
+    PayloadTooLarge,
+    TooManyRequests,
+    Unavailable,
+)
+from channel_http.requests import ChatBody, conversation_id, decode_body
+from core import events
+from core.file_types import describe_size
+from core.files import (
+    OUTBOX,
+    FileError,
+    FileTooLarge,
+    IncomingFile,
+    InvalidFileName,
+    PersonFiles,
+    StoredFile,
+)
+from core.i18n import choose_language
+from core.people import Admitted, refusal_message
+from core.principal import Principal
+from core.sessions import Turn, TurnInput
+from core.timezones import choose_zone
+
+if TYPE_CHECKING:
+    from channel_http.app import Services
+    from channel_http.middleware import Caller
+    from core.i18n import Translator
+    from core.principal import Person
+
+AnyRequest = Request[Any, Any, Any]
+
+#: ``<platform>:<id>``: how a bridge names the person it acts for (a directory identity).
+CALLER_ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,31}:[^\s\x00-\x1f\x7f]{1,200}")
+MAX_AUTHOR_CHARS: Final = 100
+#: Files one request may carry: each is a write to the disk before the turn starts.
+MAX_FILES: Final = 20
+# The JSON around the files' base64: the text, the names, the punctuation.
+_BODY_OVERHEAD: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class _Acting:
+    """Who the turn runs as: the caller, or the person a bridge acts for."""
+
+    principal: Principal
+    person: Person
+    language: str
+    time_zone: str
+    translator: Translator
+
+
+class _Collected(msgspec.Struct, kw_only=True):
+    final: events.Final | None = None
+    pending: events.Pending | None = None
+    login: events.Login | None = None
+    error: events.Error | None = None
+
+
+def _services(request: AnyRequest) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def max_body_bytes(max_turn_bytes: int) -> int:
+    """The largest body ``POST /chat`` reads: the files' base64 and room for the rest."""
+    return math.ceil(max_turn_bytes / 3) * 4 + _BODY_OVERHEAD
+
+
+async def _read_body(request: AnyRequest, limit: int, turn_limit: int, tr: Translator) -> bytes:
+    """The body, read only up to ``limit`` bytes: a larger one is refused with 413."""
+    declared = request.headers.get("content-length")
+    too_large = PayloadTooLarge(
+        tr.gettext("The request is larger than the limit of %(limit)s of files per turn.")
+        % {"limit": describe_size(turn_limit)}
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _printable(name: str) -> str:
+    shown = "".join("?" if not c.isprintable() else c for c in name)
+    return shown if len(shown) <= 80 else shown[:80] + "…"
+
+
+def _name_refusal(error: InvalidFileName, tr: Translator) -> BadRequest:
+    name = {"name": _printable(error.name)}
+    messages = {
+        "empty": tr.gettext("A file has no name; give every file a name such as notes.txt."),
+        "invisible": tr.gettext(
+            'The file name "%(name)s" holds control or invisible characters; rename the file.'
+        ),
+        "path": tr.gettext(
+            'The file name "%(name)s" is a path; send the file\'s own name, without folders.'
+        ),
+        "hidden": tr.gettext(
+            'The file name "%(name)s" starts with a dot (a hidden file); rename the file.'
+        ),
+        "spaces": tr.gettext(
+            'The file name "%(name)s" starts or ends with a space; rename the file.'
+        ),
+        "long": tr.gettext('The file name "%(name)s" is too long; shorten it.'),
+    }
+    return BadRequest(messages[error.fault] % name)
+
+
+def _size_refusal(error: FileTooLarge, name: str, tr: Translator) -> PayloadTooLarge:
+    limit = describe_size(error.limit)
+    if error.per == "file":
+        return PayloadTooLarge(
+            tr.gettext('The file "%(name)s" is larger than the limit of %(limit)s per file.')
+            % {"name": _printable(name), "limit": limit}
+        )
+    return PayloadTooLarge(
+        tr.gettext("The files are larger together than the limit of %(limit)s per turn.")
+        % {"limit": limit}
+    )
+
+
+async def _acting(
+    request: AnyRequest, caller: Caller, body: ChatBody, services: Services
+) -> _Acting:
+    """The caller, or (for a bridge) the person named by ``callerId``."""
+    tr = caller.translator
+    bridged = body.caller_id is not None or body.author_name is not None
+    if not bridged and body.space_id is None:
+        return _Acting(caller.principal, caller.person, caller.language, caller.time_zone, tr)
+    role = services.settings.chat.bridge_role
+    if role not in caller.person.roles:
+        raise Forbidden(
+            tr.gettext(
+                'Only a bridge may send "callerId", "authorName" or "spaceId": '
+                "the directory must give the caller the role %(role)s."
+            )
+            % {"role": role}
+        )
+    if not bridged:
+        return _Acting(caller.principal, caller.person, caller.language, caller.time_zone, tr)
+    caller_id = (body.caller_id or "").strip()
+    if CALLER_ID.fullmatch(caller_id) is None:
+        raise BadRequest(
+            tr.gettext('The "callerId" must be a platform and an id, such as discord:1234.')
+        )
+    provider, _, identity = caller_id.partition(":")
+    if provider in services.settings.auth.providers:
+        # Those identities sign in here themselves: a bridge never speaks for them.
+        raise Forbidden(
+            tr.gettext(
+                'A bridge can\'t act for "%(provider)s" identities: they sign in themselves.'
+            )
+            % {"provider": provider}
+        )
+    author = (body.author_name or "").strip()[:MAX_AUTHOR_CHARS] or None
+    principal = Principal(id=identity, provider=provider, display_name=author)
+    identification = await services.people.identify(principal)
+    if not isinstance(identification, Admitted):
+        reason = identification.reason
+        error_type = Forbidden if reason == "unknown" else Unavailable
+        raise error_type(refusal_message(reason, tr), extra={"reason": reason})
+    person = identification.person
+    saved = await services.person_settings.get(person.key)
+    default = services.settings.defaults
+    language = choose_language(
+        saved.language, request.headers.get("accept-language"), default.language
+    )
+    zone = choose_zone(saved.time_zone, None, default.time_zone)
+    return _Acting(principal, person, language, zone, services.catalogs.translator(language))
+
+
+async def _collect(turn: Turn) -> _Collected:
+    collected = _Collected()
+    queue = turn.queue
+    while (event := await queue.get()) is not None:
+        if isinstance(event, events.Final):
+            collected.final = event
+        elif isinstance(event, events.Pending):
+            collected.pending = event
+        elif isinstance(event, events.Login):
+            collected.login = event
+        elif isinstance(event, events.Error):
+            collected.error = event
+    return collected
+
+
+async def _disconnected(request: AnyRequest) -> None:
+    """Returns once the client has gone (the body is read: only a disconnect is left)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _run(
+    request: AnyRequest, turn: Turn, timeout_s: float, tr: Translator
+) -> _Collected | None:
+    """The turn's outcome; None when the client left first (the turn is then cancelled)."""
+    collecting = asyncio.ensure_future(_collect(turn))
+    watching = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {collecting, watching}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if collecting in done:
+            return collecting.result()
+        if watching in done:
+            return None
+        raise GatewayTimeout(
+            tr.ngettext(
+                "The turn took longer than %(seconds)d second and was stopped; "
+                "ask something shorter or try again.",
+                "The turn took longer than %(seconds)d seconds and was stopped; "
+                "ask something shorter or try again.",
+                math.ceil(timeout_s),
+            )
+            % {"seconds": math.ceil(timeout_s)}
+        )
+    finally:
+        turn.cancel()  # a finished turn ignores it; otherwise the model request closes
+        for task in (collecting, watching):
+            task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(collecting, watching, return_exceptions=True)
+
+
+async def _outgoing(
+    files: PersonFiles, person_key: str, changed: list[StoredFile]
+) -> list[dict[str, Any]]:
+    """The answer's files: those the turn wrote, read back up to the per-turn limit."""
+    out: list[dict[str, Any]] = []
+    budget = files.limits.max_turn_bytes
+    for stored in changed:
+        if stored.size_bytes > budget:
+            continue  # stays in the outbox; the per-turn limit holds for answers too
+        try:
+            found, data = await files.read(person_key, stored.name, OUTBOX)
+        except FileError:
+            continue  # replaced or removed since it was listed
+        budget -= len(data)
+        out.append(
+            {
+                "filename": found.name,
+                "mimeType": found.mime_type,
+                "sizeBytes": len(data),
+                "data": data,
+            }
+        )
+    return out
+
+
+@post("/chat", status_code=200, request_max_body_size=None)
+async def chat(request: AnyRequest) -> Response[Any]:
+    caller: Caller = request.scope["state"]["caller"]
+    services = _services(request)
+    tr = caller.translator
+    files = services.files
+    limits = files.limits
+    raw = await _read_body(
+        request, max_body_bytes(limits.max_turn_bytes), limits.max_turn_bytes, tr
+    )
+    body = decode_body(ChatBody, raw, tr)
+    acting = await _acting(request, caller, body, services)
+    tr = acting.translator
+    conversation = conversation_id(body.conversation_id, tr)
+    if body.space_id is not None:
+        space = conversation_id(body.space_id, tr)
+        if conversation is not None and space is not None and space != conversation:
+            raise BadRequest(
+                tr.gettext('Give "spaceId" or "conversationId", or the same value in both.')
+            )
+        conversation = conversation or space
+    text = body.text or ""
+    incoming = [IncomingFile(f.name, f.data) for f in body.files or ()]
+    if len(incoming) > MAX_FILES:
+        raise BadRequest(
+            tr.gettext("Send at most %(count)d files with one message.") % {"count": MAX_FILES}
+        )
+    if not text.strip() and not incoming:
+        raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
+    manager = services.manager
+    decision = await manager.check_rate(acting.person, text)
+    if decision is not None and not decision.allowed:
+        seconds = decision.retry_after_s
+        raise TooManyRequests(
+            tr.ngettext(
+                "Too many messages: wait %(seconds)d second before sending another.",
+                "Too many messages: wait %(seconds)d seconds before sending another.",
+                seconds,
+            )
+            % {"seconds": seconds},
+            headers={"retry-after": str(seconds), "content-language": acting.language},
+        )
+    try:
+        saved = await files.receive(acting.person.key, incoming)
+    except InvalidFileName as error:
+        raise _name_refusal(error, tr) from None
+    except FileTooLarge as error:
+        largest = max(incoming, key=lambda f: len(f.data))
+        raise _size_refusal(error, largest.name, tr) from None
+    before = await files.list(acting.person.key, OUTBOX)
+    turn = manager.open_turn(
+        TurnInput(
+            principal=acting.principal,
+            person=acting.person,
+            conversation_id=conversation,
+            text=text,
+            language=acting.language,
+            time_zone=acting.time_zone,
+            received_at=datetime.now(UTC),
+            attachments=tuple(f.path for f in saved),
+        )
+    )
+    headers = {"content-language": acting.language, "cache-control": "no-store"}
+    collected = await _run(request, turn, services.settings.chat.timeout_s, tr)
+    if collected is None:  # the client left: nobody reads this
+        return Response(b"", status_code=204, headers=headers)
+    if collected.error is not None or collected.final is None:
+        message = (
+            collected.error.message
+            if collected.error is not None
+            else tr.gettext("Something went wrong on our side. Try again in a moment.")
+        )
+        if turn.failure == "model":
+            raise BadGateway(message, headers=headers)
+        if turn.failure == "stopping":
+            raise Unavailable(message, headers={**headers, "retry-after": "5"})
+        raise InternalError(message, headers=headers)  # the engine logged it
+    changed = await files.changed_since(acting.person.key, before)
+    content: dict[str, Any] = {
+        "ok": True,
+        "reply": collected.final.text,
+        "files": await _outgoing(files, acting.person.key, changed),
+    }
+    if collected.pending is not None:
+        pending = collected.pending
+        content["pending"] = {
+            "command": pending.command,
+            "token": pending.token,
+            "choices": [{"token": c.token, "label": c.label} for c in pending.choices],
+        }
+    if collected.login is not None:
+        content["login"] = {"service": collected.login.service, "url": collected.login.url}
+    return Response(content, headers=headers)
