@@ -216,6 +216,8 @@ def stream_turn(session: Session, text: str) -> Outcome:
             response.read()
             raise _refusal(response)
         for name, data in _sse_events(response.iter_lines()):
+            if name == "turn":  # the turn's id, for rejoining a dropped stream; not shown
+                continue
             session.view.event(name, data)
             if name == "pending":
                 outcome.pending = data
