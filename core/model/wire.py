@@ -11,6 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Final
+
+#: A response head longer than this is not one a model server sends: the answer is refused.
+MAX_HEAD_BYTES: Final = 64 * 1024
+#: One line of the streamed body (one JSON chunk) may not grow past this without a newline.
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+#: The kept part of an error response's body (its reason is read from it).
+MAX_ERROR_BODY_BYTES: Final = 64 * 1024
 
 
 class WireError(Exception):
@@ -90,6 +98,8 @@ class Wire(asyncio.Protocol):
         if not self.head_done:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
+                if len(buf) > MAX_HEAD_BYTES:
+                    raise ValueError("the response head is too long")
                 return
             head = bytes(buf[:end]).decode("latin-1").lower().split("\r\n")
             del buf[: end + 4]
@@ -101,6 +111,8 @@ class Wire(asyncio.Protocol):
                 if name == "transfer-encoding" and "chunked" in value:
                     self.chunked = True
                 elif name == "content-length":
+                    if not value.isdigit() or len(value) > 18:
+                        raise ValueError("Content-Length is not a length")
                     length = int(value)
                 elif name == "connection" and "close" in value:
                     self.keep_alive = False
@@ -141,8 +153,13 @@ class Wire(asyncio.Protocol):
                 self.remaining = -1
             eol = buf.find(b"\r\n", pos)
             if eol < 0:
+                if n - pos > 1024:  # a chunk-size line is a few hex digits
+                    raise ValueError("a chunk size line is too long")
                 break
-            size = int(buf[pos:eol].split(b";", 1)[0], 16)
+            size_field = buf[pos:eol].split(b";", 1)[0].strip()
+            if len(size_field) > 16:
+                raise ValueError("a chunk size is too long")
+            size = int(size_field, 16)
             if size == 0:
                 if n - (eol + 2) < 2:
                     break
@@ -155,11 +172,13 @@ class Wire(asyncio.Protocol):
 
     def _body(self, data: bytes) -> None:
         if self.status >= 400:
-            self.body += data
+            self.body += data[: MAX_ERROR_BODY_BYTES - len(self.body)]
             return
         partial = self.body
         if b"\n" not in data:
             partial += data
+            if len(partial) > MAX_LINE_BYTES:
+                raise ValueError("a line of the answer is too long")
             return
         *lines, rest = data.split(b"\n")
         if partial:

@@ -392,8 +392,10 @@ async def test_over_the_rate_limit_a_turn_is_429_with_retry_after_and_tokens_are
     refused = await post_turn(server, {"text": "hi"}, ALICE)
     assert refused.status == 429
     assert refused.body is not None and refused.body["ok"] is False
-    assert "wait 60 seconds" in refused.body["error"]
-    assert refused.headers["retry-after"] == "60"
+    # The window opened with the first turn: on a slow machine a second or two has passed.
+    seconds = int(refused.headers["retry-after"])
+    assert 50 <= seconds <= 60
+    assert f"wait {seconds} seconds" in refused.body["error"]
     token_turn = await post_turn(server, {"text": "abcd-efgh"}, ALICE)
     assert token_turn.status == 200
     assert (await post_turn(server, {"text": "hi"}, BOB)).status == 200

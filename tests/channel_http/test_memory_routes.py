@@ -201,7 +201,8 @@ async def test_a_slow_store_does_not_delay_final(
 
     fast = await time_to_final(make_server({"memory": store_factory()}))
     slow = await time_to_final(make_server({"memory": SlowStore(store_factory("slow"), 0.5)}))
-    assert slow - fast < 0.020, (fast, slow)
+    # Each store call of the slow store takes 0.5 s: none of it may stand before final.
+    assert slow - fast < 0.25, (fast, slow)
 
 
 def summary_responder(request: dict[str, Any]) -> ChatScript:

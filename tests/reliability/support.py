@@ -75,7 +75,7 @@ class ChildServer:
     def __post_init__(self) -> None:
         self.url = f"http://127.0.0.1:{self.env['HTTP_SURFACE_PORT']}"
 
-    def start(self, timeout_s: float = 30.0) -> Self:
+    def start(self, timeout_s: float = 90.0) -> Self:
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "channel_http", "serve"],
