@@ -100,7 +100,7 @@ class OidcProviderProcess:
         jwks_file: Path | None = None,
         login_redirect_uri: str = DEFAULT_REDIRECT_URI,
         access_token_ttl_s: int = 3600,
-        startup_timeout_s: float = 20.0,
+        startup_timeout_s: float = 90.0,
     ) -> None:
         self.port = port
         self.audience = audience
@@ -200,7 +200,11 @@ class OidcProviderProcess:
         self._workdir.cleanup()
 
     def __enter__(self) -> OidcProviderProcess:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.close()  # __exit__ won't run: the working directory goes now
+            raise
 
     def __exit__(
         self,

@@ -193,6 +193,11 @@ def _fuzz(case: Any, server: RunningServer) -> Any:
         # contract's `type: string` (the raw text) can never match; the route's status,
         # content type and parse are still checked.
         checks = [c for c in CHECKS if c is not openapi_checks.response_schema_conformance]
+    if case.path == "/readyz":
+        # A 503 is the probe's documented answer while a dependency is missing (here the
+        # stand-in lists no model); its status, headers and body are still held to the
+        # contract. tests/channel_http/test_probes.py covers the ready 200.
+        checks = [c for c in checks if c is not schemathesis.checks.not_a_server_error]
     # Named as the security scheme names it, so ignored_auth can take it off for its probes.
     headers = {"Authorization": ALICE["authorization"]}
     return case.call_and_validate(base_url=server.url, headers=headers, checks=checks, timeout=30)

@@ -91,7 +91,7 @@ class HAProxy:
         self.log_path = workdir / "haproxy.log"
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 20.0) -> Self:
+    def start(self, timeout_s: float = 60.0) -> Self:
         self.config_path.write_text(_config(self.port, self.backends))
         binary = haproxy_binary()
         check = subprocess.run(  # noqa: S603 - our own configuration file
@@ -107,7 +107,7 @@ class HAProxy:
         self.wait_until_up(len(self.backends), timeout_s)
         return self
 
-    def wait_until_up(self, count: int, timeout_s: float = 20.0) -> None:
+    def wait_until_up(self, count: int, timeout_s: float = 60.0) -> None:
         """Wait until ``count`` distinct instances have answered through the balancer."""
         seen: set[str] = set()
         deadline = time.monotonic() + timeout_s
