@@ -1,4 +1,4 @@
-"""The UI's own words: English by default, all in ui/src/strings.ts; the server's follow the browser.
+"""The UI's own words: English, all from ui/src/strings.ts; the server's follow the browser.
 
 The UI writes its labels itself from one table (``ui/src/strings.ts``); what the server
 writes (error sentences, pending choices, tool labels) comes in the language the browser asks
