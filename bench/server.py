@@ -93,6 +93,9 @@ def main() -> None:
         "--httpx-model", action="store_true", help="stream /api/chat on httpx (the old path)"
     )
     parser.add_argument("--provider", choices=["ollama", "openai"], default="ollama")
+    parser.add_argument(
+        "--metrics", choices=["on", "off"], default="on", help="keep Prometheus metrics (default)"
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -111,6 +114,7 @@ def main() -> None:
         "MERCURY_MODEL_PROVIDER": args.provider,
         "OPENAI_BASE_URL": args.ollama + "/v1",
         "OPENAI_MODEL": "bench",
+        "MERCURY_METRICS": "true" if args.metrics == "on" else "false",
     }
     settings = load_settings(env, cwd=Path(args.data))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)

@@ -211,6 +211,49 @@ async def per_event(port: int, pid: int, plan: Plan) -> dict[str, Any]:
     return out
 
 
+async def turns_side_by_side(servers: dict[str, tuple[int, int]], plan: Plan) -> dict[str, Any]:
+    """The per-event cost of the same turn on two servers, their requests interleaved.
+
+    ``servers`` maps a name to (port, pid). Each round sends one ``fast N`` turn to each, the
+    order swapped every round, so drift on the shared machine falls on both alike.
+    """
+    n = plan.events
+    body = _turn_body(f"fast {n}")
+    names = list(servers)
+    conns = {
+        name: await Connection(HOST, servers[name][0], _auth(i)).open()
+        for i, name in enumerate(names)
+    }
+    cpu = dict.fromkeys(names, 0.0)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(plan.rounds + 1):  # round 0 warms up
+        for name in names if r % 2 else list(reversed(names)):
+            pid = servers[name][1]
+            before = cpu_s(pid)
+            reply = await conns[name].request("POST", "/turn", body)
+            after = cpu_s(pid)
+            _check(reply, n, name)
+            if r:
+                cpu[name] += after - before
+                wall[name].append(reply.ended - reply.sent)
+    for conn in conns.values():
+        conn.close()
+    events = n * plan.rounds
+    out: dict[str, Any] = {
+        name: {
+            "cpu_us_per_event": cpu[name] / events * 1e6,
+            "wall_us_per_event_p50": statistics.median(wall[name]) / n * 1e6,
+        }
+        for name in names
+    }
+    first, second = names
+    out["ratio_cpu"] = cpu[first] / cpu[second]
+    out["ratio_wall_p50"] = statistics.median(wall[first]) / statistics.median(wall[second])
+    out["events"] = n
+    out["rounds"] = plan.rounds
+    return out
+
+
 # ------------------------------------------------------------------ time to first byte
 
 
@@ -496,17 +539,31 @@ def table(result: dict[str, Any]) -> str:
     rows = [_row("figure", "measured", "baseline", "ratio", "target", "met")]
     rows.append("|---|---|---|---|---|---|")
     pe = result.get("per_event")
-    peo = result.get("per_event_openai")
-    if pe and peo:
-        ollama_us, openai_us = pe["turn"]["cpu_us_per_event"], peo["turn"]["cpu_us_per_event"]
+    providers = result.get("providers")
+    if providers:
+        openai_us = providers["openai"]["cpu_us_per_event"]
+        ollama_us = providers["ollama"]["cpu_us_per_event"]
         rows.append(
             _row(
                 "per-event server CPU of a turn, OpenAI adapter vs Ollama adapter",
                 f"{openai_us:.2f} µs",
                 f"{ollama_us:.2f} µs",
-                f"{openai_us / ollama_us:.2f}x",
+                f"{providers['ratio_cpu']:.2f}x",
                 "(info)",
                 "",
+            )
+        )
+    on_off = result.get("metrics_on_off")
+    if on_off:
+        r = on_off["ratio_cpu"]
+        rows.append(
+            _row(
+                "per-event server CPU of a turn, metrics on vs off",
+                f"{on_off['metrics on']['cpu_us_per_event']:.2f} µs",
+                f"{on_off['metrics off']['cpu_us_per_event']:.2f} µs",
+                f"{r:.3f}x",
+                "≤ 1.05x",
+                _met(r <= 1.05),
             )
         )
     if pe:
@@ -627,7 +684,7 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     result["load_average_before"] = os.getloadavg()
     with processes(server_cpu, other_cpu, options) as (port, pid, standin_port, standin_pid):
         started = time.perf_counter()
-        if args.only in (None, "per-event", "providers"):
+        if args.only in (None, "per-event"):
             with profiled(pid, args.profile, "per-event"):
                 result["per_event"] = await per_event(port, pid, plan)
             print(f"per-event done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
@@ -642,10 +699,26 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
                 )
             print(f"concurrency done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     if args.only in (None, "per-event", "providers"):
-        # The same per-event run on the OpenAI adapter against its stand-in, side by side.
-        with processes(server_cpu, other_cpu, [], "openai") as (port, pid, _, _):
-            result["per_event_openai"] = await per_event(port, pid, plan)
-        print("per-event on the OpenAI adapter done", file=sys.stderr)
+        # The same turn on the OpenAI adapter and on the Ollama adapter, each against its
+        # stand-in, both servers up at once and their turns interleaved.
+        with (
+            processes(server_cpu, other_cpu, [], "openai") as (o_port, o_pid, _, _),
+            processes(server_cpu, other_cpu, [], "ollama") as (l_port, l_pid, _, _),
+        ):
+            result["providers"] = await turns_side_by_side(
+                {"openai": (o_port, o_pid), "ollama": (l_port, l_pid)}, plan
+            )
+        print("per-event, OpenAI vs Ollama adapter done", file=sys.stderr)
+    if args.only in (None, "per-event", "metrics"):
+        # The same turn with metrics kept and with metrics off, interleaved the same way.
+        with (
+            processes(server_cpu, other_cpu, []) as (on_port, on_pid, _, _),
+            processes(server_cpu, other_cpu, ["--metrics", "off"]) as (off_port, off_pid, _, _),
+        ):
+            result["metrics_on_off"] = await turns_side_by_side(
+                {"metrics on": (on_port, on_pid), "metrics off": (off_port, off_pid)}, plan
+            )
+        print("per-event, metrics on vs off done", file=sys.stderr)
     result["load_average_after"] = os.getloadavg()
     if not args.no_auth:
         try:
@@ -662,7 +735,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a run of about a minute")
     parser.add_argument("--no-auth", action="store_true")
     parser.add_argument("--no-recall", action="store_true")
-    parser.add_argument("--only", choices=["per-event", "first-byte", "concurrency", "providers"])
+    parser.add_argument(
+        "--only", choices=["per-event", "first-byte", "concurrency", "providers", "metrics"]
+    )
     parser.add_argument(
         "--httpx-model", action="store_true", help="the server streams /api/chat on httpx"
     )

@@ -82,7 +82,15 @@ log = logging.getLogger("mercury.http")
 #: constant, so an old channel can't claim a newer contract.
 CHANNEL_API_VERSION: Final = 6
 
-OPENAPI_PATH: Final = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+def _openapi_path() -> Path:
+    """The contract document: beside this module in the wheel, at the root of a checkout."""
+    here = Path(__file__).resolve().parent
+    shipped = here / "openapi.yaml"
+    return shipped if shipped.is_file() else here.parent / "openapi.yaml"
+
+
+OPENAPI_PATH: Final = _openapi_path()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import venv
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -98,3 +101,50 @@ def test_the_wheel_builds_and_installs_into_a_clean_venv(tmp_path: Path) -> None
         check=True,
     )
     assert version.stdout.strip() == "mercury-http 0.1.0"
+    _serves_the_contract_and_the_ui_from_the_wheel(target, tmp_path, env)
+
+
+def _serves_the_contract_and_the_ui_from_the_wheel(
+    target: Path, tmp_path: Path, env: dict[str, str]
+) -> None:
+    """The installed server, run outside the checkout, finds what the wheel ships with it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("wb")
+    served = subprocess.Popen(  # noqa: S603 - the installed entry point
+        [str(target / "mercury-http"), "serve", "--dev", "--port", str(port)],
+        cwd=tmp_path,
+        env={
+            **env,
+            "MERCURY_DATA_DIR": str(tmp_path / "data"),
+            "OLLAMA_HOST": "http://127.0.0.1:9",
+        },
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert served.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(url + "/livez", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.3)
+        contract = httpx.get(url + "/openapi.yaml", timeout=10)
+        assert contract.status_code == 200
+        assert contract.content == (ROOT / "openapi.yaml").read_bytes()
+        page = httpx.get(url + "/ui/", timeout=10)
+        assert page.status_code == 200 and "<script" in page.text
+        shipped = sorted(p.name for p in (ROOT / "channel_http" / "ui" / "assets").iterdir())
+        for name in shipped:
+            asset = httpx.get(f"{url}/ui/assets/{name}", timeout=10)
+            assert asset.status_code == 200, name
+    finally:
+        served.terminate()
+        served.wait(30)
+        log.close()

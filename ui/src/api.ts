@@ -2,6 +2,7 @@
 // ApiError, and POST /turn read as a stream of typed events (channel contract v6).
 
 import { readSse } from "./sse";
+import { strings as S } from "./strings";
 
 export type ToolOutcome = "success" | "failed" | "pending";
 
@@ -104,7 +105,7 @@ export class Api {
   }
 
   private async refusal(response: Response): Promise<ApiError> {
-    let message = `The server answered ${response.status}.`;
+    let message = S.serverAnswered(response.status);
     try {
       const body = (await response.json()) as { error?: unknown };
       if (typeof body.error === "string" && body.error) message = body.error;
@@ -159,7 +160,7 @@ export class Api {
 
   private async *events(response: Response): AsyncGenerator<TurnEvent> {
     if (!response.ok) throw await this.refusal(response);
-    if (!response.body) throw new ApiError("The server sent no stream.", response.status);
+    if (!response.body) throw new ApiError(S.noStream, response.status);
     for await (const message of readSse(response.body)) {
       if (!EVENT_NAMES.has(message.event)) continue; // events of later contracts are skipped
       yield { type: message.event, ...JSON.parse(message.data), eventId: message.id } as TurnEvent;

@@ -37,6 +37,8 @@ async function userManager(oidc: OidcConfig) {
     redirect_uri: redirect,
     response_type: "code",
     scope: oidc.scope,
+    // The login's state and PKCE verifier too: the library would keep them in local storage.
+    stateStore: new WebStorageStateStore({ store: window.sessionStorage }),
     userStore: new WebStorageStateStore({ store: window.sessionStorage }),
   });
 }

@@ -12,6 +12,7 @@ import {
 } from "./api";
 import { button, h } from "./dom";
 import { AssistantMessage, pastAnswer, userMessage } from "./message";
+import { strings as S } from "./strings";
 
 export interface ConversationHost {
   api: Api;
@@ -42,7 +43,7 @@ export class Conversation {
       "div",
       {
         class: "log",
-        attrs: { role: "log", "aria-live": "polite", "aria-label": "Conversation", tabindex: "0" },
+        attrs: { role: "log", "aria-live": "polite", "aria-label": S.conversation, tabindex: "0" },
       },
       this.history,
       this.sentinel,
@@ -52,8 +53,8 @@ export class Conversation {
       attrs: {
         id: "composer",
         rows: "2",
-        placeholder: "Write a message…",
-        "aria-label": "Message",
+        placeholder: S.composerPlaceholder,
+        "aria-label": S.message,
       },
       on: {
         keydown: (event) => {
@@ -64,8 +65,8 @@ export class Conversation {
         },
       },
     });
-    this.sendButton = button("Send", () => this.submit(), "primary");
-    this.stopButton = button("Stop", () => this.stop(), "stop");
+    this.sendButton = button(S.send, () => this.submit(), "primary");
+    this.stopButton = button(S.stop, () => this.stop(), "stop");
     this.stopButton.hidden = true;
     const form = h(
       "form",
@@ -84,7 +85,7 @@ export class Conversation {
     );
     this.element = h(
       "section",
-      { class: "conversation", attrs: { "aria-label": "Chat" } },
+      { class: "conversation", attrs: { "aria-label": S.chat } },
       this.log,
       form,
     );
@@ -174,10 +175,7 @@ export class Conversation {
         // The line dropped before the answer ended: rejoin the turn after the last event seen
         // (the server keeps it for HTTP_SURFACE_REJOIN_S), a few times, then give up.
         if (!turnId || !lastEventId || attempts >= 3) {
-          answer.error(
-            "The connection closed before the answer ended.",
-            () => void this.run(body, null),
-          );
+          answer.error(S.connectionClosed, () => void this.run(body, null));
           break;
         }
         await new Promise((resolve) => setTimeout(resolve, 400 * 2 ** attempts));
@@ -188,7 +186,7 @@ export class Conversation {
       const retry = () => void this.run(body, null);
       if (controller.signal.aborted) answer.stopped();
       else if (error instanceof ApiError && error.status === 404 && turnId) {
-        answer.error("The connection dropped and the answer can't be recovered.", retry);
+        answer.error(S.connectionLost, retry);
       } else if (error instanceof ApiError && error.status === 401) {
         this.host.signOut(error.message);
       } else answer.error(this.sentence(error), retry);
@@ -226,7 +224,7 @@ export class Conversation {
         return false;
       case "final":
         answer.final(event.text, event.pendingNote);
-        this.host.announce("Answer complete.");
+        this.host.announce(S.answerComplete);
         return true;
       case "error":
         answer.error(event.message, () => void this.run(body, null));
@@ -244,9 +242,9 @@ export class Conversation {
         resume?: boolean;
       }>("POST", "/confirm", { token: choice.token, conversationId: this.id });
       if (!answer.resolved) {
-        group.append(h("p", { class: "note" }, "This choice is no longer available."));
+        group.append(h("p", { class: "note" }, S.choiceGone));
       } else if (answer.resume) {
-        group.append(h("p", { class: "note" }, choice.label || "Confirmed."));
+        group.append(h("p", { class: "note" }, choice.label || S.confirmed));
         await this.run({ resume: true, conversationId: this.id }, null);
       } else {
         group.append(h("p", { class: "note" }, answer.text ?? ""));
@@ -260,11 +258,11 @@ export class Conversation {
   private sentence(error: unknown): string {
     if (error instanceof ApiError) {
       if (error.status === 429 && error.retryAfterS !== null) {
-        return `${error.message} You can try again in ${error.retryAfterS} s.`;
+        return S.retryAfter(error.message, error.retryAfterS);
       }
       return error.message;
     }
-    return "The server can't be reached. Check the connection and try again.";
+    return S.unreachable;
   }
 
   private refused(error: unknown): void {

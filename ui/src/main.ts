@@ -12,6 +12,7 @@ import {
 import { Conversation } from "./conversation";
 import { button, h } from "./dom";
 import { Panels } from "./panels";
+import { strings as S } from "./strings";
 
 const root = document.getElementById("app") as HTMLElement;
 const announcer = h("div", {
@@ -61,7 +62,7 @@ class App {
         const token = await finishOidcLogin(this.config.oidc);
         if (token) saveToken(token);
       } catch (error) {
-        this.signIn(`The login didn't complete: ${error instanceof Error ? error.message : error}`);
+        this.signIn(S.loginFailed(error instanceof Error ? error.message : String(error)));
         return;
       }
     }
@@ -98,22 +99,20 @@ class App {
           },
         },
       },
-      h("h1", {}, "Mercury"),
+      h("h1", {}, S.appName),
       message ? h("p", { class: "error", attrs: { role: "alert" } }, message) : null,
-      h("label", { attrs: { for: "token" } }, "Access token"),
+      h("label", { attrs: { for: "token" } }, S.accessToken),
       token,
       h(
         "p",
         { class: "muted", attrs: { id: "token-help" } },
-        this.config.devToken
-          ? "The development token is filled in for you."
-          : "A token your administrator gave you.",
+        this.config.devToken ? S.devTokenHelp : S.tokenHelp,
       ),
-      h("button", { class: "primary", attrs: { type: "submit" } }, "Sign in"),
+      h("button", { class: "primary", attrs: { type: "submit" } }, S.signIn),
     );
     const oidc = this.config.oidc;
     if (oidc) {
-      form.append(button("Sign in with your account", () => void startOidcLogin(oidc)));
+      form.append(button(S.signInWithProvider, () => void startOidcLogin(oidc)));
     }
     root.replaceChildren(h("div", { class: "signin-page" }, form), announcer);
     root.setAttribute("aria-busy", "false");
@@ -143,7 +142,7 @@ class App {
         attrs: { type: "button", "aria-expanded": "false", "aria-controls": "side" },
         class: "toggle",
       },
-      "Panels",
+      S.panels,
     );
     const side = h("div", { attrs: { id: "side", hidden: "" } }, this.panels.element);
     panelsToggle.addEventListener("click", () => {
@@ -165,16 +164,16 @@ class App {
     const header = h(
       "header",
       { class: "top" },
-      h("a", { class: "skip", attrs: { href: "#composer" } }, "Skip to the message box"),
-      h("h1", {}, "Mercury"),
-      h("span", { class: "who" }, this.me.name ? `Signed in as ${this.me.name}` : "Signed in"),
+      h("a", { class: "skip", attrs: { href: "#composer" } }, S.skipToComposer),
+      h("h1", {}, S.appName),
+      h("span", { class: "who" }, this.me.name ? S.signedInAs(this.me.name) : S.signedIn),
       panelsToggle,
-      button("Sign out", () => this.signOut("You signed out.")),
+      button(S.signOut, () => this.signOut(S.signedOut)),
     );
     const nav = h(
       "nav",
-      { class: "sidebar", attrs: { "aria-label": "Conversations" } },
-      button("New conversation", () => void this.open(newConversationId(), true), "primary"),
+      { class: "sidebar", attrs: { "aria-label": S.conversations } },
+      button(S.newConversation, () => void this.open(newConversationId(), true), "primary"),
       this.list,
     );
     root.replaceChildren(header, h("div", { class: "layout" }, nav, this.main, side), announcer);
@@ -195,7 +194,7 @@ class App {
       const shown =
         current && !conversations.some((item) => item.conversationId === current)
           ? [
-              { conversationId: current, lastTimestamp: "", preview: "New conversation" },
+              { conversationId: current, lastTimestamp: "", preview: S.newConversation },
               ...conversations,
             ]
           : conversations;

@@ -5,11 +5,12 @@
 import type { Choice, ToolOutcome } from "./api";
 import { append, button, h } from "./dom";
 import { renderMarkdown } from "./markdown";
+import { strings as S } from "./strings";
 
 const OUTCOME_LABEL: Record<ToolOutcome, string> = {
-  success: "done",
-  failed: "failed",
-  pending: "waiting for you",
+  success: S.toolDone,
+  failed: S.toolFailed,
+  pending: S.toolWaiting,
 };
 
 /** Text appended to a node at most once per animation frame. */
@@ -57,7 +58,7 @@ export class AssistantMessage {
     this.extras = h("div", { class: "extras" });
     this.element = h(
       "article",
-      { class: "message assistant", attrs: { "aria-busy": "true", "aria-label": "Answer" } },
+      { class: "message assistant", attrs: { "aria-busy": "true", "aria-label": S.answer } },
       this.activity,
       this.body,
       this.extras,
@@ -71,7 +72,7 @@ export class AssistantMessage {
       const details = h(
         "details",
         { class: "reasoning", attrs: { open: "" } },
-        h("summary", {}, "Reasoning"),
+        h("summary", {}, S.reasoning),
         h("div", { class: "reasoning-text" }, node),
       );
       block = { details, buffer: new FrameBuffer(node) };
@@ -119,12 +120,12 @@ export class AssistantMessage {
     this.ownConfirmation = true;
     const group = h(
       "div",
-      { class: "pending", attrs: { role: "group", "aria-label": "Waiting for your confirmation" } },
+      { class: "pending", attrs: { role: "group", "aria-label": S.waitingForConfirmation } },
       h("p", { class: "pending-command" }, command),
     );
     const buttons = h("div", { class: "choices" });
     for (const choice of choices) {
-      const label = choice.label || "Confirm";
+      const label = choice.label || S.confirm;
       buttons.append(
         button(label, () => {
           for (const other of buttons.querySelectorAll("button")) other.disabled = true;
@@ -140,19 +141,14 @@ export class AssistantMessage {
     const link = h(
       "a",
       { attrs: { href: url, target: "_blank", rel: "noopener noreferrer" } },
-      `Log in to ${service}`,
+      S.logInTo(service),
     );
     this.extras.append(
       h(
         "div",
         { class: "login", attrs: { role: "note" } },
         h("p", {}, link),
-        h(
-          "p",
-          { class: "warning" },
-          "This link is for you alone: whoever logs in through it links their account to " +
-            "you. Don't share it.",
-        ),
+        h("p", { class: "warning" }, S.loginWarning),
       ),
     );
   }
@@ -172,14 +168,14 @@ export class AssistantMessage {
   error(message: string, retry: (() => void) | null): void {
     this.text.flush();
     const box = h("div", { class: "error", attrs: { role: "alert" } }, h("p", {}, message));
-    if (retry) box.append(button("Retry", retry));
+    if (retry) box.append(button(S.retry, retry));
     this.extras.append(box);
     this.settle();
   }
 
   stopped(): void {
     this.text.flush();
-    this.extras.append(h("p", { class: "stopped" }, "Stopped."));
+    this.extras.append(h("p", { class: "stopped" }, S.stopped));
     this.settle();
   }
 
@@ -200,7 +196,7 @@ export class AssistantMessage {
 export function userMessage(text: string): HTMLElement {
   return h(
     "article",
-    { class: "message user", attrs: { "aria-label": "You" } },
+    { class: "message user", attrs: { "aria-label": S.you } },
     h("div", { class: "body" }, text),
   );
 }
@@ -208,7 +204,7 @@ export function userMessage(text: string): HTMLElement {
 export function pastAnswer(text: string): HTMLElement {
   return h(
     "article",
-    { class: "message assistant", attrs: { "aria-label": "Answer" } },
+    { class: "message assistant", attrs: { "aria-label": S.answer } },
     h("div", { class: "body", attrs: { "data-final": "true" } }, renderMarkdown(text)),
   );
 }

@@ -3,6 +3,7 @@
 
 import { type Api, ApiError, type Me } from "./api";
 import { button, clear, h } from "./dom";
+import { strings as S } from "./strings";
 
 interface Tab {
   id: string;
@@ -28,7 +29,7 @@ export class Panels {
   readonly element: HTMLElement;
   private readonly tablist = h("div", {
     class: "tabs",
-    attrs: { role: "tablist", "aria-label": "What Mercury keeps" },
+    attrs: { role: "tablist", "aria-label": S.whatMercuryKeeps },
   });
   private readonly panel = h("div", {
     class: "panel-body",
@@ -39,12 +40,12 @@ export class Panels {
 
   constructor(private readonly host: PanelsHost) {
     this.tabs = [
-      { id: "settings", label: "Settings", render: (panel) => this.settings(panel) },
-      { id: "wiki", label: "Wiki", render: (panel) => this.wiki(panel) },
-      { id: "memory", label: "Memory", render: (panel) => this.memory(panel) },
-      { id: "tool-log", label: "Tool log", render: (panel) => this.toolLog(panel) },
-      { id: "pending", label: "Pending", render: (panel) => this.pending(panel) },
-      { id: "plugins", label: "Plugins", render: (panel) => this.plugins(panel) },
+      { id: "settings", label: S.settings, render: (panel) => this.settings(panel) },
+      { id: "wiki", label: S.wiki, render: (panel) => this.wiki(panel) },
+      { id: "memory", label: S.memory, render: (panel) => this.memory(panel) },
+      { id: "tool-log", label: S.toolLog, render: (panel) => this.toolLog(panel) },
+      { id: "pending", label: S.pending, render: (panel) => this.pending(panel) },
+      { id: "plugins", label: S.plugins, render: (panel) => this.plugins(panel) },
     ];
     for (const tab of this.tabs) {
       this.tablist.append(
@@ -67,7 +68,7 @@ export class Panels {
     this.panel.id = "panel-body";
     this.element = h(
       "aside",
-      { class: "panels", attrs: { "aria-label": "Side panel" } },
+      { class: "panels", attrs: { "aria-label": S.sidePanel } },
       this.tablist,
       this.panel,
     );
@@ -82,7 +83,7 @@ export class Panels {
     }
     this.panel.setAttribute("aria-labelledby", `tab-${tab.id}`);
     clear(this.panel);
-    this.panel.append(h("p", { class: "loading" }, "Loading…"));
+    this.panel.append(h("p", { class: "loading" }, S.loading));
     try {
       const body = h("div");
       await tab.render(body);
@@ -97,30 +98,30 @@ export class Panels {
   private async settings(panel: HTMLElement): Promise<void> {
     const me = await this.host.api.get<Me>("/me");
     const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-    const zone = h("dd", {}, me.timeZone ?? "not saved");
+    const zone = h("dd", {}, me.timeZone ?? S.timeZoneUnsaved);
     const status = h("p", { class: "note", attrs: { role: "status" } });
     panel.append(
-      h("h2", {}, "Settings"),
+      h("h2", {}, S.settings),
       h(
         "dl",
         {},
-        h("dt", {}, "Name"),
-        h("dd", {}, me.name ?? "not told yet"),
-        h("dt", {}, "Language"),
-        h("dd", {}, me.language ?? `from the browser (${navigator.language})`),
-        h("dt", {}, "Time zone"),
+        h("dt", {}, S.name),
+        h("dd", {}, me.name ?? S.nameUnknown),
+        h("dt", {}, S.language),
+        h("dd", {}, me.language ?? S.languageFromBrowser(navigator.language)),
+        h("dt", {}, S.timeZone),
         zone,
       ),
     );
     if (me.timeZone !== browserZone) {
       panel.append(
-        button(`Use this browser's time zone (${browserZone})`, async () => {
+        button(S.useBrowserZone(browserZone), async () => {
           try {
             const saved = await this.host.api.send<{ timeZone: string }>("PATCH", "/me", {
               timeZone: browserZone,
             });
             zone.textContent = saved.timeZone;
-            status.textContent = `Time zone saved: ${saved.timeZone}.`;
+            status.textContent = S.timeZoneSaved(saved.timeZone);
           } catch (error) {
             status.textContent = error instanceof Error ? error.message : String(error);
           }
@@ -137,8 +138,8 @@ export class Panels {
     const pattern = h("input", {
       attrs: {
         type: "search",
-        "aria-label": "Search the wiki",
-        placeholder: "Search (regular expression)",
+        "aria-label": S.searchTheWiki,
+        placeholder: S.searchPlaceholder,
       },
     });
     const grep = h(
@@ -156,7 +157,7 @@ export class Panels {
               }>("/wiki/grep", { pattern: pattern.value });
               results.replaceChildren(
                 matches.length === 0
-                  ? h("p", {}, "Nothing matches.")
+                  ? h("p", {}, S.nothingMatches)
                   : h(
                       "ul",
                       {},
@@ -174,7 +175,7 @@ export class Panels {
         },
       },
       pattern,
-      h("button", { attrs: { type: "submit" } }, "Search"),
+      h("button", { attrs: { type: "submit" } }, S.search),
     );
     const list = h("ul", { class: "wiki-files" });
     for (const path of files) {
@@ -206,10 +207,10 @@ export class Panels {
       );
     }
     panel.append(
-      h("h2", {}, "Wiki"),
+      h("h2", {}, S.wiki),
       grep,
       results,
-      files.length ? list : h("p", {}, "No notes yet."),
+      files.length ? list : h("p", {}, S.noNotes),
       reader,
     );
   }
@@ -217,13 +218,13 @@ export class Panels {
   private async memory(panel: HTMLElement): Promise<void> {
     const select = h(
       "select",
-      { attrs: { "aria-label": "Collection" } },
-      h("option", { attrs: { value: "verbatim_archive" } }, "Archive"),
-      h("option", { attrs: { value: "episodic_memory" } }, "Episodes"),
-      h("option", { attrs: { value: "semantic_facts" } }, "Facts"),
+      { attrs: { "aria-label": S.collection } },
+      h("option", { attrs: { value: "verbatim_archive" } }, S.archive),
+      h("option", { attrs: { value: "episodic_memory" } }, S.episodes),
+      h("option", { attrs: { value: "semantic_facts" } }, S.facts),
     );
     const list = h("ol", { class: "points" });
-    const more = button("More", () => void page(offset));
+    const more = button(S.more, () => void page(offset));
     let offset: string | null = null;
     const page = async (from: string | null) => {
       const answer = await this.host.api.get<{
@@ -236,14 +237,13 @@ export class Panels {
       }
       offset = answer.nextOffset;
       more.hidden = offset === null;
-      if (answer.points.length === 0 && from === null)
-        list.append(h("li", {}, "Nothing kept here yet."));
+      if (answer.points.length === 0 && from === null) list.append(h("li", {}, S.nothingKept));
     };
     select.addEventListener("change", () => {
       list.replaceChildren();
       void page(null);
     });
-    panel.append(h("h2", {}, "Memory"), select, list, more);
+    panel.append(h("h2", {}, S.memory), select, list, more);
     await page(null);
   }
 
@@ -257,9 +257,9 @@ export class Panels {
         outcome: string;
       }[];
     }>("/tool-log");
-    panel.append(h("h2", {}, "Tool log"));
+    panel.append(h("h2", {}, S.toolLog));
     if (entries.length === 0) {
-      panel.append(h("p", {}, "No tool calls yet."));
+      panel.append(h("p", {}, S.noToolCalls));
       return;
     }
     panel.append(
@@ -275,7 +275,7 @@ export class Panels {
             h(
               "details",
               {},
-              h("summary", {}, "Input and output"),
+              h("summary", {}, S.inputAndOutput),
               pre(json(entry.input)),
               pre(json(entry.output)),
             ),
@@ -289,10 +289,10 @@ export class Panels {
     const { pending } = await this.host.api.get<{
       pending: { summary: string; expiresAt: number; conversationId?: string }[];
     }>("/confirmations");
-    panel.append(h("h2", {}, "Pending confirmations"));
+    panel.append(h("h2", {}, S.pendingConfirmations));
     panel.append(
       pending.length === 0
-        ? h("p", {}, "Nothing waits for you.")
+        ? h("p", {}, S.nothingWaits)
         : h(
             "ul",
             {},
@@ -304,7 +304,7 @@ export class Panels {
                 h(
                   "span",
                   { class: "muted" },
-                  ` — until ${new Date(item.expiresAt).toLocaleTimeString()}`,
+                  S.until(new Date(item.expiresAt).toLocaleTimeString()),
                 ),
               ),
             ),
@@ -317,12 +317,12 @@ export class Panels {
       manifest: { plugins: { name: string; active: boolean; skills: unknown[] }[] };
     }>("/manifest");
     panel.append(
-      h("h2", {}, "Plugins"),
+      h("h2", {}, S.plugins),
       h(
         "ul",
         {},
         ...manifest.plugins.map((plugin) =>
-          h("li", {}, h("strong", {}, plugin.name), plugin.active ? " · active" : " · inactive"),
+          h("li", {}, h("strong", {}, plugin.name), plugin.active ? S.active : S.inactive),
         ),
       ),
     );
