@@ -19,7 +19,7 @@ from auth_providers import (
 from core.principal import Principal
 from tests.oidc.harness import CLIENT_ID, OidcProviderProcess, ensure_node_modules
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # the module fixture starts node: slow on a loaded machine
 
 AUDIENCE = "mercury-http"
 ALICE = "tok-chain-alice-4c1d"

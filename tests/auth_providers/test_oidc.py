@@ -39,7 +39,7 @@ from core.clock import ManualClock
 from core.principal import Principal
 from tests.oidc.harness import CLIENT_ID, CLIENT_NAME, OidcProviderProcess, ensure_node_modules
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(120)  # the module fixture starts node: slow on a loaded machine
 
 AUDIENCE = "mercury-http"
 
