@@ -52,15 +52,24 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, ollama_session: OllamaStandIn
 ) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("cluster")
+    # One shared folder, which each instance mounts at a path of its own (as hosts mount a
+    # network volume wherever they like): a and its two other names.
+    vault = workdir / "shared-vault"
+    vault.mkdir()
+    paths = {"a": vault, "b": workdir / "mount-b", "c": workdir / "mount-c"}
+    for name in ("b", "c"):
+        paths[name].symlink_to(vault, target_is_directory=True)
     with running_postgres() as postgres:
         shared = {
             "MERCURY_STATE_URL": postgres.create_database(),
             "MERCURY_CONVERSATION_LEASE_S": str(LEASE_S),
             "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
             "MERCURY_RATE_LIMIT_PER_USER": str(RATE_LIMIT),
-            "WIKI_VAULT_PATH": str(workdir / "shared-vault"),
         }
-        with Cluster(workdir, ollama_session.url, shared=shared) as running:
+        per_instance = {name: {"WIKI_VAULT_PATH": str(path)} for name, path in paths.items()}
+        with Cluster(
+            workdir, ollama_session.url, shared=shared, per_instance=per_instance
+        ) as running:
             running.state_url = shared["MERCURY_STATE_URL"]
             yield running
 
