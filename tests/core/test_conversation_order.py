@@ -197,7 +197,9 @@ async def test_what_the_person_saw_is_not_written_by_a_turn_whose_claim_lapsed(
     stale = _held(a, "alice:c9", ticket=7)  # a ticket the queue never gave, or took back
     with pytest.raises(OrderError):
         await stale.append([], [shown("alice", "assistant", "too late")])
-    assert (await Transcript(instances.dbs[0]).conversation("alice", "alice:c9", limit=10)).items == []
+    assert (
+        await Transcript(instances.dbs[0]).conversation("alice", "alice:c9", limit=10)
+    ).items == []
 
 
 async def _arrived(db: Database, key: str, tickets: int) -> None:
