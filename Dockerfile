@@ -22,7 +22,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MERCURY_LOG_FORMAT=json
 RUN groupadd --system --gid 10001 mercury \
     && useradd --system --uid 10001 --gid mercury --home-dir /srv/mercury --no-create-home mercury \
-    && mkdir -p /srv/mercury/data \
+    && mkdir -p /srv/mercury/data /srv/mercury/wiki \
     && chown -R mercury:mercury /srv/mercury
 COPY --from=build /dist/ /tmp/dist/
 # hadolint ignore=DL3013

@@ -10,6 +10,7 @@
 Served by uvicorn (uvloop, httptools), pinned to one core::
 
     python -m bench.server --port P --ollama http://127.0.0.1:Q --data DIR [--cpu 0]
+        [--state-url postgresql://…] [--memory edge]
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ def main() -> None:
     parser.add_argument(
         "--metrics", choices=["on", "off"], default="on", help="keep Prometheus metrics (default)"
     )
+    parser.add_argument("--state-url", help="MERCURY_STATE_URL (unset: SQLite in --data)")
+    parser.add_argument("--memory", choices=["off", "edge"], default="off")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -108,7 +111,7 @@ def main() -> None:
         "MERCURY_DATA_DIR": args.data,
         "OLLAMA_HOST": args.ollama,
         "OLLAMA_MODEL": "bench",
-        "MERCURY_MEMORY_STORE": "off",
+        "MERCURY_MEMORY_STORE": args.memory,
         "MERCURY_RATE_LIMIT_PER_USER": "1000",
         "MERCURY_RATE_LIMIT_WINDOW_MS": "1000",
         "MERCURY_MODEL_PROVIDER": args.provider,
@@ -116,6 +119,8 @@ def main() -> None:
         "OPENAI_MODEL": "bench",
         "MERCURY_METRICS": "true" if args.metrics == "on" else "false",
     }
+    if args.state_url:
+        env["MERCURY_STATE_URL"] = args.state_url
     settings = load_settings(env, cwd=Path(args.data))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     _relay["client"] = httpx.AsyncClient(base_url=args.ollama, timeout=60.0, limits=limits)

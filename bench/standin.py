@@ -3,7 +3,8 @@
 The last user message picks the script.
 
 ``fast N`` answers N content chunks as fast as the stand-in can (32 lines a write), and
-``paced N RATE`` N chunks at RATE a second; anything else is echoed. Scripts are kept per
+``paced N RATE`` N chunks at RATE a second; anything else is echoed. A memory capture's
+request gets a summary object. Scripts are kept per
 shape, so their lines are encoded once::
 
     python -m bench.standin --port 11500 [--cpu 1]
@@ -26,7 +27,15 @@ _scripts: dict[str, ChatScript] = {}
 _openai = False
 
 
+#: What a memory capture gets back: a summary and no facts, as a model would answer it.
+CAPTURE_ANSWER = '{"summary": "A benchmark conversation.", "facts": []}'
+
+
 def respond(payload: dict[str, Any]) -> ChatScript:
+    messages = payload.get("messages") or []
+    first = messages[0] if messages and isinstance(messages[0], dict) else {}
+    if str(first.get("content")).startswith("You keep the long-term memory of an assistant"):
+        return (CompletionScript if _openai else ChatScript).words(CAPTURE_ANSWER)  # type: ignore[return-value]
     last = ""
     for message in reversed(payload.get("messages") or []):
         if isinstance(message, dict) and message.get("role") == "user":

@@ -68,6 +68,7 @@ from core.sessions import EngineLimits, SessionManager
 from core.state import Database, connect
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
+from core.transcript import Transcript
 from core.turn_log import TurnLogs
 from core.wiki import Vault
 
@@ -121,6 +122,9 @@ class Services:
     logins: Logins | None = None
     turn_logs: TurnLogs | None = None
     metrics: Metrics | None = None
+    #: What people saw of their conversations, when instances share the state store:
+    #: ``/conversation`` and ``/conversations`` read it instead of the memory archive.
+    transcript: Transcript | None = None
     #: The models the settings name (chat, then embedding), when the settings built the
     #: model client; empty for a client given from outside.
     model_names: tuple[str, ...] = ()
@@ -410,6 +414,7 @@ async def open_services(
         turn_logs=TurnLogs(settings.http.rejoin_s, clock=clock) if settings.http.rejoin_s else None,
         metrics=metrics,
         model_names=model_names,
+        transcript=Transcript(db) if order is not None else None,
     )
 
 

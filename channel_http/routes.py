@@ -367,6 +367,14 @@ async def tool_log(request: AnyRequest) -> dict[str, Any]:
     }
 
 
+def _bad_offset(request: AnyRequest) -> BadRequest:
+    return BadRequest(
+        _caller(request).translator.gettext(
+            "The offset is not one this server gave; start again without it."
+        )
+    )
+
+
 async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
     """A memory read, bounded in time; an unreachable store reads as empty."""
     services = _services(request)
@@ -376,11 +384,7 @@ async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
         async with asyncio.timeout(3.0):
             return await read(services.manager.memory)
     except InvalidCursor:
-        raise BadRequest(
-            _caller(request).translator.gettext(
-                "The offset is not one this server gave; start again without it."
-            )
-        ) from None
+        raise _bad_offset(request) from None
     except Exception as error:  # degrade to empty: the store is enrichment
         log.warning(
             "A memory read on %s failed (%s); the caller got an empty answer.",
@@ -401,11 +405,18 @@ async def conversation(request: AnyRequest) -> dict[str, Any]:
     size = limit(query.get("limit"), 200, tr)
     offset = query.get("offset") or None
     key = SessionManager.session_key(caller.person, conversation)
-    page = await _read_memory(
-        request,
-        lambda memory: memory.conversation(caller.person.key, key, limit=size, after=offset),
-        Page(items=[], next_cursor=None),
-    )
+    transcript = _services(request).transcript
+    if transcript is not None:  # several instances: the transcript of record
+        try:
+            page = await transcript.conversation(caller.person.key, key, limit=size, after=offset)
+        except InvalidCursor:
+            raise _bad_offset(request) from None
+    else:
+        page = await _read_memory(
+            request,
+            lambda memory: memory.conversation(caller.person.key, key, limit=size, after=offset),
+            Page(items=[], next_cursor=None),
+        )
     return {
         "ok": True,
         "messages": [
@@ -422,9 +433,13 @@ async def conversations(request: AnyRequest) -> dict[str, Any]:
     caller = _caller(request)
     size = limit(request.query_params.get("limit"), 50, caller.translator)
     prefix = caller.person.key + ":"
-    found = await _read_memory(
-        request, lambda memory: memory.conversations(caller.person.key, limit=size), []
-    )
+    transcript = _services(request).transcript
+    if transcript is not None:  # several instances: the transcript of record
+        found = await transcript.conversations(caller.person.key, limit=size)
+    else:
+        found = await _read_memory(
+            request, lambda memory: memory.conversations(caller.person.key, limit=size), []
+        )
     return {
         "ok": True,
         "conversations": [

@@ -21,6 +21,13 @@ backoff, so nothing overtakes it.
   SQLite; the next writer's :meth:`start` resends it.
 - A batch the store keeps refusing for another reason than unavailability is parked after
   ``max_attempts`` tries (kind ``dead`` in SQLite, logged) instead of blocking the queue.
+- **Several instances** (PostgreSQL): every row is claimed by exactly one writer, the one
+  that spilled it or the one that took it up (an ``UPDATE`` of the claim, on rows locked
+  with ``FOR UPDATE SKIP LOCKED``), and each writer renews its claims every third of
+  ``claim_s``. Rows a flush leaves behind are unclaimed; rows of a writer that died are
+  free once its claims lapse; a running writer looks for either every third of
+  ``claim_s`` and takes them up, so no row is sent by two instances, and none waits for a
+  restart of the instance that wrote it.
 
 Exceptions: none of its own at run time; ``submit`` raises ``ValueError`` for a malformed item
 and ``RuntimeError`` after :meth:`flush` (programmer mistakes).
@@ -31,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -68,6 +76,14 @@ CREATE TABLE IF NOT EXISTS archive_spill (
     payload TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS archive_spill_kind ON archive_spill (kind, seq);
+""",
+        ),
+        # Several instances share the table on PostgreSQL: each row is claimed by one writer.
+        Migration(
+            2,
+            """
+ALTER TABLE archive_spill ADD COLUMN claimed_by TEXT;
+ALTER TABLE archive_spill ADD COLUMN claim_expires BIGINT NOT NULL DEFAULT 0;
 """,
         ),
     ),
@@ -124,6 +140,7 @@ class ArchiveWriter:
         max_attempts: int = 5,
         backfill_every_s: float = 60.0,
         embed_timeout_s: float = 30.0,
+        claim_s: float = 60.0,
     ) -> None:
         if queue_size < 1 or batch_size < 1:
             raise ValueError("ArchiveWriter needs queue_size and batch_size of at least 1.")
@@ -138,6 +155,9 @@ class ArchiveWriter:
         self._max_attempts = max_attempts
         self._backfill_every_s = backfill_every_s
         self._embed_timeout_s = embed_timeout_s
+        self._claim_s = claim_s
+        #: Who claims this writer's rows of the spill table.
+        self.holder = uuid.uuid4().hex
 
         self._mem: deque[_Item] = deque()
         self._overflow: list[_Item] = []
@@ -181,22 +201,14 @@ class ArchiveWriter:
         """Reload leftovers from SQLite, then launch the ensure, drain and spill tasks."""
         if self._db is not None:
             await self._db.migrate(SPILL_SCHEMA)
-            row = await self._db.fetch_one(
-                "SELECT COUNT(*) FROM archive_spill WHERE kind = 'pending'"
-            )
-            self._spill_pending = bool(row and row[0])
-            for row in await self._db.fetch_all(
-                "SELECT seq, point_id, collection, payload FROM archive_spill "
-                "WHERE kind = 'backfill' ORDER BY seq"
-            ):
-                item = self._from_row(row)
-                self._backfill[item.id] = item
+            await self._adopt_orphans()
         self._tasks = [
             asyncio.create_task(self._ensure_loop(), name="archive-ensure"),
             asyncio.create_task(self._drain_loop(), name="archive-drain"),
         ]
         if self._db is not None:
             self._tasks.append(asyncio.create_task(self._spill_loop(), name="archive-spill"))
+            self._tasks.append(asyncio.create_task(self._claim_loop(), name="archive-claims"))
 
     def submit(self, collection: Collection, payload: Mapping[str, Any]) -> str:
         """Queue one point for writing and return its id; never blocks, never waits."""
@@ -326,6 +338,19 @@ class ArchiveWriter:
                 self._spill_generation += 1
                 self._wake.set()
 
+    async def _claim_loop(self) -> None:
+        """Renew this writer's claims; take up rows nobody claims any more."""
+        while True:
+            await asyncio.sleep(self._claim_s / 3)
+            try:
+                await self._db_required.execute(
+                    "UPDATE archive_spill SET claim_expires = ? WHERE claimed_by = ?",
+                    (self._claim_expiry(), self.holder),
+                )
+                await self._adopt_orphans()
+            except Exception:
+                log.exception("Couldn't renew or take up archive spill rows; retrying.")
+
     # -- steps -------------------------------------------------------------------------
 
     async def _refill(self) -> None:
@@ -338,13 +363,33 @@ class ArchiveWriter:
         if not self._spill_pending:
             return
         generation = self._spill_generation
+        # This writer's own rows not loaded yet, and rows nobody holds (left by a flush, or
+        # by a writer whose claims lapsed): claimed in one statement, so no two writers
+        # ever load the same row. The outer condition is checked again on each row once
+        # it is locked, so a row another writer claimed meanwhile is left out.
+        now = _now_us()
         rows = await self._db.fetch_all(
-            "SELECT seq, point_id, collection, payload FROM archive_spill "
-            "WHERE kind = 'pending' AND seq > ? ORDER BY seq LIMIT ?",
-            (self._last_loaded_seq, self._queue_size),
+            "UPDATE archive_spill SET claimed_by = ?, claim_expires = ? WHERE seq IN ("  # noqa: S608 - fixed text
+            "SELECT seq FROM archive_spill WHERE kind = 'pending' AND ("
+            "(claimed_by = ? AND seq > ?) OR claimed_by IS NULL "
+            "OR (claimed_by <> ? AND claim_expires < ?)) "
+            f"ORDER BY seq LIMIT ?{self._skip_locked}) "
+            "AND (claimed_by = ? OR claimed_by IS NULL OR claim_expires < ?) "
+            "RETURNING seq, point_id, collection, payload",
+            (
+                self.holder,
+                self._claim_expiry(),
+                self.holder,
+                self._last_loaded_seq,
+                self.holder,
+                now,
+                self._queue_size,
+                self.holder,
+                now,
+            ),
         )
         if rows:
-            items = [self._from_row(row) for row in rows]
+            items = sorted((self._from_row(row) for row in rows), key=lambda i: i.seq or 0)
             self._last_loaded_seq = max(item.seq or 0 for item in items)
             self._mem.extend(items)
         elif generation == self._spill_generation:
@@ -453,6 +498,32 @@ class ArchiveWriter:
         for _ in batch:
             self._mem.popleft()
 
+    async def _adopt_orphans(self) -> None:
+        """Take up rows nobody holds: backfills into the set, pending rows on the next refill."""
+        db = self._db_required
+        now = _now_us()
+        for row in await db.fetch_all(
+            "UPDATE archive_spill SET claimed_by = ?, claim_expires = ? WHERE seq IN ("  # noqa: S608 - fixed text
+            "SELECT seq FROM archive_spill WHERE kind = 'backfill' "
+            "AND (claimed_by IS NULL OR (claimed_by <> ? AND claim_expires < ?)) "
+            f"ORDER BY seq{self._skip_locked}) "
+            "AND (claimed_by IS NULL OR claim_expires < ?) "
+            "RETURNING seq, point_id, collection, payload",
+            (self.holder, self._claim_expiry(), self.holder, now, now),
+        ):
+            item = self._from_row(row)
+            self._backfill[item.id] = item
+        if not self._spill_pending:
+            orphans = await db.fetch_one(
+                "SELECT COUNT(*) FROM archive_spill WHERE kind = 'pending' "
+                "AND (claimed_by IS NULL OR (claimed_by <> ? AND claim_expires < ?))",
+                (self.holder, now),
+            )
+            if orphans and orphans[0]:
+                self._spill_pending = True
+                self._spill_generation += 1
+                self._wake.set()
+
     async def _persist_leftovers(self) -> int:
         fresh = [i for i in self._mem if i.seq is None] + self._overflow
         fresh_backfill = [i for i in self._backfill.values() if i.seq is None]
@@ -461,7 +532,7 @@ class ArchiveWriter:
             if kept:
                 log.error("Archive writer stopped with %d unstored items and no database.", kept)
             return kept
-        await self._insert("pending", fresh)
+        await self._insert("pending", fresh, claimed=False)
         if fresh_backfill:
             # A flush can cut _defer between its insert and its seq adoption: skip the
             # rows already recorded, or the next start would backfill them twice.
@@ -472,7 +543,11 @@ class ArchiveWriter:
                 )
             }
             fresh_backfill = [i for i in fresh_backfill if i.id not in recorded]
-        await self._insert("backfill", fresh_backfill)
+        await self._insert("backfill", fresh_backfill, claimed=False)
+        # What this writer held is free for the next writer, here or on another instance.
+        await self._db.execute(
+            "UPDATE archive_spill SET claimed_by = NULL WHERE claimed_by = ?", (self.holder,)
+        )
         self._mem.clear()
         self._overflow.clear()
         row = await self._db.fetch_one(
@@ -482,13 +557,20 @@ class ArchiveWriter:
 
     # -- SQLite ------------------------------------------------------------------------
 
-    async def _insert(self, kind: str, items: Iterable[_Item]) -> None:
+    async def _insert(self, kind: str, items: Iterable[_Item], *, claimed: bool = True) -> None:
+        """Write rows, claimed by this writer unless ``claimed`` is false (left for others)."""
         assert self._db is not None  # noqa: S101 - callers check
-        rows = [(kind, i.id, i.collection, msgspec.json.encode(i.payload).decode()) for i in items]
+        holder = self.holder if claimed else None
+        expiry = self._claim_expiry() if claimed else 0
+        rows = [
+            (kind, i.id, i.collection, msgspec.json.encode(i.payload).decode(), holder, expiry)
+            for i in items
+        ]
         if rows:
             await self._db.execute_many(
-                "INSERT INTO archive_spill (kind, point_id, collection, payload) "
-                "VALUES (?, ?, ?, ?)",
+                "INSERT INTO archive_spill "
+                "(kind, point_id, collection, payload, claimed_by, claim_expires) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
 
@@ -523,6 +605,19 @@ class ArchiveWriter:
 
     # -- helpers -----------------------------------------------------------------------
 
+    @property
+    def _db_required(self) -> Database:
+        assert self._db is not None  # noqa: S101 - only called with a database
+        return self._db
+
+    @property
+    def _skip_locked(self) -> str:
+        """PostgreSQL: rows another writer is claiming right now are skipped, not waited on."""
+        return " FOR UPDATE SKIP LOCKED" if self._db_required.dialect == "postgresql" else ""
+
+    def _claim_expiry(self) -> int:
+        return _now_us() + int(self._claim_s * 1_000_000)
+
     def _is_empty(self) -> bool:
         return not self._mem and not self._overflow and not self._spill_pending
 
@@ -530,6 +625,10 @@ class ArchiveWriter:
     def _text(item: _Item) -> str:
         value = item.payload.get(EMBEDDED_FIELD[item.collection])
         return value if isinstance(value, str) else ""
+
+
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
 
 
 def _said(error: BaseException) -> str:

@@ -15,8 +15,9 @@ on. A stalled holder that comes back after its claim lapsed can no longer write 
 transcript (every write is fenced on the claim still being there).
 
 The **transcript of record** lives here too, beside the counter: each turn appends the
-messages it added (the person's message as soon as its turn starts, the rest when it ends)
-and raises the conversation's **version**. An instance whose in-memory history carries
+messages it added (the person's message as soon as its turn starts, the rest when it ends),
+with what the person saw of them (:mod:`core.transcript`), and raises the conversation's
+**version**. An instance whose in-memory history carries
 another version than the store rebuilds it from the transcript before the turn runs, so a
 history is never stale.
 
@@ -40,6 +41,7 @@ import msgspec
 
 from core.model import ChatMessage
 from core.state import Database, Migration, Notice, Schema
+from core.transcript import ShownMessage, write_shown
 
 __all__ = ["SCHEMA", "ConversationOrder", "HeldTurn", "OrderError"]
 
@@ -77,6 +79,25 @@ CREATE INDEX IF NOT EXISTS conversation_transcript_key
     ON conversation_transcript (session_key, seq);
 """,
         ),
+        # What the person saw, for GET /conversation(s): see core/transcript.py.
+        Migration(
+            2,
+            sql="""
+CREATE TABLE IF NOT EXISTS conversation_messages (
+    seq         {id},
+    session_key TEXT NOT NULL,
+    person_key  TEXT NOT NULL,
+    role        TEXT NOT NULL,
+    content     TEXT NOT NULL,
+    timestamp   TEXT NOT NULL,
+    interrupted INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversation_messages_key
+    ON conversation_messages (session_key, seq);
+CREATE INDEX IF NOT EXISTS conversation_messages_person
+    ON conversation_messages (person_key, seq);
+""",
+        ),
     ),
 )
 
@@ -105,10 +126,13 @@ class HeldTurn:
         """Every message of the conversation, in order."""
         return await self._order.transcript(self.key)
 
-    async def append(self, messages: Sequence[ChatMessage]) -> None:
-        """Add ``messages`` to the transcript and raise the version (one transaction)."""
-        if messages:
-            self.version = await self._order.append(self, messages)
+    async def append(
+        self, messages: Sequence[ChatMessage], shown: Sequence[ShownMessage] = ()
+    ) -> None:
+        """Add ``messages`` to the transcript, ``shown`` to what the person saw, and raise
+        the version (one transaction)."""
+        if messages or shown:
+            self.version = await self._order.append(self, messages, shown)
 
 
 class ConversationOrder:
@@ -162,7 +186,12 @@ class ConversationOrder:
         )
         return [_decode(row[0]) for row in rows]
 
-    async def append(self, held: HeldTurn, messages: Sequence[ChatMessage]) -> int:
+    async def append(
+        self,
+        held: HeldTurn,
+        messages: Sequence[ChatMessage],
+        shown: Sequence[ShownMessage] = (),
+    ) -> int:
         async with self._db.transaction() as tx:
             still_held = await tx.fetch_one(
                 "SELECT 1 FROM conversation_queue "
@@ -178,6 +207,7 @@ class ConversationOrder:
                     "INSERT INTO conversation_transcript (session_key, message) VALUES (?, ?)",
                     (held.key, _encode(message).decode()),
                 )
+            await write_shown(tx, held.key, shown)
             row = await tx.fetch_one(
                 "UPDATE conversation_turns SET version = version + 1 "
                 "WHERE session_key = ? RETURNING version",

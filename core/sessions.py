@@ -56,6 +56,7 @@ from core.tools import (
     cap,
     detail_of,
 )
+from core.transcript import ShownMessage
 
 if TYPE_CHECKING:
     from core.archive import ArchiveWriter
@@ -123,6 +124,8 @@ class Session:
     version: int = 0
     #: How many of ``messages`` are in the transcript of record (or never go there).
     recorded: int = 0
+    #: What the person saw and the transcript of record doesn't hold yet.
+    shown: list[ShownMessage] = field(default_factory=list)
     #: The latest tool results by call id, which ``present`` can show by reference.
     results: ToolResults = field(default_factory=ToolResults)
 
@@ -414,6 +417,14 @@ class SessionManager:
         if turn_input.attachments:
             stamped += attachments_note(turn_input.attachments)
         session.messages.append(ChatMessage(role="user", content=stamped))
+        session.shown.append(
+            ShownMessage(
+                person_key=person.key,
+                role="user",
+                content=turn_input.text,
+                timestamp=_timestamp(turn_input.received_at),
+            )
+        )
         # The person's words are on record before the model runs: an instance dying
         # mid-turn loses the answer, never what was accepted.
         await self._record(session, held)
@@ -433,11 +444,16 @@ class SessionManager:
 
     async def _record(self, session: Session, held: HeldTurn | None) -> None:
         """Append the session's new messages to the transcript of record (shielded)."""
-        if held is None or session.recorded >= len(session.messages):
+        if held is None:
+            session.shown.clear()  # only a shared store keeps it (core/transcript.py)
+            return
+        if session.recorded >= len(session.messages) and not session.shown:
             return
         new = session.messages[session.recorded :]
-        await asyncio.shield(held.append(new))
+        shown = list(session.shown)
+        await asyncio.shield(held.append(new, shown))
         session.recorded += len(new)
+        del session.shown[: len(shown)]
         session.version = held.version
 
     async def _session(
@@ -563,7 +579,10 @@ class SessionManager:
                 text_parts.extend(step_text)
                 answer = "".join(text_parts)
                 session.messages.append(interrupted_answer("".join(step_text)))
-            self._archive_turn(context, turn_input, archive_user, answer, interrupted=not delivered)
+            shown = self._archive_turn(
+                context, turn_input, archive_user, answer, interrupted=not delivered
+            )
+            session.shown.extend(m for m in shown if m.role == "assistant")
 
     async def _model_step(
         self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit, parts: list[str]
@@ -941,7 +960,7 @@ class SessionManager:
         answer: str,
         *,
         interrupted: bool,
-    ) -> None:
+    ) -> list[ShownMessage]:
         """Archive one exchange: the person's message, then the answer, submitted together.
 
         Turns of a session run one at a time, and the writer gives every item an ``ts``
@@ -950,41 +969,49 @@ class SessionManager:
         (a message waiting behind other turns would sort before their answers); the
         person's message keeps that in ``timestamp``. An interrupted answer is archived as
         far as it streamed (possibly empty) and flagged, so the pair stays whole.
+
+        Returns the exchange as the person saw it, for the transcript of record.
         """
-        if self.archive is None:
-            return
-        now = self.clock()
-        base = {
-            "personKey": context.person.key,
-            "sessionKey": context.session_key,
-            "conversationId": context.conversation_id or context.session_key.rsplit(":", 1)[1],
-        }
+        person_key = context.person.key
+        exchange: list[ShownMessage] = []
         if user_text is not None:
-            self.archive.submit(
-                "verbatim",
-                {
+            exchange.append(
+                ShownMessage(
+                    person_key=person_key,
+                    role="user",
+                    content=user_text,
+                    timestamp=_timestamp(turn_input.received_at),
+                )
+            )
+        if answer or (interrupted and user_text is not None):
+            exchange.append(
+                ShownMessage(
+                    person_key=person_key,
+                    role="assistant",
+                    content=answer,
+                    timestamp=_timestamp(self.clock()),
+                    interrupted=interrupted,
+                )
+            )
+        if self.archive is not None:
+            base = {
+                "personKey": person_key,
+                "sessionKey": context.session_key,
+                "conversationId": (
+                    context.conversation_id or context.session_key.rsplit(":", 1)[1]
+                ),
+            }
+            for message in exchange:
+                payload: dict[str, Any] = {
                     **base,
-                    "role": "user",
-                    "content": user_text,
-                    "timestamp": _timestamp(turn_input.received_at),
-                },
-            )
-        if interrupted and (user_text is not None or answer):
-            self.archive.submit(
-                "verbatim",
-                {
-                    **base,
-                    "role": "assistant",
-                    "content": answer,
-                    "interrupted": True,
-                    "timestamp": _timestamp(now),
-                },
-            )
-        elif answer:
-            self.archive.submit(
-                "verbatim",
-                {**base, "role": "assistant", "content": answer, "timestamp": _timestamp(now)},
-            )
+                    "role": message.role,
+                    "content": message.content,
+                    "timestamp": message.timestamp,
+                }
+                if message.interrupted:
+                    payload["interrupted"] = True
+                self.archive.submit("verbatim", payload)
+        return exchange
 
     @staticmethod
     def _model_error_text(error: ModelError, translator: Translator) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -218,6 +219,100 @@ async def test_a_backfill_left_at_shutdown_is_finished_by_the_next_writer_while_
     hits = await store.search("episodic", "alice", hash_vector("boats"))
     assert [h.payload["summary"] for h in hits] == ["boats"]
     assert await second.flush(timeout_s=5) == 0
+
+
+def upserted(stores: list[DownStore]) -> list[str]:
+    return [point for store in stores for _, points in store.upserts for point in points]
+
+
+@pytest.mark.anyio
+async def test_rows_left_in_a_shared_spill_are_sent_by_exactly_one_of_several_writers(
+    store: PointStoreBase, shared_state: StateBackend
+) -> None:
+    db = await shared_state.open()
+    first = ArchiveWriter(DownStore(store), HashEmbedder(), db=db, queue_size=5, backoff=FAST)
+    await first.start()
+    for i in range(60):
+        first.submit("verbatim", said("alice:c", f"m{i:02}"))
+    assert await first.flush(timeout_s=0.2) == 60
+
+    stores = [DownStore(store) for _ in range(3)]
+    for each in stores:
+        each.revive()
+    writers = [
+        ArchiveWriter(
+            each,
+            HashEmbedder(),
+            db=await shared_state.open(),
+            queue_size=5,
+            batch_size=2,
+            backoff=FAST,
+            claim_s=0.6,
+        )
+        for each in stores
+    ]
+    await asyncio.gather(*(writer.start() for writer in writers))  # three instances at once
+    await eventually(lambda: _true_async(spill_rows(db), lambda n: n == 0), timeout_s=30)
+
+    sent = upserted(stores)
+    assert len(sent) == len(set(sent)) == 60  # every row once, none by two writers
+    assert sorted(await contents(store, "alice:c")) == [f"m{i:02}" for i in range(60)]
+    for writer in writers:
+        assert await writer.flush(timeout_s=5) == 0
+
+
+@pytest.mark.anyio
+async def test_a_live_writers_rows_stay_its_own_and_a_dead_writers_are_taken_up_once(
+    store: PointStoreBase, shared_state: StateBackend
+) -> None:
+    await store.ensure(16)
+    db = await shared_state.open()
+    alive_store = DownStore(store)
+    alive = ArchiveWriter(
+        alive_store, HashEmbedder(), db=db, queue_size=2, backoff=FAST, claim_s=0.3
+    )
+    await alive.start()
+    for i in range(8):
+        alive.submit("verbatim", said("alice:live", f"l{i}"))
+    await eventually(lambda: _true_async(spill_rows(db), lambda n: n == 6))
+    # Rows a writer that died had claimed: its claims lapsed long ago.
+    await db.execute_many(
+        "INSERT INTO archive_spill (kind, point_id, collection, payload, claimed_by, "
+        "claim_expires) VALUES ('pending', ?, 'verbatim', ?, 'a-dead-writer', 1)",
+        [
+            (
+                f"00000000-0000-4000-8000-00000000000{i}",
+                json.dumps(
+                    said("alice:dead", f"d{i}")
+                    | {"ts": 1.0 + i, "timestamp": "2026-01-01T00:00:00.000Z"}
+                ),
+            )
+            for i in range(4)
+        ],
+    )
+
+    others = [DownStore(store), DownStore(store)]
+    writers = []
+    for each in others:
+        each.revive()
+        writers.append(
+            ArchiveWriter(
+                each, HashEmbedder(), db=await shared_state.open(), backoff=FAST, claim_s=0.3
+            )
+        )
+        await writers[-1].start()
+    await eventually(lambda: _true_async(contents(store, "alice:dead"), lambda c: len(c) == 4))
+    await asyncio.sleep(1.0)  # three claim periods: the live writer renews, nobody takes over
+
+    sent = upserted(others)
+    assert sorted(sent) == sorted(f"00000000-0000-4000-8000-00000000000{i}" for i in range(4))
+    assert await contents(store, "alice:live") == []
+    alive_store.revive()
+    await eventually(lambda: _true_async(contents(store, "alice:live"), lambda c: len(c) == 8))
+    assert await contents(store, "alice:live") == [f"l{i}" for i in range(8)]
+    assert upserted(others) == sent
+    for writer in [alive, *writers]:
+        assert await writer.flush(timeout_s=5) == 0
 
 
 @pytest.mark.anyio

@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from core.conversation_order import ConversationOrder, HeldTurn, OrderError
+from core.memory import InvalidCursor
 from core.model import ChatMessage
 from core.state import Database
+from core.transcript import ShownMessage, Transcript
 from tests.support.state import StateBackend, postgres_server, state  # noqa: F401 - the fixtures
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -29,9 +31,11 @@ class Instances:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
         self.started: list[ConversationOrder] = []
+        self.dbs: list[Database] = []
 
     async def open(self, *, lease_s: float = 5.0, pool_size: int = 10) -> ConversationOrder:
-        order = ConversationOrder(await self.backend.open(pool_size=pool_size), lease_s=lease_s)
+        self.dbs.append(await self.backend.open(pool_size=pool_size))
+        order = ConversationOrder(self.dbs[-1], lease_s=lease_s)
         await order.start()
         self.started.append(order)
         return order
@@ -147,6 +151,55 @@ async def test_a_turn_finds_the_version_and_transcript_another_instance_left(
     async with b.hold("alice:c2") as other:
         assert other.version == 0
         assert await other.transcript() == []
+
+
+def shown(person: str, role: str, content: str, *, interrupted: bool = False) -> ShownMessage:
+    return ShownMessage(
+        person_key=person,
+        role=role,  # type: ignore[arg-type]
+        content=content,
+        timestamp="2026-01-02T03:04:05.000Z",
+        interrupted=interrupted,
+    )
+
+
+async def test_what_the_person_saw_reads_back_in_order_a_page_at_a_time_through_any_instance(
+    instances: Instances,
+) -> None:
+    a, b = await instances.open(), await instances.open()
+    for n, order in enumerate([a, b, a]):
+        async with order.hold("alice:c1") as turn:
+            await turn.append(
+                [ChatMessage(role="user", content=f"[t] q{n}")], [shown("alice", "user", f"q{n}")]
+            )
+            await turn.append([], [shown("alice", "assistant", f"a{n}", interrupted=n == 1)])
+    async with b.hold("bob:c1") as turn:
+        await turn.append([], [shown("bob", "user", "not alice's")])
+
+    read = Transcript(instances.dbs[1])
+    first = await read.conversation("alice", "alice:c1", limit=4)
+    rest = await read.conversation("alice", "alice:c1", limit=4, after=first.next_cursor)
+    assert [m.content for m in first.items + rest.items] == ["q0", "a0", "q1", "a1", "q2", "a2"]
+    assert [m.interrupted for m in first.items] == [False, False, False, True]
+    assert rest.next_cursor is None
+    # Another person's key reads nothing, even with the right session key.
+    assert (await read.conversation("bob", "alice:c1", limit=10)).items == []
+    listed = await read.conversations("alice", limit=10)
+    assert [(c.session_key, c.preview) for c in listed] == [("alice:c1", "a2")]
+    with pytest.raises(InvalidCursor):
+        await read.conversation("alice", "alice:c1", limit=4, after="not-a-cursor")
+
+
+async def test_what_the_person_saw_is_not_written_by_a_turn_whose_claim_lapsed(
+    instances: Instances,
+) -> None:
+    a = await instances.open()
+    stale = _held(a, "alice:c9", ticket=7)  # a ticket the queue never gave, or took back
+    with pytest.raises(OrderError):
+        await stale.append([], [shown("alice", "assistant", "too late")])
+    assert (
+        await Transcript(instances.dbs[0]).conversation("alice", "alice:c9", limit=10)
+    ).items == []
 
 
 async def _arrived(db: Database, key: str, tickets: int) -> None:

@@ -26,7 +26,19 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 LEASE_S = 3
 PEOPLE = {
     f"{name}-token": {"id": name, "displayName": name.title()}
-    for name in ("alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy")
+    for name in (
+        "alice",
+        "bob",
+        "carol",
+        "dave",
+        "erin",
+        "frank",
+        "grace",
+        "heidi",
+        "ivan",
+        "judy",
+        "kate",
+    )
 }
 RATE_LIMIT = 6
 
@@ -40,15 +52,24 @@ def cluster(
     tmp_path_factory: pytest.TempPathFactory, ollama_session: OllamaStandIn
 ) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("cluster")
+    # One shared folder, which each instance mounts at a path of its own (as hosts mount a
+    # network volume wherever they like): a and its two other names.
+    vault = workdir / "shared-vault"
+    vault.mkdir()
+    paths = {"a": vault, "b": workdir / "mount-b", "c": workdir / "mount-c"}
+    for name in ("b", "c"):
+        paths[name].symlink_to(vault, target_is_directory=True)
     with running_postgres() as postgres:
         shared = {
             "MERCURY_STATE_URL": postgres.create_database(),
             "MERCURY_CONVERSATION_LEASE_S": str(LEASE_S),
             "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
             "MERCURY_RATE_LIMIT_PER_USER": str(RATE_LIMIT),
-            "WIKI_VAULT_PATH": str(workdir / "shared-vault"),
         }
-        with Cluster(workdir, ollama_session.url, shared=shared) as running:
+        per_instance = {name: {"WIKI_VAULT_PATH": str(path)} for name, path in paths.items()}
+        with Cluster(
+            workdir, ollama_session.url, shared=shared, per_instance=per_instance
+        ) as running:
             running.state_url = shared["MERCURY_STATE_URL"]
             yield running
 
@@ -89,6 +110,49 @@ async def test_a_conversation_continued_on_each_instance_in_turn_reaches_the_mod
     assert user_texts(requests[-1]) == [f"message {n}" for n in range(5)]
     answers = [m["content"] for m in requests[-1]["messages"] if m["role"] == "assistant"]
     assert [a.split("] ", 1)[-1] for a in answers] == [f"message {n}" for n in range(4)]
+
+
+async def read_back(url: str, person: str, conversation: str, *, limit: int) -> list[Any]:
+    """The whole of ``GET /conversation``, a page of ``limit`` at a time."""
+    messages: list[Any] = []
+    offset: str | None = None
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        while True:
+            params = {"id": conversation, "limit": str(limit)} | (
+                {"offset": offset} if offset else {}
+            )
+            page = (await client.get("/conversation", params=params, headers=auth(person))).json()
+            messages.extend(page["messages"])
+            offset = page["nextOffset"]
+            if offset is None:
+                return messages
+
+
+async def test_a_conversation_continued_through_each_instance_reads_back_whole_through_every_one(
+    cluster: Cluster,
+) -> None:
+    answers = []
+    for n, instance in enumerate(["a", "b", "c", "b", "a"]):
+        outcome = await turn_through(cluster[instance].url, "kate", f"line {n}", "story")
+        assert outcome.names()[-1] == "final", outcome.events
+        answers.append(outcome.events[-1][1]["text"])
+
+    expected = [
+        (role, text)
+        for n, answer in enumerate(answers)
+        for role, text in (("user", f"line {n}"), ("assistant", answer))
+    ]
+    for instance in ("a", "b", "c"):  # at once: no archive queue to wait for
+        read = await read_back(cluster[instance].url, "kate", "story", limit=3)
+        assert [(m["role"], m["content"]) for m in read] == expected, instance
+        async with httpx.AsyncClient(timeout=30) as client:
+            listed = await client.get(
+                cluster[instance].url + "/conversations", headers=auth("kate")
+            )
+        assert listed.json()["conversations"][0]["conversationId"] == "story"
+        assert listed.json()["conversations"][0]["preview"] == answers[-1]
+    # Another person reads nothing of it, through any instance.
+    assert await read_back(cluster["c"].url, "judy", "story", limit=3) == []
 
 
 async def test_concurrent_turns_on_one_conversation_never_overlap_and_keep_arrival_order(
@@ -233,6 +297,11 @@ async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere
     assert time.monotonic() - killed_at >= LEASE_S * 0.8
     last = [r for r in ollama.requests if "second words" in json.dumps(r)][-1]
     assert user_texts(last) == ["first words", "second words"]
+    read = await read_back(cluster["a"].url, "erin", "k", limit=50)
+    assert [(m["role"], m["content"]) for m in read][:2] == [
+        ("user", "first words"),
+        ("user", "second words"),
+    ]
 
 
 @pytest.fixture(autouse=True)
