@@ -359,13 +359,27 @@ async def _abort(writer: asyncio.StreamWriter) -> None:
     transport.abort()
 
 
-async def _watch_for_departure(reader: asyncio.StreamReader) -> None:
-    """Return once the client has closed or reset the connection."""
+async def _watch_for_departure(reader: asyncio.StreamReader, early: bytearray) -> None:
+    """Return once the client has closed or reset the connection.
+
+    Bytes that arrive meanwhile go to ``early``, which the caller puts back in front of the
+    reader's buffer (:func:`_give_back`): a kept-alive client sends its next request the
+    moment the last chunk of this answer reaches it, possibly before this watch is cancelled,
+    and that request must be answered, not dropped.
+    """
     try:
-        while await reader.read(65536):
-            pass  # a pipelined request mid-response; unsupported, dropped
+        while data := await reader.read(65536):
+            early += data
     except OSError:
         return
+
+
+def _give_back(reader: asyncio.StreamReader, early: bytearray) -> None:
+    """Put bytes read ahead back in front of what the reader holds, in their order."""
+    if early:
+        # StreamReader has no public unread; nothing else reads this connection meanwhile.
+        reader._buffer[:0] = early  # type: ignore[attr-defined]
+        early.clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -713,7 +727,8 @@ class OllamaStandIn:
         self.open_streams += 1
         self._notify()
         responding = asyncio.create_task(answer)
-        watching = asyncio.create_task(_watch_for_departure(reader))
+        early = bytearray()
+        watching = asyncio.create_task(_watch_for_departure(reader, early))
         try:
             await asyncio.wait({responding, watching}, return_when=asyncio.FIRST_COMPLETED)
             outcome: _Outcome | None = None
@@ -732,6 +747,7 @@ class OllamaStandIn:
             for task in (responding, watching):
                 task.cancel()
             await asyncio.wait({responding, watching})
+            _give_back(reader, early)
             self.open_streams -= 1
             self._notify()
 

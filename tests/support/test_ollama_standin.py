@@ -455,3 +455,33 @@ def test_the_command_line_serves_in_the_foreground_until_sigterm() -> None:
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.anyio
+async def test_a_request_that_arrives_during_an_answer_is_answered_after_it(
+    standin: OllamaStandIn,
+) -> None:
+    # A kept-alive client sends its next request as soon as the last chunk reaches it, which
+    # can be before the stand-in stops watching the connection for a departure: sending both
+    # requests in one write makes that race certain. Both must be answered, in order.
+    body = msgspec.json.encode({"model": "qwen3", "messages": USER_HELLO, "think": False})
+    request = (
+        b"POST /api/chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", standin.port)
+    try:
+        writer.write(request + request)
+        await writer.drain()
+        received = b""
+        with anyio.fail_after(10):
+            while received.count(b"0\r\n\r\n") < 2:
+                data = await reader.read(65536)
+                assert data, received
+                received += data
+    finally:
+        writer.close()
+    assert received.count(b"HTTP/1.1 200 OK") == 2
+    assert received.count(b'"done":true') == 2
+    assert len(standin.requests) == 2
