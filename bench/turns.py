@@ -401,7 +401,9 @@ async def _level(
 
     async def one(i: int, conn: Connection) -> Reply:
         await asyncio.sleep(plan.ramp_s * i / level)
-        return await conn.request("POST", path, body)
+        # A stream that never ends (a connection lost without a close on a saturated
+        # machine) counts as not completed instead of hanging the benchmark.
+        return await asyncio.wait_for(conn.request("POST", path, body), ideal * 10 + 30)
 
     sampler = asyncio.create_task(sample())
     replies = await asyncio.gather(
