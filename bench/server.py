@@ -4,8 +4,11 @@
 
 - ``GET /bench/bare?n=N`` streams N prebuilt ``text`` frames from an async generator
   (the baseline "emitting the same frames");
-- ``GET /bench/relay?n=N`` relays the stand-in's ``fast N`` stream with httpx and a msgspec
-  decode per line, one write per read (a bare relay, for comparison).
+- ``GET /bench/batched?n=N`` relays the stand-in's ``fast N`` stream with httpx, one msgspec
+  decode per line and the frames of one upstream read joined into one write (``b"".join``):
+  the baseline of record, a relay that batches its writes as a turn does;
+- ``GET /bench/relay?n=N`` the same relay growing its write with ``+=`` (information: the
+  baseline of the first benchmarks).
 
 Served by uvicorn (uvloop, httptools), pinned to one core::
 
@@ -79,6 +82,34 @@ async def _relayed(n: int) -> AsyncIterator[bytes]:
                 yield out
 
 
+async def _batched(n: int) -> AsyncIterator[bytes]:
+    client: httpx.AsyncClient = _relay["client"]
+    body = msgspec.json.encode(
+        {"model": "bench", "messages": [{"role": "user", "content": f"fast {n}"}]}
+    )
+    frame = sse.frame
+    async with client.stream("POST", "/api/chat", content=body) as response:
+        buffer = b""
+        async for data in response.aiter_raw():
+            buffer += data
+            if b"\n" not in buffer:
+                continue
+            *lines, buffer = buffer.split(b"\n")
+            out = []
+            for line in lines:
+                if line:
+                    message = _decode(line).message
+                    if message is not None and message.content:
+                        out.append(frame(Text(chunk=message.content)))
+            if out:
+                yield b"".join(out)
+
+
+@get("/bench/batched")
+async def batched(n: int = 20_000) -> Stream:
+    return Stream(_batched(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+
+
 @get("/bench/relay")
 async def relay(n: int = 20_000) -> Stream:
     return Stream(_relayed(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -133,7 +164,7 @@ def main() -> None:
             connect_timeout_s=settings.ollama.connect_timeout_s,
         )
         model._wire = None  # the httpx path, for before/after comparisons
-    app = build_app(settings, model=model, extra_routes=[bare, relay])
+    app = build_app(settings, model=model, extra_routes=[bare, relay, batched])
     uvicorn.run(
         with_cors(app, settings),
         host="127.0.0.1",

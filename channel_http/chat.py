@@ -207,17 +207,19 @@ async def _acting(
 
 async def _collect(turn: Turn) -> _Collected:
     collected = _Collected()
-    queue = turn.queue
-    while (event := await queue.get()) is not None:
-        if isinstance(event, events.Final):
-            collected.final = event
-        elif isinstance(event, events.Pending):
-            collected.pending = event
-        elif isinstance(event, events.Login):
-            collected.login = event
-        elif isinstance(event, events.Error):
-            collected.error = event
-    return collected
+    take = turn.events.take
+    while True:
+        for event in await take():
+            if event is None:
+                return collected
+            if isinstance(event, events.Final):
+                collected.final = event
+            elif isinstance(event, events.Pending):
+                collected.pending = event
+            elif isinstance(event, events.Login):
+                collected.login = event
+            elif isinstance(event, events.Error):
+                collected.error = event
 
 
 async def _disconnected(request: AnyRequest) -> None:

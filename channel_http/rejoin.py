@@ -43,23 +43,18 @@ def start_logged(turn: Turn, logs: TurnLogs, owner: str, metrics: Metrics | None
 
 
 async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | None) -> None:
-    queue = turn.queue
-    get_nowait = queue.get_nowait
+    take = turn.events.take
     try:
         while True:
-            event = await queue.get()
-            if metrics is not None and not log.events and event is not None:
-                metrics.turn_first_event.observe(time.perf_counter() - turn.started)
-            batch = []
-            while event is not None:
-                batch.append(event)
-                try:
-                    event = get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            batch = await take()
+            ended = None in batch
+            if ended:  # the end: nothing after it counts
+                batch = batch[: batch.index(None)]
             if batch:
+                if metrics is not None and not log.events:
+                    metrics.turn_first_event.observe(time.perf_counter() - turn.started)
                 log.extend(batch)
-            if event is None:
+            if ended:
                 return
     finally:
         logs.end(log)

@@ -1,9 +1,9 @@
-"""Server-Sent Events: prebuilt frames and the stream body that forwards a turn's queue.
+"""Server-Sent Events: prebuilt frames and the stream body that forwards a turn's events.
 
-The body only forwards. It coalesces frames already waiting into one write (nothing
-waits to be coalesced: a lone frame goes out at once), sends a ``: ping`` comment when
-the turn has been quiet for the heartbeat interval, and cancels the turn when the
-client leaves (Litestar cancels the body on ``http.disconnect``).
+The body only forwards. It takes every event waiting in one batch and writes their frames
+at once (nothing waits to be coalesced: a lone frame goes out at once), sends a ``: ping``
+comment when the turn has been quiet for the heartbeat interval, and cancels the turn when
+the client leaves (Litestar cancels the body on ``http.disconnect``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from core.sessions import Turn
 
 if TYPE_CHECKING:
     from core.metrics import Metrics
+    from core.turn_events import TurnEvents
 
 HEARTBEAT: Final = b": ping\n\n"
 HEADERS: Final = {
@@ -43,17 +44,17 @@ def framed(event: Event | TurnStarted, turn_id: bytes, seq: int) -> bytes:
 
 
 class _Pinger:
-    """Puts :data:`_PING` on a turn's queue once the stream has been quiet for ``interval``.
+    """Wakes the stream with :data:`_PING` once it has been quiet for ``interval``.
 
     One timer per stream, re-armed when it fires, instead of a timeout around every wait
     (``asyncio.timeout`` costs about 3.5 µs an event on the per-token path).
     """
 
-    __slots__ = ("handle", "interval", "last", "loop", "queue")
+    __slots__ = ("events", "handle", "interval", "last", "loop")
 
-    def __init__(self, queue: asyncio.Queue[Any], interval: float) -> None:
+    def __init__(self, events: TurnEvents, interval: float) -> None:
         self.loop = asyncio.get_running_loop()
-        self.queue = queue
+        self.events = events
         self.interval = interval
         self.last = self.loop.time()
         self.handle = self.loop.call_at(self.last + interval, self.fire)
@@ -62,8 +63,7 @@ class _Pinger:
         now = self.loop.time()
         due = self.last + self.interval
         if now >= due:
-            if self.queue.empty():
-                self.queue.put_nowait(_PING)
+            self.events.wake(_PING)
             due = now + self.interval
         self.handle = self.loop.call_at(due, self.fire)
 
@@ -77,12 +77,18 @@ _PING: Final[Any] = object()
 async def event_stream(
     turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
 ) -> AsyncIterator[bytes]:
-    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0)."""
-    queue = turn.queue
-    get_nowait = queue.get_nowait
-    pinger = _Pinger(queue, heartbeat_s)
+    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0).
+
+    Everything the turn emitted since the last write goes out as one write: the frames
+    of a batch in a list, joined once.
+    """
+    turn_events = turn.events
+    take, take_nowait = turn_events.take, turn_events.take_nowait
+    pinger = _Pinger(turn_events, heartbeat_s)
     loop_time = pinger.loop.time
     tid = turn_id.encode()
+    # framed() in one %-format per event: the id, the name and the JSON.
+    head = b"id: " + tid.replace(b"%", b"%%") + b".%d\nevent: %b\ndata: %b\n\n"
     seq = 0
     first = metrics is not None  # one check per event, the histogram once per turn
     if metrics is not None:
@@ -90,33 +96,30 @@ async def event_stream(
     try:
         yield framed(TurnStarted(turn_id=turn_id), tid, 0)
         while True:
-            try:
-                event = get_nowait()
-            except asyncio.QueueEmpty:
-                event = await queue.get()
-            if event is _PING:
+            batch = take_nowait() or await take()
+            frames = []
+            ended = False
+            for event in batch:
+                if event is None:
+                    ended = True
+                    break
+                if event is _PING:
+                    continue
+                seq += 1
+                frames.append(head % (seq, event.name, _encode(event)))
+            if frames:
+                if first:
+                    first = False
+                    metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
+                yield frames[0] if len(frames) == 1 else b"".join(frames)
+                pinger.last = loop_time()
+            elif not ended:
                 yield HEARTBEAT
                 pinger.last = loop_time()
                 if metrics is not None:
                     metrics.heartbeats.inc()
-                continue
-            if event is None:
+            if ended:
                 return
-            if first:
-                first = False
-                metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
-            seq += 1
-            data = framed(event, tid, seq)
-            while queue.qsize():
-                event = get_nowait()
-                if event is None:
-                    yield data
-                    return
-                if event is not _PING:
-                    seq += 1
-                    data += framed(event, tid, seq)
-            yield data
-            pinger.last = loop_time()
     finally:
         pinger.cancel()
         turn.cancel()

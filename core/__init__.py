@@ -35,6 +35,7 @@ from core.tools import (
     ToolRegistry,
     ToolReply,
 )
+from core.turn_events import TurnEvents
 from core.turn_log import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
@@ -76,6 +77,7 @@ __all__ = [
     "ToolReply",
     "Translator",
     "Turn",
+    "TurnEvents",
     "TurnInput",
     "TurnLog",
     "TurnLogs",

@@ -1,8 +1,9 @@
 """The session manager: the one façade a channel calls to run turns and read state.
 
-A turn runs in its own task and puts events on a bounded queue that the channel drains
-(:class:`Turn`); the core never holds a response. Turns of one session run one after
-the other in arrival order (:class:`SessionLocks`), different sessions in parallel.
+A turn runs in its own task and appends events to :class:`~core.turn_events.TurnEvents`,
+which the channel drains in batches (:class:`Turn`); the core never holds a response.
+Turns of one session run one after the other in arrival order (:class:`SessionLocks`),
+different sessions in parallel.
 Cancelling a turn's task (the client left) aborts the model request; a turn still
 waiting for its session when cancelled never starts.
 
@@ -18,7 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -57,6 +58,7 @@ from core.tools import (
     detail_of,
 )
 from core.transcript import ShownMessage
+from core.turn_events import TurnEvents
 
 if TYPE_CHECKING:
     from core.archive import ArchiveWriter
@@ -72,9 +74,6 @@ if TYPE_CHECKING:
     from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")
-
-#: How many events may wait between a turn and a slow client before the turn waits.
-EVENT_QUEUE_SIZE: Final = 256
 
 #: The start of a one-off session's id (a turn without conversationId).
 ONE_OFF_PREFIX: Final = ".once-"
@@ -166,7 +165,8 @@ class Turn:
     """A running turn: its events, in order, ending with ``None``."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[events.Event | None] = asyncio.Queue(EVENT_QUEUE_SIZE)
+        #: What the turn emitted and its reader has not taken yet.
+        self.events = TurnEvents()
         self.task: asyncio.Task[None] | None = None
         self.language = "en"
         #: ``time.perf_counter()`` when the turn was opened.
@@ -282,7 +282,7 @@ class SessionManager:
         return self.linking is not None and is_link_code(stripped)
 
     def open_turn(self, turn_input: TurnInput) -> Turn:
-        """Start a turn in its own task; read its events from ``turn.queue``."""
+        """Start a turn in its own task; read its events from ``turn.events``."""
         turn = Turn()
         turn.language = turn_input.language
         self._turns.add(turn)
@@ -291,9 +291,8 @@ class SessionManager:
         return turn
 
     async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
-        emit = turn.queue.put
+        emit = turn.events
         translator = self.catalogs.translator(turn_input.language)
-        cancelled = False
         outcome: TurnOutcome = "error"
         try:
             if self._stopping:
@@ -306,7 +305,6 @@ class SessionManager:
             await self._dispatch(turn_input, translator, emit, turn)
             outcome = "final"
         except asyncio.CancelledError:
-            cancelled = True
             # Cancelled by the shutdown, the client saw an error event; else it left.
             outcome = "error" if self._stopping else "cancelled"
             raise
@@ -330,13 +328,7 @@ class SessionManager:
                 self.metrics.turns.labels(outcome).inc()
                 if outcome != "refused":
                     self.metrics.turn_duration.observe(time.perf_counter() - turn.started)
-            try:
-                turn.queue.put_nowait(None)
-            except asyncio.QueueFull:
-                # A slow reader: the end must still reach it. A cancelled turn's reader
-                # is gone (or is the shutdown's, which makes room itself).
-                if not cancelled:
-                    await turn.queue.put(None)
+            turn.events.push(None)  # the end never waits, not even for a slow reader
 
     async def _dispatch(
         self, turn_input: TurnInput, translator: Translator, emit: _Emit, turn: Turn | None = None
@@ -595,29 +587,35 @@ class SessionManager:
         reasoning_id: str | None = None
         asked = time.perf_counter()
         chunks = 0  # counted here, added to the metrics once: nothing shared per token
+        push = emit.push
         stream = self.model.chat(messages, tools=specs, think=self.limits.think)
         with span("model.chat"):
             try:
-                chunk: ChatChunk
-                async for chunk in stream:
-                    message = chunk.message
-                    if message is None:
-                        continue
-                    if not chunks and self.metrics is not None:
-                        self.metrics.model_first_token.observe(time.perf_counter() - asked)
-                    chunks += 1
-                    if message.thinking:
-                        if reasoning_id is None:
-                            reasoning_id = uuid.uuid4().hex[:12]
-                        await emit(events.Reasoning(chunk=message.thinking, id=reasoning_id))
-                    if message.content:
-                        if reasoning_id is not None:
-                            await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
-                            reasoning_id = None
-                        parts.append(message.content)
-                        await emit(events.Text(chunk=message.content))
-                    if message.tool_calls:
-                        calls.extend(message.tool_calls)
+                # One batch per model read: its events are pushed at once and the reader
+                # woken once; the turn waits for room only when the reader is far behind.
+                batch: Sequence[ChatChunk]
+                async for batch in stream:
+                    for chunk in batch:
+                        message = chunk.message
+                        if message is None:
+                            continue
+                        if not chunks and self.metrics is not None:
+                            self.metrics.model_first_token.observe(time.perf_counter() - asked)
+                        chunks += 1
+                        if message.thinking:
+                            if reasoning_id is None:
+                                reasoning_id = uuid.uuid4().hex[:12]
+                            push(events.Reasoning(chunk=message.thinking, id=reasoning_id))
+                        if message.content:
+                            if reasoning_id is not None:
+                                push(events.ReasoningEnd(id=reasoning_id, failed=False))
+                                reasoning_id = None
+                            parts.append(message.content)
+                            push(events.Text(chunk=message.content))
+                        if message.tool_calls:
+                            calls.extend(message.tool_calls)
+                    if emit.is_full():
+                        await emit.room()
             except ModelError:
                 if reasoning_id is not None:
                     await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
@@ -1060,11 +1058,8 @@ class SessionManager:
             turn.failure = "stopping"
             turn.cancel()
             translator = self.catalogs.translator(turn.language)
-            queue = turn.queue
-            while queue.qsize() > queue.maxsize - 2:  # room for the two last words
-                queue.get_nowait()
-            queue.put_nowait(events.Error(message=self._stopping_text(translator)))
-            queue.put_nowait(None)
+            turn.events.push(events.Error(message=self._stopping_text(translator)))
+            turn.events.push(None)
 
     @property
     def stopping(self) -> bool:
@@ -1076,8 +1071,9 @@ class SessionManager:
         return len(self._turns)
 
 
-#: How the engine hands an event to the turn's reader (the queue's ``put``).
-_Emit = Callable[[events.Event], Awaitable[None]]
+#: How the engine hands events to the turn's reader: ``await emit(event)``, waiting while
+#: the reader is behind; the model step pushes a whole read with ``emit.push``.
+_Emit = TurnEvents
 
 
 def attachments_note(paths: tuple[str, ...]) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -41,7 +41,7 @@ from core.model.port import (
     ModelUnreachable,
     ToolSpec,
 )
-from core.model.wire import WireError, WirePool
+from core.model.wire import Wire, WireError, WirePool
 
 log = logging.getLogger("mercury.ollama")
 
@@ -106,6 +106,7 @@ class OllamaModel:
         self._http: httpx.AsyncClient = self._client._client
         self._thinking_unsupported = False
         self._vision: bool | None = None
+        self._where = {"model": model, "host": host}
         self._wire, self._wire_head = self._wire_pool(read_timeout_s, connect_timeout_s)
 
     def _wire_pool(
@@ -151,29 +152,42 @@ class OllamaModel:
         *,
         tools: Sequence[ToolSpec] = (),
         think: bool = False,
-    ) -> AsyncIterator[ChatChunk]:
+    ) -> AsyncIterator[list[ChatChunk]]:
         think = think and not self._thinking_unsupported
-        # The inner generators are closed here, not left to the garbage collector: a
-        # cancelled turn must give its connection back (or close it) at once.
+        pool = self._wire
+        if pool is None:
+            # https: httpx's stream, closed here rather than by the garbage collector so
+            # a cancelled turn gives its connection back at once.
+            async with contextlib.aclosing(self._stream_httpx(messages, tools, think)) as stream:
+                async for batch in stream:
+                    yield batch
+            return
+        # A plain-http host, in this one generator (no inner layers on the per-token path):
+        # one batch of decoded chunks per read off the wire.
+        wire = await self._send_wire(pool, messages, tools, think)
         try:
-            async with contextlib.aclosing(self._stream(messages, tools, think)) as stream:
-                async for chunk in stream:
-                    yield chunk
-        except ModelHTTPError as error:
-            # A model without thinking refuses the whole request; ask again without it
-            # and remember, rather than failing every turn on a default setting.
-            if not (think and error.status == 400 and "think" in error.reason.lower()):
-                raise
-            log.warning("model %s does not support thinking; asking without it", self._model)
-            self._thinking_unsupported = True
-            async with contextlib.aclosing(self._stream(messages, tools, False)) as stream:
-                async for chunk in stream:
-                    yield chunk
+            lines = wire.lines
+            while True:
+                if lines:
+                    batch, failure = self._chunks(lines)
+                    lines.clear()
+                    if batch:
+                        yield batch
+                    if failure is not None:
+                        raise failure
+                if wire.done:
+                    break
+                wire.raise_failure()
+                await wire.wait()
+        except WireError as error:
+            raise self._wire_error(error) from None
+        finally:
+            pool.give_back(wire)
 
-    async def _stream(
+    def _body(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], think: bool
-    ) -> AsyncGenerator[ChatChunk, None]:
-        body = _encode(
+    ) -> bytes:
+        return _encode(
             _ChatRequest(
                 model=self._model,
                 messages=messages,
@@ -181,33 +195,80 @@ class OllamaModel:
                 think=think or None,
             )
         )
-        where = {"model": self._model, "host": self._host}
-        if self._wire is not None:
-            async with contextlib.aclosing(self._stream_wire(self._wire, body, where)) as wired:
-                async for chunk in wired:
-                    yield chunk
-            return
+
+    async def _send_wire(
+        self,
+        pool: WirePool,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        think: bool,
+    ) -> Wire:
+        """A connection whose answer (status < 400) has begun."""
+        while True:
+            body = self._body(messages, tools, think)
+            try:
+                wire = await pool.send(self._wire_head + b"%d\r\n\r\n" % len(body) + body)
+            except WireError as error:
+                raise self._wire_error(error) from None
+            if wire.status < 400:
+                return wire
+            try:
+                reason = _reason(await wire.rest())
+            except WireError as error:
+                raise self._wire_error(error) from None
+            finally:
+                pool.give_back(wire)
+            if self._refuses_thinking(think, wire.status, reason):
+                think = False
+                continue
+            raise ModelHTTPError(
+                f"HTTP {wire.status}: {reason}", status=wire.status, reason=reason, **self._where
+            )
+
+    def _refuses_thinking(self, think: bool, status: int, reason: str) -> bool:
+        """A model without thinking refuses the whole request: ask again without it and
+        remember, rather than failing every turn on a default setting."""
+        if not (think and status == 400 and "think" in reason.lower()):
+            return False
+        log.warning("model %s does not support thinking; asking without it", self._model)
+        self._thinking_unsupported = True
+        return True
+
+    async def _stream_httpx(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], think: bool
+    ) -> AsyncGenerator[list[ChatChunk], None]:
+        where = self._where
         try:
-            async with self._http.stream("POST", "/api/chat", content=body) as response:
-                if response.status_code >= 400:
-                    reason = _reason(await response.aread())
-                    raise ModelHTTPError(
-                        f"HTTP {response.status_code}: {reason}",
-                        status=response.status_code,
-                        reason=reason,
-                        **where,
-                    )
-                buffer = b""
-                async for data in response.aiter_raw():
-                    buffer += data
-                    if b"\n" not in buffer:
-                        continue
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line:
-                            yield self._chunk(line)
-                if buffer.strip():
-                    yield self._chunk(buffer)
+            while True:
+                body = self._body(messages, tools, think)
+                async with self._http.stream("POST", "/api/chat", content=body) as response:
+                    if response.status_code >= 400:
+                        status = response.status_code
+                        reason = _reason(await response.aread())
+                        if self._refuses_thinking(think, status, reason):
+                            think = False
+                            continue
+                        raise ModelHTTPError(
+                            f"HTTP {status}: {reason}", status=status, reason=reason, **where
+                        )
+                    buffer = b""
+                    async for data in response.aiter_raw():
+                        buffer += data
+                        if b"\n" not in buffer:
+                            continue
+                        *lines, buffer = buffer.split(b"\n")
+                        batch, failure = self._chunks(lines)
+                        if batch:
+                            yield batch
+                        if failure is not None:
+                            raise failure
+                    if buffer.strip():
+                        batch, failure = self._chunks([buffer])
+                        if batch:
+                            yield batch
+                        if failure is not None:
+                            raise failure
+                    return
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             raise ModelUnreachable(str(error) or "connection refused", **where) from None
         except httpx.TimeoutException as error:
@@ -215,54 +276,35 @@ class OllamaModel:
         except httpx.TransportError as error:
             raise ModelBrokeOff(f"the stream broke off ({error!r})", **where) from None
 
-    async def _stream_wire(
-        self, pool: WirePool, body: bytes, where: dict[str, str]
-    ) -> AsyncGenerator[ChatChunk, None]:
-        request = self._wire_head + b"%d\r\n\r\n" % len(body) + body
-        try:
-            wire = await pool.send(request)
-        except WireError as error:
-            raise self._wire_error(error, where) from None
-        try:
-            if wire.status >= 400:
-                reason = _reason(await wire.rest())
-                raise ModelHTTPError(
-                    f"HTTP {wire.status}: {reason}", status=wire.status, reason=reason, **where
-                )
-            lines = wire.lines
-            while True:
-                while lines:
-                    yield self._chunk(lines.popleft())
-                if wire.done:
-                    break
-                wire.raise_failure()
-                await wire.wait()
-        except WireError as error:
-            raise self._wire_error(error, where) from None
-        finally:
-            pool.give_back(wire)
-
-    @staticmethod
-    def _wire_error(error: WireError, where: dict[str, str]) -> ModelError:
+    def _wire_error(self, error: WireError) -> ModelError:
+        where = self._where
         if error.kind == "connect":
             return ModelUnreachable(str(error), **where)
         if error.kind == "timeout":
             return ModelBrokeOff(f"no data for too long ({error})", **where)
         return ModelBrokeOff(str(error), **where)
 
-    def _chunk(self, line: bytes) -> ChatChunk:
-        try:
-            chunk = _decode_chunk(line)
-        except msgspec.DecodeError:
-            raise ModelBrokeOff(
-                "the model sent a line that is not a chat chunk", model=self._model, host=self._host
-            ) from None
-        if chunk.error is not None:  # Ollama reports a failure mid-stream as an error line
-            reason = chunk.error.strip()[:300] or "no reason given"
-            raise ModelHTTPError(
-                reason, model=self._model, host=self._host, status=500, reason=reason
-            )
-        return chunk
+    def _chunks(self, lines: Iterable[bytes]) -> tuple[list[ChatChunk], ModelError | None]:
+        """The chunks of ``lines`` up to the first bad one, and the error it is, if any.
+
+        The chunks before a failure still reach the person, as they would one by one.
+        """
+        batch: list[ChatChunk] = []
+        append = batch.append
+        for line in lines:
+            if not line:
+                continue
+            try:
+                chunk = _decode_chunk(line)
+            except msgspec.DecodeError:
+                return batch, ModelBrokeOff(
+                    "the model sent a line that is not a chat chunk", **self._where
+                )
+            if chunk.error is not None:  # Ollama reports a failure mid-stream as an error line
+                reason = chunk.error.strip()[:300] or "no reason given"
+                return batch, ModelHTTPError(reason, status=500, reason=reason, **self._where)
+            append(chunk)
+        return batch, None
 
     async def complete(self, messages: Sequence[ChatMessage]) -> str:
         try:

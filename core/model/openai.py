@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any, Final
 
 import httpx
@@ -54,7 +54,7 @@ from core.model.port import (
     ToolFunction,
     ToolSpec,
 )
-from core.model.wire import WireError, WirePool
+from core.model.wire import Wire, WireError, WirePool
 
 log = logging.getLogger("mercury.openai")
 
@@ -329,23 +329,76 @@ class OpenAIModel:
         *,
         tools: Sequence[ToolSpec] = (),
         think: bool = False,
-    ) -> AsyncIterator[ChatChunk]:
+    ) -> AsyncIterator[list[ChatChunk]]:
         # ``think`` has no field in this protocol: a reasoning model streams its reasoning
         # as the server is set up to (a chat-template option or a server flag).
-        usage = not self._usage_unsupported
+        state = _Assembly()
+        pool = self._wire
+        if pool is None:
+            # https: httpx's stream, closed here rather than by the garbage collector so
+            # a cancelled turn gives its connection back at once.
+            async with contextlib.aclosing(self._lines_httpx(messages, tools)) as reads:
+                async for lines in reads:
+                    batch, failure = self._batch(lines, state)
+                    if batch:
+                        yield batch
+                    if failure is not None:
+                        raise failure
+        else:
+            # A plain-http base URL, in this one generator (no inner layers on the
+            # per-token path): one batch of chunks per read off the wire.
+            wire = await self._send_wire(pool, messages, tools)
+            try:
+                waiting = wire.lines
+                while True:
+                    if waiting:
+                        batch, failure = self._batch(waiting, state)
+                        waiting.clear()
+                        if batch:
+                            yield batch
+                        if failure is not None:
+                            raise failure
+                    if wire.done:
+                        break
+                    wire.raise_failure()
+                    await wire.wait()
+            except WireError as error:
+                raise self._wire_error(error) from None
+            finally:
+                pool.give_back(wire)
+        if state.finish is None and not state.ended:
+            raise ModelBrokeOff("the stream ended before the answer did", **self._where)
+        usage_seen = state.usage
+        yield [
+            ChatChunk(
+                message=ChunkMessage(tool_calls=state.tool_calls(self._model, self._base)),
+                done=True,
+                done_reason=_FINISH.get(state.finish or "stop", state.finish or "stop"),
+                prompt_eval_count=usage_seen.prompt_tokens if usage_seen else None,
+                eval_count=usage_seen.completion_tokens if usage_seen else None,
+            )
+        ]
+
+    def _batch(
+        self, lines: Iterable[bytes], state: _Assembly
+    ) -> tuple[list[ChatChunk], ModelError | None]:
+        """The chunks of one read up to the first bad line, and the error it is, if any.
+
+        The chunks before a failure still reach the person, as they would one by one.
+        """
+        batch: list[ChatChunk] = []
+        event = self._event
         try:
-            async with contextlib.aclosing(self._stream(messages, tools, usage)) as stream:
-                async for chunk in stream:
-                    yield chunk
-        except ModelHTTPError as error:
-            # An older server may refuse stream_options; ask again without it and remember.
-            if not (usage and error.status == 400 and "stream_options" in error.reason):
-                raise
-            log.warning("%s refuses stream_options; asking without usage", self._base)
-            self._usage_unsupported = True
-            async with contextlib.aclosing(self._stream(messages, tools, False)) as stream:
-                async for chunk in stream:
-                    yield chunk
+            for line in lines:
+                # Read on past [DONE] to the end of the body, so the connection is reused.
+                if state.ended:
+                    continue
+                chunk = event(line, state)
+                if chunk is not None:
+                    batch.append(chunk)
+        except ModelError as error:
+            return batch, error
+        return batch, None
 
     def _body(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], usage: bool
@@ -360,32 +413,13 @@ class OpenAIModel:
             )
         )
 
-    async def _stream(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec], usage: bool
-    ) -> AsyncGenerator[ChatChunk, None]:
-        body = self._body(messages, tools, usage)
-        where = self._where
-        state = _Assembly()
-        if self._wire is not None:
-            source = self._lines_wire(self._wire, body, where)
-        else:
-            source = self._lines_httpx(body, where)
-        async with contextlib.aclosing(source) as lines:
-            async for line in lines:
-                # Read on past [DONE] to the end of the body, so the connection is reused.
-                chunk = None if state.ended else self._event(line, state)
-                if chunk is not None:
-                    yield chunk
-        if state.finish is None and not state.ended:
-            raise ModelBrokeOff("the stream ended before the answer did", **where)
-        usage_seen = state.usage
-        yield ChatChunk(
-            message=ChunkMessage(tool_calls=state.tool_calls(self._model, self._base)),
-            done=True,
-            done_reason=_FINISH.get(state.finish or "stop", state.finish or "stop"),
-            prompt_eval_count=usage_seen.prompt_tokens if usage_seen else None,
-            eval_count=usage_seen.completion_tokens if usage_seen else None,
-        )
+    def _refuses_usage(self, usage: bool, status: int, reason: str) -> bool:
+        """An older server may refuse stream_options: ask again without it and remember."""
+        if not (usage and status == 400 and "stream_options" in reason):
+            return False
+        log.warning("%s refuses stream_options; asking without usage", self._base)
+        self._usage_unsupported = True
+        return True
 
     def _event(self, line: bytes, state: _Assembly) -> ChatChunk | None:
         """One SSE line; a chunk for the engine when it carries text or reasoning."""
@@ -430,58 +464,64 @@ class OpenAIModel:
             return ChatChunk(message=ChunkMessage(content=delta.content or "", thinking=thinking))
         return None
 
-    async def _lines_wire(
-        self, pool: WirePool, body: bytes, where: dict[str, str]
-    ) -> AsyncGenerator[bytes, None]:
-        request = self._wire_head + b"%d\r\n\r\n" % len(body) + body
-        try:
-            wire = await pool.send(request)
-        except WireError as error:
-            raise self._wire_error(error, where) from None
-        try:
-            if wire.status >= 400:
+    async def _send_wire(
+        self, pool: WirePool, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> Wire:
+        """A connection whose answer (status < 400) has begun."""
+        usage = not self._usage_unsupported
+        while True:
+            body = self._body(messages, tools, usage)
+            try:
+                wire = await pool.send(self._wire_head + b"%d\r\n\r\n" % len(body) + body)
+            except WireError as error:
+                raise self._wire_error(error) from None
+            if wire.status < 400:
+                return wire
+            try:
                 reason = _reason(await wire.rest())
-                raise ModelHTTPError(
-                    f"HTTP {wire.status}: {reason}", status=wire.status, reason=reason, **where
-                )
-            lines = wire.lines
-            while True:
-                while lines:
-                    yield lines.popleft()
-                if wire.done:
-                    break
-                wire.raise_failure()
-                await wire.wait()
-        except WireError as error:
-            raise self._wire_error(error, where) from None
-        finally:
-            pool.give_back(wire)
+            except WireError as error:
+                raise self._wire_error(error) from None
+            finally:
+                pool.give_back(wire)
+            if self._refuses_usage(usage, wire.status, reason):
+                usage = False
+                continue
+            raise ModelHTTPError(
+                f"HTTP {wire.status}: {reason}", status=wire.status, reason=reason, **self._where
+            )
 
-    async def _lines_httpx(self, body: bytes, where: dict[str, str]) -> AsyncGenerator[bytes, None]:
+    async def _lines_httpx(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> AsyncGenerator[list[bytes], None]:
+        """The lines of each read of the answer, on httpx (an https base URL)."""
+        where = self._where
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        usage = not self._usage_unsupported
         try:
-            async with self._http.stream(
-                "POST", "chat/completions", content=body, headers=headers
-            ) as response:
-                if response.status_code >= 400:
-                    reason = _reason(await response.aread())
-                    raise ModelHTTPError(
-                        f"HTTP {response.status_code}: {reason}",
-                        status=response.status_code,
-                        reason=reason,
-                        **where,
-                    )
-                buffer = b""
-                async for data in response.aiter_raw():
-                    buffer += data
-                    if b"\n" not in buffer:
-                        continue
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line:
-                            yield line
-                if buffer.strip():
-                    yield buffer
+            while True:
+                body = self._body(messages, tools, usage)
+                async with self._http.stream(
+                    "POST", "chat/completions", content=body, headers=headers
+                ) as response:
+                    if response.status_code >= 400:
+                        status = response.status_code
+                        reason = _reason(await response.aread())
+                        if self._refuses_usage(usage, status, reason):
+                            usage = False
+                            continue
+                        raise ModelHTTPError(
+                            f"HTTP {status}: {reason}", status=status, reason=reason, **where
+                        )
+                    buffer = b""
+                    async for data in response.aiter_raw():
+                        buffer += data
+                        if b"\n" not in buffer:
+                            continue
+                        *lines, buffer = buffer.split(b"\n")
+                        yield [line for line in lines if line]
+                    if buffer.strip():
+                        yield [buffer]
+                    return
         except (httpx.ConnectError, httpx.ConnectTimeout) as error:
             raise ModelUnreachable(str(error) or "connection refused", **where) from None
         except httpx.TimeoutException as error:
@@ -489,8 +529,8 @@ class OpenAIModel:
         except httpx.TransportError as error:
             raise ModelBrokeOff(f"the stream broke off ({error!r})", **where) from None
 
-    @staticmethod
-    def _wire_error(error: WireError, where: dict[str, str]) -> ModelError:
+    def _wire_error(self, error: WireError) -> ModelError:
+        where = self._where
         if error.kind == "connect":
             return ModelUnreachable(str(error), **where)
         if error.kind == "timeout":

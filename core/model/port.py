@@ -125,8 +125,13 @@ class ModelClient(Protocol):
         *,
         tools: Sequence[ToolSpec] = (),
         think: bool = False,
-    ) -> AsyncIterator[ChatChunk]:
-        """Stream the answer to ``messages``; closing the iterator ends the request."""
+    ) -> AsyncIterator[Sequence[ChatChunk]]:
+        """Stream the answer to ``messages``, one batch of chunks per read from the server.
+
+        A batch is never empty. Closing the iterator ends the request. Batches, not single
+        chunks: a fast model brings dozens of chunks a read, and one hand-off per read
+        keeps the per-token path to a loop over a list (docs/benchmarks.md).
+        """
         ...
 
     async def complete(self, messages: Sequence[ChatMessage]) -> str:

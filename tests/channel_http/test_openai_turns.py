@@ -249,9 +249,11 @@ async def test_the_adapter_reads_usage_and_the_finish_reason(openai: OpenAIStand
     model = OpenAIModel(openai.base_url, MODEL)
     try:
         with anyio.fail_after(10):
-            chunks = [c async for c in model.chat([ChatMessage(role="user", content="x y z")])]
+            batches = [b async for b in model.chat([ChatMessage(role="user", content="x y z")])]
     finally:
         await model.close()
+    assert all(batches), "the adapter hands out no empty batch"
+    chunks = [chunk for batch in batches for chunk in batch]
     last = chunks[-1]
     assert last.done and last.done_reason == "length"
     assert last.prompt_eval_count == 3
