@@ -35,7 +35,7 @@ from core.tools import (
     ToolRegistry,
     ToolReply,
 )
-from core.turn_log import TurnLog, TurnLogs
+from core.turn_logs import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
 __all__ = [

@@ -1,0 +1,331 @@
+"""Turns' event logs in the shared state store, so a turn is rejoined through any instance.
+
+The instance running a turn keeps its log in memory (:mod:`core.turn_logs.memory`; its own
+readers follow it there, with no database on their path) and a **flusher** task per turn
+copies it to the store in batches: one transaction per batch, at most every
+:data:`FLUSH_S` (at once for a ``pending`` or ``final`` event, and when the turn ends), never
+one write per token. Each transaction ends with a notice on :data:`CHANNEL` naming the turn.
+
+Another instance finds the turn's row (owner, whether it ended, until when it is kept) and
+follows the events table from the asked-for number on, woken by the notices and, should one
+be missed, by polling every :data:`POLL_S`. The store's copy has the memory log's bounds:
+deltas the memory log drops are deleted from the store in the same batch.
+
+The grace period stays with the turn's instance. A reader on another instance renews an
+``attached_until`` time on the turn's row every :data:`ATTACH_RENEW_S` and sets it to the
+moment it leaves; when the turn's own grace timer fires with no reader of its own, the
+instance reads that time and waits for the grace period after it before cancelling.
+
+Rows are kept until ``expires_at``: while the turn runs, renewed by the flusher; once it
+ended, the grace period after, or :data:`~core.turn_logs.memory.PENDING_RETENTION_S` when it
+staged an action. Expired rows are deleted by whichever instance opens a turn next (at most
+every :data:`PRUNE_EVERY_S`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from core import events
+from core.clock import Clock, system_clock
+from core.state import Database, Migration, Notice, Schema, StateError
+from core.turn_logs.memory import PENDING_RETENTION_S, MemoryTurnLogs, TurnLog
+from core.turn_logs.port import Frame
+
+__all__ = ["SCHEMA", "SharedTurnLogs", "StoredLog"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "turn_log"
+#: The longest a batch waits to gather more events before it is written.
+FLUSH_S: Final = 0.05
+#: How often a reader elsewhere looks at the store when it hears nothing.
+POLL_S: Final = 0.5
+#: A running turn's row is renewed this often, and kept this long past a renewal.
+RENEW_S: Final = 10.0
+RUNNING_LEASE_S: Final = 60.0
+#: A reader elsewhere says it is still there this often; a silent one counts this long.
+ATTACH_RENEW_S: Final = 1.0
+ATTACH_LEASE_S: Final = 3.0
+PRUNE_EVERY_S: Final = 30.0
+_ROWS_PER_STATEMENT: Final = 200
+
+SCHEMA: Final = Schema(
+    "turn_log",
+    (
+        Migration(
+            1,
+            sql="""
+CREATE TABLE IF NOT EXISTS turn_logs (
+    turn_id        TEXT PRIMARY KEY,
+    owner          TEXT NOT NULL,
+    done           INTEGER NOT NULL,
+    expires_at     BIGINT NOT NULL,
+    attached_until BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turn_logs_expires ON turn_logs (expires_at);
+CREATE TABLE IF NOT EXISTS turn_events (
+    turn_id TEXT NOT NULL,
+    seq     BIGINT NOT NULL,
+    delta   INTEGER NOT NULL,
+    name    TEXT NOT NULL,
+    data    TEXT NOT NULL,
+    PRIMARY KEY (turn_id, seq)
+);
+""",
+        ),
+    ),
+)
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _us(seconds: float) -> int:
+    return int(seconds * 1_000_000)
+
+
+class SharedTurnLogs:
+    """Rejoinable turns on a shared state store: kept here, copied there, found anywhere."""
+
+    def __init__(self, db: Database, grace_s: float, *, clock: Clock = system_clock) -> None:
+        self.grace_s = grace_s
+        self._db = db
+        self._clock = clock
+        self._here = MemoryTurnLogs(grace_s, clock=clock)
+        self._flushers: set[asyncio.Task[None]] = set()
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._pruned_at = 0.0
+
+    async def start(self) -> None:
+        """Create the tables if needed and listen for other instances' batches."""
+        await self._db.migrate(SCHEMA)
+        await self._db.subscribe(CHANNEL, self._heard)
+
+    async def close(self) -> None:
+        """Wait briefly for the last batches, then stop writing."""
+        tasks = list(self._flushers)
+        if tasks:
+            _, running = await asyncio.wait(tasks, timeout=2.0)
+            for task in running:
+                task.cancel()
+
+    def now(self) -> float:
+        return self._clock().timestamp()
+
+    # -- the turn's instance -------------------------------------------------------------
+
+    def open(self, owner: str, cancel: Callable[[], None]) -> TurnLog:
+        turn = self._here.open(owner, cancel, idle=self._idle)
+        task = asyncio.get_running_loop().create_task(
+            self._flush(turn), name=f"turn-log-{turn.turn_id[:8]}"
+        )
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+        if time.monotonic() - self._pruned_at > PRUNE_EVERY_S:
+            self._pruned_at = time.monotonic()
+            pruning = asyncio.get_running_loop().create_task(self._prune())
+            self._flushers.add(pruning)
+            pruning.add_done_callback(self._flushers.discard)
+        return turn
+
+    def end(self, log: TurnLog) -> None:
+        self._here.end(log)  # wakes the flusher, which writes the rest and the end
+
+    async def _flush(self, turn: TurnLog) -> None:
+        """Copy ``turn``'s log to the store in batches until it ended and all is written."""
+        written = 0  # events numbered below this are in the store
+        dropped = 1  # deltas numbered below this were deleted from the store
+        created = False
+        renewed = time.monotonic()
+        while True:
+            done = turn.done
+            end = len(turn.events)
+            if not created or end > written or done or time.monotonic() - renewed > RENEW_S:
+                try:
+                    await self._write(turn, written, end, dropped, created=created, done=done)
+                except StateError as error:
+                    log.warning("Couldn't copy turn events to the state store (%s).", error)
+                    await asyncio.sleep(max(FLUSH_S, 0.5))
+                    continue
+                created, written, renewed = True, end, time.monotonic()
+                dropped = min(turn.trimmed_to, written)
+            if done:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RENEW_S):
+                    await turn.changed()
+            if not turn.done and not _urgent(turn.events, written):
+                await asyncio.sleep(FLUSH_S)  # let the batch grow
+
+    async def _write(
+        self, turn: TurnLog, start: int, end: int, dropped: int, *, created: bool, done: bool
+    ) -> None:
+        now = self.now()
+        if done:
+            keep = max(self.grace_s, PENDING_RETENTION_S if turn.staged else 0.0)
+        else:
+            keep = self.grace_s + RUNNING_LEASE_S
+        tid = turn.turn_id
+        rows: list[tuple[str, int, int, str, str]] = []
+        for seq in range(start, end):
+            event = turn.events[seq]
+            if event is not None:
+                delta = isinstance(event, events.Text | events.Reasoning)
+                rows.append((tid, seq, int(delta), event.name.decode(), _encode(event).decode()))
+        trimmed = min(turn.trimmed_to, start)
+        async with self._db.transaction() as tx:
+            if created:
+                await tx.execute(
+                    "UPDATE turn_logs SET done = ?, expires_at = ? WHERE turn_id = ?",
+                    (int(done), _us(now + keep), tid),
+                )
+            else:
+                await tx.execute(
+                    "INSERT INTO turn_logs (turn_id, owner, done, expires_at, attached_until) "
+                    "VALUES (?, ?, ?, ?, 0)",
+                    (tid, turn.owner, int(done), _us(now + keep)),
+                )
+            if trimmed > dropped:
+                await tx.execute(
+                    "DELETE FROM turn_events WHERE turn_id = ? AND delta = 1 AND seq < ?",
+                    (tid, trimmed),
+                )
+            for first in range(0, len(rows), _ROWS_PER_STATEMENT):
+                chunk = rows[first : first + _ROWS_PER_STATEMENT]
+                await tx.execute(
+                    "INSERT INTO turn_events (turn_id, seq, delta, name, data) VALUES "  # noqa: S608 - placeholders only
+                    + ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)),
+                    [value for row in chunk for value in row],
+                )
+            if rows or done:
+                await tx.notify(CHANNEL, tid)
+
+    def _idle(self, turn: TurnLog) -> None:
+        task = asyncio.get_running_loop().create_task(self._check_readers(turn))
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
+    async def _check_readers(self, turn: TurnLog) -> None:
+        """No reader here for the grace period: cancel, unless one elsewhere was seen since."""
+        try:
+            row = await self._db.fetch_one(
+                "SELECT attached_until FROM turn_logs WHERE turn_id = ?", (turn.turn_id,)
+            )
+        except StateError:
+            turn.rearm(1.0)  # can't tell: look again rather than cancel on a hiccup
+            return
+        seen = 0.0 if row is None else int(row[0]) / 1_000_000
+        left = seen + self.grace_s - self.now()
+        if left > 0:
+            turn.rearm(left)
+        else:
+            turn.abandon()
+
+    async def _prune(self) -> None:
+        now = _us(self.now())
+        try:
+            async with self._db.transaction() as tx:
+                await tx.execute(
+                    "DELETE FROM turn_events WHERE turn_id IN "
+                    "(SELECT turn_id FROM turn_logs WHERE expires_at < ?)",
+                    (now,),
+                )
+                await tx.execute("DELETE FROM turn_logs WHERE expires_at < ?", (now,))
+        except StateError as error:
+            log.warning("Couldn't delete expired turn logs (%s).", error)
+
+    # -- any instance --------------------------------------------------------------------
+
+    async def find(self, turn_id: str, owner: str) -> TurnLog | StoredLog | None:
+        here = self._here.find_here(turn_id, owner)
+        if here is not None:
+            return here
+        row = await self._db.fetch_one(
+            "SELECT owner, expires_at FROM turn_logs WHERE turn_id = ?", (turn_id,)
+        )
+        if row is None or not secrets.compare_digest(str(row[0]), owner):
+            return None
+        if int(row[1]) < _us(self.now()):
+            return None
+        return StoredLog(self, turn_id)
+
+    def _heard(self, notice: Notice) -> None:
+        if notice is None:  # notices may have been missed: every reader looks again
+            waiting = [w for ws in self._waiters.values() for w in ws]
+        else:
+            waiting = list(self._waiters.get(notice, ()))
+        for waiter in waiting:
+            waiter.set()
+
+
+def _urgent(entries: list[events.Event | events.TurnStarted | None], start: int) -> bool:
+    """Whether an event not yet written must go out now (a choice to offer, the answer)."""
+    return any(isinstance(e, events.Pending | events.Final) for e in entries[start:])
+
+
+class StoredLog:
+    """A turn's log read from the store, by a reader on another instance than the turn's."""
+
+    def __init__(self, logs: SharedTurnLogs, turn_id: str) -> None:
+        self.turn_id = turn_id
+        self._logs = logs
+        self._db = logs._db
+        self._wake = asyncio.Event()
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def read(self, start: int) -> tuple[list[Frame], bool]:
+        # The end first: once it is seen, every event is already in (the same transaction).
+        row = await self._db.fetch_one(
+            "SELECT done, expires_at FROM turn_logs WHERE turn_id = ?", (self.turn_id,)
+        )
+        rows = await self._db.fetch_all(
+            "SELECT seq, name, data FROM turn_events WHERE turn_id = ? AND seq >= ? ORDER BY seq",
+            (self.turn_id, start),
+        )
+        ended = row is None or bool(row[0]) or int(row[1]) < _us(self._logs.now())
+        return [(int(r[0]), str(r[1]).encode(), str(r[2]).encode()) for r in rows], ended
+
+    def expect(self) -> None:
+        self._wake.clear()
+
+    async def changed(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._wake.wait()
+
+    async def attach(self) -> None:
+        self._logs._waiters.setdefault(self.turn_id, set()).add(self._wake)
+        await self._mark(ATTACH_LEASE_S)
+        self._renewer = asyncio.get_running_loop().create_task(self._renew())
+
+    async def detach(self) -> None:
+        waiters = self._logs._waiters.get(self.turn_id)
+        if waiters is not None:
+            waiters.discard(self._wake)
+            if not waiters:
+                del self._logs._waiters[self.turn_id]
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
+        with contextlib.suppress(StateError):
+            await self._mark(0.0)  # left now: the grace period runs from here
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(ATTACH_RENEW_S)
+            with contextlib.suppress(StateError):
+                await self._mark(ATTACH_LEASE_S)
+
+    async def _mark(self, lease_s: float) -> None:
+        await self._db.execute(
+            "UPDATE turn_logs SET attached_until = ? WHERE turn_id = ?",
+            (_us(self._logs.now() + lease_s), self.turn_id),
+        )
