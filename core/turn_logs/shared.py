@@ -149,25 +149,32 @@ class SharedTurnLogs:
             done = turn.done
             end = len(turn.events)
             if not created or end > written or done or time.monotonic() - renewed > RENEW_S:
+                # Snapshot before the write: the turn may trim more while it is under way.
+                trimmed = min(turn.trimmed_to, end)
                 try:
-                    await self._write(turn, written, end, dropped, created=created, done=done)
+                    await self._write(
+                        turn, written, end, trimmed if trimmed > dropped else 0, created, done
+                    )
                 except StateError as error:
                     log.warning("Couldn't copy turn events to the state store (%s).", error)
                     await asyncio.sleep(max(FLUSH_S, 0.5))
                     continue
                 created, written, renewed = True, end, time.monotonic()
-                dropped = min(turn.trimmed_to, written)
+                dropped = max(dropped, trimmed)
             if done:
                 return
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(RENEW_S):
-                    await turn.changed()
+            # What came while the batch was written woke nobody: look before waiting.
+            if not turn.done and len(turn.events) == written:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(RENEW_S):
+                        await turn.changed()
             if not turn.done and not _urgent(turn.events, written):
                 await asyncio.sleep(FLUSH_S)  # let the batch grow
 
     async def _write(
-        self, turn: TurnLog, start: int, end: int, dropped: int, *, created: bool, done: bool
+        self, turn: TurnLog, start: int, end: int, trimmed: int, created: bool, done: bool
     ) -> None:
+        """Events ``start`` to ``end``, the deltas below ``trimmed`` deleted (0: none), the row."""
         now = self.now()
         if done:
             keep = max(self.grace_s, PENDING_RETENTION_S if turn.staged else 0.0)
@@ -180,7 +187,6 @@ class SharedTurnLogs:
             if event is not None:
                 delta = isinstance(event, events.Text | events.Reasoning)
                 rows.append((tid, seq, int(delta), event.name.decode(), _encode(event).decode()))
-        trimmed = min(turn.trimmed_to, start)
         async with self._db.transaction() as tx:
             if created:
                 await tx.execute(
@@ -193,7 +199,7 @@ class SharedTurnLogs:
                     "VALUES (?, ?, ?, ?, 0)",
                     (tid, turn.owner, int(done), _us(now + keep)),
                 )
-            if trimmed > dropped:
+            if trimmed:
                 await tx.execute(
                     "DELETE FROM turn_events WHERE turn_id = ? AND delta = 1 AND seq < ?",
                     (tid, trimmed),
