@@ -7,9 +7,11 @@ copies it to the store in batches: one transaction per batch, at most every
 one write per token. Each transaction ends with a notice on :data:`CHANNEL` naming the turn.
 
 Another instance finds the turn's row (owner, whether it ended, until when it is kept) and
-follows the events table from the asked-for number on, woken by the notices and, should one
-be missed, by polling every :data:`POLL_S`. The store's copy has the memory log's bounds:
-deltas the memory log drops are deleted from the store in the same batch.
+follows the batches table from the asked-for number on, woken by the notices and, should one
+be missed, by polling every :data:`POLL_S`. A batch is one row (its events as
+``<number> <name> <JSON>`` lines), so a write costs the same for one event or a thousand.
+The store's copy has the memory log's bounds: once the memory log has dropped the deltas of
+whole rows, the next write replaces those rows with one row of the events they kept.
 
 The grace period stays with the turn's instance. A reader on another instance renews an
 ``attached_until`` time on the turn's row every :data:`ATTACH_RENEW_S` and sets it to the
@@ -30,6 +32,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
@@ -56,7 +59,6 @@ RUNNING_LEASE_S: Final = 60.0
 ATTACH_RENEW_S: Final = 1.0
 ATTACH_LEASE_S: Final = 3.0
 PRUNE_EVERY_S: Final = 30.0
-_ROWS_PER_STATEMENT: Final = 200
 
 SCHEMA: Final = Schema(
     "turn_log",
@@ -72,13 +74,12 @@ CREATE TABLE IF NOT EXISTS turn_logs (
     attached_until BIGINT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turn_logs_expires ON turn_logs (expires_at);
-CREATE TABLE IF NOT EXISTS turn_events (
-    turn_id TEXT NOT NULL,
-    seq     BIGINT NOT NULL,
-    delta   INTEGER NOT NULL,
-    name    TEXT NOT NULL,
-    data    TEXT NOT NULL,
-    PRIMARY KEY (turn_id, seq)
+CREATE TABLE IF NOT EXISTS turn_batches (
+    turn_id   TEXT NOT NULL,
+    first_seq BIGINT NOT NULL,
+    last_seq  BIGINT NOT NULL,
+    body      TEXT NOT NULL,
+    PRIMARY KEY (turn_id, first_seq)
 );
 """,
         ),
@@ -141,52 +142,39 @@ class SharedTurnLogs:
 
     async def _flush(self, turn: TurnLog) -> None:
         """Copy ``turn``'s log to the store in batches until it ended and all is written."""
-        written = 0  # events numbered below this are in the store
-        dropped = 1  # deltas numbered below this were deleted from the store
-        created = False
+        flushed = _Flushed()
         renewed = time.monotonic()
         while True:
             done = turn.done
             end = len(turn.events)
-            if not created or end > written or done or time.monotonic() - renewed > RENEW_S:
-                # Snapshot before the write: the turn may trim more while it is under way.
-                trimmed = min(turn.trimmed_to, end)
+            stale = time.monotonic() - renewed > RENEW_S
+            if not flushed.created or end > flushed.written or done or stale:
+                batch = flushed.next_batch(turn, end)  # taken now: the turn goes on meanwhile
                 try:
-                    await self._write(
-                        turn, written, end, trimmed if trimmed > dropped else 0, created, done
-                    )
+                    await self._write(turn, batch, flushed.created, done)
                 except StateError as error:
                     log.warning("Couldn't copy turn events to the state store (%s).", error)
                     await asyncio.sleep(max(FLUSH_S, 0.5))
                     continue
-                created, written, renewed = True, end, time.monotonic()
-                dropped = max(dropped, trimmed)
+                flushed.wrote(batch)
+                renewed = time.monotonic()
             if done:
                 return
             # What came while the batch was written woke nobody: look before waiting.
-            if not turn.done and len(turn.events) == written:
+            if not turn.done and len(turn.events) == flushed.written:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(RENEW_S):
                         await turn.changed()
-            if not turn.done and not _urgent(turn.events, written):
+            if not turn.done and not _urgent(turn.events, flushed.written):
                 await asyncio.sleep(FLUSH_S)  # let the batch grow
 
-    async def _write(
-        self, turn: TurnLog, start: int, end: int, trimmed: int, created: bool, done: bool
-    ) -> None:
-        """Events ``start`` to ``end``, the deltas below ``trimmed`` deleted (0: none), the row."""
+    async def _write(self, turn: TurnLog, batch: _Batch, created: bool, done: bool) -> None:
         now = self.now()
         if done:
             keep = max(self.grace_s, PENDING_RETENTION_S if turn.staged else 0.0)
         else:
             keep = self.grace_s + RUNNING_LEASE_S
         tid = turn.turn_id
-        rows: list[tuple[str, int, int, str, str]] = []
-        for seq in range(start, end):
-            event = turn.events[seq]
-            if event is not None:
-                delta = isinstance(event, events.Text | events.Reasoning)
-                rows.append((tid, seq, int(delta), event.name.decode(), _encode(event).decode()))
         async with self._db.transaction() as tx:
             if created:
                 await tx.execute(
@@ -199,19 +187,27 @@ class SharedTurnLogs:
                     "VALUES (?, ?, ?, ?, 0)",
                     (tid, turn.owner, int(done), _us(now + keep)),
                 )
-            if trimmed:
+            if batch.compacted is not None:
+                # The batches whose deltas the turn dropped become one row of what it kept.
+                first, last, body = batch.compacted
                 await tx.execute(
-                    "DELETE FROM turn_events WHERE turn_id = ? AND delta = 1 AND seq < ?",
-                    (tid, trimmed),
+                    "DELETE FROM turn_batches WHERE turn_id = ? AND first_seq >= ? "
+                    "AND first_seq <= ?",
+                    (tid, first, last),
                 )
-            for first in range(0, len(rows), _ROWS_PER_STATEMENT):
-                chunk = rows[first : first + _ROWS_PER_STATEMENT]
+                if body:
+                    await tx.execute(
+                        "INSERT INTO turn_batches (turn_id, first_seq, last_seq, body) "
+                        "VALUES (?, ?, ?, ?)",
+                        (tid, first, last, body),
+                    )
+            if batch.body:
                 await tx.execute(
-                    "INSERT INTO turn_events (turn_id, seq, delta, name, data) VALUES "  # noqa: S608 - placeholders only
-                    + ", ".join(["(?, ?, ?, ?, ?)"] * len(chunk)),
-                    [value for row in chunk for value in row],
+                    "INSERT INTO turn_batches (turn_id, first_seq, last_seq, body) "
+                    "VALUES (?, ?, ?, ?)",
+                    (tid, batch.start, batch.end - 1, batch.body),
                 )
-            if rows or done:
+            if batch.body or done:
                 await tx.notify(CHANNEL, tid)
 
     def _idle(self, turn: TurnLog) -> None:
@@ -240,7 +236,7 @@ class SharedTurnLogs:
         try:
             async with self._db.transaction() as tx:
                 await tx.execute(
-                    "DELETE FROM turn_events WHERE turn_id IN "
+                    "DELETE FROM turn_batches WHERE turn_id IN "
                     "(SELECT turn_id FROM turn_logs WHERE expires_at < ?)",
                     (now,),
                 )
@@ -272,6 +268,60 @@ class SharedTurnLogs:
             waiter.set()
 
 
+def _lines(entries: list[events.Event | events.TurnStarted | None], start: int, end: int) -> str:
+    """Events ``start`` to ``end`` (the kept ones) as ``<seq> <name> <JSON>`` lines.
+
+    Compact JSON never holds a raw line break, so a line is one event.
+    """
+    return b"".join(
+        b"%d %b %b\n" % (seq, event.name, _encode(event))
+        for seq, event in enumerate(entries[start:end], start)
+        if event is not None
+    ).decode()
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """What one write carries: events ``start`` to ``end``, and maybe a compacted range."""
+
+    start: int
+    end: int
+    body: str
+    compacted: tuple[int, int, str] | None  # first, last number, the kept events' lines
+
+
+@dataclass
+class _Flushed:
+    """What a turn's flusher has written: up to where, and the rows not yet compacted."""
+
+    created: bool = False
+    written: int = 0
+    compacted: int = 0  # rows below this number hold no dropped delta any more
+    rows: list[tuple[int, int]] = field(default_factory=list)  # (first, end) since compacted
+
+    def next_batch(self, turn: TurnLog, end: int) -> _Batch:
+        compacted = None
+        # Whole rows the turn's trimming has passed; what they kept goes into one row.
+        below = [row_end for _, row_end in self.rows if row_end <= turn.trimmed_to]
+        if below:
+            boundary = max(below)
+            compacted = (
+                self.compacted,
+                boundary - 1,
+                _lines(turn.events, self.compacted, boundary),
+            )
+        return _Batch(self.written, end, _lines(turn.events, self.written, end), compacted)
+
+    def wrote(self, batch: _Batch) -> None:
+        self.created = True
+        self.written = batch.end
+        if batch.compacted is not None:
+            self.compacted = batch.compacted[1] + 1
+            self.rows = [row for row in self.rows if row[0] >= self.compacted]
+        if batch.body:
+            self.rows.append((batch.start, batch.end))
+
+
 def _urgent(entries: list[events.Event | events.TurnStarted | None], start: int) -> bool:
     """Whether an event not yet written must go out now (a choice to offer, the answer)."""
     return any(isinstance(e, events.Pending | events.Final) for e in entries[start:])
@@ -293,11 +343,17 @@ class StoredLog:
             "SELECT done, expires_at FROM turn_logs WHERE turn_id = ?", (self.turn_id,)
         )
         rows = await self._db.fetch_all(
-            "SELECT seq, name, data FROM turn_events WHERE turn_id = ? AND seq >= ? ORDER BY seq",
+            "SELECT body FROM turn_batches WHERE turn_id = ? AND last_seq >= ? ORDER BY first_seq",
             (self.turn_id, start),
         )
         ended = row is None or bool(row[0]) or int(row[1]) < _us(self._logs.now())
-        return [(int(r[0]), str(r[1]).encode(), str(r[2]).encode()) for r in rows], ended
+        frames: list[Frame] = []
+        for row in rows:
+            for line in str(row[0]).encode().splitlines():
+                seq, name, data = line.split(b" ", 2)
+                if int(seq) >= start:
+                    frames.append((int(seq), name, data))
+        return frames, ended
 
     def expect(self) -> None:
         self._wake.clear()
