@@ -30,6 +30,8 @@ from core.clock import Clock, system_clock
 #: An ended turn that staged an action stays rejoinable as long as its tokens live.
 PENDING_RETENTION_S: Final = 300.0
 DELTA_BUDGET: Final = 256 * 1024
+#: Built once: ``A | B`` written inside a loop builds the union again on every event (~0.2 µs).
+_DELTAS: Final = events.Text | events.Reasoning
 
 
 class TurnLog:
@@ -69,7 +71,7 @@ class TurnLog:
     def extend(self, batch: list[events.Event]) -> None:
         """Appends a batch of the turn's events and wakes the readers once."""
         for event in batch:
-            if isinstance(event, events.Text | events.Reasoning):
+            if isinstance(event, _DELTAS):
                 self._delta_chars += len(event.chunk)
             elif isinstance(event, events.Pending):
                 self.staged = True
@@ -91,7 +93,7 @@ class TurnLog:
         index = self._trimmed_to
         while self._delta_chars > self._budget // 2 and index < len(entries):
             event = entries[index]
-            if isinstance(event, events.Text | events.Reasoning):
+            if isinstance(event, _DELTAS):
                 self._delta_chars -= len(event.chunk)
                 entries[index] = None
             index += 1

@@ -8,8 +8,8 @@ one write per token. Each transaction ends with a notice on :data:`CHANNEL` nami
 
 Another instance finds the turn's row (owner, whether it ended, until when it is kept) and
 follows the batches table from the asked-for number on, woken by the notices and, should one
-be missed, by polling every :data:`POLL_S`. A batch is one row (its events as
-``<number> <name> <JSON>`` lines), so a write costs the same for one event or a thousand.
+be missed, by polling every :data:`POLL_S`. A batch is one row (its events' numbers, names
+and one JSON array of their data), so a write is one statement for one event or a thousand.
 The store's copy has the memory log's bounds: once the memory log has dropped the deltas of
 whole rows, the next write replaces those rows with one row of the events they kept.
 
@@ -87,6 +87,7 @@ CREATE TABLE IF NOT EXISTS turn_batches (
 )
 
 _encode = msgspec.json.Encoder().encode
+_decode_raws = msgspec.json.Decoder(list[msgspec.Raw]).decode
 
 
 def _us(seconds: float) -> int:
@@ -269,15 +270,33 @@ class SharedTurnLogs:
 
 
 def _lines(entries: list[events.Event | events.TurnStarted | None], start: int, end: int) -> str:
-    """Events ``start`` to ``end`` (the kept ones) as ``<seq> <name> <JSON>`` lines.
+    """Events ``start`` to ``end`` (the kept ones) as a row's body: three lines.
 
-    Compact JSON never holds a raw line break, so a line is one event.
+    Their numbers (the first alone when there is no gap, else all, comma-separated), their
+    names (space-separated), then one JSON array of their data: one encoder call a batch.
     """
-    return b"".join(
-        b"%d %b %b\n" % (seq, event.name, _encode(event))
-        for seq, event in enumerate(entries[start:end], start)
-        if event is not None
-    ).decode()
+    part = entries[start:end]
+    kept = [event for event in part if event is not None]
+    if not kept:
+        return ""
+    if len(kept) == len(part):
+        numbers = b"%d" % start
+    else:
+        numbers = b",".join([b"%d" % n for n, e in enumerate(part, start) if e is not None])
+    return b"\n".join((numbers, b" ".join([e.name for e in kept]), _encode(kept))).decode()
+
+
+def _frames(body: str) -> list[Frame]:
+    """A row's events, as :func:`_lines` wrote them."""
+    numbers, names, data = body.encode().split(b"\n", 2)
+    listed = names.split(b" ")
+    raws = _decode_raws(data)
+    if b"," in numbers or len(listed) == 1:
+        seqs = [int(n) for n in numbers.split(b",")]
+    else:
+        first = int(numbers)
+        seqs = list(range(first, first + len(listed)))
+    return [(seq, name, bytes(raw)) for seq, name, raw in zip(seqs, listed, raws, strict=True)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,9 +341,12 @@ class _Flushed:
             self.rows.append((batch.start, batch.end))
 
 
+_URGENT: Final = events.Pending | events.Final
+
+
 def _urgent(entries: list[events.Event | events.TurnStarted | None], start: int) -> bool:
     """Whether an event not yet written must go out now (a choice to offer, the answer)."""
-    return any(isinstance(e, events.Pending | events.Final) for e in entries[start:])
+    return any(isinstance(e, _URGENT) for e in entries[start:])
 
 
 class StoredLog:
@@ -347,12 +369,7 @@ class StoredLog:
             (self.turn_id, start),
         )
         ended = row is None or bool(row[0]) or int(row[1]) < _us(self._logs.now())
-        frames: list[Frame] = []
-        for row in rows:
-            for line in str(row[0]).encode().splitlines():
-                seq, name, data = line.split(b" ", 2)
-                if int(seq) >= start:
-                    frames.append((int(seq), name, data))
+        frames = [frame for row in rows for frame in _frames(str(row[0])) if frame[0] >= start]
         return frames, ended
 
     def expect(self) -> None:
