@@ -59,6 +59,9 @@ RUNNING_LEASE_S: Final = 60.0
 ATTACH_RENEW_S: Final = 1.0
 ATTACH_LEASE_S: Final = 3.0
 PRUNE_EVERY_S: Final = 30.0
+#: A write that failed is tried again after this; an ended turn's, this many times at most.
+_RETRY_S: Final = 0.5
+_ATTEMPTS_AFTER_END: Final = 20
 
 SCHEMA: Final = Schema(
     "turn_log",
@@ -145,6 +148,7 @@ class SharedTurnLogs:
         """Copy ``turn``'s log to the store in batches until it ended and all is written."""
         flushed = _Flushed()
         renewed = time.monotonic()
+        failures = 0
         while True:
             done = turn.done
             end = len(turn.events)
@@ -154,9 +158,16 @@ class SharedTurnLogs:
                 try:
                     await self._write(turn, batch, flushed.created, done)
                 except StateError as error:
-                    log.warning("Couldn't copy turn events to the state store (%s).", error)
-                    await asyncio.sleep(max(FLUSH_S, 0.5))
+                    failures += 1
+                    if failures == 1:
+                        log.warning("Couldn't copy turn events to the state store (%s).", error)
+                    if done and failures >= _ATTEMPTS_AFTER_END:
+                        # Rejoining through this instance still works, from memory.
+                        log.warning("Gave up copying an ended turn's events to the state store.")
+                        return
+                    await asyncio.sleep(_RETRY_S)
                     continue
+                failures = 0
                 flushed.wrote(batch)
                 renewed = time.monotonic()
             if done:
