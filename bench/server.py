@@ -130,6 +130,7 @@ def main() -> None:
     )
     parser.add_argument("--state-url", help="MERCURY_STATE_URL (unset: SQLite in --data)")
     parser.add_argument("--memory", choices=["off", "edge"], default="off")
+    parser.add_argument("--rejoin", default="0", help="HTTP_SURFACE_REJOIN_S (0: off)")
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -149,6 +150,7 @@ def main() -> None:
         "OPENAI_BASE_URL": args.ollama + "/v1",
         "OPENAI_MODEL": "bench",
         "MERCURY_METRICS": "true" if args.metrics == "on" else "false",
+        "HTTP_SURFACE_REJOIN_S": args.rejoin,
     }
     if args.state_url:
         env["MERCURY_STATE_URL"] = args.state_url

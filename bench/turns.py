@@ -287,6 +287,82 @@ async def per_event_repeated(
     return out
 
 
+# ------------------------------------------------------------------ rejoining on vs off
+
+
+async def per_event_rejoin(off: tuple[int, int], on: tuple[int, int], plan: Plan) -> dict[str, Any]:
+    """The per-event server CPU of a turn with rejoining off and on, interleaved.
+
+    Two servers (same core, same stand-in script), ``off`` without ``HTTP_SURFACE_REJOIN_S``
+    and ``on`` with it; each its own keep-alive connection, alternating which goes first.
+    """
+    n = plan.events
+    servers = {"off": off, "on": on}
+    conns = {k: await Connection(HOST, port, _auth(1)).open() for k, (port, _) in servers.items()}
+    cpu = dict.fromkeys(servers, 0.0)
+    wall: dict[str, list[float]] = {k: [] for k in servers}
+    body = _turn_body(f"fast {n}")
+    for r in range(plan.rounds * 2 + 1):  # round 0 warms up; twice the rounds: one pair each
+        for kind in ("off", "on") if r % 2 else ("on", "off"):
+            pid = servers[kind][1]
+            before = cpu_s(pid)
+            reply = await conns[kind].request("POST", "/turn", body)
+            await asyncio.sleep(0.2)  # the turn's own tail (a log's last batch) counts too
+            after = cpu_s(pid)
+            _check(reply, n, f"rejoin {kind}")
+            if r:
+                cpu[kind] += after - before
+                wall[kind].append(reply.ended - reply.sent)
+    for conn in conns.values():
+        conn.close()
+    events = n * plan.rounds * 2
+    out: dict[str, Any] = {
+        k: {
+            "cpu_us_per_event": cpu[k] / events * 1e6,
+            "wall_us_per_event_p50": statistics.median(wall[k]) / n * 1e6,
+        }
+        for k in servers
+    }
+    out["ratio_cpu_on_vs_off"] = cpu["on"] / cpu["off"]
+    out["ratio_wall_on_vs_off"] = statistics.median(wall["on"]) / statistics.median(wall["off"])
+    return out
+
+
+async def rejoin_phase(
+    server_cpu: int | None, other_cpu: int | None, plan: Plan, shared: bool
+) -> dict[str, Any]:
+    """Rejoining on vs off in memory (SQLite) and, with ``shared``, on a PostgreSQL store."""
+    out: dict[str, Any] = {}
+    with (
+        processes(server_cpu, other_cpu, []) as (port, pid, _, _),
+        processes(server_cpu, other_cpu, ["--rejoin", "10"]) as (on_port, on_pid, _, _),
+    ):
+        out["memory"] = await per_event_rejoin((port, pid), (on_port, on_pid), plan)
+    if not shared:
+        return out
+    try:
+        from tests.support.postgres import running_postgres
+    except ImportError as error:  # the test support isn't installed beside the bench
+        out["postgresql"] = {"skipped": str(error)}
+        return out
+    try:
+        with running_postgres() as postgres:
+            off_url, on_url = postgres.create_database(), postgres.create_database()
+            with (
+                processes(server_cpu, other_cpu, ["--state-url", off_url]) as (port, pid, _, _),
+                processes(server_cpu, other_cpu, ["--rejoin", "10", "--state-url", on_url]) as (
+                    on_port,
+                    on_pid,
+                    _,
+                    _,
+                ),
+            ):
+                out["postgresql"] = await per_event_rejoin((port, pid), (on_port, on_pid), plan)
+    except Exception as error:  # no PostgreSQL binaries here: say so, keep the rest
+        out["postgresql"] = {"skipped": f"PostgreSQL run failed: {error}"}
+    return out
+
+
 # ------------------------------------------------------------------ time to first byte
 
 
@@ -609,6 +685,31 @@ def table(result: dict[str, Any]) -> str:
                 _met(r <= 1.05),
             )
         )
+    for store, rj in (result.get("rejoin") or {}).items():
+        if "skipped" in rj:
+            rows.append(_row(f"rejoining on vs off ({store})", rj["skipped"], "", "", "", ""))
+            continue
+        ratio = rj["ratio_cpu_on_vs_off"]
+        rows.append(
+            _row(
+                f"per-event server CPU of a turn, rejoining on vs off ({store})",
+                f"{rj['on']['cpu_us_per_event']:.2f} µs",
+                f"{rj['off']['cpu_us_per_event']:.2f} µs",
+                f"{ratio:.2f}x",
+                "≤ 1.15x",
+                _met(ratio <= 1.15),
+            )
+        )
+        rows.append(
+            _row(
+                f"per-event wall time (p50), rejoining on vs off ({store})",
+                f"{rj['on']['wall_us_per_event_p50']:.2f} µs",
+                f"{rj['off']['wall_us_per_event_p50']:.2f} µs",
+                f"{rj['ratio_wall_on_vs_off']:.2f}x",
+                "(info)",
+                "",
+            )
+        )
     if pe:
         load = pe["load_average"]
         bound: float | None
@@ -771,6 +872,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
                 {"metrics on": (on_port, on_pid), "metrics off": (off_port, off_pid)}, plan
             )
         print("per-event, metrics on vs off done", file=sys.stderr)
+    if args.only in (None, "rejoin"):
+        result["rejoin"] = await rejoin_phase(server_cpu, other_cpu, plan, not args.no_postgres)
+        print("rejoining on vs off done", file=sys.stderr)
     result["load_average_after"] = os.getloadavg()
     if not args.no_auth:
         try:
@@ -788,7 +892,11 @@ def main() -> None:
     parser.add_argument("--no-auth", action="store_true")
     parser.add_argument("--no-recall", action="store_true")
     parser.add_argument(
-        "--only", choices=["per-event", "first-byte", "concurrency", "providers", "metrics"]
+        "--only",
+        choices=["per-event", "first-byte", "concurrency", "providers", "metrics", "rejoin"],
+    )
+    parser.add_argument(
+        "--no-postgres", action="store_true", help="rejoining on vs off in memory only"
     )
     parser.add_argument(
         "--httpx-model", action="store_true", help="the server streams /api/chat on httpx"

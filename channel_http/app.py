@@ -69,7 +69,7 @@ from core.state import Database, connect
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
 from core.transcript import Transcript
-from core.turn_log import TurnLogs
+from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
 from core.wiki import Vault
 
 if TYPE_CHECKING:
@@ -411,11 +411,22 @@ async def open_services(
         openapi=OPENAPI_PATH.read_bytes(),
         collection_names=collection_names(settings),
         embedder=embedder,
-        turn_logs=TurnLogs(settings.http.rejoin_s, clock=clock) if settings.http.rejoin_s else None,
+        turn_logs=await open_turn_logs(settings.http.rejoin_s, db, clock),
         metrics=metrics,
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
     )
+
+
+async def open_turn_logs(grace_s: float, db: Database, clock: Clock) -> TurnLogs | None:
+    """Where rejoinable turns keep their events: none with rejoining off; the store when shared."""
+    if not grace_s:
+        return None
+    if not db.shared:
+        return MemoryTurnLogs(grace_s, clock=clock)
+    shared = SharedTurnLogs(db, grace_s, clock=clock)
+    await shared.start()
+    return shared
 
 
 async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
@@ -519,6 +530,8 @@ async def close_services(services: Services) -> None:
         await manager.memory.close()
     await manager.model.close()
     services.vault.close()
+    if services.turn_logs is not None:
+        await services.turn_logs.close()
     if manager.order is not None:
         await manager.order.stop()
     await services.db.close()

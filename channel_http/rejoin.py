@@ -7,6 +7,10 @@ either on ``GET /turn/events?turnId=…`` or by sending its ``POST /turn`` again
 fetch-event-source and similar clients do on their own): it receives every event after that
 id, then the live rest. Ids are ``<turn id>.<sequence number>``; the turn id is unguessable and
 only its owner finds the log (anyone else gets the same 404 as for an unknown id).
+
+Through the instance running the turn, the reader follows the log in memory. Through another
+instance (several share a PostgreSQL state store), it follows the copy in the store
+(:class:`~core.turn_logs.LogElsewhere`), which the turn's instance writes in batches.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Final
 
 from channel_http.sse import HEARTBEAT, framed
+from core import events
 from core.sessions import Turn
-from core.turn_log import TurnLog, TurnLogs
+from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
 
 if TYPE_CHECKING:
     from core.metrics import Metrics
@@ -42,17 +47,26 @@ def start_logged(turn: Turn, logs: TurnLogs, owner: str, metrics: Metrics | None
     return log
 
 
+async def drain(turn: Turn) -> tuple[list[events.Event], bool]:
+    """The turn's next events, as many as are waiting (at least one), and whether it ended.
+
+    The one place rejoining reads a turn's hand-off, so a change to it is made here.
+    """
+    batch = await turn.events.take()
+    if None in batch:  # the end: nothing after it counts
+        return batch[: batch.index(None)], True
+    return batch, False
+
+
 async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | None) -> None:
-    take = turn.events.take
+    first = metrics is not None
     try:
         while True:
-            batch = await take()
-            ended = None in batch
-            if ended:  # the end: nothing after it counts
-                batch = batch[: batch.index(None)]
+            batch, ended = await drain(turn)
+            if first and batch:
+                first = False
+                metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
             if batch:
-                if metrics is not None and not log.events:
-                    metrics.turn_first_event.observe(time.perf_counter() - turn.started)
                 log.extend(batch)
             if ended:
                 return
@@ -60,10 +74,18 @@ async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | Non
         logs.end(log)
 
 
-async def follow(
-    log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None = None
+def follow(
+    log: TurnLog | LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None = None
 ) -> AsyncIterator[bytes]:
     """The log's events numbered ``start`` and later, then the live rest until the turn ends."""
+    if isinstance(log, TurnLog):
+        return _follow_here(log, start, heartbeat_s, metrics)
+    return _follow_elsewhere(log, start, heartbeat_s, metrics)
+
+
+async def _follow_here(
+    log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None
+) -> AsyncIterator[bytes]:
     tid = log.turn_id.encode()
     position = start
     log.attach()
@@ -87,5 +109,46 @@ async def follow(
                     metrics.heartbeats.inc()
     finally:
         log.detach()
+        if metrics is not None:
+            metrics.open_streams.dec()
+
+
+#: How long a reader elsewhere waits for a notice before it looks at the store anyway.
+_POLL_S: Final = 0.5
+
+
+async def _follow_elsewhere(
+    log: LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None
+) -> AsyncIterator[bytes]:
+    tid = log.turn_id.encode()
+    position = start
+    loop = asyncio.get_running_loop()
+    await log.attach()
+    if metrics is not None:
+        metrics.open_streams.inc()
+    try:
+        quiet_since = loop.time()
+        while True:
+            log.expect()  # before reading: a batch written meanwhile wakes the wait below
+            frames, ended = await log.read(position)
+            if frames:
+                yield b"".join(
+                    b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
+                    for seq, name, data in frames
+                )
+                position = frames[-1][0] + 1
+                quiet_since = loop.time()
+            if ended:
+                return
+            quiet = loop.time() - quiet_since
+            if quiet >= heartbeat_s:
+                yield HEARTBEAT
+                quiet_since = loop.time()
+                if metrics is not None:
+                    metrics.heartbeats.inc()
+                quiet = 0.0
+            await log.changed(min(_POLL_S, heartbeat_s - quiet))
+    finally:
+        await asyncio.shield(log.detach())
         if metrics is not None:
             metrics.open_streams.dec()

@@ -82,7 +82,7 @@ async def turn(request: AnyRequest) -> Stream:
     if last_event_id is not None:
         # A client reconnecting by sending its request again (fetch-event-source does): the
         # id names the turn, which is rejoined rather than run twice.
-        return _rejoin(services, caller, None, last_event_id)
+        return await _rejoin(services, caller, None, last_event_id)
     reading = time.perf_counter()
     body = decode_body(TurnBody, await request.body(), tr)
     mark(request.scope, "body", time.perf_counter() - reading)
@@ -140,10 +140,10 @@ async def turn_events(request: AnyRequest) -> Stream:
     """Rejoin a turn (an extension of contract 6): its events after Last-Event-ID, then live."""
     caller = _caller(request)
     turn_id = required_query(request.query_params.get("turnId"), "turnId", caller.translator)
-    return _rejoin(_services(request), caller, turn_id, request.headers.get("last-event-id"))
+    return await _rejoin(_services(request), caller, turn_id, request.headers.get("last-event-id"))
 
 
-def _rejoin(
+async def _rejoin(
     services: Services, caller: Caller, turn_id: str | None, last_event_id: str | None
 ) -> Stream:
     tr = caller.translator
@@ -159,7 +159,7 @@ def _rejoin(
             )
         turn_id, start = parsed[0], parsed[1] + 1
     logs = services.turn_logs
-    log = None if logs is None or turn_id is None else logs.find(turn_id, caller.person.key)
+    log = None if logs is None or turn_id is None else await logs.find(turn_id, caller.person.key)
     if log is None:
         raise NotFound(
             tr.gettext(

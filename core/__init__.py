@@ -36,7 +36,7 @@ from core.tools import (
     ToolReply,
 )
 from core.turn_events import TurnEvents
-from core.turn_log import TurnLog, TurnLogs
+from core.turn_logs import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The event log of a turn, so that its owner can rejoin it after the connection dropped.
+"""The event logs of turns in this process's memory: the single-instance adapter.
 
 With rejoining on (``HTTP_SURFACE_REJOIN_S`` > 0) a turn's events go into a :class:`TurnLog`
 as well as to the live reader. Each event gets a sequence number (the ``turn`` event that
@@ -13,7 +13,8 @@ dropped oldest first (their sequence numbers stay taken), every other event is k
 reader that asks for dropped deltas gets what is left, and ``final`` has the whole text.
 
 Nothing here touches storage or the network: the per-event cost is a list append and, when
-a reader waits, waking it once per batch. Logs live in the process that runs the turn.
+a reader waits, waking it once per batch. Logs live in the process that runs the turn; the
+shared adapter (:mod:`core.turn_logs.shared`) copies them to the state store in batches.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from core.clock import Clock, system_clock
 #: An ended turn that staged an action stays rejoinable as long as its tokens live.
 PENDING_RETENTION_S: Final = 300.0
 DELTA_BUDGET: Final = 256 * 1024
+#: Built once: ``A | B`` written inside a loop builds the union again on every event (~0.2 µs).
+_DELTAS: Final = events.Text | events.Reasoning
 
 
 class TurnLog:
@@ -42,6 +45,7 @@ class TurnLog:
         cancel: Callable[[], None],
         grace_s: float,
         delta_budget: int = DELTA_BUDGET,
+        idle: Callable[[TurnLog], None] | None = None,
     ) -> None:
         self.turn_id = turn_id
         self.owner = owner
@@ -53,6 +57,7 @@ class TurnLog:
         self.staged = False
         self.readers = 0
         self._cancel = cancel
+        self._idle = idle
         self._grace_s = grace_s
         self._budget = delta_budget
         self._delta_chars = 0
@@ -66,7 +71,7 @@ class TurnLog:
     def extend(self, batch: list[events.Event]) -> None:
         """Appends a batch of the turn's events and wakes the readers once."""
         for event in batch:
-            if isinstance(event, events.Text | events.Reasoning):
+            if isinstance(event, _DELTAS):
                 self._delta_chars += len(event.chunk)
             elif isinstance(event, events.Pending):
                 self.staged = True
@@ -88,7 +93,7 @@ class TurnLog:
         index = self._trimmed_to
         while self._delta_chars > self._budget // 2 and index < len(entries):
             event = entries[index]
-            if isinstance(event, events.Text | events.Reasoning):
+            if isinstance(event, _DELTAS):
                 self._delta_chars -= len(event.chunk)
                 entries[index] = None
             index += 1
@@ -133,7 +138,26 @@ class TurnLog:
     def _abandon(self) -> None:
         self._grace = None
         if self.readers == 0 and not self.done:
+            if self._idle is None:
+                self._cancel()
+            else:  # readers may follow from other instances: the adapter decides
+                self._idle(self)
+
+    def rearm(self, delay_s: float) -> None:
+        """Looks again for readers in ``delay_s`` (a reader elsewhere was seen lately)."""
+        if self.readers == 0 and not self.done and self._grace is None:
+            loop = asyncio.get_running_loop()
+            self._grace = loop.call_later(max(delay_s, 0.0), self._abandon)
+
+    def abandon(self) -> None:
+        """Cancels the turn if it is still running with no reader here."""
+        if self.readers == 0 and not self.done:
             self._cancel()
+
+    @property
+    def trimmed_to(self) -> int:
+        """Deltas numbered below this have been dropped to keep the log in bounds."""
+        return self._trimmed_to
 
     def expired(self, now: float) -> bool:
         if self.ended_at is None:
@@ -142,7 +166,7 @@ class TurnLog:
         return now - self.ended_at > keep
 
 
-class TurnLogs:
+class MemoryTurnLogs:
     """The rejoinable turns of this process, by id; only their owner finds them."""
 
     def __init__(self, grace_s: float, *, clock: Clock = system_clock) -> None:
@@ -150,14 +174,22 @@ class TurnLogs:
         self._clock = clock
         self._logs: dict[str, TurnLog] = {}
 
-    def open(self, owner: str, cancel: Callable[[], None]) -> TurnLog:
+    def open(
+        self, owner: str, cancel: Callable[[], None], idle: Callable[[TurnLog], None] | None = None
+    ) -> TurnLog:
         self._prune()
         turn_id = secrets.token_urlsafe(18)
-        log = TurnLog(turn_id, owner, cancel=cancel, grace_s=self.grace_s)
+        log = TurnLog(turn_id, owner, cancel=cancel, grace_s=self.grace_s, idle=idle)
         self._logs[turn_id] = log
         return log
 
-    def find(self, turn_id: str, owner: str) -> TurnLog | None:
+    async def find(self, turn_id: str, owner: str) -> TurnLog | None:
+        return self.find_here(turn_id, owner)
+
+    async def close(self) -> None:
+        """Nothing to release: the logs go with the process."""
+
+    def find_here(self, turn_id: str, owner: str) -> TurnLog | None:
         """The log, or None for an unknown id, an expired log and another person's turn."""
         self._prune()
         log = self._logs.get(turn_id)
