@@ -1,4 +1,4 @@
-"""Rejoining a turn: the stream of a :class:`~core.turn_log.TurnLog`, from any event on.
+"""Rejoining a turn: the stream of a :class:`~core.turn_logs.TurnLog`, from any event on.
 
 With ``HTTP_SURFACE_REJOIN_S`` > 0, ``POST /turn`` runs the turn into a log (a pump task
 moves its events there in batches, so the turn never waits for a reader) and streams the log.
