@@ -58,6 +58,8 @@ T = TypeVar("T")
 log = logging.getLogger("mercury.memory")
 
 _TIE_PAGE: Final = 256
+_KEPT_PEOPLE: Final = 10_000
+"""People whose primer reads are kept at most; past that the kept reads start over."""
 _INDEXES: Final = (
     # The tenant flag groups a person's points together on disk and lets the optimizer
     # build one HNSW graph per person (payload_m) instead of a global one.
@@ -360,6 +362,8 @@ class EdgeStore(PointStoreBase):
         generation = self._generation.get(person_key, 0)
         found = await super().facts(person_key, limit=limit)
         if self._generation.get(person_key, 0) == generation:  # no write overtook the read
+            if len(self._facts) >= _KEPT_PEOPLE:
+                self._facts.clear()
             self._facts[(person_key, limit)] = found
         return list(found)
 
@@ -369,6 +373,8 @@ class EdgeStore(PointStoreBase):
         generation = self._generation.get(person_key, 0)
         found = await super().latest_episode(person_key)
         if self._generation.get(person_key, 0) == generation:
+            if len(self._episodes) >= _KEPT_PEOPLE:
+                self._episodes.clear()
             self._episodes[person_key] = found
         return found
 
