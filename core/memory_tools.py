@@ -57,9 +57,12 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
                 # The three collections are searched at once (each Edge shard has its own
                 # thread; a Qdrant server answers them in parallel).
                 names: tuple[Collection, ...] = ("semantic", "episodic", "verbatim")
-                hits = await asyncio.gather(
-                    *(memory.search(name, key, vector, limit=5) for name in names)
-                )
+                async with asyncio.TaskGroup() as group:  # one failing cancels the others
+                    searches = [
+                        group.create_task(memory.search(name, key, vector, limit=5))
+                        for name in names
+                    ]
+                hits = [search.result() for search in searches]
                 found = {
                     name: [
                         {"score": round(hit.score, 3), **_visible(hit.payload)} for hit in matched
