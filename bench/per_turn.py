@@ -51,7 +51,8 @@ _idle_rate = 0.0  # CPU seconds per second of an idle server, measured once per 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     global _idle_rate
-    with processes(0, 1, ["--memory", args.memory]) as (port, pid, _, _standin):
+    pins = (None, None) if args.no_pin else (0, 1)
+    with processes(*pins, ["--memory", args.memory]) as (port, pid, _, _standin):
         conn = await Connection(HOST, port, _auth(1)).open()
         relay = await Connection(HOST, port, _auth(2)).open()
         # Warm up: the embedder's vector size, the shards, the connections.
@@ -109,6 +110,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory", choices=["edge", "off"], default="edge")
     parser.add_argument("--json", type=Path, default=RESULTS / "per_turn.json")
+    parser.add_argument(
+        "--no-pin", action="store_true", help="leave the processes unpinned (a crowded machine)"
+    )
     args = parser.parse_args()
     document = uvloop.run(main_async(args))
     ratio = document["ratio"]
