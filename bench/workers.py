@@ -40,7 +40,7 @@ from tests.support.postgres import running_postgres
 TOKENS = 20
 
 
-async def _drive(port: int, connections: int, seconds: float) -> float:
+async def _drive(port: int, connections: int, seconds: float, run: str) -> float:
     conns = [
         await Connection(HOST, port, {"authorization": f"Bearer {TOKEN % (i % USERS)}"}).open()
         for i in range(connections)
@@ -52,8 +52,11 @@ async def _drive(port: int, connections: int, seconds: float) -> float:
         nonlocal done
         n = 0
         while time.perf_counter() < deadline:
-            body = json.dumps({"text": f"fast {TOKENS}", "conversationId": f"w{i}-{n}"})
-            reply = await conn.request("POST", "/turn", body.encode())
+            body = json.dumps({"text": f"fast {TOKENS}", "conversationId": f"{run}-{i}-{n}"})
+            try:
+                reply = await asyncio.wait_for(conn.request("POST", "/turn", body.encode()), 30)
+            except TimeoutError:
+                raise RuntimeError(f"a turn on connection {i} got no answer within 30 s") from None
             _check(reply, TOKENS, "turn")
             done += 1
             n += 1
@@ -122,8 +125,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                         Path(data) / f"{r}-{workers}",
                     )
                     try:
-                        await _drive(port, args.connections, 2.0)  # warm up
-                        rate = await _drive(port, args.connections, args.seconds)
+                        await _drive(port, args.connections, 2.0, "warm")
+                        rate = await _drive(port, args.connections, args.seconds, "run")
                     finally:
                         proc.terminate()
                         proc.wait(30)

@@ -258,9 +258,12 @@ class _Indexer:
                     started = time.perf_counter()
                     try:
                         await shard.run(lambda s: bool(s.optimize()))
+                    except StoreUnavailable:
+                        return  # closed: nothing left to index
                     except MemoryStoreError as error:
+                        # Searches still scan what isn't indexed; the next writes try again.
                         log.warning("indexing the memory shard %s failed: %s", shard.name, error)
-                        return
+                        continue
                     self.runs += 1
                     log.info(
                         "memory shard %s indexed %d new points in %.1f s",
