@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
 import secrets
+import signal
+import socket
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import msgspec
 import uvicorn
 
 from channel_http import chat_client, logs
@@ -80,15 +85,11 @@ def _overrides(arguments: argparse.Namespace, environ: dict[str, str]) -> None:
         environ["HTTP_SURFACE_HOST"] = arguments.host
     if arguments.port is not None:
         environ["HTTP_SURFACE_PORT"] = str(arguments.port)
+    if getattr(arguments, "workers", None) is not None:
+        environ["HTTP_SURFACE_WORKERS"] = str(arguments.workers)
 
 
 def serve(arguments: argparse.Namespace) -> int:
-    # Imported here: `mercury-http chat` shares this entry point and must start quickly.
-    from channel_http.app import HttpChannel, build_app, with_cors
-    from channel_http.connections import server_options
-    from channel_http.tracing import configure_tracing
-    from core.state import DatabaseUnavailable
-
     environ = dict(os.environ)
     _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
@@ -97,13 +98,35 @@ def serve(arguments: argparse.Namespace) -> int:
         environ["HTTP_SURFACE_HOST"] = "127.0.0.1"
     try:
         settings = load_settings(environ)
+    except ConfigurationError as error:
+        print(f"mercury-http: {error}", file=sys.stderr)
+        return 2
+    if settings.http.workers > 1:
+        return _serve_workers(settings, environ, token)
+    return _serve_one(settings, environ, token)
+
+
+def _serve_one(
+    settings: Settings,
+    environ: dict[str, str],
+    token: str | None,
+    sockets: list[socket.socket] | None = None,
+) -> int:
+    """One server process: the app, the checks, then uvicorn (on ``sockets`` when given)."""
+    # Imported here: `mercury-http chat` shares this entry point and must start quickly.
+    from channel_http.app import HttpChannel, build_app, with_cors
+    from channel_http.connections import server_options
+    from channel_http.tracing import configure_tracing
+    from core.state import DatabaseUnavailable
+
+    try:
         logs.configure(settings.log.level, settings.log.format)
         configure_tracing(environ)
         app = build_app(settings, dev_token=token)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
         return 2
-    if settings.state.url is not None:
+    if settings.state.url is not None and sockets is None:
         try:
             asyncio.run(_reach_state_store(settings))
         except DatabaseUnavailable as error:
@@ -114,17 +137,8 @@ def serve(arguments: argparse.Namespace) -> int:
     if not admits(channel):
         print("mercury-http: the core does not run this channel; see the log.", file=sys.stderr)
         return 1
-    if token is not None:
-        host = "127.0.0.1" if settings.http.host in ("0.0.0.0", "::") else settings.http.host  # noqa: S104
-        print(f"Development token (static auth, user 'dev'): {token}", flush=True)
-        print(
-            f"Try: curl -N -X POST http://{host}:{settings.http.port}/turn "
-            f"-H 'content-type: application/json' -H 'authorization: Bearer {token}' "
-            """-d '{"text":"Hello!","conversationId":"first"}'""",
-            flush=True,
-        )
-        if settings.http.ui:
-            print(f"Or open the browser UI: http://{host}:{settings.http.port}/ui/", flush=True)
+    if token is not None and sockets is None:
+        _print_dev_token(settings, token)
     config = uvicorn.Config(
         with_cors(app, settings),
         host=settings.http.host,
@@ -140,8 +154,112 @@ def serve(arguments: argparse.Namespace) -> int:
         **server_options(settings),
     )
     server = _Server(config, app)
-    server.run()
+    server.run(sockets=sockets)
     return 0
+
+
+def _print_dev_token(settings: Settings, token: str) -> None:
+    host = "127.0.0.1" if settings.http.host in ("0.0.0.0", "::") else settings.http.host  # noqa: S104
+    print(f"Development token (static auth, user 'dev'): {token}", flush=True)
+    print(
+        f"Try: curl -N -X POST http://{host}:{settings.http.port}/turn "
+        f"-H 'content-type: application/json' -H 'authorization: Bearer {token}' "
+        """-d '{"text":"Hello!","conversationId":"first"}'""",
+        flush=True,
+    )
+    if settings.http.ui:
+        print(f"Or open the browser UI: http://{host}:{settings.http.port}/ui/", flush=True)
+
+
+def _listener(host: str, port: int) -> socket.socket:
+    """A socket on ``host:port`` that other processes may bind too (``SO_REUSEPORT``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _serve_workers(settings: Settings, environ: dict[str, str], token: str | None) -> int:
+    """``workers`` server processes on one port, each with a listening socket of its own.
+
+    The kernel spreads new connections over the workers' sockets (``SO_REUSEPORT``); a
+    connection, and so a stream, stays with the worker that accepted it. The parent only
+    holds the port (bound, not listening, so it accepts nothing), forwards SIGTERM/SIGINT,
+    and stops the others when one worker exits.
+    """
+    from core.state import DatabaseUnavailable
+
+    try:
+        asyncio.run(_reach_state_store(settings))
+    except DatabaseUnavailable as error:
+        print(f"mercury-http: {error}", file=sys.stderr)
+        return 1
+    try:
+        holder = _listener(settings.http.host, settings.http.port)
+    except OSError as error:
+        print(
+            f"mercury-http: can't listen on {settings.http.host}:{settings.http.port} "
+            f"({error.strerror}); pick another HTTP_SURFACE_PORT.",
+            file=sys.stderr,
+        )
+        return 1
+    port = holder.getsockname()[1]
+    settings = msgspec.structs.replace(
+        settings, http=msgspec.structs.replace(settings.http, port=port)
+    )
+    multiproc: tempfile.TemporaryDirectory[str] | None = None
+    if settings.metrics.enabled and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # Before any worker imports prometheus_client: each writes its samples there and
+        # GET /metrics on any worker adds them up (channel_http/probes.py).
+        multiproc = tempfile.TemporaryDirectory(prefix="mercury-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc.name
+    if token is not None:
+        _print_dev_token(settings, token)
+    print(f"mercury-http: {settings.http.workers} workers on port {port}", flush=True)
+    children: list[int] = []
+    for _ in range(settings.http.workers):
+        pid = os.fork()
+        if pid == 0:  # a worker: its own listening socket on the held port, then uvicorn
+            code = 1
+            try:
+                holder.close()
+                sock = _listener(settings.http.host, port)
+                sock.listen(2048)
+                sock.set_inheritable(False)
+                code = _serve_one(settings, environ, token, sockets=[sock])
+            finally:
+                os._exit(code)
+        children.append(pid)
+    stopping = False
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = 0
+    try:
+        while children:
+            pid, status = os.wait()
+            if pid not in children:
+                continue
+            children.remove(pid)
+            exit_code = os.waitstatus_to_exitcode(status)
+            if not stopping:
+                log.error("worker %d exited (%d); stopping the others", pid, exit_code)
+                code = code or exit_code or 1
+                stop(signal.SIGTERM, None)
+    finally:
+        holder.close()
+        if multiproc is not None:
+            multiproc.cleanup()
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,6 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve_parser.add_argument(
         "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
+    )
+    serve_parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="N server processes sharing the port (overrides HTTP_SURFACE_WORKERS); more than "
+        "1 needs PostgreSQL (MERCURY_STATE_URL) and memory on a Qdrant server or off",
     )
     check_parser = commands.add_parser(
         "check-config",

@@ -157,6 +157,7 @@ class HttpSettings(_Group, frozen=True, kw_only=True):
     header_timeout_s: float
     keep_alive_timeout_s: float
     max_connections: int
+    workers: int
 
 
 class AuthSettings(_Group, frozen=True, kw_only=True):
@@ -424,6 +425,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("http.public_url", "HTTP_SURFACE_PUBLIC_URL", _Url(base=True), None,
             "The address browsers reach the surface at; without it nobody can log in to "
             "services."),
+    Setting("http.workers", "HTTP_SURFACE_WORKERS", _Int(1, 64), 1,
+            "Server processes on this machine sharing the port (`serve --workers`); more "
+            "than 1 needs the state in PostgreSQL (`MERCURY_STATE_URL`) and memory on a "
+            "Qdrant server or off."),
     Setting("http.heartbeat_s", "HTTP_SURFACE_HEARTBEAT_S", _SECONDS, 15.0,
             "Seconds of silence on a stream before a keep-alive comment."),
     Setting("http.resume_max_chars", "HTTP_SURFACE_RESUME_MAX_CHARS", _Int(0), None,
@@ -626,6 +631,8 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             "postgresql://user:password@host:port/database; unset it to keep the state in "
             "SQLite under the data directory."
         )
+    if values["http.workers"] > 1:
+        _check_workers(values)
     if values["memory.store"] == "qdrant" and values["memory.qdrant_url"] is None:
         raise ConfigurationError(
             'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
@@ -644,6 +651,29 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
                 "set it, or set MERCURY_MEMORY_STORE to off."
             )
     return Settings(**_build("", Settings, values), config_file=config_file)
+
+
+def _check_workers(values: Mapping[str, Any]) -> None:
+    """Several processes share only what lives outside them: refuse the embedded stores."""
+    workers = values["http.workers"]
+    if values["state.url"] is None:
+        raise ConfigurationError(
+            f"HTTP_SURFACE_WORKERS is {workers}, but the state is in SQLite under the data "
+            "directory, which one process at a time may write; set MERCURY_STATE_URL to a "
+            "PostgreSQL database, or run one worker."
+        )
+    if values["memory.store"] == "edge":
+        raise ConfigurationError(
+            f"HTTP_SURFACE_WORKERS is {workers}, but memory is on Qdrant Edge, which lives "
+            "inside one process; set MERCURY_MEMORY_STORE=qdrant with QDRANT_URL (a Qdrant "
+            "server), or MERCURY_MEMORY_STORE=off, or run one worker."
+        )
+    if values["metrics.enabled"] and values["metrics.port"] is not None:
+        raise ConfigurationError(
+            f"HTTP_SURFACE_WORKERS is {workers}, but MERCURY_METRICS_PORT asks each process "
+            "for the same metrics port; unset it to scrape GET /metrics on the surface, "
+            "which adds up every worker's metrics."
+        )
 
 
 def _build(prefix: str, cls: type[_Group], values: Mapping[str, Any]) -> dict[str, Any]:

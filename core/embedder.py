@@ -17,6 +17,8 @@ import httpx
 import msgspec
 import ollama
 
+from core.model import WireError, WirePool
+
 _PROBE: Final = "vector size probe"
 
 
@@ -38,8 +40,28 @@ class Embedder(Protocol):
     async def close(self) -> None: ...
 
 
+class _OllamaEmbeddings(msgspec.Struct):
+    embeddings: list[list[float]]
+
+
+class _OllamaError(msgspec.Struct):
+    error: str = ""
+
+
+_decode_ollama_embeddings = msgspec.json.Decoder(_OllamaEmbeddings).decode
+_decode_ollama_error = msgspec.json.Decoder(_OllamaError).decode
+
+
 class OllamaEmbedder:
-    """An :class:`Embedder` on Ollama's ``/api/embed``."""
+    """An :class:`Embedder` on Ollama's ``/api/embed``.
+
+    A turn embeds its query before the model is asked, so this is on every turn's path: the
+    ``ollama`` client (httpx, stdlib json, a pydantic model of 768 floats) cost about 0.7 ms
+    a call. The answer is decoded here with msgspec straight into floats and, on a plain-http
+    host, sent over a keep-alive :class:`~core.model.wire.WirePool` (an https host goes
+    through the client's httpx pool). ``ollama.AsyncClient`` still parses the host
+    (``OLLAMA_HOST`` forms) and supplies its headers.
+    """
 
     def __init__(
         self,
@@ -47,30 +69,81 @@ class OllamaEmbedder:
         model: str = "nomic-embed-text",
         *,
         timeout_s: float = 30.0,
-        client: ollama.AsyncClient | None = None,
     ) -> None:
         self.host = host
         self.model = model
-        self._client = client or ollama.AsyncClient(host=host, timeout=timeout_s)
+        self._client = ollama.AsyncClient(host=host, timeout=timeout_s)
+        self._http: httpx.AsyncClient = self._client._client
+        self._pool, self._head = self._wire_pool(timeout_s)
         self._size: int | None = None
+
+    def _wire_pool(self, timeout_s: float) -> tuple[WirePool | None, bytes]:
+        url = self._http.base_url
+        if url.scheme != "http" or not url.host:
+            return None, b""
+        port = url.port or 80
+        skip = {"host", "content-type", "content-length", "accept", "accept-encoding"}
+        extra = "".join(
+            f"{name}: {value}\r\n"
+            for name, value in self._http.headers.items()
+            if name.lower() not in skip
+        )
+        path = url.raw_path.decode("ascii").rstrip("/") + "/api/embed"
+        host = f"[{url.host}]" if ":" in url.host else url.host
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{extra}"
+            "content-type: application/json\r\naccept: application/json\r\ncontent-length: "
+        ).encode("latin-1")
+        pool = WirePool(
+            url.host, port, b"", connect_timeout_s=min(timeout_s, 5.0), read_timeout_s=timeout_s
+        )
+        return pool, head
+
+    async def _post(self, body: bytes) -> tuple[int, bytes]:
+        """The status and body of Ollama's answer to ``POST /api/embed``."""
+        if self._pool is None:
+            response = await self._http.post(
+                "/api/embed", content=body, headers={"content-type": "application/json"}
+            )
+            return response.status_code, response.content
+        wire = await self._pool.send(self._head + b"%d\r\n\r\n" % len(body) + body)
+        try:
+            if wire.status >= 400:
+                return wire.status, await wire.rest()
+            while not wire.done:
+                wire.raise_failure()
+                await wire.wait()
+            # The wire hands a body out line by line; a JSON answer is one line, or a few.
+            lines = b"\n".join(wire.lines)
+            wire.lines.clear()
+            return wire.status, lines
+        finally:
+            self._pool.give_back(wire)
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
+        body = msgspec.json.encode({"model": self.model, "input": list(texts)})
         try:
-            response = await self._client.embed(model=self.model, input=list(texts))
-        except ollama.ResponseError as exc:
-            raise EmbeddingFailed(
-                f"Ollama at {self.host} refused to embed with {self.model} "
-                f"(status {exc.status_code}); check that the model is pulled "
-                f"(ollama pull {self.model})."
-            ) from exc
-        except (httpx.HTTPError, ConnectionError, ollama.RequestError) as exc:
+            status, answer = await self._post(body)
+        except (httpx.HTTPError, WireError, OSError) as exc:
             raise EmbeddingFailed(
                 f"Ollama at {self.host} doesn't answer; check that it runs and "
                 "that OLLAMA_HOST points at it."
             ) from exc
-        vectors = [[float(x) for x in vector] for vector in response.embeddings]
+        if status >= 400:
+            raise EmbeddingFailed(
+                f"Ollama at {self.host} refused to embed with {self.model} "
+                f"(status {status}: {self._reason(answer)}); check that the model is pulled "
+                f"(ollama pull {self.model})."
+            )
+        try:
+            vectors = _decode_ollama_embeddings(answer).embeddings
+        except msgspec.DecodeError as exc:
+            raise EmbeddingFailed(
+                f"Ollama at {self.host} answered /api/embed with something that is not a list "
+                f"of embeddings ({exc})."
+            ) from exc
         if len(vectors) != len(texts) or not vectors or not vectors[0]:
             raise EmbeddingFailed(
                 f"Ollama returned {len(vectors)} embeddings for {len(texts)} texts with "
@@ -85,6 +158,14 @@ class OllamaEmbedder:
         self._size = size
         return vectors
 
+    @staticmethod
+    def _reason(body: bytes) -> str:
+        try:
+            reason = _decode_ollama_error(body).error
+        except msgspec.DecodeError:
+            reason = body.decode("utf-8", "replace")
+        return reason.strip()[:300] or "no reason given"
+
     async def vector_size(self) -> int:
         if self._size is None:
             await self.embed([_PROBE])
@@ -93,6 +174,8 @@ class OllamaEmbedder:
 
     async def close(self) -> None:
         """Close the HTTP connections to Ollama."""
+        if self._pool is not None:
+            self._pool.close()
         await self._client.close()  # type: ignore[no-untyped-call]
 
 

@@ -17,7 +17,7 @@ import msgspec
 from core.archive import ArchiveWriter
 from core.embedder import Embedder
 from core.i18n import N_
-from core.memory import MemoryStore
+from core.memory import Collection, MemoryStore
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 
@@ -54,12 +54,20 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
         try:
             async with asyncio.timeout(5.0):
                 vector = (await embedder.embed([query]))[0]
+                # The three collections are searched at once (each Edge shard has its own
+                # thread; a Qdrant server answers them in parallel).
+                names: tuple[Collection, ...] = ("semantic", "episodic", "verbatim")
+                async with asyncio.TaskGroup() as group:  # one failing cancels the others
+                    searches = [
+                        group.create_task(memory.search(name, key, vector, limit=5))
+                        for name in names
+                    ]
+                hits = [search.result() for search in searches]
                 found = {
                     name: [
-                        {"score": round(hit.score, 3), **_visible(hit.payload)}
-                        for hit in await memory.search(name, key, vector, limit=5)
+                        {"score": round(hit.score, 3), **_visible(hit.payload)} for hit in matched
                     ]
-                    for name in ("semantic", "episodic", "verbatim")
+                    for name, matched in zip(names, hits, strict=True)
                 }
         except Exception as error:
             log.warning("recall by similarity failed, falling back to known facts: %r", error)

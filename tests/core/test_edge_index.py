@@ -1,0 +1,156 @@
+"""Qdrant Edge's background index: built once the store is quiet, exact per person, cached reads."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from core.edge import EdgeStore
+from core.memory import MemoryPoint
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+DIM = 768  # big enough that 2,000 points pass the indexing threshold
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _vectors(n: int, seed: int) -> np.ndarray:
+    block = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    block /= np.linalg.norm(block, axis=1, keepdims=True)
+    return block
+
+
+def _points(person: str, vectors: np.ndarray, start: int = 0) -> list[MemoryPoint]:
+    return [
+        MemoryPoint(
+            str(uuid.uuid4()),
+            vector.tolist(),
+            {
+                "personKey": person,
+                "sessionKey": f"{person}:s",
+                "role": "user",
+                "content": f"message {start + i}",
+                "timestamp": "",
+                "ts": T0 + start + i,
+            },
+        )
+        for i, vector in enumerate(vectors)
+    ]
+
+
+async def _fill(store: EdgeStore, person: str, vectors: np.ndarray) -> list[MemoryPoint]:
+    points = _points(person, vectors)
+    for i in range(0, len(points), 500):
+        await store.upsert("verbatim", points[i : i + 500])
+    return points
+
+
+async def _until(predicate: object, seconds: float) -> None:
+    with anyio.fail_after(seconds):
+        while not predicate():  # type: ignore[operator]
+            await anyio.sleep(0.05)
+
+
+async def test_the_index_is_built_in_the_background_once_the_store_is_quiet(
+    tmp_path: Path,
+) -> None:
+    store = EdgeStore(tmp_path, index_quiet_s=0.3)
+    await store.ensure(DIM)
+    try:
+        await _fill(store, "alice", _vectors(2000, 1))
+        assert store.index_backlog() == 2000
+        assert await store.indexed_points() == 0  # nothing is indexed on the write path
+        await _until(lambda: store.index_backlog() == 0, 90)
+        await _until(lambda: store._indexer.runs > 0, 90)
+        assert await store.indexed_points() >= 1000
+    finally:
+        await store.close()
+
+
+async def test_the_indexer_waits_while_the_store_is_in_use(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path, index_quiet_s=1.0)
+    await store.ensure(DIM)
+    try:
+        points = await _fill(store, "alice", _vectors(1500, 2))
+        query = points[0].vector or []
+        busy_until = time.monotonic() + 2.5
+        while time.monotonic() < busy_until:  # a read every 0.1 s keeps the store busy
+            await store.search("verbatim", "alice", query, limit=5)
+            await anyio.sleep(0.1)
+        assert store._indexer.runs == 0
+        assert store.index_backlog() == 1500
+        await _until(lambda: store.index_backlog() == 0 and store._indexer.runs > 0, 90)
+    finally:
+        await store.close()
+
+
+async def test_an_indexed_search_finds_the_callers_points_and_never_anyone_elses(
+    tmp_path: Path,
+) -> None:
+    store = EdgeStore(tmp_path, index_quiet_s=0.1)
+    await store.ensure(DIM)
+    try:
+        alice = await _fill(store, "alice", _vectors(2000, 3))
+        bob = await _fill(store, "bob", _vectors(1000, 4))
+        await _until(lambda: store.index_backlog() == 0 and store._indexer.runs > 0, 90)
+        assert await store.indexed_points() > 0
+        alice_ids = {p.id for p in alice}
+        for target in alice[:20]:
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
+            assert hits[0].id == target.id
+            assert {h.id for h in hits} <= alice_ids
+        for target in bob[:20]:  # bob's own vectors, searched as alice, find only alice's
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
+            assert len(hits) == 5
+            assert {h.id for h in hits} <= alice_ids
+    finally:
+        await store.close()
+
+
+async def test_a_new_fact_or_episode_shows_in_the_next_read_of_a_kept_primer(
+    tmp_path: Path,
+) -> None:
+    store = EdgeStore(tmp_path)
+    await store.ensure(4)
+    try:
+
+        def fact(topic: str, ts: float, person: str = "alice") -> MemoryPoint:
+            payload = {
+                "personKey": person,
+                "topic": topic,
+                "value": topic.upper(),
+                "timestamp": "",
+                "ts": ts,
+            }
+            return MemoryPoint(str(uuid.uuid4()), [1.0, 0.0, 0.0, 0.0], payload)
+
+        await store.upsert("semantic", [fact("tea", T0)])
+        assert [f.topic for f in await store.facts("alice", limit=20)] == ["tea"]
+        assert await store.latest_episode("alice") is None
+        await store.upsert("semantic", [fact("bikes", T0 + 1), fact("dogs", T0 + 2, "bob")])
+        assert [f.topic for f in await store.facts("alice", limit=20)] == ["bikes", "tea"]
+        assert [f.topic for f in await store.facts("bob", limit=20)] == ["dogs"]
+        episode = {
+            "personKey": "alice",
+            "sessionKey": "alice:s",
+            "summary": "Talked tea.",
+            "timestamp": "",
+            "ts": T0 + 3,
+        }
+        await store.upsert("episodic", [MemoryPoint(str(uuid.uuid4()), None, episode)])
+        found = await store.latest_episode("alice")
+        assert found is not None and found.summary == "Talked tea."
+        assert await store.delete_facts("alice", "tea") == 1
+        assert [f.topic for f in await store.facts("alice", limit=20)] == ["bikes"]
+    finally:
+        await store.close()
