@@ -443,7 +443,13 @@ class SessionManager:
             return
         new = session.messages[session.recorded :]
         shown = list(session.shown)
-        await asyncio.shield(held.append(new, shown))
+        writing = asyncio.ensure_future(held.append(new, shown))
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            # The write finishes on its own; its failure, if any, is logged, not lost.
+            writing.add_done_callback(_log_unrecorded)
+            raise
         session.recorded += len(new)
         del session.shown[: len(shown)]
         session.version = held.version
@@ -1074,6 +1080,11 @@ class SessionManager:
 #: How the engine hands events to the turn's reader: ``await emit(event)``, waiting while
 #: the reader is behind; the model step pushes a whole read with ``emit.push``.
 _Emit = TurnEvents
+
+
+def _log_unrecorded(writing: asyncio.Future[None]) -> None:
+    if not writing.cancelled() and (error := writing.exception()) is not None:
+        log.warning("a cancelled turn's messages were not put on record: %r", error)
 
 
 def attachments_note(paths: tuple[str, ...]) -> str:
