@@ -16,7 +16,7 @@ from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
 from tests.support.server import RunningServer
 from tests.support.sse import turn
 
-pytestmark = [pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.timeout(150)]  # the module fixture starts node
 
 
 class BrokenDirectory:

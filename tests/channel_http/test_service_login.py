@@ -41,7 +41,7 @@ from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
 from tests.support.sse import Received, turn
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(150)]  # the module fixture starts node
 
 PUBLIC_URL = "https://mercury.example.test/chat"
 CALLBACK = "/chat/login/callback"

@@ -139,25 +139,34 @@ class OidcProviderProcess:
             "OIDC_LOGIN_REDIRECT_URI": self.login_redirect_uri,
             "OIDC_ACCESS_TOKEN_TTL": str(self.access_token_ttl_s),
         }
-        self._log = self.log_file.open("ab")
-        self._process = subprocess.Popen(  # noqa: S603 - fixed script of our own
-            [node, str(SCRIPT), str(self.port)],
-            cwd=HERE,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-        )
-        ready = self._read_ready_line()
+        # A node that hasn't said it listens within a third of the budget is started again:
+        # once in a while (seen under CI, not reproduced alone) it never prints its line.
+        attempts = 3
+        for attempt in range(1, attempts + 1):
+            self._log = self.log_file.open("ab")
+            self._process = subprocess.Popen(  # noqa: S603 - fixed script of our own
+                [node, str(SCRIPT), str(self.port)],
+                cwd=HERE,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+            )
+            try:
+                ready = self._read_ready_line(self.startup_timeout_s / attempts)
+                break
+            except RuntimeError:
+                if attempt == attempts:
+                    raise
         self._issuer = ready["issuer"]
         self.port = int(ready["port"])
         self.kids = list(ready["kids"])
         return self
 
-    def _read_ready_line(self) -> dict[str, Any]:
+    def _read_ready_line(self, timeout_s: float) -> dict[str, Any]:
         process = self._process
         assert process is not None and process.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout_s
+        deadline = time.monotonic() + timeout_s
         buffer = b""
         with selectors.DefaultSelector() as selector:
             selector.register(process.stdout, selectors.EVENT_READ)
@@ -171,7 +180,8 @@ class OidcProviderProcess:
                     )
                 if selector.select(timeout=min(remaining, 0.2)):
                     chunk = os.read(process.stdout.fileno(), 4096)
-                    if not chunk:
+                    if not chunk:  # stdout closed: wait for the exit rather than spin
+                        time.sleep(0.05)
                         continue
                     buffer += chunk
         ready: dict[str, Any] = json.loads(buffer.split(b"\n", 1)[0])
