@@ -18,6 +18,7 @@ import msgspec
 import ollama
 
 from core.model import WireError, WirePool
+from core.model.wire import header_lines, json_post_pool
 
 _PROBE: Final = "vector size probe"
 
@@ -78,26 +79,14 @@ class OllamaEmbedder:
         self._size: int | None = None
 
     def _wire_pool(self, timeout_s: float) -> tuple[WirePool | None, bytes]:
-        url = self._http.base_url
-        if url.scheme != "http" or not url.host:
-            return None, b""
-        port = url.port or 80
-        skip = {"host", "content-type", "content-length", "accept", "accept-encoding"}
-        extra = "".join(
-            f"{name}: {value}\r\n"
-            for name, value in self._http.headers.items()
-            if name.lower() not in skip
+        return json_post_pool(
+            self._http.base_url,
+            "/api/embed",
+            accept="application/json",
+            extra=header_lines(self._http.headers.items()),
+            connect_timeout_s=min(timeout_s, 5.0),
+            read_timeout_s=timeout_s,
         )
-        path = url.raw_path.decode("ascii").rstrip("/") + "/api/embed"
-        host = f"[{url.host}]" if ":" in url.host else url.host
-        head = (
-            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{extra}"
-            "content-type: application/json\r\naccept: application/json\r\ncontent-length: "
-        ).encode("latin-1")
-        pool = WirePool(
-            url.host, port, b"", connect_timeout_s=min(timeout_s, 5.0), read_timeout_s=timeout_s
-        )
-        return pool, head
 
     async def _post(self, body: bytes) -> tuple[int, bytes]:
         """The status and body of Ollama's answer to ``POST /api/embed``."""

@@ -41,7 +41,7 @@ from core.model.port import (
     ModelUnreachable,
     ToolSpec,
 )
-from core.model.wire import Wire, WireError, WirePool
+from core.model.wire import Wire, WireError, WirePool, header_lines, json_post_pool
 
 log = logging.getLogger("mercury.ollama")
 
@@ -113,30 +113,14 @@ class OllamaModel:
         self, read_timeout_s: float, connect_timeout_s: float
     ) -> tuple[WirePool | None, bytes]:
         """For a plain-http host, the pool streaming /api/chat; https stays on httpx."""
-        url = self._http.base_url
-        if url.scheme != "http" or not url.host:
-            return None, b""
-        port = url.port or 80
-        skip = {"host", "content-type", "content-length", "accept", "accept-encoding"}
-        extra = "".join(
-            f"{name}: {value}\r\n"
-            for name, value in self._http.headers.items()
-            if name.lower() not in skip
-        )
-        path = url.raw_path.decode("ascii").rstrip("/") + "/api/chat"
-        host = f"[{url.host}]" if ":" in url.host else url.host
-        head = (
-            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{extra}"
-            "content-type: application/json\r\naccept: application/x-ndjson\r\ncontent-length: "
-        ).encode("latin-1")
-        pool = WirePool(
-            url.host,
-            port,
-            b"",
+        return json_post_pool(
+            self._http.base_url,
+            "/api/chat",
+            accept="application/x-ndjson",
+            extra=header_lines(self._http.headers.items()),
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
         )
-        return pool, head
 
     @property
     def model(self) -> str:

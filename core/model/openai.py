@@ -54,7 +54,7 @@ from core.model.port import (
     ToolFunction,
     ToolSpec,
 )
-from core.model.wire import Wire, WireError, WirePool
+from core.model.wire import Wire, WireError, WirePool, json_post_pool
 
 log = logging.getLogger("mercury.openai")
 
@@ -295,25 +295,14 @@ class OpenAIModel:
         self, api_key: str | None, read_timeout_s: float, connect_timeout_s: float
     ) -> tuple[WirePool | None, bytes]:
         """For a plain-http base URL, the pool streaming answers; https stays on httpx."""
-        url = httpx.URL(self._base)
-        if url.scheme != "http" or not url.host:
-            return None, b""
-        port = url.port or 80
-        path = url.raw_path.decode("ascii").rstrip("/") + "/chat/completions"
-        host = f"[{url.host}]" if ":" in url.host else url.host
-        auth = f"authorization: Bearer {api_key}\r\n" if api_key else ""
-        head = (
-            f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{auth}"
-            "content-type: application/json\r\naccept: text/event-stream\r\ncontent-length: "
-        ).encode("latin-1")
-        pool = WirePool(
-            url.host,
-            port,
-            b"",
+        return json_post_pool(
+            httpx.URL(self._base),
+            "/chat/completions",
+            accept="text/event-stream",
+            extra=f"authorization: Bearer {api_key}\r\n" if api_key else "",
             connect_timeout_s=connect_timeout_s,
             read_timeout_s=read_timeout_s,
         )
-        return pool, head
 
     @property
     def model(self) -> str:

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import Final
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import httpx
 
 #: A response head longer than this is not one a model server sends: the answer is refused.
 MAX_HEAD_BYTES: Final = 64 * 1024
@@ -343,3 +347,45 @@ class WirePool:
     def close(self) -> None:
         while self.idle:
             self.idle.pop().close()
+
+
+#: Headers a wire request's head sets itself; a client's defaults never repeat them.
+_OWN_HEADERS: Final = frozenset(
+    {"host", "content-type", "content-length", "accept", "accept-encoding"}
+)
+
+
+def header_lines(headers: Iterable[tuple[str, str]]) -> str:
+    """A client's default headers as lines of a request head, less those the head sets."""
+    return "".join(
+        f"{name}: {value}\r\n" for name, value in headers if name.lower() not in _OWN_HEADERS
+    )
+
+
+def json_post_pool(
+    url: httpx.URL,
+    endpoint: str,
+    *,
+    accept: str,
+    extra: str = "",
+    connect_timeout_s: float,
+    read_timeout_s: float,
+) -> tuple[WirePool | None, bytes]:
+    """For a plain-http ``url``, a pool and the head of a JSON POST to ``endpoint`` under it.
+
+    The head ends with ``content-length: ``: the caller adds the length and the body.
+    An https URL (or one without a host) gets ``(None, b"")`` and stays on httpx.
+    """
+    if url.scheme != "http" or not url.host:
+        return None, b""
+    port = url.port or 80
+    path = url.raw_path.decode("ascii").rstrip("/") + endpoint
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n{extra}"
+        f"content-type: application/json\r\naccept: {accept}\r\ncontent-length: "
+    ).encode("latin-1")
+    pool = WirePool(
+        url.host, port, b"", connect_timeout_s=connect_timeout_s, read_timeout_s=read_timeout_s
+    )
+    return pool, head
