@@ -62,7 +62,7 @@ from core.model import OllamaModel, OpenAIModel
 from core.people import People
 from core.person_settings import PersonSettings
 from core.qdrant import QdrantStore
-from core.rate_limit import RateLimiter
+from core.rate_limits import rate_limiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
 from core.state import Database, connect
@@ -315,7 +315,7 @@ async def open_services(
     linking = Linking(db, people, clock=clock)
     confirmations = ConfirmationStore(db, clock=clock)
     tool_log = ToolLog(db, clock=clock)
-    limiter = RateLimiter(
+    limiter = rate_limiter(
         db,
         settings.rate_limit.per_user,
         timedelta(milliseconds=settings.rate_limit.window_ms),

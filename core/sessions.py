@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from core.memory import MemoryStore
     from core.metrics import Metrics, TurnOutcome
     from core.person_settings import PersonSettings
-    from core.rate_limit import RateDecision, RateLimiter
+    from core.rate_limits import RateDecision, RateLimiter
     from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")

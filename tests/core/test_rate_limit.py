@@ -1,14 +1,24 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
 from core.clock import ManualClock
-from core.rate_limit import InvalidRateLimitError, RateDecision, RateLimiter, bucket_key
+from core.rate_limits import (
+    InvalidRateLimitError,
+    MemoryRateLimiter,
+    RateDecision,
+    RateLimiter,
+    SharedRateLimiter,
+    bucket_key,
+    rate_limiter,
+)
 from core.state import Database
-from tests.support.state import StateBackend
+from tests.support.state import StateBackend, backend_for
 
 MINUTE = timedelta(minutes=1)
 ALICE = bucket_key("people:alice", "people:alice")
@@ -29,9 +39,17 @@ async def db(state: StateBackend) -> Database:
     return await state.open()
 
 
-@pytest.fixture
-def limiter(db: Database, clock: ManualClock) -> RateLimiter:
-    return RateLimiter(db, 3, MINUTE, clock=clock)
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
+async def limiter(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> AsyncIterator[RateLimiter]:
+    """Each adapter: in this process, and in the state store on each backend."""
+    if request.param == "memory":
+        yield MemoryRateLimiter(3, MINUTE, clock=clock)
+        return
+    backend = backend_for(request, request.param, tmp_path)
+    yield SharedRateLimiter(await backend.open(), 3, MINUTE, clock=clock)
+    await backend.close()
 
 
 def test_a_bucket_key_is_the_space_then_the_person() -> None:
@@ -151,12 +169,16 @@ async def test_a_lowered_override_waits_for_enough_requests_to_leave(
 async def test_limits_and_windows_that_cannot_work_are_refused(
     db: Database, clock: ManualClock
 ) -> None:
-    with pytest.raises(InvalidRateLimitError, match="at least 1"):
-        RateLimiter(db, 0, MINUTE, clock=clock)
-    with pytest.raises(InvalidRateLimitError, match="positive"):
-        RateLimiter(db, 3, timedelta(0), clock=clock)
-    with pytest.raises(InvalidRateLimitError, match="override"):
-        await RateLimiter(db, 3, MINUTE, clock=clock).check(ALICE, override=0)
+    for make in (
+        lambda limit, window: SharedRateLimiter(db, limit, window, clock=clock),
+        lambda limit, window: MemoryRateLimiter(limit, window, clock=clock),
+    ):
+        with pytest.raises(InvalidRateLimitError, match="at least 1"):
+            make(0, MINUTE)
+        with pytest.raises(InvalidRateLimitError, match="positive"):
+            make(3, timedelta(0))
+        with pytest.raises(InvalidRateLimitError, match="override"):
+            await make(3, MINUTE).check(ALICE, override=0)
 
 
 @pytest.mark.anyio
@@ -176,9 +198,10 @@ async def test_cleanup_forgets_only_buckets_whose_window_has_passed(
 
 
 @pytest.mark.anyio
-async def test_a_bucket_never_holds_more_than_its_limit(
-    limiter: RateLimiter, db: Database, clock: ManualClock
+async def test_a_bucket_in_the_store_never_holds_more_than_its_limit(
+    db: Database, clock: ManualClock
 ) -> None:
+    limiter = SharedRateLimiter(db, 3, MINUTE, clock=clock)
     for _ in range(200):
         await limiter.check(ALICE)
         clock.advance(timedelta(milliseconds=1))
@@ -200,8 +223,8 @@ async def test_clear_forgets_every_bucket(limiter: RateLimiter) -> None:
 async def test_a_persons_limit_counts_across_instances(
     state: StateBackend, clock: ManualClock
 ) -> None:
-    first = RateLimiter(await state.open(), 3, MINUTE, clock=clock)
-    second = RateLimiter(await state.open(), 3, MINUTE, clock=clock)
+    first = SharedRateLimiter(await state.open(), 3, MINUTE, clock=clock)
+    second = SharedRateLimiter(await state.open(), 3, MINUTE, clock=clock)
     assert (await first.check(ALICE)).remaining == 2
     assert (await second.check(ALICE)).remaining == 1
     assert (await first.check(ALICE)).remaining == 0
@@ -213,7 +236,43 @@ async def test_a_persons_limit_counts_across_instances(
 async def test_racing_checks_on_two_instances_let_exactly_the_limit_through(
     state: StateBackend, clock: ManualClock
 ) -> None:
-    instances = [RateLimiter(await state.open(), 3, MINUTE, clock=clock) for _ in range(2)]
+    instances = [SharedRateLimiter(await state.open(), 3, MINUTE, clock=clock) for _ in range(2)]
     decisions = await asyncio.gather(*(instances[i % 2].check(ALICE) for i in range(12)))
     assert sum(decision.allowed for decision in decisions) == 3
     assert sorted(d.remaining for d in decisions if d.allowed) == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_racing_checks_let_exactly_the_limit_through(limiter: RateLimiter) -> None:
+    decisions = await asyncio.gather(*(limiter.check(ALICE) for _ in range(12)))
+    assert sum(decision.allowed for decision in decisions) == 3
+    assert sorted(d.remaining for d in decisions if d.allowed) == [0, 1, 2]
+
+
+@pytest.mark.anyio
+async def test_an_instance_of_its_own_keeps_the_limit_in_memory_a_shared_store_keeps_it_there(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    db = await state.open()
+    limiter = rate_limiter(db, 3, MINUTE, clock=clock)
+    await limiter.ensure_schema()
+    await limiter.check(ALICE)
+    tables = await _rate_tables(db)
+    if state.name == "postgresql":
+        assert isinstance(limiter, SharedRateLimiter)
+        assert tables == 1
+    else:
+        # Nothing of the limit touches this instance's SQLite file: a turn's start pays no
+        # database round trip for it.
+        assert isinstance(limiter, MemoryRateLimiter)
+        assert tables == 0
+
+
+async def _rate_tables(db: Database) -> int:
+    if db.dialect == "postgresql":
+        sql = "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'rate_stamps'"
+    else:
+        sql = "SELECT COUNT(*) FROM sqlite_master WHERE name = 'rate_stamps'"
+    row = await db.fetch_one(sql)
+    assert row is not None
+    return int(row[0])
