@@ -4,7 +4,8 @@
 
 - ``GET /bench/bare?n=N`` streams N prebuilt ``text`` frames from an async generator
   (the baseline "emitting the same frames");
-- ``GET /bench/batched?n=N`` relays the stand-in's ``fast N`` stream with httpx, one msgspec
+- ``GET /bench/batched?n=N`` relays the stand-in's ``fast N`` stream (``&rate=R``: its
+  ``paced N R`` stream, the paced streams' baseline) with httpx, one msgspec
   decode per line and the frames of one upstream read joined into one write (``b"".join``):
   the baseline of record, a relay that batches its writes as a turn does;
 - ``GET /bench/relay?n=N`` the same relay growing its write with ``+=`` (information: the
@@ -32,7 +33,7 @@ import uvicorn
 from litestar import get
 from litestar.response import Stream
 
-from channel_http import sse
+from channel_http import collector, sse
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
 from core.config import load_settings
@@ -82,11 +83,10 @@ async def _relayed(n: int) -> AsyncIterator[bytes]:
                 yield out
 
 
-async def _batched(n: int) -> AsyncIterator[bytes]:
+async def _batched(n: int, rate: float) -> AsyncIterator[bytes]:
     client: httpx.AsyncClient = _relay["client"]
-    body = msgspec.json.encode(
-        {"model": "bench", "messages": [{"role": "user", "content": f"fast {n}"}]}
-    )
+    shape = f"paced {n} {rate:g}" if rate else f"fast {n}"
+    body = msgspec.json.encode({"model": "bench", "messages": [{"role": "user", "content": shape}]})
     frame = sse.frame
     async with client.stream("POST", "/api/chat", content=body) as response:
         buffer = b""
@@ -106,8 +106,8 @@ async def _batched(n: int) -> AsyncIterator[bytes]:
 
 
 @get("/bench/batched")
-async def batched(n: int = 20_000) -> Stream:
-    return Stream(_batched(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+async def batched(n: int = 20_000, rate: float = 0.0) -> Stream:
+    return Stream(_batched(n, rate), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 
 @get("/bench/relay")
@@ -131,6 +131,12 @@ def main() -> None:
     parser.add_argument("--state-url", help="MERCURY_STATE_URL (unset: SQLite in --data)")
     parser.add_argument("--memory", choices=["off", "edge"], default="off")
     parser.add_argument("--rejoin", default="0", help="HTTP_SURFACE_REJOIN_S (0: off)")
+    parser.add_argument(
+        "--gc",
+        choices=["settled", "default"],
+        default="settled",
+        help="the collector as serve leaves it (channel_http/collector.py), or CPython's defaults",
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -167,7 +173,7 @@ def main() -> None:
         )
         model._wire = None  # the httpx path, for before/after comparisons
     app = build_app(settings, model=model, extra_routes=[bare, relay, batched])
-    uvicorn.run(
+    config = uvicorn.Config(
         with_cors(app, settings),
         host="127.0.0.1",
         port=args.port,
@@ -179,6 +185,20 @@ def main() -> None:
         timeout_graceful_shutdown=2,
         **server_options(settings),
     )
+    _Server(config, settle=args.gc == "settled").run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, settling the collector after start-up as ``mercury-http serve`` does."""
+
+    def __init__(self, config: uvicorn.Config, *, settle: bool) -> None:
+        super().__init__(config)
+        self._settle = settle
+
+    async def startup(self, sockets: list[Any] | None = None) -> None:
+        await super().startup(sockets)
+        if self._settle:
+            collector.settle()
 
 
 if __name__ == "__main__":

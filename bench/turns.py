@@ -416,11 +416,23 @@ async def concurrency(
     results = []
     shape = f"paced {plan.paced_tokens} {plan.rate:g}"
     direct = msgspec_json({"model": "bench", "messages": [{"role": "user", "content": shape}]})
+    relay_path = f"/bench/batched?n={plan.paced_tokens}&rate={plan.rate:g}"
     for level, repeat in ((lv, r) for lv in plan.levels for r in range(plan.repeats)):
         await asyncio.sleep(1.0)
         load = os.getloadavg()[0]
         through = await _level(
-            port, pid, standin_pid, plan, level, ("/turn", _turn_body(shape), b"event: text\n")
+            port,
+            pid,
+            standin_pid,
+            plan,
+            level,
+            ("POST", "/turn", _turn_body(shape), b"event: text\n"),
+        )
+        await asyncio.sleep(0.5)
+        # The baseline of record: the same paced stream through the batching relay, in the
+        # same server (httpx upstream, one write per upstream read).
+        relayed = await _level(
+            port, pid, standin_pid, plan, level, ("GET", relay_path, b"", b"event: text\n")
         )
         await asyncio.sleep(0.5)
         alone = await _level(
@@ -429,11 +441,24 @@ async def concurrency(
             standin_pid,
             plan,
             level,
-            ("/api/chat", direct, b'"done":false'),
+            ("POST", "/api/chat", direct, b'"done":false'),
         )
         through["standin_alone"] = {
             k: alone[k]
             for k in ("completed", "stretch_p50", "stretch_p99", "stretch_max", "standin_cpu_share")
+        }
+        through["batching_relay"] = {
+            k: relayed[k]
+            for k in (
+                "completed",
+                "stretch_p50",
+                "stretch_p99",
+                "stretch_max",
+                "ttfb_p50_ms",
+                "ttfb_p99_ms",
+                "server_cpu_share",
+                "server_cpu_us_per_event",
+            )
         }
         through["run"] = repeat + 1
         through["load_average"] = load
@@ -451,10 +476,10 @@ async def _level(
     standin_pid: int,
     plan: Plan,
     level: int,
-    target: tuple[str, bytes, bytes],
+    target: tuple[str, str, bytes, bytes],
 ) -> dict[str, Any]:
     ideal = plan.paced_tokens / plan.rate
-    path, body, marker = target
+    method, path, body, marker = target
     conns = [Connection(HOST, port, _auth(i)) for i in range(level)]
     opening = asyncio.Semaphore(100)
 
@@ -479,7 +504,7 @@ async def _level(
         await asyncio.sleep(plan.ramp_s * i / level)
         # A stream that never ends (a connection lost without a close on a saturated
         # machine) counts as not completed instead of hanging the benchmark.
-        return await asyncio.wait_for(conn.request("POST", path, body), ideal * 10 + 30)
+        return await asyncio.wait_for(conn.request(method, path, body), ideal * 10 + 30)
 
     sampler = asyncio.create_task(sample())
     replies = await asyncio.gather(
@@ -770,6 +795,23 @@ def table(result: dict[str, Any]) -> str:
                 _met(met) if scored else "",
             )
         )
+        relayed = lv.get("batching_relay")
+        if relayed and relayed["stretch_p50"] is not None:
+            rows.append(
+                _row(
+                    f"{lv['streams']} streams through the batching relay (same server, baseline)",
+                    f"{relayed['stretch_p50']:.1%} / {relayed['stretch_p99']:.1%} / "
+                    f"{relayed['stretch_max']:.1%}; TTFB {relayed['ttfb_p50_ms']:.0f} / "
+                    f"{relayed['ttfb_p99_ms']:.0f} ms",
+                    f"ideal {lv['ideal_s']:.1f} s",
+                    f"{relayed['completed']}/{lv['streams']} done, server CPU "
+                    f"{relayed['server_cpu_share']:.0%}, "
+                    f"{relayed['server_cpu_us_per_event']:.1f} µs/event (turn: "
+                    f"{lv['server_cpu_us_per_event']:.1f})",
+                    "(info)",
+                    "",
+                )
+            )
         alone = lv.get("standin_alone")
         if alone and alone["stretch_p50"] is not None:
             rows.append(
@@ -833,6 +875,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         "pinning": {"server": server_cpu, "standin_and_client": other_cpu},
     }
     options = ["--httpx-model"] if args.httpx_model else []
+    if args.gc_default:
+        options += ["--gc", "default"]
+    result["collector"] = "CPython defaults" if args.gc_default else "settled (serve's)"
     result["model_path"] = "httpx (before)" if args.httpx_model else "asyncio wire"
     result["load_average_before"] = os.getloadavg()
     with processes(server_cpu, other_cpu, options) as (port, pid, standin_port, standin_pid):
@@ -900,6 +945,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--httpx-model", action="store_true", help="the server streams /api/chat on httpx"
+    )
+    parser.add_argument(
+        "--gc-default",
+        action="store_true",
+        help="the server keeps CPython's collector settings (before channel_http/collector.py)",
     )
     parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
     parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")

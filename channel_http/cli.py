@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from channel_http import chat_client, logs
+from channel_http import chat_client, collector, logs
 from core.channels import admits
 from core.config import ConfigurationError, Settings, help_text, load_settings
 from core.version import core_version
@@ -44,6 +44,8 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[Any] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
+        if not self.should_exit:
+            collector.settle()  # the app is up: what lives now lives as long as the process
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         loop, services = self._loop, getattr(self._app.state, "services", None)
