@@ -3,7 +3,7 @@
 ``build_app`` with two extra routes behind the same authentication:
 
 - ``GET /bench/bare?n=N`` streams N prebuilt ``text`` frames from an async generator
-  (the baseline "emitting the same frames");
+  (the baseline "emitting the same frames"; ``&rate=R``: R a second, the paced floor);
 - ``GET /bench/batched?n=N`` relays the stand-in's ``fast N`` stream (``&rate=R``: its
   ``paced N R`` stream, the paced streams' baseline) with httpx, one msgspec
   decode per line and the frames of one upstream read joined into one write (``b"".join``):
@@ -20,6 +20,7 @@ Served by uvicorn (uvloop, httptools), pinned to one core::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import resource
@@ -51,14 +52,21 @@ def tokens() -> dict[str, dict[str, str]]:
     return {TOKEN % i: {"id": f"user{i}", "displayName": f"User {i}"} for i in range(USERS)}
 
 
-async def _frames(n: int) -> AsyncIterator[bytes]:
-    for _ in range(n):
+async def _frames(n: int, rate: float) -> AsyncIterator[bytes]:
+    if not rate:
+        for _ in range(n):
+            yield FRAME
+        return
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for i in range(n):
         yield FRAME
+        await asyncio.sleep(max(0.0, start + (i + 1) / rate - loop.time()))
 
 
 @get("/bench/bare")
-async def bare(n: int = 20_000) -> Stream:
-    return Stream(_frames(n), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
+async def bare(n: int = 20_000, rate: float = 0.0) -> Stream:
+    return Stream(_frames(n, rate), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
 
 
 async def _relayed(n: int) -> AsyncIterator[bytes]:

@@ -435,6 +435,16 @@ async def concurrency(
             port, pid, standin_pid, plan, level, ("GET", relay_path, b"", b"event: text\n")
         )
         await asyncio.sleep(0.5)
+        # The floor of the stack: the same frames at the same pace from a timer, no upstream.
+        floor = await _level(
+            port,
+            pid,
+            standin_pid,
+            plan,
+            level,
+            ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", b"event: text\n"),
+        )
+        await asyncio.sleep(0.5)
         alone = await _level(
             standin_port,
             standin_pid,
@@ -459,6 +469,10 @@ async def concurrency(
                 "server_cpu_share",
                 "server_cpu_us_per_event",
             )
+        }
+        through["bare_paced"] = {
+            k: floor[k]
+            for k in ("completed", "stretch_p99", "ttfb_p99_ms", "server_cpu_us_per_event")
         }
         through["run"] = repeat + 1
         through["load_average"] = load
@@ -808,6 +822,19 @@ def table(result: dict[str, Any]) -> str:
                     f"{relayed['server_cpu_share']:.0%}, "
                     f"{relayed['server_cpu_us_per_event']:.1f} µs/event (turn: "
                     f"{lv['server_cpu_us_per_event']:.1f})",
+                    "(info)",
+                    "",
+                )
+            )
+        floor = lv.get("bare_paced")
+        if floor and floor["stretch_p99"] is not None:
+            rows.append(
+                _row(
+                    f"{lv['streams']} streams of prebuilt frames on a timer (the stack's floor)",
+                    f"p99 {floor['stretch_p99']:.1%}; TTFB p99 {floor['ttfb_p99_ms']:.0f} ms",
+                    f"ideal {lv['ideal_s']:.1f} s",
+                    f"{floor['completed']}/{lv['streams']} done, "
+                    f"{floor['server_cpu_us_per_event']:.1f} µs/event",
                     "(info)",
                     "",
                 )
