@@ -132,7 +132,7 @@ async def turn(request: AnyRequest) -> Stream:
     else:
         log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
         body_stream = rejoin.follow(log, 0, heartbeat_s, metrics)
-    return Stream(body_stream, media_type=sse.MEDIA_TYPE, headers=headers)
+    return sse.EventStream(body_stream, media_type=sse.MEDIA_TYPE, headers=headers)
 
 
 @get("/turn/events")
@@ -167,7 +167,7 @@ async def _rejoin(
                 "Send your message again."
             )
         )
-    return Stream(
+    return sse.EventStream(
         rejoin.follow(log, start, services.settings.http.heartbeat_s, services.metrics),
         media_type=sse.MEDIA_TYPE,
         headers={**sse.HEADERS, "content-language": caller.language},

@@ -3,17 +3,22 @@
 The body only forwards. It takes every event waiting in one batch and writes their frames
 at once (nothing waits to be coalesced: a lone frame goes out at once), sends a ``: ping``
 comment when the turn has been quiet for the heartbeat interval, and cancels the turn when
-the client leaves (Litestar cancels the body on ``http.disconnect``).
+the client leaves (:class:`EventStream` cancels the body on ``http.disconnect``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
+from litestar.response import Stream
+from litestar.response.base import ASGIResponse
+from litestar.response.streaming import ASGIStreamingResponse
+from litestar.types import Receive, Send
 
 from core.events import Event, TurnStarted
 from core.sessions import Turn
@@ -41,6 +46,52 @@ def frame(event: Event | TurnStarted) -> bytes:
 def framed(event: Event | TurnStarted, turn_id: bytes, seq: int) -> bytes:
     """The frame with its SSE id, ``<turn id>.<number>``: what Last-Event-ID sends back."""
     return b"id: %b.%d\n" % (turn_id, seq) + frame(event)
+
+
+class EventStream(Stream):
+    """Litestar's :class:`~litestar.response.Stream`, its body sent without anyio.
+
+    Litestar runs each streamed body in an anyio task group and cancels it through a cancel
+    scope once ``http.disconnect`` arrives, which it does at the end of every response too;
+    anyio's cancel formats the task's repr into a reason nobody reads. That was ~12% of a
+    short turn's CPU on the event loop (docs/benchmarks.md). Here the body runs as one
+    asyncio task beside the wait for ``http.disconnect``; whichever ends first ends the
+    other, and an error of the body is raised as before.
+    """
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> ASGIResponse:
+        response = super().to_asgi_response(*args, **kwargs)
+        response.__class__ = _StreamedBody
+        return response
+
+
+class _StreamedBody(ASGIStreamingResponse):
+    __slots__ = ()
+
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        loop = asyncio.get_running_loop()
+        body = loop.create_task(self._stream(send))
+        left = loop.create_task(_until_disconnect(receive))
+        try:
+            await asyncio.wait((body, left), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            body.cancel()
+            left.cancel()
+            raise
+        left.cancel()
+        if not body.done():
+            # The client left: the body is cancelled and its own clean-up (the turn's
+            # cancel) has run before the response ends, as in Litestar's task group.
+            body.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await body
+            return
+        body.result()  # the body's own error, if it had one
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 class _Pinger:
