@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import uvloop
 
@@ -685,6 +685,36 @@ def _row(*cells: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+#: The rows beside each level's turn: what ran, what it measured, what it cost the server.
+_BASELINES: Final[tuple[tuple[str, str, Any, Any], ...]] = (
+    (
+        "batching_relay",
+        "streams through the batching relay (same server, baseline)",
+        lambda b: (
+            f"{b['stretch_p50']:.1%} / {b['stretch_p99']:.1%} / {b['stretch_max']:.1%}; "
+            f"TTFB {b['ttfb_p50_ms']:.0f} / {b['ttfb_p99_ms']:.0f} ms"
+        ),
+        lambda b, lv: (
+            f"server CPU {b['server_cpu_share']:.0%}, "
+            f"{b['server_cpu_us_per_event']:.1f} µs/event "
+            f"(turn: {lv['server_cpu_us_per_event']:.1f})"
+        ),
+    ),
+    (
+        "bare_paced",
+        "streams of prebuilt frames on a timer (the stack's floor)",
+        lambda b: f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms",
+        lambda b, lv: f"{b['server_cpu_us_per_event']:.1f} µs/event",
+    ),
+    (
+        "standin_alone",
+        "streams straight from the stand-in (its own pacing)",
+        lambda b: f"{b['stretch_p50']:.1%} / {b['stretch_p99']:.1%} / {b['stretch_max']:.1%}",
+        lambda b, lv: f"stand-in CPU {b['standin_cpu_share']:.0%}",
+    ),
+)
+
+
 def _met(ok: bool) -> str:
     return "yes" if ok else "no"
 
@@ -809,50 +839,19 @@ def table(result: dict[str, Any]) -> str:
                 _met(met) if scored else "",
             )
         )
-        relayed = lv.get("batching_relay")
-        if relayed and relayed["stretch_p50"] is not None:
-            rows.append(
-                _row(
-                    f"{lv['streams']} streams through the batching relay (same server, baseline)",
-                    f"{relayed['stretch_p50']:.1%} / {relayed['stretch_p99']:.1%} / "
-                    f"{relayed['stretch_max']:.1%}; TTFB {relayed['ttfb_p50_ms']:.0f} / "
-                    f"{relayed['ttfb_p99_ms']:.0f} ms",
-                    f"ideal {lv['ideal_s']:.1f} s",
-                    f"{relayed['completed']}/{lv['streams']} done, server CPU "
-                    f"{relayed['server_cpu_share']:.0%}, "
-                    f"{relayed['server_cpu_us_per_event']:.1f} µs/event (turn: "
-                    f"{lv['server_cpu_us_per_event']:.1f})",
-                    "(info)",
-                    "",
+        for key, label, measured, cost in _BASELINES:
+            base = lv.get(key)
+            if base and base["stretch_p99"] is not None:
+                rows.append(
+                    _row(
+                        f"{lv['streams']} {label}",
+                        measured(base),
+                        f"ideal {lv['ideal_s']:.1f} s",
+                        f"{base['completed']}/{lv['streams']} done, {cost(base, lv)}",
+                        "(info)",
+                        "",
+                    )
                 )
-            )
-        floor = lv.get("bare_paced")
-        if floor and floor["stretch_p99"] is not None:
-            rows.append(
-                _row(
-                    f"{lv['streams']} streams of prebuilt frames on a timer (the stack's floor)",
-                    f"p99 {floor['stretch_p99']:.1%}; TTFB p99 {floor['ttfb_p99_ms']:.0f} ms",
-                    f"ideal {lv['ideal_s']:.1f} s",
-                    f"{floor['completed']}/{lv['streams']} done, "
-                    f"{floor['server_cpu_us_per_event']:.1f} µs/event",
-                    "(info)",
-                    "",
-                )
-            )
-        alone = lv.get("standin_alone")
-        if alone and alone["stretch_p50"] is not None:
-            rows.append(
-                _row(
-                    f"{lv['streams']} streams straight from the stand-in (its own pacing)",
-                    f"{alone['stretch_p50']:.1%} / {alone['stretch_p99']:.1%} / "
-                    f"{alone['stretch_max']:.1%}",
-                    f"ideal {lv['ideal_s']:.1f} s",
-                    f"{alone['completed']}/{lv['streams']} done, stand-in CPU "
-                    f"{alone['standin_cpu_share']:.0%}",
-                    "(info)",
-                    "",
-                )
-            )
     scored_runs = [lv for lv in levels if lv["streams"] == 500]
     if scored_runs:
         held = [
