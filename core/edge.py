@@ -13,7 +13,10 @@ no global graph, vectors quantized to int8 in memory, segments capped so a build
 bounded) and an :class:`_Indexer` task runs the optimizer in the background once the store
 has been quiet for a while, or once enough points wait unindexed. ``qdrant_edge`` holds the
 GIL while it optimizes, so a build stalls the event loop: that is why it waits for a quiet
-store, never runs on a turn's path, and why segments are capped (docs/memory.md).
+store, never runs on a turn's path, and why segments are capped (docs/memory.md). The small
+segments those builds leave are merged into one by a child process working on a copy of the
+shard (``core/edge_merge.py``); the updates made meanwhile are journaled and replayed on the
+merged copy before it takes the live shard's place.
 
 Exceptions (from :mod:`core.memory`)::
 
@@ -27,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
@@ -80,10 +85,26 @@ _HNSW: Final = qe.HnswIndexConfig(
 )
 _QUANTIZATION: Final = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, always_ram=True)
 _OPTIMIZERS: Final = qe.EdgeOptimizersConfig(indexing_threshold=1000, max_segment_size=10000)
+#: What a merge (``core/edge_merge.py``, in a child process) optimizes a shard's copy with: no
+#: segment cap and one segment as the target, so the small indexed segments become one.
+_MERGED: Final = qe.EdgeOptimizersConfig(
+    indexing_threshold=1000, max_segment_size=2_000_000_000, default_segment_number=1
+)
 #: A search visits 32 candidates per segment (HNSW ``ef``): at 100,000 points per person in
 #: eleven segments, 2.1 ms against 2.9 ms with the default, for the five hits recall asks for;
 #: int8 scores are rescored on the original vectors.
 _SEARCH: Final = qe.SearchParams(hnsw_ef=32)
+_EXACT: Final = qe.SearchParams(exact=True)
+
+
+def shard_config(vector_size: int, *, merged: bool = False) -> qe.EdgeConfig:
+    """A shard's configuration; ``merged`` lifts the segment cap for a merge out of process."""
+    return qe.EdgeConfig(
+        vectors={VECTOR_NAME: qe.EdgeVectorParams(vector_size, qe.Distance.Cosine)},
+        hnsw_config=_HNSW,
+        quantization_config=_QUANTIZATION,
+        optimizers=_MERGED if merged else _OPTIMIZERS,
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -116,8 +137,30 @@ def _scope_filter(scope: Scope, *, ts_range: qe.RangeFloat | None = None) -> qe.
     return qe.Filter(must=[*_scope_conditions(scope), qe.FieldCondition("ts", range=ts_range)])
 
 
+def _since(started: float) -> float:
+    return time.perf_counter() - started
+
+
 def _raw(record: Any) -> RawPoint:
     return RawPoint(str(record.id), dict(record.payload or {}))
+
+
+class _Journaled:
+    """The shard as a job sees it while a merge runs on a copy: each update is also journaled,
+    to be replayed on the merged copy before it takes the shard's place."""
+
+    __slots__ = ("_journal", "_shard")
+
+    def __init__(self, shard: Any, journal: list[Any]) -> None:
+        self._shard = shard
+        self._journal = journal
+
+    def update(self, operation: Any) -> None:
+        self._shard.update(operation)
+        self._journal.append(operation)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shard, name)
 
 
 class _Shard:
@@ -132,6 +175,10 @@ class _Shard:
         self._closed = False
         self.pending = 0
         """Points written since the optimizer last ran (or found unindexed at opening)."""
+        self.journal: list[Any] | None = None
+        """The updates applied since a merge copied the shard (None when no merge runs)."""
+        self.merged_into = 0
+        """How many segments the last merge left (a merge waits until there are more)."""
 
     async def run(self, job: Callable[[Any], T]) -> T:
         def guarded() -> T:
@@ -141,7 +188,9 @@ class _Shard:
                     "ensure() has opened it."
                 )
             try:
-                return job(self.shard)
+                if self.journal is None:
+                    return job(self.shard)
+                return job(_Journaled(self.shard, self.journal))
             except MemoryStoreError:
                 raise
             except Exception as exc:  # qdrant_edge raises bare Exception with a message
@@ -157,13 +206,9 @@ class _Shard:
 
     async def open(self, vector_size: int) -> None:
         def job() -> None:
-            config = qe.EdgeConfig(
-                vectors={VECTOR_NAME: qe.EdgeVectorParams(vector_size, qe.Distance.Cosine)},
-                hnsw_config=_HNSW,
-                quantization_config=_QUANTIZATION,
-                optimizers=_OPTIMIZERS,
-            )
+            config = shard_config(vector_size)
             if self.shard is None:
+                self._recover()
                 try:
                     if self.path.exists() and any(self.path.iterdir()):
                         self.shard = qe.EdgeShard.load(str(self.path), config)
@@ -193,6 +238,100 @@ class _Shard:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, job)
 
+    # -- merging the segments in a child process (core/edge_merge.py) ------------------
+
+    def _beside(self, suffix: str) -> Path:
+        return self.path.with_name(self.path.name + suffix)
+
+    def _recover(self) -> None:
+        """Undo a swap that a crash interrupted: until the merged copy has its journal
+        replayed and flushed, the shard set aside (``.old``) is the complete one."""
+        old = self._beside(".old")
+        if old.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+            old.rename(self.path)
+        for leftover in (self._beside(".merging"), self._beside(".retired")):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    async def segments(self) -> int:
+        return await self.run(lambda s: int(s.info().segments_count))
+
+    async def merge(self, vector_size: int, quiet: Callable[[], Awaitable[None]]) -> int:
+        """Merge the shard's segments into one, built in a child process on a copy; returns
+        the segment count after the swap. Reads and writes go on meanwhile: the updates made
+        after the copy are journaled and replayed on the merged copy (in the shard's thread,
+        once ``quiet`` returns), so none is lost."""
+        copy = self._beside(".merging")
+
+        def snapshot(shard: Any) -> None:
+            shutil.rmtree(copy, ignore_errors=True)
+            shard.flush()
+            shutil.copytree(self.path, copy)
+            self.journal = []
+
+        await quiet()  # the copy holds the shard's queue for a moment
+        started = time.perf_counter()
+        await self.run(snapshot)
+        log.info("memory shard %s copied for a merge in %.1f s", self.name, _since(started))
+        try:
+            child = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "core.edge_merge",
+                str(copy),
+                str(vector_size),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                _, err = await child.communicate()
+            finally:
+                if child.returncode is None:  # cancelled: the store is closing
+                    child.kill()
+                    await child.wait()
+            if child.returncode != 0:
+                raise MemoryStoreError(
+                    f"Merging the memory shard {self.name!r} failed: "
+                    f"{err.decode(errors='replace').strip()[-400:]}"
+                )
+            await quiet()
+            started = time.perf_counter()
+            count = await self.run(lambda shard: self._swap(shard, copy, vector_size))
+            log.info("memory shard %s swapped for its merge in %.1f s", self.name, _since(started))
+            return count
+        finally:
+            self.journal = None
+            shutil.rmtree(copy, ignore_errors=True)
+
+    def _swap(self, shard: Any, copy: Path, vector_size: int) -> int:
+        """Put the merged copy in the shard's place (runs in the shard's thread)."""
+        journal, self.journal = self.journal or [], None
+        old, retired = self._beside(".old"), self._beside(".retired")
+        shard.flush()
+        shard.close()
+        self.shard = None
+        self.path.rename(old)
+        copy.rename(self.path)
+        merged = None
+        try:
+            merged = qe.EdgeShard.load(str(self.path), shard_config(vector_size))
+            for operation in journal:
+                merged.update(operation)
+            merged.flush()
+        except Exception:
+            if merged is not None:
+                merged.close()
+            self._recover()
+            self.shard = qe.EdgeShard.load(str(self.path), shard_config(vector_size))
+            raise
+        self.shard = merged
+        old.rename(retired)  # from here on the merged shard is the one a restart opens
+        shutil.rmtree(retired, ignore_errors=True)
+        info = merged.info()
+        self.pending += max(0, int(info.points_count) - int(info.indexed_vectors_count))
+        self.merged_into = int(info.segments_count)
+        return self.merged_into
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -218,14 +357,18 @@ class _Indexer:
     ``force_after`` points wait, as scanning them would by then cost more than the build.
     """
 
-    def __init__(self, shards: Sequence[_Shard], *, quiet_s: float, force_after: int) -> None:
+    def __init__(
+        self, shards: Sequence[_Shard], *, quiet_s: float, force_after: int, merge_above: int
+    ) -> None:
         self.shards = shards
         self.quiet_s = quiet_s
         self.force_after = force_after
+        self.merge_above = merge_above
         self.last_use = time.monotonic()
         self.runs = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._merging: dict[str, asyncio.Task[None]] = {}
 
     def start(self) -> None:
         if self._task is None:
@@ -271,13 +414,60 @@ class _Indexer:
                         count,
                         time.perf_counter() - started,
                     )
+            await self._merge_piled_up()
+
+    def merging(self) -> bool:
+        return bool(self._merging)
+
+    async def _merge_piled_up(self) -> None:
+        """Start a merge for each shard whose indexed segments have piled up past the limit."""
+        for shard in self.shards:
+            if shard.name in self._merging or shard.vector_size is None:
+                continue
+            try:
+                count = await shard.segments()
+            except MemoryStoreError:
+                return  # closed or refusing: nothing to merge now
+            if count > max(self.merge_above, shard.merged_into):
+                task = asyncio.create_task(self._merge(shard), name=f"edge-merge-{shard.name}")
+                self._merging[shard.name] = task
+
+    async def _merge(self, shard: _Shard) -> None:
+        started = time.perf_counter()
+        try:
+            count = await shard.merge(shard.vector_size or 0, self._until_quiet)
+        except StoreUnavailable:
+            return
+        except MemoryStoreError as error:  # the shard stays as it was; searches still work
+            log.warning("merging the memory shard %s failed: %s", shard.name, error)
+            return
+        finally:
+            self._merging.pop(shard.name, None)
+        log.info(
+            "memory shard %s merged into %d segments in %.1f s",
+            shard.name,
+            count,
+            time.perf_counter() - started,
+        )
+        self._wake.set()  # what was written during the merge waits to be indexed
+
+    async def _until_quiet(self) -> None:
+        """Wait for a quiet store before a swap (a shard's load holds the GIL), but no longer
+        than twelve quiet periods: a store that is never quiet gets its merge anyway."""
+        deadline = time.monotonic() + 12 * self.quiet_s
+        while (wait := self.quiet_s - (time.monotonic() - self.last_use)) > 0:
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(min(wait, deadline - time.monotonic()))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._merging.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._task = None
 
 
 class EdgeStore(PointStoreBase):
@@ -295,13 +485,17 @@ class EdgeStore(PointStoreBase):
         *,
         index_quiet_s: float = 5.0,
         index_force_after: int = 50_000,
+        merge_above: int = 4,
     ) -> None:
         super().__init__(names or CollectionNames())
         self.root = root
         self._shards = {c: _Shard(root / self.names.of(c), self.names.of(c)) for c in COLLECTIONS}
         self._closed = False
         self._indexer = _Indexer(
-            list(self._shards.values()), quiet_s=index_quiet_s, force_after=index_force_after
+            list(self._shards.values()),
+            quiet_s=index_quiet_s,
+            force_after=index_force_after,
+            merge_above=merge_above,
         )
         self._generation: dict[str, int] = {}
         self._facts: dict[tuple[str, int], list[Fact]] = {}
@@ -318,6 +512,14 @@ class EdgeStore(PointStoreBase):
     def index_backlog(self) -> int:
         """How many points wait for the background indexer (0 once it caught up)."""
         return self._indexer.pending()
+
+    def merging(self) -> bool:
+        """Whether a merge of a shard's segments runs in a child process right now."""
+        return self._indexer.merging()
+
+    async def segments(self, collection: Collection) -> int:
+        """How many segments a search of ``collection`` visits."""
+        return await self._shards[collection].segments()
 
     async def indexed_points(self) -> int:
         """How many points of all collections are in an HNSW index."""
@@ -436,14 +638,26 @@ class EdgeStore(PointStoreBase):
         self._indexer.used()
         return await self._shards[collection].run(job)
 
+    async def exact_search(
+        self, collection: Collection, person_key: str, vector: Sequence[float], *, limit: int = 5
+    ) -> list[ScoredRecord]:
+        """:meth:`search` by a full scan of the original vectors: the yardstick of the index's
+        quality (bench/recall.py), never a turn's path."""
+        return await self._nearest(collection, Scope(person_key=person_key), vector, limit, _EXACT)
+
     async def _nearest(
-        self, collection: Collection, scope: Scope, vector: Sequence[float], limit: int
+        self,
+        collection: Collection,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        params: qe.SearchParams = _SEARCH,
     ) -> list[ScoredRecord]:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(vector), using=VECTOR_NAME),
             filter=_scope_filter(scope),
-            params=_SEARCH,
+            params=params,
             with_payload=True,
             with_vector=False,
         )

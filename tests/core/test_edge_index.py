@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from core.edge import EdgeStore
-from core.memory import MemoryPoint
+from core.memory import MemoryPoint, Scope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -154,3 +154,115 @@ async def test_a_new_fact_or_episode_shows_in_the_next_read_of_a_kept_primer(
         assert [f.topic for f in await store.facts("alice", limit=20)] == ["bikes"]
     finally:
         await store.close()
+
+
+# -- merging the segments in a child process ---------------------------------------------
+
+
+async def _merged(store: EdgeStore, seconds: float = 150) -> None:
+    await _until(store.merging, seconds)
+    await _until(lambda: not store.merging(), seconds)
+
+
+async def _segmented(store: EdgeStore, person: str, seed: int, rounds: int) -> list[MemoryPoint]:
+    """``rounds`` batches of 1,500 points, each indexed before the next: one segment each."""
+    points: list[MemoryPoint] = []
+    for r in range(rounds):
+        batch = _points(person, _vectors(1500, seed * 100 + r), start=r * 1500)
+        await store.upsert("verbatim", batch)
+        await store.optimize()
+        points += batch
+    return points
+
+
+async def test_a_merge_joins_the_segments_and_still_finds_only_the_callers_points(
+    tmp_path: Path,
+) -> None:
+    store = EdgeStore(tmp_path, index_quiet_s=3600, merge_above=99)  # merged by hand below
+    await store.ensure(DIM)
+    try:
+        alice = await _segmented(store, "alice", 5, 3)
+        bob = await _segmented(store, "bob", 6, 1)
+        before = await store.segments("verbatim")
+        assert before >= 3
+        store._indexer.merge_above, store._indexer.quiet_s = 1, 0.1
+        store._indexer.start()  # the indexer finds the segments piled up and merges them
+        await _merged(store)
+        assert await store.segments("verbatim") < before
+        assert await store.indexed_points() >= len(alice) + len(bob)
+        alice_ids = {p.id for p in alice}
+        for target in alice[::300]:
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
+            assert hits[0].id == target.id
+            assert {h.id for h in hits} <= alice_ids
+        for target in bob[::150]:  # bob's own vectors, searched as alice, find only alice's
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
+            assert len(hits) == 5
+            assert {h.id for h in hits} <= alice_ids
+            hits = await store.search("verbatim", "bob", target.vector or [], limit=5)
+            assert hits[0].id == target.id
+    finally:
+        await store.close()
+
+
+async def test_reads_and_writes_during_a_merge_are_right_and_the_writes_survive_the_swap(
+    tmp_path: Path,
+) -> None:
+    store = EdgeStore(tmp_path, index_quiet_s=3600, merge_above=99)
+    await store.ensure(DIM)
+    try:
+        alice = await _segmented(store, "alice", 7, 3)
+        await _segmented(store, "carol", 8, 1)
+        store._indexer.merge_above, store._indexer.quiet_s = 1, 0.1
+        store._indexer.start()
+        await _until(store.merging, 60)
+        # While the child builds: searches answer from the live shard, writes and deletes land.
+        searched = 0
+        late = _points("alice", _vectors(50, 9), start=10_000)
+        await store.upsert("verbatim", late)
+        assert await store._delete("verbatim", Scope(person_key="carol")) == 1500
+        while store.merging():
+            target = alice[searched * 97 % len(alice)]
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
+            assert hits[0].id == target.id
+            searched += 1
+            await anyio.sleep(0.05)
+        assert searched > 0
+        assert store._shards["verbatim"].merged_into > 0  # the merged copy took the place
+        for target in late[::10]:  # written after the copy: replayed on the merged shard
+            hits = await store.search("verbatim", "alice", target.vector or [], limit=1)
+            assert hits[0].id == target.id
+        assert await store.search("verbatim", "carol", late[0].vector or [], limit=5) == []
+    finally:
+        await store.close()
+    reopened = EdgeStore(tmp_path)  # and all of it is on disk
+    await reopened.ensure(DIM)
+    try:
+        hits = await reopened.search("verbatim", "alice", late[1].vector or [], limit=1)
+        assert hits[0].id == late[1].id
+        assert await reopened.search("verbatim", "carol", late[0].vector or [], limit=5) == []
+    finally:
+        await reopened.close()
+
+
+async def test_a_swap_cut_short_by_a_crash_reopens_the_shard_set_aside(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path)
+    await store.ensure(DIM)
+    points = _points("alice", _vectors(20, 10))
+    await store.upsert("verbatim", points)
+    await store.close()
+    live = tmp_path / "verbatim_archive"
+    # The crash came after the live shard was set aside and a merged copy (here: an empty
+    # one, as if its journal were never replayed) had taken its place.
+    live.rename(tmp_path / "verbatim_archive.old")
+    (live / "segments").mkdir(parents=True)
+    (tmp_path / "verbatim_archive.merging").mkdir()
+    reopened = EdgeStore(tmp_path)
+    await reopened.ensure(DIM)
+    try:
+        hits = await reopened.search("verbatim", "alice", points[3].vector or [], limit=1)
+        assert hits[0].id == points[3].id
+        assert not (tmp_path / "verbatim_archive.old").exists()
+        assert not (tmp_path / "verbatim_archive.merging").exists()
+    finally:
+        await reopened.close()
