@@ -14,7 +14,7 @@ a question resembles a message it was about). Prints a markdown table and writes
 ``bench/results/recall.json``.
 
     python bench/recall.py --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
-                           [--merge-above 4]
+                           [--merge-above 0]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
 but needs ~8 GB of disk for the shard and its merge copy and most of an hour on two cores.
@@ -144,7 +144,8 @@ async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[s
                         await asyncio.sleep(0.2)
                 result["index_s"] = round(time.perf_counter() - started, 2)
                 started = time.perf_counter()
-                await asyncio.sleep(1.0)  # the indexer looks for piled-up segments once idle
+                if args.merge_above:  # the indexer looks for piled-up segments once idle
+                    await asyncio.sleep(1.0)
                 while store.merging() or store.index_backlog():
                     await asyncio.sleep(0.2)
                 result["merge_s"] = round(time.perf_counter() - started, 2)
@@ -210,8 +211,8 @@ async def main() -> None:
     parser.add_argument(
         "--merge-above",
         type=int,
-        default=4,
-        help="Edge merges a shard's segments once there are more than this many",
+        default=0,
+        help="Edge merges a shard's segments once there are more than this many (0: never)",
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]

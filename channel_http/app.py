@@ -501,7 +501,11 @@ def build_memory(settings: Settings) -> MemoryStore | None:
     """The memory store the settings name; None when memory is off."""
     names = collection_names(settings)
     if settings.memory.store == "edge":
-        return EdgeStore(settings.data_dir / "qdrant-edge", names)
+        return EdgeStore(
+            settings.data_dir / "qdrant-edge",
+            names,
+            merge_above=settings.memory.edge_merge_above,
+        )
     if settings.memory.store == "qdrant":
         if settings.memory.qdrant_url is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")

@@ -265,6 +265,7 @@ class MemorySettings(_Group, frozen=True, kw_only=True):
     qdrant_retries: int
     collections: MemoryCollections
     archive_queue_size: int
+    edge_merge_above: int
 
 
 class SessionSettings(_Group, frozen=True, kw_only=True):
@@ -548,6 +549,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "semantic_facts", "The collection of facts about people."),
     Setting("memory.archive_queue_size", "MERCURY_ARCHIVE_QUEUE_SIZE", _Int(1), 10_000,
             "Messages that may wait to be archived before new ones are dropped."),
+    Setting("memory.edge_merge_above", "MERCURY_EDGE_MERGE_ABOVE", _Int(0, 1000), 0,
+            "Segments a Qdrant Edge shard may have before a child process merges them into "
+            "one; 0 never merges."),
     Setting("session.idle_timeout_ms", "SESSION_IDLE_TIMEOUT_MS", _Int(1000), 1_800_000,
             "Milliseconds of quiet after which a conversation is summarized and freed."),
     Setting("session.idle_check_interval_ms", "SESSION_IDLE_CHECK_INTERVAL_MS", _Int(100),

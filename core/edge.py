@@ -420,7 +420,10 @@ class _Indexer:
         return bool(self._merging)
 
     async def _merge_piled_up(self) -> None:
-        """Start a merge for each shard whose indexed segments have piled up past the limit."""
+        """Start a merge for each shard whose indexed segments have piled up past the limit
+        (``merge_above``; 0 never merges)."""
+        if self.merge_above <= 0:
+            return
         for shard in self.shards:
             if shard.name in self._merging or shard.vector_size is None:
                 continue
@@ -485,7 +488,7 @@ class EdgeStore(PointStoreBase):
         *,
         index_quiet_s: float = 5.0,
         index_force_after: int = 50_000,
-        merge_above: int = 4,
+        merge_above: int = 0,
     ) -> None:
         super().__init__(names or CollectionNames())
         self.root = root
