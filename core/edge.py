@@ -301,7 +301,11 @@ class _Shard:
             return count
         finally:
             self.journal = None
-            shutil.rmtree(copy, ignore_errors=True)
+            # In the shard's thread, after a swap that a cancellation may have left running.
+            try:
+                self._executor.submit(shutil.rmtree, copy, ignore_errors=True)
+            except RuntimeError:  # the store closed its thread
+                shutil.rmtree(copy, ignore_errors=True)
 
     def _swap(self, shard: Any, copy: Path, vector_size: int) -> int:
         """Put the merged copy in the shard's place (runs in the shard's thread)."""
