@@ -436,16 +436,21 @@ class _Indexer:
             except MemoryStoreError:
                 return  # closed or refusing: nothing to merge now
             if count > max(self.merge_above, shard.merged_into):
-                task = asyncio.create_task(self._merge(shard), name=f"edge-merge-{shard.name}")
+                task = asyncio.create_task(
+                    self._merge(shard, count), name=f"edge-merge-{shard.name}"
+                )
                 self._merging[shard.name] = task
 
-    async def _merge(self, shard: _Shard) -> None:
+    async def _merge(self, shard: _Shard, segments: int) -> None:
         started = time.perf_counter()
         try:
             count = await shard.merge(shard.vector_size or 0, self._until_quiet)
         except StoreUnavailable:
             return
-        except MemoryStoreError as error:  # the shard stays as it was; searches still work
+        except (MemoryStoreError, OSError) as error:
+            # The shard stays as it was and searches still work; the next try waits for more
+            # segments, so a full disk doesn't bring a copy of the shard on every write.
+            shard.merged_into = max(shard.merged_into, segments)
             log.warning("merging the memory shard %s failed: %s", shard.name, error)
             return
         finally:
