@@ -266,3 +266,20 @@ async def test_a_swap_cut_short_by_a_crash_reopens_the_shard_set_aside(tmp_path:
         assert not (tmp_path / "verbatim_archive.merging").exists()
     finally:
         await reopened.close()
+
+
+async def test_the_exact_search_scans_only_the_callers_points(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path)
+    await store.ensure(DIM)
+    try:
+        alice = _points("alice", _vectors(30, 11))
+        bob = _points("bob", _vectors(30, 12))
+        await store.upsert("verbatim", alice + bob)
+        for target in bob[:5]:
+            hits = await store.exact_search("verbatim", "alice", target.vector or [], limit=5)
+            assert len(hits) == 5
+            assert {h.id for h in hits} <= {p.id for p in alice}
+        hits = await store.exact_search("verbatim", "bob", bob[7].vector or [], limit=3)
+        assert hits[0].id == bob[7].id
+    finally:
+        await store.close()
