@@ -17,7 +17,8 @@ a question resembles a message it was about). Prints a markdown table and writes
                            [--merge-above 0]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
-but needs ~8 GB of disk for the shard and its merge copy and most of an hour on two cores.
+but needs ~6 GB of disk for the shard (twice that with ``--merge-above``, whose child then
+needs ~16 GB of memory) and well over an hour on two cores.
 
 Local mode brute-forces in Python and NumPy; an insert running past ``--budget-s`` (120 s)
 is abandoned and the size recorded as skipped.
