@@ -10,6 +10,7 @@ turn ends with an ``error`` event (never ``final``) and nothing is left unretrie
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from tests.conftest import ALICE, BOB
 from tests.reliability.support import Outcome, read_turn
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.postgres import PostgresServer
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -145,3 +146,38 @@ async def test_a_turn_whose_claim_lapses_ends_with_an_error_event_and_the_next_o
     messages = [record.getMessage() for record in caplog.records]
     assert not any("never retrieved" in message for message in messages), messages
     assert any("lost its place" in message for message in messages), messages
+
+
+async def test_a_shutdown_puts_the_turns_it_cuts_off_on_record_before_giving_back_claims(
+    make_settings: Callable[..., Any],
+    postgres_server: PostgresServer,
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    state_url = postgres_server.create_database()
+    ollama.enqueue(ChatScript(content=[f"w{n} " for n in range(40)], delay_s=0.25))
+    with serve(make_settings(MERCURY_STATE_URL=state_url)) as server:
+        manager: Any = server.services.manager
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            cut = asyncio.create_task(
+                read_turn(http, {"text": "long one", "conversationId": "s"}, ALICE)
+            )
+            await ollama.wait_until_async(lambda: ollama.open_streams >= 1, timeout=30)
+            # What SIGTERM and then the lifespan's end do, back to back.
+            server.call(manager.stop_turns(), timeout=30)
+            server.call(manager.order.stop(), timeout=30)
+            outcome = await cut
+
+    assert outcome.names()[-1] == "error", outcome.events
+    async with await psycopg.AsyncConnection.connect(state_url) as db:
+        cursor = await db.execute(
+            "SELECT message FROM conversation_transcript WHERE session_key = %s ORDER BY seq",
+            ("static:alice:s",),
+        )
+        recorded = [json.loads(row[0]) for row in await cursor.fetchall()]
+    # The person's words and the answer as far as it streamed, marked as cut off.
+    assert [message["role"] for message in recorded] == ["user", "assistant"], recorded
+    messages = [record.getMessage() for record in caplog.records]
+    assert not any("not put on record" in message for message in messages), messages
+    assert not any("never retrieved" in message for message in messages), messages
