@@ -128,6 +128,8 @@ class HeldTurn:
     #: Set once a renewal found this turn's claim gone: another turn may run meanwhile.
     lost: bool = False
     _task: asyncio.Task[object] | None = field(default=None, repr=False)
+    #: Whether a renewal cancelled the turn's task for it (and nothing else did).
+    _stopped: bool = field(default=False, repr=False)
 
     async def transcript(self) -> list[ChatMessage]:
         """Every message of the conversation, in order."""
@@ -195,7 +197,7 @@ class ConversationOrder:
                 task = asyncio.current_task()
                 # Cancelled by a renewal that found the claim gone, and by nothing else:
                 # the turn ends with an OrderError, which its client hears as an error.
-                if held.lost and task is not None and task.uncancel() == 0:
+                if held._stopped and task is not None and task.uncancel() == 0:
                     raise OrderError(_lost(key)) from None
                 raise
             finally:
@@ -269,6 +271,7 @@ class ConversationOrder:
             )
             held.lost = True
             if held._task is not None:
+                held._stopped = True
                 held._task.cancel()
 
     # --- inside -----------------------------------------------------------------------
