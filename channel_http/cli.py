@@ -40,6 +40,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self._app = app
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -50,8 +51,12 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         loop, services = self._loop, getattr(self._app.state, "services", None)
         if loop is not None and services is not None and not self.should_exit:
-            loop.call_soon_threadsafe(lambda: loop.create_task(services.manager.stop_turns()))
+            loop.call_soon_threadsafe(self._stop_turns, loop, services)
         super().handle_exit(sig, frame)
+
+    def _stop_turns(self, loop: asyncio.AbstractEventLoop, services: Any) -> None:
+        # Kept: the task waits for the turns to unwind, and a task nobody holds may vanish.
+        self._stopping = loop.create_task(services.manager.stop_turns())
 
 
 def _dev_token(environ: dict[str, str]) -> str | None:

@@ -12,7 +12,11 @@ renewal statement every few seconds, not 500 connections.
 
 An instance that dies stops renewing: its claims lapse after ``lease_s`` and the queue moves
 on. A stalled holder that comes back after its claim lapsed can no longer write the
-transcript (every write is fenced on the claim still being there).
+transcript (every write is fenced on the claim still being there), and it learns so at once:
+each renewal returns the claims it still found, and a running turn whose claim is gone is
+stopped (its ``hold`` raises :class:`OrderError`, so its client gets an ``error`` event). A
+turn also renews its own claim, fenced, just before its final event
+(:meth:`HeldTurn.keep`), so a turn whose place was lost never reports an answer as given.
 
 The **transcript of record** lives here too, beside the counter: each turn appends the
 messages it added (the person's message as soon as its turn starts, the rest when it ends),
@@ -121,6 +125,11 @@ class HeldTurn:
     ticket: int
     version: int
     _order: ConversationOrder = field(repr=False)
+    #: Set once a renewal found this turn's claim gone: another turn may run meanwhile.
+    lost: bool = False
+    _task: asyncio.Task[object] | None = field(default=None, repr=False)
+    #: Whether a renewal cancelled the turn's task for it (and nothing else did).
+    _stopped: bool = field(default=False, repr=False)
 
     async def transcript(self) -> list[ChatMessage]:
         """Every message of the conversation, in order."""
@@ -134,6 +143,10 @@ class HeldTurn:
         if messages or shown:
             self.version = await self._order.append(self, messages, shown)
 
+    async def keep(self) -> None:
+        """Renew this turn's claim now; raises OrderError when it has lapsed already."""
+        await self._order.keep(self)
+
 
 class ConversationOrder:
     """Per-conversation turn order across instances, on the shared state store."""
@@ -145,6 +158,8 @@ class ConversationOrder:
         self._wakers: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}
         self._renewer: asyncio.Task[None] | None = None
+        #: The turns running here, by (key, ticket): what a renewal checks its claims against.
+        self._held: dict[tuple[str, int], HeldTurn] = {}
 
     async def start(self) -> None:
         """Create the tables if needed, listen for ends of turns, renew claims from now on."""
@@ -174,7 +189,19 @@ class ConversationOrder:
         ticket = await self._take_ticket(key)
         try:
             version = await self._wait_for(key, ticket)
-            yield HeldTurn(key, ticket, version, self)
+            held = HeldTurn(key, ticket, version, self, _task=asyncio.current_task())
+            self._held[key, ticket] = held
+            try:
+                yield held
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                # Cancelled by a renewal that found the claim gone, and by nothing else:
+                # the turn ends with an OrderError, which its client hears as an error.
+                if held._stopped and task is not None and task.uncancel() == 0:
+                    raise OrderError(_lost(key)) from None
+                raise
+            finally:
+                self._held.pop((key, ticket), None)
         finally:
             # Shielded: a cancelled turn must still leave the queue, or it blocks it a lease.
             await asyncio.shield(self._leave(key, ticket))
@@ -199,9 +226,7 @@ class ConversationOrder:
                 (held.key, held.ticket, self.holder),
             )
             if still_held is None:
-                raise OrderError(
-                    f"The turn of {held.key!r} lost its place: its claim lapsed while it ran."
-                )
+                raise OrderError(_lost(held.key))
             for message in messages:
                 await tx.execute(
                     "INSERT INTO conversation_transcript (session_key, message) VALUES (?, ?)",
@@ -215,6 +240,39 @@ class ConversationOrder:
             )
         assert row is not None  # noqa: S101 - the ticket's row exists since it was taken
         return int(row[0])
+
+    async def keep(self, held: HeldTurn) -> None:
+        """Renew ``held``'s claim alone, fenced: OrderError when it is gone already."""
+        renewed = await self._db.execute(
+            "UPDATE conversation_queue SET expires_at = ? "
+            "WHERE session_key = ? AND ticket = ? AND holder = ?",
+            (self._expiry(), held.key, held.ticket, self.holder),
+        )
+        if renewed == 0:
+            held.lost = True
+            raise OrderError(_lost(held.key))
+
+    async def renew(self) -> None:
+        """Renew every claim of this instance at once; stop the running turns whose claim is
+        gone (a stall longer than the lease let it lapse, and the queue moved on)."""
+        running = dict(self._held)
+        rows = await self._db.fetch_all(
+            "UPDATE conversation_queue SET expires_at = ? WHERE holder = ? "
+            "RETURNING session_key, ticket",
+            (self._expiry(), self.holder),
+        )
+        found = {(str(row[0]), int(row[1])) for row in rows}
+        for place, held in running.items():
+            if place in found or self._held.get(place) is not held or held.lost:
+                continue  # still claimed, or it ended while the renewal ran
+            log.warning(
+                "The running turn of %s lost its place (its claim lapsed); stopping it.",
+                held.key,
+            )
+            held.lost = True
+            if held._task is not None:
+                held._stopped = True
+                held._task.cancel()
 
     # --- inside -----------------------------------------------------------------------
 
@@ -307,9 +365,10 @@ class ConversationOrder:
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
-                await self._db.execute(
-                    "UPDATE conversation_queue SET expires_at = ? WHERE holder = ?",
-                    (self._expiry(), self.holder),
-                )
+                await self.renew()
             except Exception:
                 log.exception("could not renew this instance's conversation claims")
+
+
+def _lost(key: str) -> str:
+    return f"The turn of {key!r} lost its place: its claim lapsed while it ran."

@@ -30,6 +30,7 @@ from core import events
 from core.capture import conversational
 from core.clock import Clock, system_clock
 from core.confirmations import StagedActionSpec, is_token
+from core.conversation_order import OrderError
 from core.display_tools import PRESENT
 from core.displays import Displays, ToolResults, display_chunks, tool_message, with_displays
 from core.linking import is_link_code
@@ -247,6 +248,8 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
         self._captures: set[asyncio.Task[None]] = set()
+        #: Transcript writes under way, each shielded from its turn's cancellation.
+        self._writes: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
 
@@ -311,6 +314,17 @@ class SessionManager:
         except ModelError as error:
             turn.failure = "model"
             await emit(events.Error(message=self._model_error_text(error, translator)))
+        except OrderError as error:
+            # The instance stalled longer than the lease and the conversation moved on.
+            log.warning("turn stopped: %s", error)
+            turn.failure = "internal"
+            await emit(
+                events.Error(
+                    message=translator.gettext(
+                        "Something went wrong on our side. Try again in a moment."
+                    )
+                )
+            )
         except Exception:
             log.exception("turn failed")
             turn.failure = "internal"
@@ -386,7 +400,7 @@ class SessionManager:
             session.messages.append(
                 ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
             )
-            await self._answer(session, context, turn_input, emit, archive_user=None)
+            await self._answer(session, context, turn_input, emit, held, archive_user=None)
             return
         if turn_input.opening:
             saved = await self.person_settings.get(person.key)
@@ -403,7 +417,7 @@ class SessionManager:
                     ),
                 )
             )
-            await self._answer(session, context, turn_input, emit, archive_user=None)
+            await self._answer(session, context, turn_input, emit, held, archive_user=None)
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
         if turn_input.attachments:
@@ -420,7 +434,7 @@ class SessionManager:
         # The person's words are on record before the model runs: an instance dying
         # mid-turn loses the answer, never what was accepted.
         await self._record(session, held)
-        await self._answer(session, context, turn_input, emit, archive_user=turn_input.text)
+        await self._answer(session, context, turn_input, emit, held, archive_user=turn_input.text)
         if conversation_id is not None:
             await self._capture_after_turn(session, context, emit)
 
@@ -444,6 +458,8 @@ class SessionManager:
         new = session.messages[session.recorded :]
         shown = list(session.shown)
         writing = asyncio.ensure_future(held.append(new, shown))
+        self._writes.add(writing)  # a shutdown waits for it before the claims are given back
+        writing.add_done_callback(self._writes.discard)
         try:
             await asyncio.shield(writing)
         except asyncio.CancelledError:
@@ -512,10 +528,15 @@ class SessionManager:
         context: ToolCallContext,
         turn_input: TurnInput,
         emit: _Emit,
+        held: HeldTurn | None,
         *,
         archive_user: str | None,
     ) -> None:
         """Run the model's steps for this turn, then settle and archive it.
+
+        On a shared store the turn's claim is renewed, fenced, just before ``final``: a turn
+        whose place in the conversation lapsed ends with an error, never with an answer that
+        can't be put on record.
 
         What the model presented follows its answer: streamed as ``text`` deltas just
         before ``final``, appended to ``final.text`` (after the pending note when the turn
@@ -568,6 +589,8 @@ class SessionManager:
                 await emit(events.Text(chunk=chunk))
             if displays.shown:
                 answer = with_displays(answer, displays.shown)
+            if held is not None:
+                await held.keep()
             await emit(events.Final(text=answer, pending_note=pending_note))
             delivered = True
         finally:
@@ -864,7 +887,7 @@ class SessionManager:
                 session.messages.append(
                     ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
                 )
-                await self._answer(session, context, turn_input, emit, archive_user=None)
+                await self._answer(session, context, turn_input, emit, held, archive_user=None)
             finally:
                 await self._record(session, held)
 
@@ -1055,8 +1078,13 @@ class SessionManager:
             "The server is stopping; this turn was interrupted. Send it again in a moment."
         )
 
-    async def stop_turns(self) -> None:
-        """Shutdown: every open turn ends with an error event saying the server stops."""
+    async def stop_turns(self, timeout_s: float = 5.0) -> None:
+        """Shutdown: every open turn ends with an error event saying the server stops.
+
+        Then waits (at most ``timeout_s``) for the cancelled turns to unwind and for their
+        transcript writes to land: the conversation order's claims are given back only after
+        this, so what the turns had accepted is on record, fenced by a claim still held.
+        """
         self._stopping = True
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -1066,6 +1094,11 @@ class SessionManager:
             translator = self.catalogs.translator(turn.language)
             turn.events.push(events.Error(message=self._stopping_text(translator)))
             turn.events.push(None)
+        tasks = {turn.task for turn in self._turns if turn.task is not None}
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=timeout_s)
 
     @property
     def stopping(self) -> bool:

@@ -117,6 +117,55 @@ async def test_a_dead_instances_turn_lapses_and_the_next_turn_runs_once_it_has(
         )
 
 
+async def test_a_running_turn_whose_claim_a_renewal_finds_gone_is_stopped_with_an_order_error(
+    instances: Instances,
+) -> None:
+    lease = 2.0
+    stalled, other = await instances.open(lease_s=lease), await instances.open(lease_s=lease)
+    running = asyncio.Event()
+
+    async def turn() -> None:
+        async with stalled.hold("alice:c1"):
+            running.set()
+            await asyncio.sleep(60)  # a long model answer
+
+    task = asyncio.create_task(turn())
+    await asyncio.wait_for(running.wait(), 30)
+    await stalled.stop_renewing()  # the instance stalls past its lease…
+    async with other.hold("alice:c1"):  # …so the conversation moves on elsewhere
+        pass
+    await stalled.renew()  # the stalled instance's next renewal finds the claim gone
+
+    with pytest.raises(OrderError):
+        await asyncio.wait_for(task, 10)  # stopped at once, not after its 60 s answer
+
+
+async def test_a_turn_whose_claim_lapsed_learns_it_when_it_keeps_its_place(
+    instances: Instances,
+) -> None:
+    lease = 2.0
+    stalled, other = await instances.open(lease_s=lease), await instances.open(lease_s=lease)
+    async with stalled.hold("alice:c1") as mine:
+        await mine.keep()  # held: renewed, no error
+        await stalled.stop_renewing()
+        async with other.hold("alice:c1"):
+            pass
+        with pytest.raises(OrderError):
+            await mine.keep()
+        assert mine.lost
+
+
+async def test_a_renewal_stops_no_turn_that_still_holds_its_place(
+    instances: Instances,
+) -> None:
+    order = await instances.open(lease_s=2.0)
+    async with order.hold("alice:c1") as first, order.hold("alice:c2") as second:
+        await order.renew()
+        await order.renew()
+        assert not first.lost and not second.lost
+        await first.append([ChatMessage(role="user", content="still mine")])
+
+
 async def test_a_turn_cancelled_while_it_waits_leaves_the_queue_at_once(
     instances: Instances,
 ) -> None:

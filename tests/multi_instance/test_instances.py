@@ -38,6 +38,7 @@ PEOPLE = {
         "ivan",
         "judy",
         "kate",
+        "leo",
     )
 }
 RATE_LIMIT = 6
@@ -260,6 +261,37 @@ async def test_a_confirmation_staged_through_a_is_confirmed_through_b_and_c_exac
             headers=auth("heidi"),
             params={"path": "personal/notes/plan.md"},
         )
+    assert note.json()["content"] == "second"
+
+
+async def test_a_pending_staged_through_the_balancer_is_confirmed_where_it_lands_next(
+    cluster: Cluster, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = write_note("personal/notes/list.md", "first")
+    await turn_through(cluster["a"].url, "leo", "write", "q")
+    ollama.responder = write_note("personal/notes/list.md", "second")
+    async with httpx.AsyncClient(base_url=cluster.url, timeout=30) as client:  # HAProxy
+        staged: dict[str, Any] = {}
+        body = {"text": "overwrite", "conversationId": "q"}
+        async with client.stream("POST", "/turn", json=body, headers=auth("leo")) as response:
+            staged_by = response.headers["x-served-by"]
+            event = ""
+            async for line in response.aiter_lines():
+                if line.startswith("event: "):
+                    event = line.removeprefix("event: ")
+                elif line.startswith("data: ") and event == "pending":
+                    staged = json.loads(line.removeprefix("data: "))
+        # Round robin: the next request through the balancer lands on another instance.
+        confirmed = await client.post(
+            "/confirm", headers=auth("leo"), json={"token": staged["token"], "conversationId": "q"}
+        )
+        note = await client.get(
+            "/wiki/read", headers=auth("leo"), params={"path": "personal/notes/list.md"}
+        )
+
+    assert confirmed.headers["x-served-by"] != staged_by
+    assert confirmed.status_code == 200, confirmed.text
+    assert confirmed.json()["ok"] is True and confirmed.json()["resolved"] is True
     assert note.json()["content"] == "second"
 
 
