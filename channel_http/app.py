@@ -309,6 +309,7 @@ async def open_services(
             data_dir,
             pool_size=settings.state.pool_size,
             busy_timeout_s=settings.state.busy_timeout_s,
+            connect_timeout_s=settings.state.connect_timeout_s,
         ),
         "state",
         metrics,
