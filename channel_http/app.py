@@ -304,7 +304,13 @@ async def open_services(
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     db = measured(
-        await connect(settings.state.url, data_dir, pool_size=settings.state.pool_size),
+        await connect(
+            settings.state.url,
+            data_dir,
+            pool_size=settings.state.pool_size,
+            busy_timeout_s=settings.state.busy_timeout_s,
+            connect_timeout_s=settings.state.connect_timeout_s,
+        ),
         "state",
         metrics,
     )

@@ -80,7 +80,13 @@ def _dev_token(environ: dict[str, str]) -> str | None:
 async def _reach_state_store(settings: Settings) -> None:
     from core.state import connect
 
-    database = await connect(settings.state.url, settings.data_dir, pool_size=1)
+    database = await connect(
+        settings.state.url,
+        settings.data_dir,
+        pool_size=1,
+        busy_timeout_s=settings.state.busy_timeout_s,
+        connect_timeout_s=settings.state.connect_timeout_s,
+    )
     await database.close()
 
 

@@ -237,6 +237,8 @@ class StateSettings(_Group, frozen=True, kw_only=True):
     url: str | None
     pool_size: int
     lease_s: int
+    busy_timeout_s: float
+    connect_timeout_s: float
 
 
 class WikiSettings(_Group, frozen=True, kw_only=True):
@@ -470,6 +472,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("state.lease_s", "MERCURY_CONVERSATION_LEASE_S", _Int(2, 30), 15,
             "Seconds after which a turn of an instance that stopped answering (it died) "
             "lets the conversation's next turn run on another instance."),
+    Setting("state.busy_timeout_s", "MERCURY_STATE_BUSY_TIMEOUT_S", _SECONDS, 10.0,
+            "Seconds a write to the SQLite file waits for another process's lock on it "
+            "before it is refused (503 with Retry-After)."),
+    Setting("state.connect_timeout_s", "MERCURY_STATE_CONNECT_TIMEOUT_S", _SECONDS, 10.0,
+            "Seconds connecting to PostgreSQL is retried at start-up (a server still "
+            "starting is waited for) before the start fails."),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
             "The auth providers, tried in this order (comma-separated in the environment).",
             default_doc="none (not configured)"),

@@ -15,7 +15,9 @@ from tests.support.ollama_standin import OllamaStandIn
 from tests.support.server import RunningServer, serve
 from tests.support.state import postgres_server, shared_state, state
 
-__all__ = ["postgres_server", "shared_state", "state"]  # fixtures for every test module
+# Fixtures for every test module. Don't import them into a test module as well: pytest then
+# takes them for that module's own, and a session fixture starts a second PostgreSQL.
+__all__ = ["postgres_server", "shared_state", "state"]
 
 TOKENS: dict[str, dict[str, str]] = {
     "alice-token": {"id": "alice", "displayName": "Alice"},

@@ -182,8 +182,19 @@ class PostgresDatabase:
         self._migrated: set[str] = set()
 
     @classmethod
-    async def open(cls, url: str, *, min_size: int = 1, max_size: int = 10) -> PostgresDatabase:
-        """Connect to ``url``; raises DatabaseUnavailable when the server can't be reached."""
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        connect_timeout_s: float = _CONNECT_TIMEOUT_S,
+    ) -> PostgresDatabase:
+        """Connect to ``url``; raises DatabaseUnavailable when the server can't be reached.
+
+        Connecting is retried for ``connect_timeout_s`` (a server still starting is waited
+        for) before the store is called unavailable.
+        """
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             url,
             min_size=min_size,
@@ -198,11 +209,11 @@ class PostgresDatabase:
             name="mercury-state",
         )
         try:
-            await pool.open(wait=True, timeout=_CONNECT_TIMEOUT_S)
+            await pool.open(wait=True, timeout=connect_timeout_s)
         except (PoolTimeout, psycopg.Error) as error:
             await pool.close()
             raise DatabaseUnavailable(
-                f"Couldn't connect to {describe(url)} within {_CONNECT_TIMEOUT_S:g} s; check "
+                f"Couldn't connect to {describe(url)} within {connect_timeout_s:g} s; check "
                 "MERCURY_STATE_URL and that the server is running."
             ) from error
         return cls(pool, url)

@@ -35,7 +35,8 @@ from core.state.schema import Schema
 
 __all__ = ["SqliteDatabase"]
 
-_BUSY_TIMEOUT_MS: Final = 10_000
+#: How long a write waits for another process's lock on the file (MERCURY_STATE_BUSY_TIMEOUT_S).
+_BUSY_TIMEOUT_S: Final = 10.0
 
 
 class _Live:
@@ -57,15 +58,14 @@ class SqliteDatabase:
         self._held: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     @classmethod
-    async def open(cls, path: Path) -> SqliteDatabase:
+    async def open(cls, path: Path, *, busy_timeout_s: float = _BUSY_TIMEOUT_S) -> SqliteDatabase:
+        """Open ``path``; a write meeting another process's lock waits ``busy_timeout_s``."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        connection = await aiosqlite.connect(
-            path, timeout=_BUSY_TIMEOUT_MS / 1000, isolation_level=None
-        )
+        connection = await aiosqlite.connect(path, timeout=busy_timeout_s, isolation_level=None)
         connection.row_factory = sqlite3.Row
         await connection.execute("PRAGMA journal_mode=WAL")
         await connection.execute("PRAGMA synchronous=NORMAL")
-        await connection.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+        await connection.execute(f"PRAGMA busy_timeout={max(1, round(busy_timeout_s * 1000))}")
         return cls(connection, path)
 
     @property

@@ -88,6 +88,7 @@ def test_an_unreachable_state_store_stops_start_up_with_one_line_and_no_password
         "AUTH_STATIC_TOKENS": '{"t": {"id": "a"}}',
         "MERCURY_DATA_DIR": str(tmp_path),
         "MERCURY_STATE_URL": f"postgresql://mercury:pw-hunter2@127.0.0.1:{free_port()}/mercury",
+        "MERCURY_STATE_CONNECT_TIMEOUT_S": "1",  # retried for 1 s, not the default 10
     }
     result = run(env, "serve", timeout=60)
     assert result.returncode == 1
@@ -95,6 +96,7 @@ def test_an_unreachable_state_store_stops_start_up_with_one_line_and_no_password
     assert "pw-hunter2" not in result.stderr + result.stdout
     [line] = [line for line in result.stderr.splitlines() if line.startswith("mercury-http:")]
     assert "Couldn't connect to PostgreSQL at 127.0.0.1" in line
+    assert "within 1 s" in line
 
 
 def test_without_a_loadable_auth_provider_the_surface_never_opens(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from core.memory import InvalidCursor
 from core.model import ChatMessage
 from core.state import Database
 from core.transcript import ShownMessage, Transcript
-from tests.support.state import StateBackend, postgres_server, state  # noqa: F401 - the fixtures
+from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -42,7 +42,7 @@ class Instances:
 
 
 @pytest.fixture
-async def instances(state: StateBackend) -> AsyncIterator[Instances]:  # noqa: F811
+async def instances(state: StateBackend) -> AsyncIterator[Instances]:
     made = Instances(state)
     yield made
     for order in made.started:

@@ -15,6 +15,7 @@ from core.person_settings import PersonSettings
 from core.state import (
     SQLITE_FILE,
     Database,
+    DatabaseBusy,
     DatabaseUnavailable,
     DuplicateRow,
     Migration,
@@ -275,12 +276,15 @@ async def test_a_sqlite_file_from_before_versioned_schemas_is_adopted_in_order(
 # --- PostgreSQL out of reach ------------------------------------------------------------
 
 
+# Connecting is retried for connect_timeout_s (10 s by default); one second says the same.
+
+
 async def test_an_unreachable_server_is_unavailable_without_its_password_in_the_message(
     postgres_server: PostgresServer,
 ) -> None:
     url = f"postgresql://mercury:hunter2secret@127.0.0.1:{postgres_server.port + 1}/nowhere"
     with pytest.raises(DatabaseUnavailable) as raised:
-        await connect(url, Path("unused"))
+        await connect(url, Path("unused"), connect_timeout_s=1)
     assert "hunter2secret" not in str(raised.value)
     assert "127.0.0.1" in str(raised.value)
 
@@ -290,8 +294,42 @@ async def test_a_wrong_password_is_unavailable_without_the_password_in_the_messa
 ) -> None:
     url = postgres_server.url().replace(postgres_server.password, "hunter2secret")
     with pytest.raises(DatabaseUnavailable) as raised:
-        await connect(url, Path("unused"))
+        await connect(url, Path("unused"), connect_timeout_s=1)
     assert "hunter2secret" not in str(raised.value)
+
+
+# --- SQLite locked by another process ---------------------------------------------------
+
+
+async def test_a_sqlite_write_waits_its_busy_timeout_for_another_process_then_is_busy(
+    tmp_path: Path,
+) -> None:
+    quick = await connect(None, tmp_path, busy_timeout_s=0.5)
+    patient = await connect(None, tmp_path)  # the default: 10 s
+    try:
+        await quick.migrate(THINGS)
+        holder = sqlite3.connect(tmp_path / SQLITE_FILE, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(DatabaseBusy):
+                await quick.execute("INSERT INTO things (name) VALUES ('quick')")
+            waited = asyncio.get_running_loop().time() - started
+            assert waited >= 0.25  # it waited for the lock, not refused at once
+            # A write with the default wait outlasts a lock released meanwhile.
+            writing = asyncio.ensure_future(
+                patient.execute("INSERT INTO things (name) VALUES ('patient')")
+            )
+            await asyncio.sleep(max(2 * waited, 1.0))  # longer than the quick one waited
+            assert not writing.done()
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        await writing
+        assert await names(quick) == ["patient"]
+    finally:
+        await quick.close()
+        await patient.close()
 
 
 # --- what instances share ---------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.wiki import Vault
-from tests.support.state import StateBackend, postgres_server, shared_state  # noqa: F401
+from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -22,7 +22,7 @@ def anyio_backend() -> str:
 
 async def test_appends_through_two_instances_on_one_folder_all_land(
     tmp_path: Path,
-    shared_state: StateBackend,  # noqa: F811
+    shared_state: StateBackend,
 ) -> None:
     folder = tmp_path / "shared-vault"
     a = Vault(folder, db=await shared_state.open())
@@ -44,7 +44,7 @@ async def test_appends_through_two_instances_on_one_folder_all_land(
 
 async def test_a_note_written_through_one_instance_is_read_through_the_other_at_once(
     tmp_path: Path,
-    shared_state: StateBackend,  # noqa: F811
+    shared_state: StateBackend,
 ) -> None:
     folder = tmp_path / "shared-vault"
     a = Vault(folder, db=await shared_state.open())

@@ -6,7 +6,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from itertools import pairwise
-from pathlib import Path
 
 import httpx
 import pytest
@@ -70,13 +69,17 @@ async def test_a_turn_through_the_balancer_ends_with_its_final_event(
 
 
 def test_an_instance_that_dies_leaves_the_rotation_and_no_request_fails(
-    tmp_path: Path, ollama_session: OllamaStandIn
+    cluster: Cluster,
 ) -> None:
-    with Cluster(tmp_path, ollama_session.url) as running:
-        running["b"].process.kill()  # type: ignore[union-attr]
-        running["b"].wait(10)
-        with httpx.Client(base_url=running.url, timeout=10) as client:
+    cluster["b"].process.kill()  # type: ignore[union-attr]
+    cluster["b"].wait(10)
+    try:
+        with httpx.Client(base_url=cluster.url, timeout=10) as client:
             served = [client.get("/version") for _ in range(12)]
+    finally:
+        # b again on its port, and back in the rotation, for the module's other tests.
+        cluster["b"].start(120.0)
+        cluster.balancer.wait_until_up(len(cluster.names), 60.0)
 
     assert all(response.status_code == 200 for response in served)
     assert {response.headers["x-served-by"] for response in served} == {"a", "c"}

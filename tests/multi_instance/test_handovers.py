@@ -33,7 +33,7 @@ from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
 from tests.reliability.support import read_turn
 from tests.support.cluster import Cluster
 from tests.support.ollama_standin import OllamaStandIn
-from tests.support.postgres import running_postgres
+from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -66,21 +66,21 @@ def cluster(
     ollama_session: OllamaStandIn,
     idp: OidcProviderProcess,
     tracker: TrackerApi,
+    postgres_server: PostgresServer,
 ) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("handovers")
     config = workdir / "mercury.yaml"
     config.write_text(yaml.safe_dump(tracker_config(tracker, idp)))
-    with running_postgres() as postgres:
-        shared = {
-            "MERCURY_STATE_URL": postgres.create_database(),
-            "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
-            "MERCURY_CONFIG_FILE": str(config),
-            "HTTP_SURFACE_PUBLIC_URL": PUBLIC_URL,
-            "MERCURY_SECRET_KEY": SECRET_KEY,
-            "MERCURY_MEMORY_STORE": "edge",
-        }
-        with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running_cluster:
-            yield running_cluster
+    shared = {
+        "MERCURY_STATE_URL": postgres_server.create_database(),
+        "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
+        "MERCURY_CONFIG_FILE": str(config),
+        "HTTP_SURFACE_PUBLIC_URL": PUBLIC_URL,
+        "MERCURY_SECRET_KEY": SECRET_KEY,
+        "MERCURY_MEMORY_STORE": "edge",
+    }
+    with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running_cluster:
+        yield running_cluster
 
 
 async def turn_through(url: str, person: str, body: dict[str, Any]) -> Any:

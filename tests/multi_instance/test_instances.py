@@ -19,7 +19,7 @@ import pytest
 from tests.reliability.support import read_turn
 from tests.support.cluster import Cluster
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
-from tests.support.postgres import running_postgres
+from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -50,7 +50,9 @@ def auth(name: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster(
-    tmp_path_factory: pytest.TempPathFactory, ollama_session: OllamaStandIn
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_session: OllamaStandIn,
+    postgres_server: PostgresServer,
 ) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("cluster")
     # One shared folder, which each instance mounts at a path of its own (as hosts mount a
@@ -60,19 +62,16 @@ def cluster(
     paths = {"a": vault, "b": workdir / "mount-b", "c": workdir / "mount-c"}
     for name in ("b", "c"):
         paths[name].symlink_to(vault, target_is_directory=True)
-    with running_postgres() as postgres:
-        shared = {
-            "MERCURY_STATE_URL": postgres.create_database(),
-            "MERCURY_CONVERSATION_LEASE_S": str(LEASE_S),
-            "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
-            "MERCURY_RATE_LIMIT_PER_USER": str(RATE_LIMIT),
-        }
-        per_instance = {name: {"WIKI_VAULT_PATH": str(path)} for name, path in paths.items()}
-        with Cluster(
-            workdir, ollama_session.url, shared=shared, per_instance=per_instance
-        ) as running:
-            running.state_url = shared["MERCURY_STATE_URL"]
-            yield running
+    shared = {
+        "MERCURY_STATE_URL": postgres_server.create_database(),
+        "MERCURY_CONVERSATION_LEASE_S": str(LEASE_S),
+        "AUTH_STATIC_TOKENS": json.dumps(PEOPLE),
+        "MERCURY_RATE_LIMIT_PER_USER": str(RATE_LIMIT),
+    }
+    per_instance = {name: {"WIKI_VAULT_PATH": str(path)} for name, path in paths.items()}
+    with Cluster(workdir, ollama_session.url, shared=shared, per_instance=per_instance) as running:
+        running.state_url = shared["MERCURY_STATE_URL"]
+        yield running
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:

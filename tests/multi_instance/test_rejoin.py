@@ -18,7 +18,7 @@ from httpx_sse import aconnect_sse
 from tests.conftest import ALICE, BOB, TOKENS
 from tests.support.cluster import Cluster
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
-from tests.support.postgres import running_postgres
+from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -28,17 +28,18 @@ Frame = tuple[str | None, str, dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def cluster(
-    tmp_path_factory: pytest.TempPathFactory, ollama_session: OllamaStandIn
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_session: OllamaStandIn,
+    postgres_server: PostgresServer,
 ) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("rejoin-cluster")
-    with running_postgres() as postgres:
-        shared = {
-            "MERCURY_STATE_URL": postgres.create_database(),
-            "AUTH_STATIC_TOKENS": json.dumps(TOKENS),
-            "HTTP_SURFACE_REJOIN_S": str(GRACE_S),
-        }
-        with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running:
-            yield running
+    shared = {
+        "MERCURY_STATE_URL": postgres_server.create_database(),
+        "AUTH_STATIC_TOKENS": json.dumps(TOKENS),
+        "HTTP_SURFACE_REJOIN_S": str(GRACE_S),
+    }
+    with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running:
+        yield running
 
 
 async def read_some(url: str, body: dict[str, Any], count: int) -> list[Frame]:

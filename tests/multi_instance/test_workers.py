@@ -6,7 +6,6 @@ import asyncio
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 from tests.conftest import ALICE, BOB
 from tests.reliability.support import ROOT, ChildServer, child_env, read_turn
 from tests.support.ollama_standin import OllamaStandIn
-from tests.support.postgres import PostgresServer, running_postgres
+from tests.support.postgres import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -58,12 +57,6 @@ def test_two_workers_with_memory_in_process_are_refused_naming_the_way_out(
     assert "secret" not in done.stderr
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
-        yield server
-
-
 def _children(pid: int) -> list[int]:
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     return [int(p) for p in text.split()]
@@ -95,12 +88,12 @@ def _sockets_of(pid: int) -> set[int]:
 
 
 async def test_two_workers_on_postgresql_serve_turns_through_both(
-    tmp_path: Path, ollama_session: OllamaStandIn, postgres: PostgresServer
+    tmp_path: Path, ollama_session: OllamaStandIn, postgres_server: PostgresServer
 ) -> None:
     env = child_env(
         tmp_path / "data",
         ollama_session.url,
-        MERCURY_STATE_URL=postgres.create_database(),
+        MERCURY_STATE_URL=postgres_server.create_database(),
         HTTP_SURFACE_WORKERS="2",
         MERCURY_RATE_LIMIT_PER_USER="1000",
     )

@@ -84,6 +84,19 @@ def ensure_node_modules() -> None:
     )
 
 
+def _ready_line(output: bytes) -> dict[str, Any] | None:
+    """provider.mjs's ready line among the complete lines of ``output``, if it came yet.
+
+    oidc-provider writes its own notices to stdout too (``console.info``, e.g. when a
+    default function is first called); they are skipped, not taken for the ready line.
+    """
+    for line in output.split(b"\n")[:-1]:
+        if line.startswith(b"{"):
+            ready: dict[str, Any] = json.loads(line)
+            return ready
+    return None
+
+
 def resource_indicator(resource: str) -> str:
     """The absolute URI the provider expects for the audience ``resource``."""
     return resource if ":" in resource else f"urn:{resource}"
@@ -170,7 +183,7 @@ class OidcProviderProcess:
         buffer = b""
         with selectors.DefaultSelector() as selector:
             selector.register(process.stdout, selectors.EVENT_READ)
-            while b"\n" not in buffer:
+            while (ready := _ready_line(buffer)) is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or process.poll() is not None:
                     self.stop()
@@ -184,7 +197,6 @@ class OidcProviderProcess:
                         time.sleep(0.05)
                         continue
                     buffer += chunk
-        ready: dict[str, Any] = json.loads(buffer.split(b"\n", 1)[0])
         return ready
 
     def stop(self) -> None:

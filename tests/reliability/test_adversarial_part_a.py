@@ -110,15 +110,18 @@ db.execute("BEGIN EXCLUSIVE")
 db.execute("CREATE TABLE IF NOT EXISTS outside_tool (at REAL)")
 db.execute("INSERT INTO outside_tool VALUES (?)", (time.time(),))
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
-db.execute(sys.argv[3])
+sys.stdin.readline()  # held until the test says so, however slow the machine
+db.execute(sys.argv[2])
 print("released", flush=True)
 """
+BUSY_TIMEOUT_S = "2"  # the server's wait for the lock (MERCURY_STATE_BUSY_TIMEOUT_S)
 
 
-def hold_database(path: Path, seconds: float, end: str) -> subprocess.Popen[str]:
+def hold_database(path: Path, end: str) -> subprocess.Popen[str]:
+    """Another process holding the file's write lock until ``release`` is written to it."""
     holder = subprocess.Popen(  # noqa: S603 - our interpreter, our script
-        [sys.executable, "-c", HOLDER, str(path), str(seconds), end],
+        [sys.executable, "-c", HOLDER, str(path), end],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -132,19 +135,26 @@ async def test_a_write_lock_held_past_the_busy_timeout_is_a_503_then_every_write
     make_server: Callable[..., RunningServer], ollama: OllamaStandIn, end: str
 ) -> None:
     ledger = Ledger()
-    server = make_server({"plugins": [ledger.plugin()]}, MERCURY_RATE_LIMIT_PER_USER="1000")
+    server = make_server(
+        {"plugins": [ledger.plugin()]},
+        MERCURY_RATE_LIMIT_PER_USER="1000",
+        MERCURY_STATE_BUSY_TIMEOUT_S=BUSY_TIMEOUT_S,
+    )
     # Warm: every store has made its tables, so only the writes below meet the lock.
     assert httpx.patch(server.url + "/me", headers=ALICE, json={"timeZone": "UTC"}).is_success
     assert httpx.post(server.url + "/link", headers=ALICE).is_success
     reads = [("/tool-log", ALICE), ("/confirmations", ALICE), ("/me", BOB)]
     for path, headers in reads:
         assert httpx.get(server.url + path, headers=headers).status_code == 200
-    holder = hold_database(server.services.db.path, 14, end)
+    holder = hold_database(server.services.db.path, end)
     try:
+        waited = time.monotonic()
         during = httpx.patch(
             server.url + "/me", headers=ALICE, json={"timeZone": "Europe/Rome"}, timeout=60
         )
         refused(during, 503)
+        # Refused after the busy timeout, not at once: the write waited for the lock.
+        assert time.monotonic() - waited >= float(BUSY_TIMEOUT_S) / 2
         assert during.headers["retry-after"]
         # Reads go on while the lock is held (WAL); on the old code the first of them pinned
         # the failed write's open transaction to a snapshot the holder's commit made stale.
@@ -152,7 +162,7 @@ async def test_a_write_lock_held_past_the_busy_timeout_is_a_503_then_every_write
             read = httpx.get(server.url + path, headers=headers, timeout=30)
             assert read.status_code == 200, (path, read.text)
     finally:
-        assert holder.communicate(timeout=60)[0].strip() == "released"
+        assert holder.communicate("release\n", timeout=60)[0].strip() == "released"
     async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
         saved = await client.patch("/me", headers=ALICE, json={"timeZone": "Europe/Paris"})
         assert saved.status_code == 200, saved.text

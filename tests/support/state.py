@@ -8,6 +8,7 @@ test.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Literal
@@ -24,10 +25,17 @@ BACKENDS: tuple[Backend, ...] = ("sqlite", "postgresql")
 class StateBackend:
     """One empty store, opened as many times as a test needs."""
 
-    def __init__(self, name: Backend, data_dir: Path, url: str | None) -> None:
+    def __init__(
+        self,
+        name: Backend,
+        data_dir: Path,
+        url: str | None,
+        server: PostgresServer | None = None,
+    ) -> None:
         self.name = name
         self.data_dir = data_dir
         self.url = url
+        self._server = server  # drops the database after the test
         self._opened: list[Database] = []
 
     async def open(self, *, pool_size: int = 10) -> Database:
@@ -39,6 +47,10 @@ class StateBackend:
         for database in self._opened:
             await database.close()
         self._opened.clear()
+        if self._server is not None and self.url is not None:
+            # Dropped, not left for the session's end: a few hundred databases would fill
+            # the cluster's directory with gigabytes to write, then remove.
+            await asyncio.to_thread(self._server.drop_database, self.url)
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +62,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 def backend_for(request: pytest.FixtureRequest, name: Backend, tmp_path: Path) -> StateBackend:
     if name == "postgresql":
         server: PostgresServer = request.getfixturevalue("postgres_server")
-        return StateBackend(name, tmp_path, server.create_database())
+        return StateBackend(name, tmp_path, server.create_database(), server)
     return StateBackend(name, tmp_path, None)
 
 
