@@ -208,14 +208,18 @@ class Linking:
         owner: str = row["owner_identity"]
         name: str = row["owner_name"]
         account = principal.user_key
-        if account == owner or await self.owner_of(account) == owner:
+        bound_here = row["bound_identity"] == account
+        # A confirming send goes on to take the code even when the account is linked to the
+        # owner by now: that is a racing confirmation which lost, and it must hear the code
+        # is used up, not that it is the owner's own.
+        if account == owner or (not bound_here and await self.owner_of(account) == owner):
             return translator.gettext("That code is for linking another account to this one.")
         if await self.owner_of(owner) is not None:
             # The owner became someone else's linked account after asking: linking to it now
             # would make a chain, so its code is dead.
             await self._db.execute("DELETE FROM link_codes WHERE code_hash = ?", (code_hash,))
             return self._invalid(translator)
-        if row["bound_identity"] != account:
+        if not bound_here:
             await self._db.execute(
                 "UPDATE link_codes SET bound_identity = ? WHERE code_hash = ?",
                 (account, code_hash),
