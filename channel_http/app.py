@@ -345,7 +345,12 @@ async def open_services(
     if memory is not None:
         embedder = build_embedder(settings)
         archive = ArchiveWriter(
-            memory, embedder, db=db, queue_size=settings.memory.archive_queue_size, clock=clock
+            memory,
+            embedder,
+            db=db,
+            queue_size=settings.memory.archive_queue_size,
+            clock=clock,
+            linger_s=settings.memory.archive_linger_ms / 1000,
         )
         await archive.start()  # ensures the collections in the background, never blocks
         if model is None:

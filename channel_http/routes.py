@@ -376,12 +376,19 @@ def _bad_offset(request: AnyRequest) -> BadRequest:
 
 
 async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
-    """A memory read, bounded in time; an unreachable store reads as empty."""
+    """A memory read, bounded in time; an unreachable store reads as empty.
+
+    What turns archived is stored first (the archive writes behind, a batch at a time), so a
+    read right after a turn shows it.
+    """
     services = _services(request)
     if services.manager.memory is None:
         return empty
+    archive = services.manager.archive
     try:
         async with asyncio.timeout(3.0):
+            if archive is not None:
+                await archive.settled(1.0)
             return await read(services.manager.memory)
     except InvalidCursor:
         raise _bad_offset(request) from None

@@ -6,6 +6,12 @@ when the clock doesn't move) and returns at once. A background task drains the q
 batches: it embeds each batch, stores it, and on a store failure retries the same batch with
 backoff, so nothing overtakes it.
 
+- **Write-behind.** Once an item arrives the drain waits up to ``linger_s`` for more (or until
+  a batch is full), so one embedding call and one store write serve several turns. A reader
+  that must see what was submitted calls :meth:`settled` (the read routes, a conversation's
+  rebuild: see :meth:`holds`), which ends the wait at once; so does :meth:`flush`. A crash
+  loses what the in-memory queue held, as it always could; the wait only adds ``linger_s``.
+
 - **Full queue.** ``submit`` stays synchronous and never waits: once the in-memory queue holds
   ``queue_size`` items, new ones go to an overflow list that a second task writes to the
   ``archive_spill`` SQLite table. Until the spill has been drained back, every new item follows
@@ -115,6 +121,7 @@ class _Item(msgspec.Struct, kw_only=True):
     collection: Collection
     payload: dict[str, Any]
     seq: int | None = None  # the archive_spill row holding it, if any
+    n: int = 0  # its place in this writer's submissions (0: left by an earlier writer)
     vector: list[float] | None = None
     attempts: int = 0
 
@@ -141,6 +148,7 @@ class ArchiveWriter:
         backfill_every_s: float = 60.0,
         embed_timeout_s: float = 30.0,
         claim_s: float = 60.0,
+        linger_s: float = 0.0,
     ) -> None:
         if queue_size < 1 or batch_size < 1:
             raise ValueError("ArchiveWriter needs queue_size and batch_size of at least 1.")
@@ -156,6 +164,7 @@ class ArchiveWriter:
         self._backfill_every_s = backfill_every_s
         self._embed_timeout_s = embed_timeout_s
         self._claim_s = claim_s
+        self._linger_s = linger_s
         #: Who claims this writer's rows of the spill table.
         self.holder = uuid.uuid4().hex
 
@@ -174,6 +183,13 @@ class ArchiveWriter:
         self._ensured = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._submitted = 0  # items submitted to this writer
+        self._done = 0  # every submission up to this one is stored (or parked)
+        self._progress = asyncio.Event()
+        self._hurry = asyncio.Event()  # a batch is full, or someone waits: stop lingering
+        self._settling = 0
+        self._held: dict[tuple[str, str], int] = {}  # items not stored yet, by _hold_key
+        self._spilled_n: dict[str, int] = {}  # n of this writer's items now in SQLite
 
     # -- public ------------------------------------------------------------------------
 
@@ -224,15 +240,49 @@ class ArchiveWriter:
             self._last_ts = ts
             stamped["ts"] = ts
             stamped.setdefault("timestamp", _iso(datetime.fromtimestamp(ts, UTC)))
+        self._submitted += 1
         item = _Item(id=str(uuid.uuid4()), collection=collection, payload=stamped)
+        item.n = self._submitted
+        held = _hold_key(collection, stamped)
+        if held is not None:
+            self._held[held] = self._held.get(held, 0) + 1
         if self._overflow or self._spill_pending or len(self._mem) >= self._queue_size:
             self._overflow.append(item)
             self._spill_wake.set()
         else:
             self._mem.append(item)
+            if len(self._mem) >= self._batch_size:
+                self._hurry.set()
         self._idle.clear()
         self._wake.set()
         return item.id
+
+    def holds(self, session_key: str) -> bool:
+        """Whether messages of this session were submitted and are not stored yet."""
+        return ("verbatim", session_key) in self._held
+
+    def holds_memory_of(self, person_key: str) -> bool:
+        """Whether facts or episodes of this person were submitted and are not stored yet."""
+        return ("memory", person_key) in self._held
+
+    async def settled(self, timeout_s: float) -> bool:
+        """Wait until everything submitted so far is stored, for a read that must see it;
+        ``False`` when ``timeout_s`` passed first (the store is slow or away)."""
+        target = self._submitted
+        if self._done >= target:
+            return True
+        self._settling += 1
+        self._hurry.set()
+        try:
+            async with asyncio.timeout(timeout_s):
+                while self._done < target:
+                    self._progress.clear()
+                    await self._progress.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._settling -= 1
+        return True
 
     async def flush(self, timeout_s: float) -> int:
         """Drain for up to ``timeout_s``, then stop and persist what is left; returns its count.
@@ -240,6 +290,7 @@ class ArchiveWriter:
         Items the store didn't take are written to SQLite for the next :meth:`start` to resend
         (without a database they are logged as lost). The writer accepts nothing afterwards.
         """
+        self._hurry.set()  # nothing lingers any more: drain what is there
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while not self._is_empty():
@@ -288,6 +339,7 @@ class ArchiveWriter:
                     self._idle.set()
                 await self._wait_for_work()
                 continue
+            await self._linger()
             batch = [self._mem[i] for i in range(min(self._batch_size, len(self._mem)))]
             if await self._store_batch(batch):
                 delay = self._backoff.initial_s
@@ -295,6 +347,29 @@ class ArchiveWriter:
                 await asyncio.sleep(delay)
                 delay = self._backoff.next(delay)
                 await self._reensure()
+
+    async def _linger(self) -> None:
+        """Give later turns ``linger_s`` to join this batch, unless it is full or awaited."""
+        if self._linger_s <= 0 or len(self._mem) >= self._batch_size:
+            return
+        if not self._settling and not self._closed:
+            self._hurry.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._linger_s):
+                await self._hurry.wait()
+
+    def _stored(self, batch: list[_Item]) -> None:
+        """Count a batch as stored (or parked): readers waiting in :meth:`settled` may go."""
+        for item in batch:
+            held = _hold_key(item.collection, item.payload) if item.n else None
+            if held is not None:
+                left = self._held.get(held, 0) - 1
+                if left > 0:
+                    self._held[held] = left
+                else:
+                    self._held.pop(held, None)
+            self._done = max(self._done, item.n)
+        self._progress.set()
 
     async def _reensure(self) -> None:
         """After a failed write, make sure the collections still exist (Qdrant may have been
@@ -332,6 +407,8 @@ class ArchiveWriter:
                     delay = self._backoff.next(delay)
                     continue
                 delay = self._backoff.initial_s
+                for item in chunk:
+                    self._spilled_n[item.id] = item.n
                 del self._overflow[: len(chunk)]
                 self.spilled += len(chunk)
                 self._spill_pending = True
@@ -390,6 +467,8 @@ class ArchiveWriter:
         )
         if rows:
             items = sorted((self._from_row(row) for row in rows), key=lambda i: i.seq or 0)
+            for item in items:
+                item.n = self._spilled_n.pop(item.id, 0)
             self._last_loaded_seq = max(item.seq or 0 for item in items)
             self._mem.extend(items)
         elif generation == self._spill_generation:
@@ -424,8 +503,10 @@ class ArchiveWriter:
             )
             await self._park(batch)
             self._drop(batch)
+            self._stored(batch)
             return True
         self._drop(batch)
+        self._stored(batch)
         await self._forget_rows([i.seq for i in batch if i.seq is not None])
         unembedded = [i for i in batch if i.vector is None and self._text(i)]
         if unembedded:
@@ -625,6 +706,14 @@ class ArchiveWriter:
     def _text(item: _Item) -> str:
         value = item.payload.get(EMBEDDED_FIELD[item.collection])
         return value if isinstance(value, str) else ""
+
+
+def _hold_key(collection: Collection, payload: Mapping[str, Any]) -> tuple[str, str] | None:
+    """What an unstored item holds back: its session's messages, or its person's memory."""
+    if collection == "verbatim":
+        session = payload.get("sessionKey")
+        return ("verbatim", session) if isinstance(session, str) else None
+    return ("memory", str(payload["personKey"]))
 
 
 def _now_us() -> int:

@@ -155,6 +155,8 @@ class Capture:
         """What a new session is told of the person's memory; empty when nothing is known."""
         try:
             async with asyncio.timeout(2.0):
+                if self.archive.holds_memory_of(person_key):
+                    await self.archive.settled(1.0)  # a summary just written belongs in it
                 episode = await self.memory.latest_episode(person_key)
                 facts = await self.memory.facts(person_key, limit=20)
         except Exception as error:  # memory is enrichment: a session never waits on it

@@ -268,6 +268,7 @@ class MemorySettings(_Group, frozen=True, kw_only=True):
     collections: MemoryCollections
     archive_queue_size: int
     edge_merge_above: int
+    archive_linger_ms: int
 
 
 class SessionSettings(_Group, frozen=True, kw_only=True):
@@ -560,6 +561,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("memory.edge_merge_above", "MERCURY_EDGE_MERGE_ABOVE", _Int(0, 1000), 0,
             "Segments a Qdrant Edge shard may have before a child process merges them into "
             "one; 0 never merges."),
+    Setting("memory.archive_linger_ms", "MERCURY_ARCHIVE_LINGER_MS", _Int(0, 10_000), 100,
+            "Milliseconds the archive waits for more messages so one write serves several turns."),
     Setting("session.idle_timeout_ms", "SESSION_IDLE_TIMEOUT_MS", _Int(1000), 1_800_000,
             "Milliseconds of quiet after which a conversation is summarized and freed."),
     Setting("session.idle_check_interval_ms", "SESSION_IDLE_CHECK_INTERVAL_MS", _Int(100),

@@ -44,6 +44,7 @@ import qdrant_edge as qe
 from core.memory import (
     COLLECTIONS,
     VECTOR_NAME,
+    ArchivedMessage,
     Collection,
     CollectionMismatch,
     CollectionNames,
@@ -65,6 +66,8 @@ log = logging.getLogger("mercury.memory")
 _TIE_PAGE: Final = 256
 _KEPT_PEOPLE: Final = 10_000
 """People whose primer reads are kept at most; past that the kept reads start over."""
+_KNOWN_SESSIONS: Final = 100_000
+"""A person's sessions listed at most; a person with more has every rebuild read."""
 _INDEXES: Final = (
     # The tenant flag groups a person's points together on disk and lets the optimizer
     # build one HNSW graph per person (payload_m) instead of a global one.
@@ -488,7 +491,9 @@ class EdgeStore(PointStoreBase):
 
     The store is the only writer of its shards (one process: see ``serve --workers``), so it
     keeps what a new session reads first, a person's newest facts and latest episode, until
-    that person's facts or episodes change.
+    that person's facts or episodes change; and which sessions a person has in the archive
+    (read once per person from the shard, which holds earlier runs' sessions too, then kept up
+    to date by the writes), so rebuilding a conversation that was never archived reads nothing.
     """
 
     def __init__(
@@ -513,6 +518,10 @@ class EdgeStore(PointStoreBase):
         self._generation: dict[str, int] = {}
         self._facts: dict[tuple[str, int], list[Fact]] = {}
         self._episodes: dict[str, Episode | None] = {}
+        self._sessions: dict[str, set[str]] = {}
+        """Per person, every session with verbatim points (a superset: writes add first)."""
+        self._listing: dict[str, set[str]] = {}
+        """Per person whose sessions are being listed, the sessions written meanwhile."""
 
     async def ensure(self, vector_size: int) -> None:
         if self._closed:
@@ -596,19 +605,74 @@ class EdgeStore(PointStoreBase):
             self._episodes[person_key] = found
         return found
 
+    # -- which sessions a person has, so a new conversation's rebuild reads nothing ------
+
+    async def recent_messages(
+        self, person_key: str, session_key: str, *, max_chars: int
+    ) -> list[ArchivedMessage]:
+        known = await self._known_sessions(person_key)
+        if known is not None and session_key not in known:
+            return []  # never archived, in this run or an earlier one
+        return await super().recent_messages(person_key, session_key, max_chars=max_chars)
+
+    async def _known_sessions(self, person_key: str) -> set[str] | None:
+        """The person's archived sessions, listed from the shard on first use; ``None`` when
+        they can't be listed whole (too many, or a listing already in flight)."""
+        known = self._sessions.get(person_key)
+        if known is not None or person_key in self._listing:
+            return known
+        self._listing[person_key] = written = set()
+        flt = person_filter(person_key)
+
+        def job(shard: Any) -> list[str]:
+            request = qe.FacetRequest(
+                "sessionKey", limit=_KNOWN_SESSIONS + 1, exact=True, filter=flt
+            )
+            return [str(hit.value) for hit in shard.facet(request).hits]
+
+        try:
+            listed = await self._shards["verbatim"].run(job)
+        finally:
+            del self._listing[person_key]
+        if len(listed) > _KNOWN_SESSIONS:
+            return None
+        if len(self._sessions) >= _KEPT_PEOPLE:
+            self._sessions.clear()
+        self._sessions[person_key] = known = {*listed, *written}
+        return known
+
+    def _archived(self, points: Sequence[MemoryPoint]) -> None:
+        """Note the sessions of verbatim points about to be written (before: a superset)."""
+        for point in points:
+            person, session = point.payload["personKey"], point.payload.get("sessionKey")
+            if not isinstance(session, str):
+                continue
+            for known in (self._sessions.get(person), self._listing.get(person)):
+                if known is not None:
+                    known.add(session)
+
     # -- primitives --------------------------------------------------------------------
 
     async def _write(self, collection: Collection, points: Sequence[MemoryPoint]) -> None:
-        structs = [
-            qe.Point(p.id, {VECTOR_NAME: p.vector} if p.vector is not None else {}, p.payload)
-            for p in points
-        ]
+        def job(shard: Any) -> None:
+            # Built here, not on the event loop: a payload costs ~4 µs per field to convert.
+            structs = [
+                qe.Point(p.id, {VECTOR_NAME: p.vector} if p.vector is not None else {}, p.payload)
+                for p in points
+            ]
+            shard.update(qe.UpdateOperation.upsert_points(structs))
+
         self._indexer.used()
-        self._changed(collection, {str(p.payload["personKey"]) for p in points})
+        people: set[str] = set()
+        if collection == "verbatim":
+            self._archived(points)
+        else:
+            people = {str(p.payload["personKey"]) for p in points}
+        self._changed(collection, people)
         shard = self._shards[collection]
-        await shard.run(lambda s: s.update(qe.UpdateOperation.upsert_points(structs)))
-        self._changed(collection, {str(p.payload["personKey"]) for p in points})
-        self._indexer.wrote(shard, len(structs))
+        await shard.run(job)
+        self._changed(collection, people)
+        self._indexer.wrote(shard, len(points))
 
     async def _ordered(
         self,

@@ -53,6 +53,7 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
         key = context.person.key
         try:
             async with asyncio.timeout(5.0):
+                await archive.settled(1.0)  # what was just said or remembered is found too
                 vector = (await embedder.embed([query]))[0]
                 # The three collections are searched at once (each Edge shard has its own
                 # thread; a Qdrant server answers them in parallel).
@@ -87,6 +88,8 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
 
     async def forget(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         topic = str(arguments["topic"]).strip().lower()
+        if archive.holds_memory_of(context.person.key):
+            await archive.settled(1.0)  # a fact still queued would outlive its deletion
         deleted = await memory.delete_facts(context.person.key, topic)
         return _json({"topic": topic, "deleted": deleted})
 

@@ -453,6 +453,7 @@ INT_RANGES = [
     ("MERCURY_RATE_LIMIT_WINDOW_MS", "rate_limit.window_ms", 1000, 3_600_000),
     ("MERCURY_ARCHIVE_QUEUE_SIZE", "memory.archive_queue_size", 1, None),
     ("MERCURY_EDGE_MERGE_ABOVE", "memory.edge_merge_above", 0, 1000),
+    ("MERCURY_ARCHIVE_LINGER_MS", "memory.archive_linger_ms", 0, 10_000),
     ("SESSION_IDLE_TIMEOUT_MS", "session.idle_timeout_ms", 1000, None),
     ("SESSION_IDLE_CHECK_INTERVAL_MS", "session.idle_check_interval_ms", 100, None),
     ("SESSION_CAPTURE_MESSAGE_THRESHOLD", "session.capture_message_threshold", 1, None),
