@@ -621,7 +621,8 @@ class EdgeStore(PointStoreBase):
         known = self._sessions.get(person_key)
         if known is not None or person_key in self._listing:
             return known
-        self._listing[person_key] = written = set()
+        written: set[str] = set()
+        self._listing[person_key] = written
         flt = person_filter(person_key)
 
         def job(shard: Any) -> list[str]:
