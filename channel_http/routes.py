@@ -375,19 +375,26 @@ def _bad_offset(request: AnyRequest) -> BadRequest:
     )
 
 
-async def _read_memory(request: AnyRequest, read: Any, empty: Any) -> Any:
+async def _read_memory(
+    request: AnyRequest, read: Any, empty: Any, *, conversation: str | None = None
+) -> Any:
     """A memory read, bounded in time; an unreachable store reads as empty.
 
-    What turns archived is stored first (the archive writes behind, a batch at a time), so a
-    read right after a turn shows it.
+    What the caller's turns archived (in ``conversation``, or anywhere) is stored first: the
+    archive writes behind, a batch at a time, and a read right after a turn must show it.
     """
     services = _services(request)
     if services.manager.memory is None:
         return empty
     archive = services.manager.archive
+    person_key = _caller(request).person.key
     try:
         async with asyncio.timeout(3.0):
-            if archive is not None:
+            if archive is not None and (
+                archive.holds_conversation(conversation)
+                if conversation is not None
+                else archive.holds_person(person_key)
+            ):
                 await archive.settled(1.0)
             return await read(services.manager.memory)
     except InvalidCursor:
@@ -423,6 +430,7 @@ async def conversation(request: AnyRequest) -> dict[str, Any]:
             request,
             lambda memory: memory.conversation(caller.person.key, key, limit=size, after=offset),
             Page(items=[], next_cursor=None),
+            conversation=key,
         )
     return {
         "ok": True,

@@ -188,7 +188,8 @@ class ArchiveWriter:
         self._progress = asyncio.Event()
         self._hurry = asyncio.Event()  # a batch is full, or someone waits: stop lingering
         self._settling = 0
-        self._held: dict[tuple[str, str], int] = {}  # items not stored yet, by _hold_key
+        self._stopping = False
+        self._held: dict[tuple[str, str], int] = {}  # items not stored yet, by _hold_keys
         self._spilled_n: dict[str, int] = {}  # n of this writer's items now in SQLite
 
     # -- public ------------------------------------------------------------------------
@@ -243,8 +244,7 @@ class ArchiveWriter:
         self._submitted += 1
         item = _Item(id=str(uuid.uuid4()), collection=collection, payload=stamped)
         item.n = self._submitted
-        held = _hold_key(collection, stamped)
-        if held is not None:
+        for held in _hold_keys(collection, stamped):
             self._held[held] = self._held.get(held, 0) + 1
         if self._overflow or self._spill_pending or len(self._mem) >= self._queue_size:
             self._overflow.append(item)
@@ -257,9 +257,13 @@ class ArchiveWriter:
         self._wake.set()
         return item.id
 
-    def holds(self, session_key: str) -> bool:
+    def holds_conversation(self, session_key: str) -> bool:
         """Whether messages of this session were submitted and are not stored yet."""
-        return ("verbatim", session_key) in self._held
+        return ("session", session_key) in self._held
+
+    def holds_person(self, person_key: str) -> bool:
+        """Whether anything of this person was submitted and is not stored yet."""
+        return ("person", person_key) in self._held
 
     def holds_memory_of(self, person_key: str) -> bool:
         """Whether facts or episodes of this person were submitted and are not stored yet."""
@@ -290,6 +294,7 @@ class ArchiveWriter:
         Items the store didn't take are written to SQLite for the next :meth:`start` to resend
         (without a database they are logged as lost). The writer accepts nothing afterwards.
         """
+        self._stopping = True
         self._hurry.set()  # nothing lingers any more: drain what is there
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
@@ -352,7 +357,7 @@ class ArchiveWriter:
         """Give later turns ``linger_s`` to join this batch, unless it is full or awaited."""
         if self._linger_s <= 0 or len(self._mem) >= self._batch_size:
             return
-        if not self._settling and not self._closed:
+        if not self._settling and not self._stopping:
             self._hurry.clear()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self._linger_s):
@@ -361,8 +366,9 @@ class ArchiveWriter:
     def _stored(self, batch: list[_Item]) -> None:
         """Count a batch as stored (or parked): readers waiting in :meth:`settled` may go."""
         for item in batch:
-            held = _hold_key(item.collection, item.payload) if item.n else None
-            if held is not None:
+            if not item.n:
+                continue  # an earlier writer's: never counted here
+            for held in _hold_keys(item.collection, item.payload):
                 left = self._held.get(held, 0) - 1
                 if left > 0:
                     self._held[held] = left
@@ -708,12 +714,14 @@ class ArchiveWriter:
         return value if isinstance(value, str) else ""
 
 
-def _hold_key(collection: Collection, payload: Mapping[str, Any]) -> tuple[str, str] | None:
-    """What an unstored item holds back: its session's messages, or its person's memory."""
-    if collection == "verbatim":
-        session = payload.get("sessionKey")
-        return ("verbatim", session) if isinstance(session, str) else None
-    return ("memory", str(payload["personKey"]))
+def _hold_keys(collection: Collection, payload: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """What an unstored item holds back: its person's reads, and its conversation's or the
+    person's facts and episodes."""
+    person = ("person", str(payload["personKey"]))
+    if collection != "verbatim":
+        return (person, ("memory", person[1]))
+    session = payload.get("sessionKey")
+    return (person, ("session", session)) if isinstance(session, str) else (person,)
 
 
 def _now_us() -> int:

@@ -53,7 +53,8 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
         key = context.person.key
         try:
             async with asyncio.timeout(5.0):
-                await archive.settled(1.0)  # what was just said or remembered is found too
+                if archive.holds_person(key):
+                    await archive.settled(1.0)  # what was just said or remembered is found too
                 vector = (await embedder.embed([query]))[0]
                 # The three collections are searched at once (each Edge shard has its own
                 # thread; a Qdrant server answers them in parallel).

@@ -507,7 +507,7 @@ class SessionManager:
             return []
         try:
             async with asyncio.timeout(2.0):
-                if self.archive is not None and self.archive.holds(key):
+                if self.archive is not None and self.archive.holds_conversation(key):
                     # Its last turns may still wait in the write-behind queue.
                     await self.archive.settled(1.0)
                 archived = await self.memory.recent_messages(

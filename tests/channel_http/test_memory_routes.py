@@ -100,6 +100,28 @@ async def test_every_turn_is_archived_and_read_back_per_person(
     assert get(server, "/memory/scroll", BOB, collection="verbatim_archive").json()["points"] == []
 
 
+async def test_a_turn_is_readable_as_soon_as_it_ends_while_the_archive_writes_behind(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    # The archive waits up to 10 s for more turns to write with this one: the read routes
+    # (and a rebuild) get what was submitted stored first instead of waiting that long.
+    server = make_server({"memory": store_factory()}, MERCURY_ARCHIVE_LINGER_MS="10000")
+    await post_turn(server, {"text": "fig-31", "conversationId": "c1"}, ALICE)
+    started = time.monotonic()
+    assert [m["role"] for m in messages(server, "c1")] == ["user", "assistant"]
+    listed = get(server, "/conversations").json()["conversations"]
+    assert [c["conversationId"] for c in listed] == ["c1"]
+    await post_turn(server, {"text": "fig-32", "conversationId": "c2"}, ALICE)
+    points = get(server, "/memory/scroll", collection="verbatim_archive").json()["points"]
+    assert len(points) == 4
+    assert time.monotonic() - started < 8  # far from the linger
+    # A conversation freed from the process is rebuilt with its last turn still queued.
+    await post_turn(server, {"text": "fig-33", "conversationId": "c3"}, ALICE)
+    server.services.manager.sessions.clear()
+    await post_turn(server, {"text": "and then?", "conversationId": "c3"}, ALICE)
+    assert "fig-33" in json.dumps(ollama.requests[-1]["messages"])
+
+
 async def test_a_conversation_pages_across_three_pages_without_gaps_or_repeats(
     make_server: Callable[..., RunningServer], store_factory: Factory
 ) -> None:
