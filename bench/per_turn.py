@@ -42,7 +42,9 @@ async def _block(conn: Connection, pid: int, kind: str, size: int, start: int) -
         else:
             reply = await conn.request("GET", f"/bench/relay?n={TOKENS}")
         _check(reply, TOKENS, kind)
-    await asyncio.sleep(0.4)  # let the archive writer finish what the turns queued
+    # Let the archive writer finish what the turns queued (its write-behind waits up to
+    # MERCURY_ARCHIVE_LINGER_MS, 100 ms by default, for more).
+    await asyncio.sleep(0.4)
     return cpu_s(pid) - before - 0.4 * _idle_rate
 
 
