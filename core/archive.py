@@ -8,9 +8,10 @@ backoff, so nothing overtakes it.
 
 - **Write-behind.** Once an item arrives the drain waits up to ``linger_s`` for more (or until
   a batch is full), so one embedding call and one store write serve several turns. A reader
-  that must see what was submitted calls :meth:`settled` (the read routes, a conversation's
-  rebuild: see :meth:`holds`), which ends the wait at once; so does :meth:`flush`. A crash
-  loses what the in-memory queue held, as it always could; the wait only adds ``linger_s``.
+  that must see what was submitted (the read routes, a conversation's rebuild, recall; when
+  :meth:`holds_conversation` or :meth:`holds_person` says there is something to see) calls
+  :meth:`settled`, which ends the wait at once; so does :meth:`flush`. A crash loses what
+  the in-memory queue held, as it always could; the wait only adds ``linger_s``.
 
 - **Full queue.** ``submit`` stays synchronous and never waits: once the in-memory queue holds
   ``queue_size`` items, new ones go to an overflow list that a second task writes to the

@@ -631,6 +631,7 @@ class EdgeStore(PointStoreBase):
             )
             return [str(hit.value) for hit in shard.facet(request).hits]
 
+        self._indexer.used()
         try:
             listed = await self._shards["verbatim"].run(job)
         finally:
