@@ -61,7 +61,6 @@ from core.metrics import Metrics, measured
 from core.model import OllamaModel, OpenAIModel
 from core.people import People
 from core.person_settings import PersonSettings
-from core.qdrant import QdrantStore
 from core.rate_limits import rate_limiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
@@ -520,6 +519,10 @@ def build_memory(settings: Settings) -> MemoryStore | None:
     if settings.memory.store == "qdrant":
         if settings.memory.qdrant_url is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")
+        # Imported here: qdrant-client takes about a second to import, which every start
+        # of a server that keeps its memory elsewhere (or nowhere) would pay.
+        from core.qdrant import QdrantStore
+
         return QdrantStore.remote(
             settings.memory.qdrant_url,
             names,

@@ -165,10 +165,10 @@ async def _merged(store: EdgeStore, seconds: float = 150) -> None:
 
 
 async def _segmented(store: EdgeStore, person: str, seed: int, rounds: int) -> list[MemoryPoint]:
-    """``rounds`` batches of 1,500 points, each indexed before the next: one segment each."""
+    """``rounds`` batches of 1,000 points, each indexed before the next: one segment each."""
     points: list[MemoryPoint] = []
     for r in range(rounds):
-        batch = _points(person, _vectors(1500, seed * 100 + r), start=r * 1500)
+        batch = _points(person, _vectors(1000, seed * 100 + r), start=r * 1000)
         await store.upsert("verbatim", batch)
         await store.optimize()
         points += batch
@@ -191,11 +191,11 @@ async def test_a_merge_joins_the_segments_and_still_finds_only_the_callers_point
         assert await store.segments("verbatim") < before
         assert await store.indexed_points() >= len(alice) + len(bob)
         alice_ids = {p.id for p in alice}
-        for target in alice[::300]:
+        for target in alice[::200]:
             hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
             assert hits[0].id == target.id
             assert {h.id for h in hits} <= alice_ids
-        for target in bob[::150]:  # bob's own vectors, searched as alice, find only alice's
+        for target in bob[::100]:  # bob's own vectors, searched as alice, find only alice's
             hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
             assert len(hits) == 5
             assert {h.id for h in hits} <= alice_ids
@@ -220,7 +220,7 @@ async def test_reads_and_writes_during_a_merge_are_right_and_the_writes_survive_
         searched = 0
         late = _points("alice", _vectors(50, 9), start=10_000)
         await store.upsert("verbatim", late)
-        assert await store._delete("verbatim", Scope(person_key="carol")) == 1500
+        assert await store._delete("verbatim", Scope(person_key="carol")) == 1000
         while store.merging():
             target = alice[searched * 97 % len(alice)]
             hits = await store.search("verbatim", "alice", target.vector or [], limit=5)
