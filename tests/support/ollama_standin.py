@@ -769,18 +769,8 @@ class OllamaStandIn:
         stop, action = script.cutoff(len(lines))
         writer.write(_head(200, _NDJSON, length=None, keep_alive=keep))
         await writer.drain()
-        delay, batch_size = script.delay_s, max(script.coalesce, 1)
-        batch: list[bytes] = []
-        for i in range(stop):
-            if delay > 0 and i:
-                await _flush(writer, batch)
-                await asyncio.sleep(delay)
-            batch.append(lines[i])
-            if len(batch) >= batch_size:
-                await _flush(writer, batch)
-                if delay <= 0:
-                    await asyncio.sleep(0)  # let the other streams have the loop
-        await _flush(writer, batch)
+        started_at = asyncio.get_running_loop().time()
+        await write_lines(writer, lines, stop, script.delay_s, script.coalesce)
         if action == "close":
             await _abort(writer)
             return "closed"
@@ -790,8 +780,8 @@ class OllamaStandIn:
             return "error"
         if script.hang:
             await asyncio.get_running_loop().create_future()  # until the client leaves
-        if delay > 0 and stop:
-            await asyncio.sleep(delay)
+        if script.delay_s > 0 and stop:
+            await _until(started_at + stop * script.delay_s)
         done = self._done_fields(script, payload, model, started)
         done["message"] = {"role": "assistant", "content": ""}
         writer.write(_chunk(_ENCODER.encode(done) + b"\n") + b"0\r\n\r\n")
@@ -961,6 +951,41 @@ class OllamaStandIn:
     def _notify(self) -> None:
         with self._changed:
             self._changed.notify_all()
+
+
+async def write_lines(
+    writer: asyncio.StreamWriter, lines: list[bytes], stop: int, delay: float, coalesce: int
+) -> None:
+    """The first ``stop`` lines: ``coalesce`` a write as fast as possible when ``delay`` is 0,
+    else line ``i`` due ``i * delay`` after the first.
+
+    Paced lines keep to their schedule, not to the pause since the last write: when the
+    stand-in's own loop runs late (hundreds of streams on one core), the next pause is
+    shorter and the lines already due go out in one write, as a model server's buffered
+    tokens would. Pausing ``delay`` after each write instead would add the loop's lateness
+    to every line, and the stand-in's drift to every stream it serves.
+    """
+    if delay <= 0:
+        batch_size = max(coalesce, 1)
+        for start in range(0, stop, batch_size):
+            await _flush(writer, lines[start : min(start + batch_size, stop)])
+            await asyncio.sleep(0)  # let the other streams have the loop
+        return
+    loop = asyncio.get_running_loop()
+    first = loop.time()
+    sent = 0
+    while sent < stop:
+        due = min(stop, int((loop.time() - first) / delay) + 1)
+        await _flush(writer, lines[sent:due])
+        sent = due
+        if sent < stop:
+            await _until(first + sent * delay)
+
+
+async def _until(when: float) -> None:
+    """Sleeps until the loop's clock reads ``when`` (at once if it already does)."""
+    wait = when - asyncio.get_running_loop().time()
+    await asyncio.sleep(wait if wait > 0 else 0)
 
 
 async def _flush(writer: asyncio.StreamWriter, batch: list[bytes]) -> None:

@@ -30,13 +30,14 @@ from tests.support.ollama_standin import (
     OllamaStandIn,
     _abort,
     _chunk,
-    _flush,
     _head,
     _Outcome,
     _Request,
     _split_words,
+    _until,
     _write_json,
     embed_text,
+    write_lines,
 )
 
 __all__ = ["CompletionScript", "OpenAIStandIn", "completion_echo"]
@@ -216,18 +217,8 @@ class OpenAIStandIn(OllamaStandIn):
             stop, action = script.malformed_after, "malformed"
         writer.write(_head(200, _SSE, length=None, keep_alive=keep))
         await writer.drain()
-        delay, batch_size = script.delay_s, max(script.coalesce, 1)
-        batch: list[bytes] = []
-        for i in range(stop):
-            if delay > 0 and i:
-                await _flush(writer, batch)
-                await asyncio.sleep(delay)
-            batch.append(events[i])
-            if len(batch) >= batch_size:
-                await _flush(writer, batch)
-                if delay <= 0:
-                    await asyncio.sleep(0)
-        await _flush(writer, batch)
+        started_at = asyncio.get_running_loop().time()
+        await write_lines(writer, events, stop, script.delay_s, script.coalesce)
         if action == "close":
             await _abort(writer)
             return "closed"
@@ -247,8 +238,8 @@ class OpenAIStandIn(OllamaStandIn):
             return "error"
         if script.hang:
             await asyncio.get_running_loop().create_future()  # until the client leaves
-        if delay > 0 and stop:
-            await asyncio.sleep(delay)
+        if script.delay_s > 0 and stop:
+            await _until(started_at + stop * script.delay_s)
         if not script.finish:
             writer.write(b"0\r\n\r\n")
             await writer.drain()

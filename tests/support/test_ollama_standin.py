@@ -24,6 +24,7 @@ from tests.support.ollama_standin import (
     OllamaStandIn,
     StandInTimeoutError,
     embed_text,
+    write_lines,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -485,3 +486,47 @@ async def test_a_request_that_arrives_during_an_answer_is_answered_after_it(
     assert received.count(b"HTTP/1.1 200 OK") == 2
     assert received.count(b'"done":true') == 2
     assert len(standin.requests) == 2
+
+
+class _Writes:
+    """A writer that notes when each write went out and how many lines it carried."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.writes: list[tuple[float, int]] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append((self.loop.time(), data.count(b"line\n")))
+
+    async def drain(self) -> None:
+        return None
+
+
+@pytest.mark.anyio
+async def test_paced_lines_keep_to_their_schedule_when_the_stand_in_runs_late() -> None:
+    # A stand-in serving hundreds of streams on one core wakes late; pausing a fixed delay
+    # after each write would add that lateness to every line. Here the loop is stalled
+    # 50 ms ten times during a 0.6 s stream: the stream still ends near its schedule, no
+    # line goes out before it is due, and every line goes out once, in order.
+    writer = _Writes()
+    lines, delay = [b"line\n"] * 60, 0.01
+
+    async def stall() -> None:
+        for _ in range(10):
+            await asyncio.sleep(0.02)
+            time.sleep(0.05)
+
+    staller = asyncio.create_task(stall())
+    with anyio.fail_after(10):
+        await write_lines(writer, lines, len(lines), delay, 1)  # type: ignore[arg-type]
+    await staller
+    first, _ = writer.writes[0]
+    assert sum(count for _, count in writer.writes) == len(lines)
+    sent = 0
+    for at, count in writer.writes:
+        assert at >= first + sent * delay - 0.002  # never ahead of the schedule
+        sent += count
+    ideal = (len(lines) - 1) * delay
+    last, _ = writer.writes[-1]
+    assert last - first < ideal + 0.25  # 0.5 s of stalls were not added to the stream
+    assert len(writer.writes) < len(lines)  # lines that fell due together went out together
