@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
+
 import anyio
 import httpx
 import pytest
 
+from core.principal import Person, Principal
+from core.sessions import TurnInput
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
@@ -59,3 +64,44 @@ async def test_a_turn_reports_its_wait_behind_the_conversations_earlier_turn(
     assert 'desc="waiting"' in second.headers["server-timing"]
     assert two["queue"] > one["queue"]
     assert "event: final" in second.text
+
+
+async def test_a_turn_that_waits_for_no_one_is_admitted_before_its_task_runs(
+    server: RunningServer, ollama: OllamaStandIn
+) -> None:
+    # Under load the loop takes milliseconds to give a new task its first step; a turn whose
+    # conversation is free (or one-off) must not hold its headers for that step.
+    ollama.enqueue(*(ChatScript.words("answer", first_delay_s=0.3) for _ in range(4)))
+    person = Person(key="static:alice")
+    principal = Principal(id="alice", provider="static")
+
+    def turn_input(conversation: str | None) -> TurnInput:
+        return TurnInput(
+            principal=principal,
+            person=person,
+            conversation_id=conversation,
+            text="hi",
+            language="en",
+            time_zone="UTC",
+            received_at=datetime.now(UTC),
+        )
+
+    async def open_turns() -> tuple[bool, bool, bool, bool]:
+        manager = server.services.manager
+        one_off = manager.open_turn(turn_input(None))
+        free = manager.open_turn(turn_input("c-free"))
+        at_once = (one_off.admitted.is_set(), free.admitted.is_set())
+        while not free.admitted.is_set() or free.task is None:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the first turn now holds c-free, waiting for its model
+        behind = manager.open_turn(turn_input("c-free"))
+        waits = behind.admitted.is_set()
+        for turn in (one_off, free, behind):
+            while (await turn.events.take())[-1] is not None:
+                pass
+        return (*at_once, waits, behind.admitted.is_set())
+
+    one_off, free, behind_at_once, behind_in_the_end = server.call(open_turns(), timeout=30)
+    assert one_off and free
+    assert not behind_at_once  # it waits for the first turn on its conversation
+    assert behind_in_the_end
