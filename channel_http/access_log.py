@@ -30,6 +30,31 @@ UNMATCHED: Final = "unmatched"
 _TIMING: Final = "timing"
 
 
+_SINK: Final = "body_sink"
+
+
+class BodySink:
+    """The send beneath the inner layers, for a streamed body's frames, and what went through it.
+
+    Every layer between the request log and the route (CORS, Litestar's exception handler)
+    acts on a response's start only; a stream sends its frames here, past their wrappers,
+    and counts their bytes itself for the log line. Its start and its end still cross every
+    layer.
+    """
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.sent = 0
+
+
+def body_sink(scope: Scope | Any) -> BodySink | None:
+    """The request log's :class:`BodySink`, or ``None`` where no request log runs."""
+    state = scope.get("state")
+    return None if state is None else state.get(_SINK)
+
+
 def mark(scope: Scope | Any, name: str, seconds: float, description: str = "") -> None:
     """Record one step of the request for its ``Server-Timing`` header."""
     state: dict[str, Any] = scope.setdefault("state", {})
@@ -60,6 +85,7 @@ class RequestLog:
         state: dict[str, Any] = scope.setdefault("state", {})  # type: ignore[typeddict-item]
         status = 0
         sent = 0
+        sink = state[_SINK] = BodySink(send)
 
         async def send_logged(message: Message) -> None:
             nonlocal status, sent
@@ -77,7 +103,7 @@ class RequestLog:
         try:
             await self.app(scope, receive, send_logged)
         finally:
-            self._record(scope, state, status, sent, time.perf_counter() - started)
+            self._record(scope, state, status, sent + sink.sent, time.perf_counter() - started)
 
     def _record(
         self, scope: Scope, state: dict[str, Any], status: int, sent: int, seconds: float

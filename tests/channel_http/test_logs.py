@@ -102,7 +102,8 @@ def test_json_request_lines_carry_the_request_and_never_a_secret(
         assert "event: final" in post_turn(url, code, BOB)  # the link code as turn text
         secrets.append("k9m2-x7q4")
         assert "event: final" in post_turn(url, "k9m2-x7q4", ALICE)  # a confirmation token
-        assert "event: final" in post_turn(url, "Hello there", ALICE)
+        answer = post_turn(url, "Hello there", ALICE)
+        assert "event: final" in answer
         bad = {"authorization": "Bearer wrong-token-secret"}
         assert httpx.get(url + "/me", headers=bad, timeout=10).status_code == 401
     text = output.read_text()
@@ -120,6 +121,9 @@ def test_json_request_lines_carry_the_request_and_never_a_secret(
     assert [t["outcome"] for t in turns] == ["final", "final", "final"]
     assert [t["person"] for t in turns] == ["static:bob", "static:alice", "static:alice"]
     assert all(t["bytes"] > 0 and t["durationMs"] >= 0 and t["method"] == "POST" for t in turns)
+    # The stream's frames skip the inner layers' wrappers and count themselves: the line
+    # says every byte of the body the client read.
+    assert turns[-1]["bytes"] == len(answer.encode())
     assert by_route["/me"][0]["status"] == 401 and "person" not in by_route["/me"][0]
     assert by_route["/link"][0]["person"] == "static:alice"
 
