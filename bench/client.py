@@ -19,6 +19,9 @@ class Reply:
     sent: float
     first_byte: float
     ended: float
+    #: ``app`` of the ``Server-Timing`` header: the server's own time from the request to
+    #: its first byte, in ms (``None`` when the server sent none).
+    server_ms: float | None = None
 
 
 class _Protocol(asyncio.Protocol):
@@ -36,6 +39,7 @@ class _Protocol(asyncio.Protocol):
         self.body = bytearray()
         self.sent = 0.0
         self.first_byte = 0.0
+        self.server_ms: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -54,6 +58,7 @@ class _Protocol(asyncio.Protocol):
             head = bytes(buf[:end]).decode("latin-1").lower()
             del buf[: end + 4]
             self.status = int(head.split(" ", 2)[1])
+            self.server_ms = _server_app_ms(head)
             self.head_done = True
             if "transfer-encoding: chunked" in head:
                 self.chunked = True
@@ -110,7 +115,12 @@ class _Protocol(asyncio.Protocol):
 
     def _finish(self) -> None:
         reply = Reply(
-            self.status, bytes(self.body), self.sent, self.first_byte, time.perf_counter()
+            self.status,
+            bytes(self.body),
+            self.sent,
+            self.first_byte,
+            time.perf_counter(),
+            self.server_ms,
         )
         if not reply.first_byte:
             reply.first_byte = reply.ended
@@ -119,6 +129,19 @@ class _Protocol(asyncio.Protocol):
         self._reset()
         if waiter is not None and not waiter.done():
             waiter.set_result(reply)
+
+
+def _server_app_ms(head: str) -> float | None:
+    """``app;dur=…`` of a (lower-cased) head's ``server-timing`` line."""
+    start = head.find("\r\nserver-timing:")
+    if start < 0:
+        return None
+    line = head[start + 2 : head.find("\r\n", start + 2) % (len(head) + 1)]
+    for entry in line.split(":", 1)[1].split(","):
+        name, _, rest = entry.strip().partition(";dur=")
+        if name == "app":
+            return float(rest.split(";", 1)[0])
+    return None
 
 
 class Connection:
