@@ -44,7 +44,7 @@ from typing import Final
 import msgspec
 
 from core.model import ChatMessage
-from core.state import Database, Migration, Notice, Schema
+from core.state import Database, Migration, Notice, Schema, Transaction
 from core.transcript import ShownMessage, write_shown
 
 __all__ = ["SCHEMA", "ConversationOrder", "HeldTurn", "OrderError"]
@@ -148,11 +148,18 @@ class HeldTurn:
         await self._order.keep(self)
 
 
+_FENCE: Final = (
+    "SELECT 1 FROM conversation_queue WHERE session_key = ? AND ticket = ? AND holder = ?"
+)
+_FENCE_LOCKED: Final = _FENCE + " FOR SHARE"
+
+
 class ConversationOrder:
     """Per-conversation turn order across instances, on the shared state store."""
 
     def __init__(self, db: Database, *, lease_s: float, holder: str | None = None) -> None:
         self._db = db
+        self._fence_sql = _FENCE_LOCKED if db.dialect == "postgresql" else _FENCE
         self.lease_s = lease_s
         self.holder = holder or uuid.uuid4().hex
         self._wakers: dict[str, asyncio.Event] = {}
@@ -220,13 +227,7 @@ class ConversationOrder:
         shown: Sequence[ShownMessage] = (),
     ) -> int:
         async with self._db.transaction() as tx:
-            still_held = await tx.fetch_one(
-                "SELECT 1 FROM conversation_queue "
-                "WHERE session_key = ? AND ticket = ? AND holder = ?",
-                (held.key, held.ticket, self.holder),
-            )
-            if still_held is None:
-                raise OrderError(_lost(held.key))
+            await self._fence(tx, held)
             for message in messages:
                 await tx.execute(
                     "INSERT INTO conversation_transcript (session_key, message) VALUES (?, ?)",
@@ -240,6 +241,20 @@ class ConversationOrder:
             )
         assert row is not None  # noqa: S101 - the ticket's row exists since it was taken
         return int(row[0])
+
+    async def _fence(self, tx: Transaction, held: HeldTurn) -> None:
+        """OrderError unless ``held``'s claim is still there; on PostgreSQL it stays locked
+        until ``tx`` ends.
+
+        Another instance takes a lapsed claim over by deleting it. A plain read would let
+        that delete, and the next turn's read of the version, fall between this check and
+        the commit: the next turn would start without the messages written here. ``FOR
+        SHARE`` makes the delete wait for the commit. (SQLite's writes are one at a time:
+        the transaction already holds the file's write lock.)
+        """
+        still_held = await tx.fetch_one(self._fence_sql, (held.key, held.ticket, self.holder))
+        if still_held is None:
+            raise OrderError(_lost(held.key))
 
     async def keep(self, held: HeldTurn) -> None:
         """Renew ``held``'s claim alone, fenced: OrderError when it is gone already."""

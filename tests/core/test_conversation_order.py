@@ -270,3 +270,27 @@ async def _enter_and_leave(order: ConversationOrder, key: str) -> None:
 
 def _held(order: ConversationOrder, key: str, *, ticket: int) -> HeldTurn:
     return HeldTurn(key, ticket, 0, order)
+
+
+async def test_a_lapsed_claim_is_not_taken_over_between_a_writes_fence_and_its_commit(
+    instances: Instances,
+) -> None:
+    # Taking over a lapsed claim deletes it; the next turn then reads the version. Were
+    # the write's fence a plain read, the delete could land between the fence and the
+    # commit, and the next turn would start without what was being written.
+    a = await instances.open()
+    await instances.open()  # the other instance, on connections of its own
+    async with a.hold("alice:c1") as mine:
+        async with instances.dbs[0].transaction() as tx:
+            await a._fence(tx, mine)
+            taking_over = asyncio.create_task(
+                instances.dbs[1].execute(
+                    "DELETE FROM conversation_queue WHERE session_key = ? AND ticket = ?",
+                    ("alice:c1", mine.ticket),
+                )
+            )
+            await asyncio.sleep(0.5)
+            assert not taking_over.done()  # it waits for the write's commit
+        assert await asyncio.wait_for(taking_over, 10) == 1
+        with pytest.raises(OrderError):
+            await mine.append([ChatMessage(role="assistant", content="too late")])
