@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
 from core.config import ConfigurationError
-from core.state import Migration, Schema
+from core.state import Migration, Schema, Statements
 from core.tools import LoginRequired, ToolError
 
 # authlib 1.9 warns once, at import, that it runs on httpx rather than httpx2; httpx is the
@@ -369,45 +369,63 @@ class Logins:
         when the person has no tokens, no refresh token, or the service refuses the refresh.
         """
         login = self.declared(service)
-        # One refresh at a time per person and service, across every instance: a rotating
-        # refresh token used twice would revoke the whole grant.
-        async with self._database().lock(f"service-login:{person_key}:{service}"):
+        if stale is None:
             tokens = await self._load(person_key, service)
-            if tokens is None:
-                raise LoginRequired(service, await self.begin(person_key, service, language))
-            if stale is None and not tokens.is_expired(self._clock()):
-                return tokens.access_token
-            if stale is not None and tokens.access_token != stale:
-                return tokens.access_token  # another call refreshed it already
-            if tokens.refresh_token is None:
-                await self.forget(person_key, service)
-                raise LoginRequired(service, await self.begin(person_key, service, language))
-            try:
-                async with self._oauth_client(login) as client:
-                    token = await client.refresh_token(
-                        login.token_url, refresh_token=tokens.refresh_token
-                    )
-                renewed = self._tokens_from(token, previous=tokens)
-            except asyncio.CancelledError:
-                raise
-            except OAuthError as error:
-                log.info("%s's %s refresh was refused: %s", person_key, service, error.error)
-                await self.forget(person_key, service)
-                raise LoginRequired(
-                    service, await self.begin(person_key, service, language)
-                ) from None
-            except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
-                log.warning("The %s token endpoint failed a refresh: %r", service, type(error))
-                raise LoginServiceUnreachable(service) from None
-            await self._store(person_key, service, renewed)
-            return renewed.access_token
+            if tokens is not None and not tokens.is_expired(self._clock()):
+                return tokens.access_token  # the common case takes no lock
+        # One refresh at a time per person and service, across every instance: a rotating
+        # refresh token used twice would revoke the whole grant. Inside the lock every
+        # statement runs on the lock's own connection: borrowing a second one from the pool
+        # while holding the first would let a pool's worth of refreshes wait on each other.
+        async with self._database().lock(f"service-login:{person_key}:{service}") as held:
+            token = await self._refresh(held, person_key, service, login, stale)
+        if token is None:
+            raise LoginRequired(service, await self.begin(person_key, service, language))
+        return token
+
+    async def _refresh(
+        self,
+        db: Statements,
+        person_key: str,
+        service: str,
+        login: ServiceLogin,
+        stale: str | None,
+    ) -> str | None:
+        """The access token, refreshed if need be; ``None`` when the person must log in."""
+        tokens = await self._load(person_key, service, db)
+        if tokens is None:
+            return None
+        if stale is None and not tokens.is_expired(self._clock()):
+            return tokens.access_token  # refreshed by another call while this one waited
+        if stale is not None and tokens.access_token != stale:
+            return tokens.access_token  # another call refreshed it already
+        if tokens.refresh_token is None:
+            await self.forget(person_key, service, db)
+            return None
+        try:
+            async with self._oauth_client(login) as client:
+                token = await client.refresh_token(
+                    login.token_url, refresh_token=tokens.refresh_token
+                )
+            renewed = self._tokens_from(token, previous=tokens)
+        except asyncio.CancelledError:
+            raise
+        except OAuthError as error:
+            log.info("%s's %s refresh was refused: %s", person_key, service, error.error)
+            await self.forget(person_key, service, db)
+            return None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            log.warning("The %s token endpoint failed a refresh: %r", service, type(error))
+            raise LoginServiceUnreachable(service) from None
+        await self._store(person_key, service, renewed, db)
+        return renewed.access_token
 
     async def is_logged_in(self, person_key: str, service: str) -> bool:
         return await self._load(person_key, service) is not None
 
-    async def forget(self, person_key: str, service: str) -> None:
+    async def forget(self, person_key: str, service: str, db: Statements | None = None) -> None:
         """Drop the person's tokens for ``service`` (a logout, or tokens that stopped working)."""
-        await self._database().execute(
+        await (db or self._database()).execute(
             "DELETE FROM service_tokens WHERE person_key = ? AND service = ?",
             (person_key, service),
         )
@@ -464,17 +482,21 @@ class Logins:
             raise RuntimeError("Logins.open(db) hasn't been called; open the logins first.")
         return self._db
 
-    async def _store(self, person_key: str, service: str, tokens: _Tokens) -> None:
+    async def _store(
+        self, person_key: str, service: str, tokens: _Tokens, db: Statements | None = None
+    ) -> None:
         sealed = self._seal(person_key, service, _TOKENS_ENCODER.encode(tokens))
-        await self._database().execute(
+        await (db or self._database()).execute(
             "INSERT INTO service_tokens (person_key, service, sealed, updated_at) "
             "VALUES (?, ?, ?, ?) ON CONFLICT (person_key, service) DO UPDATE SET "
             "sealed = excluded.sealed, updated_at = excluded.updated_at",
             (person_key, service, sealed, self._clock().isoformat()),
         )
 
-    async def _load(self, person_key: str, service: str) -> _Tokens | None:
-        row = await self._database().fetch_one(
+    async def _load(
+        self, person_key: str, service: str, db: Statements | None = None
+    ) -> _Tokens | None:
+        row = await (db or self._database()).fetch_one(
             "SELECT sealed FROM service_tokens WHERE person_key = ? AND service = ?",
             (person_key, service),
         )
@@ -491,7 +513,7 @@ class Logins:
                 person_key,
                 service,
             )
-            await self.forget(person_key, service)
+            await self.forget(person_key, service, db)
             return None
 
     def _seal(self, person_key: str, service: str, plain: bytes) -> bytes:

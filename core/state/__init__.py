@@ -10,6 +10,7 @@ from core.state.port import (
     Notice,
     Row,
     StateError,
+    Statements,
     Subscription,
     Transaction,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "Row",
     "Schema",
     "StateError",
+    "Statements",
     "Subscription",
     "Transaction",
     "connect",

@@ -71,14 +71,18 @@ class Row(Protocol):
     def keys(self) -> list[str]: ...
 
 
-class Transaction(Protocol):
-    """Statements that commit together, or not at all, inside :meth:`Database.transaction`."""
+class Statements(Protocol):
+    """Where statements run: a whole store, a transaction, or a lock's own connection."""
 
     async def execute(self, sql: str, parameters: Sequence[Any] = ()) -> int: ...
 
     async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]: ...
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None: ...
+
+
+class Transaction(Statements, Protocol):
+    """Statements that commit together, or not at all, inside :meth:`Database.transaction`."""
 
     async def notify(self, channel: str, payload: str) -> None:
         """Announce ``payload`` on ``channel`` when, and only if, the transaction commits."""
@@ -132,11 +136,14 @@ class Database(Protocol):
         """
         ...
 
-    def lock(self, key: str) -> AbstractAsyncContextManager[None]:
+    def lock(self, key: str) -> AbstractAsyncContextManager[Statements]:
         """Hold ``key`` while the block runs: no other holder of it, on any instance, runs.
 
         For work that must not overlap but isn't one transaction (it waits on the network
-        between statements). On PostgreSQL it keeps one pooled connection for the duration.
+        between statements). On PostgreSQL it keeps one pooled connection for the duration;
+        run the block's statements on what it yields (that connection, each statement
+        committed by itself), not on the store, which would borrow a second connection
+        while the first is held.
         """
         ...
 

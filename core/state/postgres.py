@@ -33,6 +33,7 @@ from core.state.port import (
     DuplicateRow,
     Notice,
     Row,
+    Statements,
     Transaction,
 )
 from core.state.schema import Schema
@@ -281,11 +282,12 @@ class PostgresDatabase:
                 yield _PostgresTransaction(connection)
 
     @contextlib.asynccontextmanager
-    async def lock(self, key: str) -> AsyncIterator[None]:
+    async def lock(self, key: str) -> AsyncIterator[Statements]:
         async with self._errors(), self._pool.connection() as connection:
             await connection.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
             try:
-                yield
+                # The pool's connections commit each statement (autocommit).
+                yield _PostgresTransaction(connection)
             finally:
                 try:
                     await asyncio.shield(

@@ -29,6 +29,7 @@ from core.state.port import (
     DuplicateRow,
     Notice,
     Row,
+    Statements,
     Transaction,
 )
 from core.state.schema import Schema
@@ -119,13 +120,14 @@ class SqliteDatabase:
             await self.notify(channel, payload)
 
     @contextlib.asynccontextmanager
-    async def lock(self, key: str) -> AsyncIterator[None]:
-        # One process per file: an asyncio lock per key is the whole story.
+    async def lock(self, key: str) -> AsyncIterator[Statements]:
+        # One process per file: an asyncio lock per key is the whole story, and the
+        # statements run on the file's one connection as any others do.
         held = self._held.get(key)
         if held is None:
             held = self._held[key] = asyncio.Lock()
         async with held:
-            yield
+            yield self
 
     async def notify(self, channel: str, payload: str) -> None:
         for callback in list(self._subscribers.get(channel, ())):

@@ -380,6 +380,30 @@ async def test_a_token_endpoint_that_is_down_keeps_the_tokens_for_later(
     assert await logins.access_token("alice", "tracker") == "at-alice-2"
 
 
+async def test_more_refreshes_at_once_than_the_pool_has_connections_all_complete(
+    state: StateBackend, token_server: TokenServer, clock: ManualClock
+) -> None:
+    # Each refresh holds its lock's connection; were its reads and writes to borrow another
+    # from the pool, two refreshes on a pool of two would wait on each other for good.
+    logins = Logins(secret_key=SECRET, redirect_uri=REDIRECT, clock=clock)
+    logins.declare(declaration(token_server))
+    await logins.open(await state.open(pool_size=2))
+    people = ["alice", "bob", "carol", "dave", "erin"]
+    for person in people:
+        await logged_in(logins, token_server, person, person)
+    first = [await logins.access_token(p, "tracker") for p in people]
+    clock.advance(timedelta(hours=1))
+    async with asyncio.timeout(20):
+        tokens = await asyncio.gather(*(logins.access_token(p, "tracker") for p in people))
+    for person, old, new in zip(people, first, tokens, strict=True):
+        assert new.startswith(f"at-{person}-") and new != old
+    grants = [r["grant_type"] for r in token_server.requests]
+    assert grants.count("refresh_token") == len(people)  # one refresh each
+    # An unexpired token comes back without a refresh (and without the lock).
+    assert await logins.access_token("alice", "tracker") == tokens[0]
+    assert len(token_server.requests) == len(grants)
+
+
 async def test_a_confidential_client_authenticates_with_its_secret(
     db: Database, token_server: TokenServer, clock: ManualClock
 ) -> None:
