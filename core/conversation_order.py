@@ -44,7 +44,7 @@ from typing import Final
 import msgspec
 
 from core.model import ChatMessage
-from core.state import Database, Migration, Notice, Schema, Transaction
+from core.state import Database, Migration, Notice, Schema, Statements, Transaction
 from core.transcript import ShownMessage, write_shown
 
 __all__ = ["SCHEMA", "ConversationOrder", "HeldTurn", "OrderError"]
@@ -267,11 +267,11 @@ class ConversationOrder:
             held.lost = True
             raise OrderError(_lost(held.key))
 
-    async def renew(self) -> None:
+    async def renew(self, statements: Statements | None = None) -> None:
         """Renew every claim of this instance at once; stop the running turns whose claim is
         gone (a stall longer than the lease let it lapse, and the queue moved on)."""
         running = dict(self._held)
-        rows = await self._db.fetch_all(
+        rows = await (statements or self._db).fetch_all(
             "UPDATE conversation_queue SET expires_at = ? WHERE holder = ? "
             "RETURNING session_key, ticket",
             (self._expiry(), self.holder),
@@ -377,12 +377,19 @@ class ConversationOrder:
         return _now_us() + int(self.lease_s * 1_000_000)
 
     async def _renew_forever(self) -> None:
+        """Renew on a connection of its own: a pool kept busy longer than the lease (a
+        burst of turns, slow statements) must not let this instance's claims lapse."""
         while True:
-            await asyncio.sleep(self.lease_s / 3)
             try:
-                await self.renew()
+                async with self._db.own_connection() as own:
+                    while True:
+                        await asyncio.sleep(self.lease_s / 3)
+                        await self.renew(own)
+            except asyncio.CancelledError:
+                raise
             except Exception:
                 log.exception("could not renew this instance's conversation claims")
+                await asyncio.sleep(self.lease_s / 3)  # then connect again
 
 
 def _lost(key: str) -> str:

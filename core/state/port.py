@@ -136,6 +136,14 @@ class Database(Protocol):
         """
         ...
 
+    def own_connection(self) -> AbstractAsyncContextManager[Statements]:
+        """Statements on a connection of their own, outside the pool, while the block runs.
+
+        For the little work that must not queue behind a busy pool (renewing claims before
+        they lapse). Each statement commits by itself. SQLite has one connection: the store.
+        """
+        ...
+
     def lock(self, key: str) -> AbstractAsyncContextManager[Statements]:
         """Hold ``key`` while the block runs: no other holder of it, on any instance, runs.
 

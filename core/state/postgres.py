@@ -282,6 +282,20 @@ class PostgresDatabase:
                 yield _PostgresTransaction(connection)
 
     @contextlib.asynccontextmanager
+    async def own_connection(self) -> AsyncIterator[Statements]:
+        async with self._errors():
+            connection = await psycopg.AsyncConnection.connect(
+                self._url,
+                autocommit=True,
+                row_factory=_records,
+                connect_timeout=int(_CONNECT_TIMEOUT_S),
+            )
+            try:
+                yield _PostgresTransaction(connection)
+            finally:
+                await connection.close()
+
+    @contextlib.asynccontextmanager
     async def lock(self, key: str) -> AsyncIterator[Statements]:
         async with self._errors(), self._pool.connection() as connection:
             await connection.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))

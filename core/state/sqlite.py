@@ -120,6 +120,10 @@ class SqliteDatabase:
             await self.notify(channel, payload)
 
     @contextlib.asynccontextmanager
+    async def own_connection(self) -> AsyncIterator[Statements]:
+        yield self  # one connection per file: there is no pool to queue behind
+
+    @contextlib.asynccontextmanager
     async def lock(self, key: str) -> AsyncIterator[Statements]:
         # One process per file: an asyncio lock per key is the whole story, and the
         # statements run on the file's one connection as any others do.

@@ -294,3 +294,27 @@ async def test_a_lapsed_claim_is_not_taken_over_between_a_writes_fence_and_its_c
         assert await asyncio.wait_for(taking_over, 10) == 1
         with pytest.raises(OrderError):
             await mine.append([ChatMessage(role="assistant", content="too late")])
+
+
+async def test_claims_are_renewed_while_the_pool_is_busy_longer_than_the_lease(
+    instances: Instances,
+) -> None:
+    # The renewal has a connection of its own: a pool held by other work for twice the
+    # lease must not let a running turn's claim lapse and another instance take its place.
+    lease = 1.5
+    a = await instances.open(lease_s=lease, pool_size=1)
+    b = await instances.open(lease_s=lease)
+    async with a.hold("alice:c1") as mine:
+        overtaken = asyncio.Event()
+
+        async def other_instance() -> None:
+            async with b.hold("alice:c1"):
+                overtaken.set()
+
+        waiting = asyncio.create_task(other_instance())
+        async with instances.dbs[0].lock("the pool's only connection"):
+            await asyncio.sleep(lease * 2)
+        assert not overtaken.is_set()
+        await mine.keep()  # still held
+    await asyncio.wait_for(waiting, 10)  # and the other instance's turn runs after it
+    assert overtaken.is_set()
