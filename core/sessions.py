@@ -200,6 +200,9 @@ class EngineLimits:
     capture_threshold: int = 6
 
 
+#: How many text pieces of a streaming answer are kept apart before they are joined.
+_JOIN_PARTS: Final = 64
+
 PERSONA: Final = (
     "You are Mercury, a helpful assistant for a team. Answer in plain text, briefly and "
     "precisely. Use the tools you are given when they help; never invent their results. "
@@ -667,6 +670,10 @@ class SessionManager:
                             push(events.Text(chunk=message.content))
                         if message.tool_calls:
                             calls.extend(message.tool_calls)
+                    if len(parts) >= _JOIN_PARTS:
+                        # A token is a string of its own (~50 bytes for 4 characters):
+                        # joined now and then, a long answer keeps its size, not 13 times it.
+                        parts[:] = ["".join(parts)]
                     if emit.is_full():
                         await emit.room()
             except ModelError:

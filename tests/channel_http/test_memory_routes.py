@@ -490,6 +490,24 @@ async def test_concurrent_turns_on_one_conversation_archive_each_exchange_as_a_p
     assert exchanges(history[:-1]) == ran
 
 
+async def test_a_long_answer_is_streamed_answered_archived_and_remembered_whole(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    # The answer's pieces are joined as they pile up (core/sessions.py _JOIN_PARTS): across
+    # many model reads, nothing is lost, doubled or reordered.
+    server = make_server({"memory": store_factory()})
+    words = [f"w{i} " for i in range(1000)]
+    expected = "".join(words)
+    ollama.enqueue(ChatScript(content=words, coalesce=7), ChatScript.words("ok"))
+    got = await post_turn(server, {"text": "a long one", "conversationId": "long1"}, ALICE)
+    assert got.text == expected and got.final == {"text": expected}
+    archived = await eventually(lambda: len(said := messages(server, "long1")) == 2 and said)
+    assert archived[1]["content"] == expected
+    await post_turn(server, {"text": "and then", "conversationId": "long1"}, ALICE)
+    sent = [m["content"] for m in ollama.requests[-1]["messages"] if m["role"] == "assistant"]
+    assert sent == [expected]
+
+
 async def test_a_turn_left_mid_answer_keeps_its_pair_with_the_answer_marked_interrupted(
     make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
 ) -> None:
