@@ -13,8 +13,15 @@ queries near a stored point (``recall_near``: a stored vector moved to a cosine 
 a question resembles a message it was about). Prints a markdown table and writes
 ``bench/results/recall.json``.
 
+Two data sets, each measured on its own store (``--data``): ``random``, vectors uniform on the
+sphere (no structure at all: the worst case for any index), and ``clustered``, vectors around
+300 topic centroids (each a centroid plus Gaussian noise of the same norm, so a point's cosine
+to its topic is ~0.71 and two points of one topic ~0.5, of two topics ~0), closer to what
+an embedding model gives a person's messages. On ``clustered`` the "random" queries are new
+points drawn the same way (a new message on one of the topics), not uniform vectors.
+
     python bench/recall.py --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
-                           [--merge-above 0]
+                           [--merge-above 0] [--data random,clustered]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
 but needs ~6 GB of disk for the shard (twice that with ``--merge-above``, whose child then
@@ -43,17 +50,30 @@ from typing import Any
 import numpy as np
 
 from core.edge import EdgeStore
-from core.memory import MemoryPoint, PointStoreBase
+from core.memory import MemoryPoint
 from core.qdrant import QdrantStore
 
 RESULTS = Path(__file__).parent / "results" / "recall.json"
 T0 = 1_767_225_600.0
 SESSION_LEN = 100
 BATCH = 1000
+TOPICS = 300
+DATA_SETS = ("random", "clustered")
 
 
-def _vectors(rng: np.random.Generator, n: int, dim: int) -> list[list[float]]:
+def _centroids(dim: int) -> np.ndarray:
+    """The clustered data set's topics: the same for every size and run."""
+    block = np.random.default_rng(0).standard_normal((TOPICS, dim), dtype=np.float32)
+    block /= np.linalg.norm(block, axis=1, keepdims=True)
+    return block
+
+
+def _vectors(rng: np.random.Generator, n: int, dim: int, data: str = "random") -> list[list[float]]:
+    """``n`` unit vectors of the data set: uniform, or a topic centroid plus noise of norm ~1."""
     block = rng.standard_normal((n, dim), dtype=np.float32)
+    if data == "clustered":
+        block /= np.sqrt(dim)
+        block += _centroids(dim)[rng.integers(0, TOPICS, n)]
     block /= np.linalg.norm(block, axis=1, keepdims=True)
     return block.tolist()  # type: ignore[no-any-return]
 
@@ -90,7 +110,7 @@ async def _timed(work: Callable[[], Awaitable[Any]], runs: int) -> dict[str, flo
     }
 
 
-async def _open(adapter: str, root: Path, args: argparse.Namespace) -> PointStoreBase:
+async def _open(adapter: str, root: Path, args: argparse.Namespace) -> EdgeStore | QdrantStore:
     if adapter == "edge":
         return EdgeStore(root / "edge", index_quiet_s=0.5, merge_above=args.merge_above)
     return await QdrantStore.local(path=root / "qdrant")
@@ -114,9 +134,11 @@ async def _quality(store: EdgeStore, queries: list[list[float]]) -> float:
     return round(found / (5 * len(queries)), 3)
 
 
-async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
+async def bench_one(
+    adapter: str, size: int, args: argparse.Namespace, data: str = "random"
+) -> dict[str, Any]:
     rng = np.random.default_rng(size)
-    result: dict[str, Any] = {"adapter": adapter, "points_per_person": size}
+    result: dict[str, Any] = {"adapter": adapter, "data": data, "points_per_person": size}
     with tempfile.TemporaryDirectory(prefix=f"recall-{adapter}-") as tmp:
         store = await _open(adapter, Path(tmp), args)
         try:
@@ -126,7 +148,7 @@ async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[s
             for person, count in (("alice", size), ("bob", max(1, size // 10))):
                 for start in range(0, count, BATCH):
                     n = min(BATCH, count - start)
-                    vectors = await asyncio.to_thread(_vectors, rng, n, args.dim)
+                    vectors = await asyncio.to_thread(_vectors, rng, n, args.dim, data)
                     if person == "alice" and len(stored) < args.queries:
                         stored += vectors[: args.queries - len(stored)]
                     await store.upsert("verbatim", _points(person, start, vectors))
@@ -151,7 +173,7 @@ async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[s
                     await asyncio.sleep(0.2)
                 result["merge_s"] = round(time.perf_counter() - started, 2)
                 result["segments"] = await store.segments("verbatim")
-            queries = _vectors(rng, args.queries, args.dim)
+            queries = _vectors(rng, args.queries, args.dim, data)
             cursor = iter(queries)
             last_session = f"alice:s{(size - 1) // SESSION_LEN}"
             result["search"] = await _timed(
@@ -174,16 +196,16 @@ async def bench_one(adapter: str, size: int, args: argparse.Namespace) -> dict[s
 
 def _table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| adapter | points/person | insert s | index s | merge s | segments "
+        "| adapter | data | points/person | insert s | index s | merge s | segments "
         "| search p50/p95 ms | found of top 5 (random / near) "
         "| conversation p50/p95 ms | recent p50/p95 ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if "skipped" in r:
             lines.append(
-                f"| {r['adapter']} | {r['points_per_person']} | skipped: {r['skipped']} "
-                "| | | | | | | |"
+                f"| {r['adapter']} | {r['data']} | {r['points_per_person']} "
+                f"| skipped: {r['skipped']} | | | | | | | |"
             )
             continue
 
@@ -191,7 +213,7 @@ def _table(results: list[dict[str, Any]]) -> str:
             return f"{r[name]['p50_ms']} / {r[name]['p95_ms']}"
 
         lines.append(
-            f"| {r['adapter']} | {r['points_per_person']} | {r['insert_s']} "
+            f"| {r['adapter']} | {r['data']} | {r['points_per_person']} | {r['insert_s']} "
             f"| {r.get('index_s', '')} | {r.get('merge_s', '')} | {r.get('segments', '')} "
             f"| {cell('search')} | {r.get('recall_random', '')} / {r.get('recall_near', '')} "
             f"| {cell('conversation')} | {cell('recent_messages')} |"
@@ -215,14 +237,23 @@ async def main() -> None:
         default=0,
         help="Edge merges a shard's segments once there are more than this many (0: never)",
     )
+    parser.add_argument(
+        "--data",
+        default=",".join(DATA_SETS),
+        help="the data sets, each on its own store: random (uniform) and/or clustered (topics)",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    data_sets = [d for d in args.data.split(",") if d]
+    if unknown := set(data_sets) - set(DATA_SETS):
+        parser.error(f"unknown data sets {sorted(unknown)}; choose from {', '.join(DATA_SETS)}")
     results = []
     for size in sizes:
-        for adapter in args.adapters.split(","):
-            result = await bench_one(adapter, size, args)
-            print(json.dumps(result), flush=True)
-            results.append(result)
+        for data in data_sets:
+            for adapter in args.adapters.split(","):
+                result = await bench_one(adapter, size, args, data)
+                print(json.dumps(result), flush=True)
+                results.append(result)
     print()
     print(_table(results))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -233,6 +264,8 @@ async def main() -> None:
         "queries": args.queries,
         "optimized": args.optimize,
         "merge_above": args.merge_above,
+        "data": data_sets,
+        "topics": TOPICS,
         "results": results,
     }
     RESULTS.write_text(json.dumps(document, indent=2) + "\n")
