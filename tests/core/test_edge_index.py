@@ -35,7 +35,7 @@ def _clustered(n: int, seed: int, topics: int = 20) -> np.ndarray:
     one person's messages are: many points about equally near a query of their topic."""
     centroids = _vectors(topics, 99)
     rng = np.random.default_rng(seed)
-    block = centroids[rng.integers(0, topics, n)]
+    block: np.ndarray = centroids[rng.integers(0, topics, n)]
     block = block + rng.standard_normal((n, DIM)).astype(np.float32) / np.sqrt(DIM)
     block /= np.linalg.norm(block, axis=1, keepdims=True)
     return block
