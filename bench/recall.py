@@ -21,7 +21,7 @@ an embedding model gives a person's messages. On ``clustered`` the "random" quer
 points drawn the same way (a new message on one of the topics), not uniform vectors.
 
     python bench/recall.py --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
-                           [--merge-above 0] [--data random,clustered]
+                           [--merge-above 0] [--data random,clustered] [--search-ef 32]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
 but needs ~6 GB of disk for the shard (twice that with ``--merge-above``, whose child then
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from core.edge import EdgeStore
+from core.edge import SEARCH_EF, EdgeStore
 from core.memory import MemoryPoint
 from core.qdrant import QdrantStore
 
@@ -112,7 +112,12 @@ async def _timed(work: Callable[[], Awaitable[Any]], runs: int) -> dict[str, flo
 
 async def _open(adapter: str, root: Path, args: argparse.Namespace) -> EdgeStore | QdrantStore:
     if adapter == "edge":
-        return EdgeStore(root / "edge", index_quiet_s=0.5, merge_above=args.merge_above)
+        return EdgeStore(
+            root / "edge",
+            index_quiet_s=0.5,
+            merge_above=args.merge_above,
+            search_ef=args.search_ef,
+        )
     return await QdrantStore.local(path=root / "qdrant")
 
 
@@ -238,6 +243,12 @@ async def main() -> None:
         help="Edge merges a shard's segments once there are more than this many (0: never)",
     )
     parser.add_argument(
+        "--search-ef",
+        type=int,
+        default=SEARCH_EF,
+        help=f"candidates an Edge search visits per segment (default {SEARCH_EF}, the store's)",
+    )
+    parser.add_argument(
         "--data",
         default=",".join(DATA_SETS),
         help="the data sets, each on its own store: random (uniform) and/or clustered (topics)",
@@ -264,6 +275,7 @@ async def main() -> None:
         "queries": args.queries,
         "optimized": args.optimize,
         "merge_above": args.merge_above,
+        "search_ef": args.search_ef,
         "data": data_sets,
         "topics": TOPICS,
         "results": results,

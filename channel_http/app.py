@@ -515,6 +515,7 @@ def build_memory(settings: Settings) -> MemoryStore | None:
             settings.data_dir / "qdrant-edge",
             names,
             merge_above=settings.memory.edge_merge_above,
+            search_ef=settings.memory.edge_search_ef,
         )
     if settings.memory.store == "qdrant":
         if settings.memory.qdrant_url is None:  # the settings refuse this already

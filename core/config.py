@@ -268,6 +268,7 @@ class MemorySettings(_Group, frozen=True, kw_only=True):
     collections: MemoryCollections
     archive_queue_size: int
     edge_merge_above: int
+    edge_search_ef: int
     archive_linger_ms: int
 
 
@@ -561,6 +562,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("memory.edge_merge_above", "MERCURY_EDGE_MERGE_ABOVE", _Int(0, 1000), 0,
             "Segments a Qdrant Edge shard may have before a child process merges them into "
             "one; 0 never merges."),
+    Setting("memory.edge_search_ef", "MERCURY_EDGE_SEARCH_EF", _Int(4, 1024), 32,
+            "Candidates a Qdrant Edge search visits per segment of its index (HNSW ef): fewer "
+            "answer faster and find fewer of the true nearest."),
     Setting("memory.archive_linger_ms", "MERCURY_ARCHIVE_LINGER_MS", _Int(0, 10_000), 100,
             "Milliseconds the archive waits for more messages so one write serves several turns."),
     Setting("session.idle_timeout_ms", "SESSION_IDLE_TIMEOUT_MS", _Int(1000), 1_800_000,

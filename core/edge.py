@@ -93,17 +93,23 @@ _OPTIMIZERS: Final = qe.EdgeOptimizersConfig(indexing_threshold=1000, max_segmen
 _MERGED: Final = qe.EdgeOptimizersConfig(
     indexing_threshold=1000, max_segment_size=2_000_000_000, default_segment_number=1
 )
-#: A search visits 32 candidates per segment (HNSW ``ef``): at 100,000 points per person in
-#: eleven segments, 2.1 ms against 2.9 ms with the default, for the five hits recall asks for.
-#: The graph is walked on the int8 vectors; each segment's best ``limit * 2`` are then
-#: rescored on the original vectors, so the segments' hits are ranked against each other by
-#: their true cosine (without ``rescore`` Edge returns the int8 estimates, and on clustered
-#: vectors 5-7% of the true top 5 lost to a point whose estimate was a little high). On random
-#: vectors it finds 42% of the exact top 5 in eleven segments (60% with the default ef), on
-#: clustered ones all of them; figures in benchmarks.md.
-_SEARCH: Final = qe.SearchParams(
-    hnsw_ef=32, quantization=qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
-)
+#: A search visits 32 candidates per segment (HNSW ``ef``, ``MERCURY_EDGE_SEARCH_EF``): at
+#: 100,000 points per person in eleven segments, 2.1 ms against 2.9 ms with the default, for
+#: the five hits recall asks for. The graph is walked on the int8 vectors; each segment's best
+#: ``limit * 2`` are then rescored on the original vectors, so the segments' hits are ranked
+#: against each other by their true cosine (without ``rescore`` Edge returned the int8
+#: estimates, and on clustered vectors 5-7% of the true top 5 lost to a point whose estimate
+#: was a little high). On random vectors it finds 42% of the exact top 5 in eleven segments
+#: (60% with ef 64), on clustered ones all of them; figures in benchmarks.md.
+SEARCH_EF: Final = 32
+_RESCORED: Final = qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
+
+
+def search_params(ef: int = SEARCH_EF) -> qe.SearchParams:
+    """What an indexed search asks of the engine: ``ef`` candidates per segment, rescored."""
+    return qe.SearchParams(hnsw_ef=ef, quantization=_RESCORED)
+
+
 #: A full scan of the person's original vectors: ``exact`` makes the engine ignore the
 #: quantized copies (and any graph), so this is the yardstick of the search's quality.
 _EXACT: Final = qe.SearchParams(exact=True)
@@ -512,8 +518,10 @@ class EdgeStore(PointStoreBase):
         index_quiet_s: float = 5.0,
         index_force_after: int = 50_000,
         merge_above: int = 0,
+        search_ef: int = SEARCH_EF,
     ) -> None:
         super().__init__(names or CollectionNames())
+        self._search = search_params(search_ef)
         self.root = root
         self._shards = {c: _Shard(root / self.names.of(c), self.names.of(c)) for c in COLLECTIONS}
         self._closed = False
@@ -738,13 +746,13 @@ class EdgeStore(PointStoreBase):
         scope: Scope,
         vector: Sequence[float],
         limit: int,
-        params: qe.SearchParams = _SEARCH,
+        params: qe.SearchParams | None = None,
     ) -> list[ScoredRecord]:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(vector), using=VECTOR_NAME),
             filter=_scope_filter(scope),
-            params=params,
+            params=params or self._search,
             with_payload=True,
             with_vector=False,
         )

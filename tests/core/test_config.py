@@ -80,6 +80,7 @@ def test_with_no_file_and_no_variables_every_default_applies(tmp_path: Path) -> 
     )
     assert settings.memory.archive_queue_size == 10_000
     assert settings.memory.edge_merge_above == 0
+    assert settings.memory.edge_search_ef == 32
     assert settings.session.idle_timeout_ms == 1_800_000
     assert settings.session.resume_max_chars == 8000
     assert settings.access.unknown == "refuse"
@@ -453,6 +454,7 @@ INT_RANGES = [
     ("MERCURY_RATE_LIMIT_WINDOW_MS", "rate_limit.window_ms", 1000, 3_600_000),
     ("MERCURY_ARCHIVE_QUEUE_SIZE", "memory.archive_queue_size", 1, None),
     ("MERCURY_EDGE_MERGE_ABOVE", "memory.edge_merge_above", 0, 1000),
+    ("MERCURY_EDGE_SEARCH_EF", "memory.edge_search_ef", 4, 1024),
     ("MERCURY_ARCHIVE_LINGER_MS", "memory.archive_linger_ms", 0, 10_000),
     ("SESSION_IDLE_TIMEOUT_MS", "session.idle_timeout_ms", 1000, None),
     ("SESSION_IDLE_CHECK_INTERVAL_MS", "session.idle_check_interval_ms", 100, None),

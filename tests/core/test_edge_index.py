@@ -10,6 +10,8 @@ import anyio
 import numpy as np
 import pytest
 
+from channel_http.app import build_memory
+from core.config import load_settings
 from core.edge import EdgeStore
 from core.memory import MemoryPoint, Scope
 
@@ -155,6 +157,16 @@ async def test_an_indexed_search_ranks_by_the_true_cosine_and_finds_the_exact_to
         assert found >= 0.98 * 5 * len(queries)
     finally:
         await store.close()
+
+
+async def test_the_search_visits_as_many_candidates_as_the_setting_says(tmp_path: Path) -> None:
+    environ = {"MERCURY_DATA_DIR": str(tmp_path), "MERCURY_EDGE_SEARCH_EF": "12"}
+    store = build_memory(load_settings(environ, tmp_path))
+    assert isinstance(store, EdgeStore)
+    assert store._search.hnsw_ef == 12
+    default = build_memory(load_settings({"MERCURY_DATA_DIR": str(tmp_path)}, tmp_path))
+    assert isinstance(default, EdgeStore)
+    assert default._search.hnsw_ef == 32
 
 
 async def test_a_new_fact_or_episode_shows_in_the_next_read_of_a_kept_primer(
