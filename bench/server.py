@@ -35,6 +35,7 @@ from litestar import get
 from litestar.response import Stream
 
 from channel_http import collector, sse
+from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
 from core.config import load_settings
@@ -145,6 +146,13 @@ def main() -> None:
         default="settled",
         help="the collector as serve leaves it (channel_http/collector.py), or CPython's defaults",
     )
+    parser.add_argument(
+        "--accept",
+        choices=["greedy", "uvloop"],
+        default="greedy",
+        help="new connections all at once as serve takes them (channel_http/accept.py), "
+        "or uvloop's one per loop iteration",
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -193,20 +201,29 @@ def main() -> None:
         timeout_graceful_shutdown=2,
         **server_options(settings),
     )
-    _Server(config, settle=args.gc == "settled").run()
+    _Server(config, settle=args.gc == "settled", greedy=args.accept == "greedy").run()
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, settling the collector after start-up as ``mercury-http serve`` does."""
+    """uvicorn, accepting and settling the collector as ``mercury-http serve`` does."""
 
-    def __init__(self, config: uvicorn.Config, *, settle: bool) -> None:
+    def __init__(self, config: uvicorn.Config, *, settle: bool, greedy: bool) -> None:
         super().__init__(config)
         self._settle = settle
+        self._greedy = greedy
+        self._acceptors: list[GreedyAccept] = []
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
         await super().startup(sockets)
+        if self._greedy:
+            self._acceptors = accept_greedily(self)
         if self._settle:
             collector.settle()
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        for acceptor in self._acceptors:
+            acceptor.close()
+        await super().shutdown(sockets)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import msgspec
 import uvicorn
 
 from channel_http import chat_client, collector, logs
+from channel_http.accept import GreedyAccept, accept_greedily
 from core.channels import admits
 from core.config import ConfigurationError, Settings, help_text, load_settings
 from core.version import core_version
@@ -41,12 +42,20 @@ class _Server(uvicorn.Server):
         self._app = app
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._acceptors: list[GreedyAccept] = []
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets)
         if not self.should_exit:
+            # New clients are let in all at once, not one per loop iteration (accept.py).
+            self._acceptors = accept_greedily(self)
             collector.settle()  # the app is up: what lives now lives as long as the process
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        for acceptor in self._acceptors:
+            acceptor.close()
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         loop, services = self._loop, getattr(self._app.state, "services", None)
