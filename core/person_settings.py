@@ -13,6 +13,7 @@ Exceptions::
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Final, Literal
 
 import msgspec
@@ -89,6 +90,7 @@ class PersonSettings:
         self._caching = not db.shared
         self._cache: dict[str, SavedSettings] = {}
         self._writes = 0  # a read that overlapped a write doesn't fill the cache
+        self._reading: dict[str, asyncio.Task[SavedSettings]] = {}
 
     async def ensure_schema(self) -> None:
         """Create the table if needed; done lazily by every call, idempotent."""
@@ -106,29 +108,49 @@ class PersonSettings:
         cached = self._cache.get(person_key)
         if cached is not None:
             return cached
-        await self.ensure_schema()
+        if not self._caching:
+            return await self._read(person_key)
+        # Requests of one person arriving together share one read: a burst of new people
+        # (a restart under load) would otherwise queue a read per request behind the
+        # store's one connection, each waiting for the event loop's attention to finish.
+        reading = self._reading.get(person_key)
+        if reading is None:
+            reading = asyncio.get_running_loop().create_task(self._read_and_keep(person_key))
+            self._reading[person_key] = reading
+            reading.add_done_callback(functools.partial(self._done_reading, person_key))
+        # Shielded: a request that gives up doesn't cancel the read others wait for.
+        return await asyncio.shield(reading)
+
+    async def _read_and_keep(self, person_key: str) -> SavedSettings:
         writes = self._writes
-        row = await self._db.fetch_one(
-            "SELECT name, language, time_zone FROM person_settings WHERE person_key = ?",
-            (person_key,),
-        )
-        saved = (
-            SavedSettings()
-            if row is None
-            else SavedSettings(
-                name=row["name"], language=row["language"], time_zone=row["time_zone"]
-            )
-        )
-        if self._caching and writes == self._writes:
+        saved = await self._read(person_key)
+        if writes == self._writes:
             if len(self._cache) >= _CACHE_SIZE:
                 self._cache.clear()
             self._cache[person_key] = saved
         return saved
 
+    def _done_reading(self, person_key: str, reading: asyncio.Task[SavedSettings]) -> None:
+        if self._reading.get(person_key) is reading:
+            del self._reading[person_key]
+        if not reading.cancelled():
+            reading.exception()  # its waiters have it; a read nobody awaits any more is quiet
+
+    async def _read(self, person_key: str) -> SavedSettings:
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            "SELECT name, language, time_zone FROM person_settings WHERE person_key = ?",
+            (person_key,),
+        )
+        if row is None:
+            return SavedSettings()
+        return SavedSettings(name=row["name"], language=row["language"], time_zone=row["time_zone"])
+
     async def _save(self, sql: str, parameters: tuple[str, str, str]) -> None:
         await self._db.execute(sql, parameters)
         self._writes += 1
         self._cache.pop(parameters[0], None)
+        self._reading.pop(parameters[0], None)  # a later request reads what was written
 
     async def set_name(self, person_key: str, name: str) -> str:
         """Save how the person wants to be called; returns it trimmed."""

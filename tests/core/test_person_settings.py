@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -151,3 +153,37 @@ async def test_every_change_records_when_it_was_made(
     )
     assert row is not None
     assert row["updated_at"] == "2026-12-02T18:00:00+00:00"
+
+
+class _CountingReads:
+    """The store, counting the reads that reach it."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    async def fetch_one(self, sql: str, parameters: Any = ()) -> Any:
+        self.reads += 1
+        return await self._db.fetch_one(sql, parameters)
+
+
+@pytest.mark.anyio
+async def test_requests_of_one_person_arriving_together_share_one_read(
+    db: Database, clock: ManualClock
+) -> None:
+    # A restart under load sends many requests of each person at once; on SQLite each read
+    # waits behind the one connection and the busy event loop, so they share one.
+    await PersonSettings(db, clock=clock).set_name(ALICE, "Alice")
+    counting = _CountingReads(db)
+    settings = PersonSettings(counting, clock=clock)  # type: ignore[arg-type]
+    got = await asyncio.gather(*(settings.get(ALICE) for _ in range(20)))
+    assert {saved.name for saved in got} == {"Alice"}
+    assert counting.reads == (20 if db.shared else 1)  # PostgreSQL reads every time
+    # A request that arrives after a write reads what was written, not the shared read.
+    first = asyncio.ensure_future(settings.get(BOB))
+    await settings.set_name(BOB, "Bob")
+    assert (await settings.get(BOB)).name == "Bob"
+    assert (await first).name in (None, "Bob")
