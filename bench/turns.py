@@ -445,6 +445,18 @@ async def concurrency(
             ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", b"event: text\n"),
         )
         await asyncio.sleep(0.5)
+        # The same floor, each stream on a connection it opens as it starts: new clients
+        # arriving while the others stream (channel_http/accept.py).
+        floor_fresh = await _level(
+            port,
+            pid,
+            standin_pid,
+            plan,
+            level,
+            ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", b"event: text\n"),
+            fresh=True,
+        )
+        await asyncio.sleep(0.5)
         alone = await _level(
             standin_port,
             standin_pid,
@@ -480,6 +492,16 @@ async def concurrency(
                 "server_cpu_us_per_event",
             )
         }
+        through["bare_paced_fresh"] = {
+            k: floor_fresh[k]
+            for k in (
+                "completed",
+                "stretch_p99",
+                "ttfb_p99_ms",
+                "server_ttfb_p99_ms",
+                "server_cpu_us_per_event",
+            )
+        }
         through["run"] = repeat + 1
         through["load_average"] = load
         results.append(through)
@@ -497,7 +519,12 @@ async def _level(
     plan: Plan,
     level: int,
     target: tuple[str, str, bytes, bytes],
+    *,
+    fresh: bool = False,
 ) -> dict[str, Any]:
+    """``level`` paced streams opened over ``plan.ramp_s``; with ``fresh``, each on a
+    connection it opens as it starts (its TTFB then counts the connect and the accept),
+    else on connections all opened beforehand."""
     ideal = plan.paced_tokens / plan.rate
     method, path, body, marker = target
     conns = [Connection(HOST, port, _auth(i)) for i in range(level)]
@@ -507,7 +534,8 @@ async def _level(
         async with opening:
             await conn.open()
 
-    await asyncio.gather(*(open_one(c) for c in conns))
+    if not fresh:
+        await asyncio.gather(*(open_one(c) for c in conns))
     await asyncio.sleep(0.3)
     idle = rss_bytes(pid)
     peak = idle
@@ -522,9 +550,14 @@ async def _level(
 
     async def one(i: int, conn: Connection) -> Reply:
         await asyncio.sleep(plan.ramp_s * i / level)
+        started = time.perf_counter()
+        if fresh:
+            await conn.open()
         # A stream that never ends (a connection lost without a close on a saturated
         # machine) counts as not completed instead of hanging the benchmark.
-        return await asyncio.wait_for(conn.request(method, path, body), ideal * 10 + 30)
+        reply = await asyncio.wait_for(conn.request(method, path, body), ideal * 10 + 30)
+        reply.sent = started  # a fresh connection's connect is part of its wait
+        return reply
 
     sampler = asyncio.create_task(sample())
     replies = await asyncio.gather(
@@ -719,6 +752,15 @@ _BASELINES: Final[tuple[tuple[str, str, Any, Any], ...]] = (
     (
         "bare_paced",
         "streams of prebuilt frames on a timer (the stack's floor)",
+        lambda b: (
+            f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms"
+            + _in_server(b.get("server_ttfb_p99_ms"))
+        ),
+        lambda b, lv: f"{b['server_cpu_us_per_event']:.1f} µs/event",
+    ),
+    (
+        "bare_paced_fresh",
+        "streams of the same frames, each on a new connection opened as it starts",
         lambda b: (
             f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms"
             + _in_server(b.get("server_ttfb_p99_ms"))
@@ -923,6 +965,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     options = ["--httpx-model"] if args.httpx_model else []
     if args.gc_default:
         options += ["--gc", "default"]
+    if args.accept_uvloop:
+        options += ["--accept", "uvloop"]
+    result["accept"] = "uvloop's" if args.accept_uvloop else "greedy (serve's)"
     result["collector"] = "CPython defaults" if args.gc_default else "settled (serve's)"
     result["model_path"] = "httpx (before)" if args.httpx_model else "asyncio wire"
     result["load_average_before"] = os.getloadavg()
@@ -996,6 +1041,12 @@ def main() -> None:
         "--gc-default",
         action="store_true",
         help="the server keeps CPython's collector settings (before channel_http/collector.py)",
+    )
+    parser.add_argument(
+        "--accept-uvloop",
+        action="store_true",
+        help="the server takes new connections one per loop iteration, as uvloop does "
+        "(before channel_http/accept.py)",
     )
     parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
     parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")
