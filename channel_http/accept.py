@@ -31,6 +31,9 @@ log = logging.getLogger("mercury.http")
 #: The most connections taken in one readiness; the rest wait for the next iteration.
 AT_ONCE: Final = 256
 
+#: How long an acceptor that could not accept (no file descriptor left) stops watching.
+BACK_OFF_S: Final = 0.1
+
 #: Errors that mean "nothing to accept now" or "this one is gone already".
 _TRANSIENT: Final = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR, errno.ECONNABORTED})
 
@@ -50,6 +53,7 @@ class GreedyAccept:
         self._socket.setblocking(False)
         self._opening: dict[asyncio.Task[Any], socket.socket] = {}
         self._starved = False
+        self._resume: asyncio.TimerHandle | None = None
         loop.add_reader(self._socket.fileno(), self._accept)
 
     def _accept(self) -> None:
@@ -59,9 +63,7 @@ class GreedyAccept:
             except OSError as error:
                 if error.errno in _TRANSIENT:
                     return
-                if not self._starved:  # out of file descriptors, most likely: say it once
-                    self._starved = True
-                    log.warning("Could not accept a connection: %s", error)
+                self._back_off(error)
                 return
             self._starved = False
             connection.setblocking(False)
@@ -77,8 +79,28 @@ class GreedyAccept:
         if task.cancelled() or task.exception() is not None:
             connection.close()
 
+    def _back_off(self, error: OSError) -> None:
+        """Out of file descriptors (most likely): stop watching for :data:`BACK_OFF_S`.
+
+        The waiting connections keep the socket readable, so watching on would run this
+        again at every loop iteration and never let the loop sleep. uvicorn's own server
+        still takes them, one per iteration, as descriptors free up.
+        """
+        if not self._starved:
+            self._starved = True
+            log.warning("Could not accept a connection (%s); trying again shortly.", error)
+        self._loop.remove_reader(self._socket.fileno())
+        self._resume = self._loop.call_later(BACK_OFF_S, self._watch)
+
+    def _watch(self) -> None:
+        self._resume = None
+        if self._socket.fileno() >= 0:
+            self._loop.add_reader(self._socket.fileno(), self._accept)
+
     def close(self) -> None:
         """Stop accepting; connections already handed over are uvicorn's."""
+        if self._resume is not None:
+            self._resume.cancel()
         with contextlib.suppress(ValueError, OSError):
             self._loop.remove_reader(self._socket.fileno())
         self._socket.close()

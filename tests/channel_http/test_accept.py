@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import threading
 import time
 
 import uvloop
 
-from channel_http.accept import GreedyAccept
+from channel_http.accept import BACK_OFF_S, GreedyAccept
 
 CLIENTS = 60
 BUSY_S = 0.01  # how long each loop iteration takes: a loop busy with streams
@@ -22,7 +23,7 @@ class _Counted(asyncio.Protocol):
         self.made.append(time.perf_counter())
 
 
-def _time_to_let_all_in(greedy: bool) -> tuple[float, int]:
+def _time_to_let_all_in(greedy: bool, *, backed_off: bool = False) -> tuple[float, int]:
     """Seconds from the last client's connect to the last ``connection_made``; how many."""
     loop = uvloop.new_event_loop()
     made: list[float] = []
@@ -36,6 +37,10 @@ def _time_to_let_all_in(greedy: bool) -> tuple[float, int]:
         server = await loop.create_server(protocol, "127.0.0.1", 0, backlog=1024)
         listener = server.sockets[0]
         acceptor = GreedyAccept(loop, listener, protocol) if greedy else None  # type: ignore[arg-type]
+        if acceptor is not None and backed_off:
+            # As when accept() failed for want of a descriptor: it stops watching a while.
+            acceptor._back_off(OSError(errno.EMFILE, "Too many open files"))
+            await asyncio.sleep(BACK_OFF_S * 2)
         port = listener.getsockname()[1]
         busy = True
 
@@ -83,6 +88,13 @@ def test_a_burst_of_clients_is_let_in_at_once_not_one_per_busy_iteration() -> No
     # libuv: one per iteration, so about CLIENTS iterations; greedy: a few.
     assert plain > CLIENTS * BUSY_S / 2
     assert greedy * 4 < plain, (greedy, plain)
+
+
+def test_an_acceptor_that_backed_off_watches_again() -> None:
+    plain, _ = _time_to_let_all_in(greedy=False)
+    again, count = _time_to_let_all_in(greedy=True, backed_off=True)
+    assert count == CLIENTS
+    assert again * 4 < plain, (again, plain)
 
 
 def test_a_closed_acceptor_leaves_the_listener_to_its_server() -> None:
