@@ -436,26 +436,12 @@ async def concurrency(
         )
         await asyncio.sleep(0.5)
         # The floor of the stack: the same frames at the same pace from a timer, no upstream.
-        floor = await _level(
-            port,
-            pid,
-            standin_pid,
-            plan,
-            level,
-            ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", b"event: text\n"),
-        )
+        bare = ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", TEXT)
+        floor = await _level(port, pid, standin_pid, plan, level, bare)
         await asyncio.sleep(0.5)
         # The same floor, each stream on a connection it opens as it starts: new clients
         # arriving while the others stream (channel_http/accept.py).
-        floor_fresh = await _level(
-            port,
-            pid,
-            standin_pid,
-            plan,
-            level,
-            ("GET", f"/bench/bare?n={plan.paced_tokens}&rate={plan.rate:g}", b"", b"event: text\n"),
-            fresh=True,
-        )
+        floor_fresh = await _level(port, pid, standin_pid, plan, level, bare, fresh=True)
         await asyncio.sleep(0.5)
         alone = await _level(
             standin_port,
@@ -482,30 +468,25 @@ async def concurrency(
                 "server_cpu_us_per_event",
             )
         }
-        through["bare_paced"] = {
-            k: floor[k]
-            for k in (
-                "completed",
-                "stretch_p99",
-                "ttfb_p99_ms",
-                "server_ttfb_p99_ms",
-                "server_cpu_us_per_event",
-            )
-        }
-        through["bare_paced_fresh"] = {
-            k: floor_fresh[k]
-            for k in (
-                "completed",
-                "stretch_p99",
-                "ttfb_p99_ms",
-                "server_ttfb_p99_ms",
-                "server_cpu_us_per_event",
-            )
-        }
+        through["bare_paced"] = {k: floor[k] for k in _FLOOR_KEYS}
+        through["bare_paced_fresh"] = {k: floor_fresh[k] for k in _FLOOR_KEYS}
         through["run"] = repeat + 1
         through["load_average"] = load
         results.append(through)
     return results
+
+
+#: How a text event starts on the wire: what a paced run counts in each body.
+TEXT: Final = b"event: text\n"
+
+#: What a floor run keeps of its level's figures.
+_FLOOR_KEYS: Final = (
+    "completed",
+    "stretch_p99",
+    "ttfb_p99_ms",
+    "server_ttfb_p99_ms",
+    "server_cpu_us_per_event",
+)
 
 
 def msgspec_json(value: Any) -> bytes:
@@ -726,6 +707,16 @@ def environment() -> dict[str, Any]:
     }
 
 
+def _floor_measured(b: dict[str, Any]) -> str:
+    return f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms" + _in_server(
+        b.get("server_ttfb_p99_ms")
+    )
+
+
+def _floor_cost(b: dict[str, Any]) -> str:
+    return f"{b['server_cpu_us_per_event']:.1f} µs/event"
+
+
 def _in_server(ms: float | None) -> str:
     return "" if ms is None else f" ({ms:.0f} ms)"
 
@@ -752,20 +743,14 @@ _BASELINES: Final[tuple[tuple[str, str, Any, Any], ...]] = (
     (
         "bare_paced",
         "streams of prebuilt frames on a timer (the stack's floor)",
-        lambda b: (
-            f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms"
-            + _in_server(b.get("server_ttfb_p99_ms"))
-        ),
-        lambda b, lv: f"{b['server_cpu_us_per_event']:.1f} µs/event",
+        lambda b: _floor_measured(b),
+        lambda b, lv: _floor_cost(b),
     ),
     (
         "bare_paced_fresh",
         "streams of the same frames, each on a new connection opened as it starts",
-        lambda b: (
-            f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms"
-            + _in_server(b.get("server_ttfb_p99_ms"))
-        ),
-        lambda b, lv: f"{b['server_cpu_us_per_event']:.1f} µs/event",
+        lambda b: _floor_measured(b),
+        lambda b, lv: _floor_cost(b),
     ),
     (
         "standin_alone",
