@@ -106,13 +106,18 @@ class GreedyAccept:
         self._socket.close()
 
 
+def one_accept_per_iteration(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` takes new connections one per iteration (uvloop's does)."""
+    return type(loop).__module__.startswith("uvloop")
+
+
 def accept_greedily(server: Any) -> list[GreedyAccept]:
     """A :class:`GreedyAccept` on each TCP listener of a started ``uvicorn.Server``.
 
     Only on uvloop (asyncio's loop accepts up to the backlog per readiness already).
     """
     loop = asyncio.get_running_loop()
-    if not type(loop).__module__.startswith("uvloop"):
+    if not one_accept_per_iteration(loop):
         return []
     config = server.config
 

@@ -50,7 +50,7 @@ from typing import Any, Final, Literal, Self
 
 import msgspec
 
-from channel_http.accept import GreedyAccept
+from channel_http.accept import GreedyAccept, one_accept_per_iteration
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
@@ -596,7 +596,7 @@ class OllamaStandIn:
         loop = asyncio.get_running_loop()
         greedy = (
             GreedyAccept(loop, server.sockets[0], self._stream_protocol)
-            if type(loop).__module__.startswith("uvloop")
+            if one_accept_per_iteration(loop)
             else None
         )
         try:
