@@ -151,7 +151,7 @@ class Linking:
     async def owner_of(self, user_key: str) -> str | None:
         """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""
         await self.ensure_schema()
-        row = await self._db.fetch_one(
+        row = await self._db.fetch_key(
             "SELECT owner_identity FROM identity_links WHERE identity = ?", (user_key,)
         )
         return None if row is None else str(row["owner_identity"])

@@ -138,7 +138,7 @@ class PersonSettings:
 
     async def _read(self, person_key: str) -> SavedSettings:
         await self.ensure_schema()
-        row = await self._db.fetch_one(
+        row = await self._db.fetch_key(
             "SELECT name, language, time_zone FROM person_settings WHERE person_key = ?",
             (person_key,),
         )

@@ -40,11 +40,24 @@ __all__ = [
     "StateError",
     "Subscription",
     "Transaction",
+    "check_key_lookup",
+    "is_plain_select",
 ]
 
 #: What a subscriber hears: the payload of a notice, or ``None`` when notices may have been
 #: missed (the listening connection dropped), so anything derived from them is suspect.
 Notice = str | None
+
+
+def is_plain_select(sql: str) -> bool:
+    """Whether ``sql`` only reads: a write, ``… RETURNING`` included, starts otherwise."""
+    return sql.lstrip()[:6].upper() == "SELECT"
+
+
+def check_key_lookup(sql: str) -> None:
+    """Refuse anything but a ``SELECT`` for :meth:`Database.fetch_key`."""
+    if not is_plain_select(sql):
+        raise ValueError(f"fetch_key runs a SELECT, not {sql.split(None, 1)[0]!r}.")
 
 
 class StateError(Exception):
@@ -127,6 +140,15 @@ class Database(Protocol):
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
         """The first row a query (or a committed write ``… RETURNING``) gives, if any."""
+        ...
+
+    async def fetch_key(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
+        """The row a ``SELECT`` by primary key finds, if any: one small index lookup.
+
+        For reads on a request's way in (a person's settings, an account's link), which a
+        store may answer in place, without a round trip to another thread. Anything
+        larger goes through :meth:`fetch_one`.
+        """
         ...
 
     def transaction(self, *, lock: str | None = None) -> AbstractAsyncContextManager[Transaction]:

@@ -35,6 +35,7 @@ from core.state.port import (
     Row,
     Statements,
     Transaction,
+    check_key_lookup,
 )
 from core.state.schema import Schema
 
@@ -269,6 +270,10 @@ class PostgresDatabase:
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
         rows = await self.fetch_all(sql, parameters)
         return rows[0] if rows else None
+
+    async def fetch_key(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
+        check_key_lookup(sql)
+        return await self.fetch_one(sql, parameters)  # the network trip is the cost here
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, lock: str | None = None) -> AsyncIterator[Transaction]:

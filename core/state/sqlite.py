@@ -7,6 +7,19 @@ statement from another task never lands inside someone's open transaction; a fai
 statement or transaction is rolled back before the lock is released, so it never leaves a
 transaction open behind it.
 
+A plain ``SELECT`` outside a transaction goes to a second, read-only connection instead
+(WAL lets a reader run beside the writer): a person's settings or links, read as a request
+arrives, don't queue behind the writes of the turns already running. It sees every write
+that has returned, since each is committed when it returns; a read inside a transaction
+stays on the transaction's connection.
+
+:meth:`SqliteDatabase.fetch_key` (a primary-key lookup) goes further: a third read-only
+connection answers it on the event loop's own thread, in microseconds. A hop to a worker
+thread costs more than the lookup: on a busy loop the thread waits for the interpreter's
+lock, twice, and 64 new people arriving together waited up to 140 ms for their settings
+(docs/benchmarks.md). That connection never waits for a lock: if the file is busy (a
+checkpoint), the lookup takes the reader's thread instead.
+
 Notices go to subscribers in this process only: one SQLite file serves one instance.
 """
 
@@ -31,6 +44,8 @@ from core.state.port import (
     Row,
     Statements,
     Transaction,
+    check_key_lookup,
+    is_plain_select,
 )
 from core.state.schema import Schema
 
@@ -49,8 +64,16 @@ class _Live:
 class SqliteDatabase:
     """An open SQLite database in WAL mode."""
 
-    def __init__(self, connection: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self,
+        connection: aiosqlite.Connection,
+        path: Path,
+        reader: aiosqlite.Connection,
+        at_hand: sqlite3.Connection,
+    ) -> None:
         self._connection = connection
+        self._reader = reader
+        self._at_hand = at_hand
         self.path = path
         self._lock = asyncio.Lock()
         self._subscribers: dict[str, list[Callable[[Notice], None]]] = {}
@@ -67,7 +90,14 @@ class SqliteDatabase:
         await connection.execute("PRAGMA journal_mode=WAL")
         await connection.execute("PRAGMA synchronous=NORMAL")
         await connection.execute(f"PRAGMA busy_timeout={max(1, round(busy_timeout_s * 1000))}")
-        return cls(connection, path)
+        reader = await aiosqlite.connect(path, timeout=busy_timeout_s, isolation_level=None)
+        reader.row_factory = sqlite3.Row
+        await reader.execute("PRAGMA query_only=ON")  # a write sent here is an error, not a race
+        # timeout=0: a lookup on the event loop's thread must never sleep on a busy file.
+        at_hand = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+        at_hand.row_factory = sqlite3.Row
+        at_hand.execute("PRAGMA query_only=ON")
+        return cls(connection, path, reader, at_hand)
 
     @property
     def dialect(self) -> Dialect:
@@ -101,12 +131,27 @@ class SqliteDatabase:
             await self._connection.executemany(sql, rows)
 
     async def fetch_all(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
+        if is_plain_select(sql):
+            async with self._errors():
+                # One hop to the reader's thread; aiosqlite runs its calls in order.
+                return list(await self._reader.execute_fetchall(sql, parameters))
         async with self._lock, self._errors():
             return await self._fetch_all(sql, parameters)
 
     async def fetch_one(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
         rows = await self.fetch_all(sql, parameters)
         return rows[0] if rows else None
+
+    async def fetch_key(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
+        check_key_lookup(sql)
+        try:
+            row: Row | None = self._at_hand.execute(sql, parameters).fetchone()
+        except sqlite3.OperationalError as error:
+            message = str(error).lower()
+            if "locked" not in message and "busy" not in message:
+                raise
+            return await self.fetch_one(sql, parameters)
+        return row
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, lock: str | None = None) -> AsyncIterator[Transaction]:
@@ -142,6 +187,8 @@ class SqliteDatabase:
         return _Live()
 
     async def close(self) -> None:
+        self._at_hand.close()
+        await self._reader.close()
         await self._connection.close()
 
     # --- inside -----------------------------------------------------------------------

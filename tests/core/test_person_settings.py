@@ -165,9 +165,9 @@ class _CountingReads:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
 
-    async def fetch_one(self, sql: str, parameters: Any = ()) -> Any:
+    async def fetch_key(self, sql: str, parameters: Any = ()) -> Any:
         self.reads += 1
-        return await self._db.fetch_one(sql, parameters)
+        return await self._db.fetch_key(sql, parameters)
 
 
 @pytest.mark.anyio

@@ -332,6 +332,77 @@ async def test_a_sqlite_write_waits_its_busy_timeout_for_another_process_then_is
         await patient.close()
 
 
+# --- reads beside the writes -----------------------------------------------------------
+
+
+async def test_a_read_does_not_wait_for_a_transaction_in_progress(db: Database) -> None:
+    # On SQLite a SELECT goes to a reader connection: it sees what was committed and does
+    # not queue behind a transaction another task holds open (PostgreSQL: another
+    # connection of the pool, the same).
+    await db.execute("INSERT INTO things (name) VALUES ('before')")
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with db.transaction() as transaction:
+            await transaction.execute("INSERT INTO things (name) VALUES ('inside')")
+            holding.set()
+            await release.wait()
+
+    holder = asyncio.ensure_future(hold())
+    await holding.wait()
+    try:
+        seen = await asyncio.wait_for(names(db), 5)
+        found = await asyncio.wait_for(
+            db.fetch_key("SELECT name FROM things WHERE name = ?", ("before",)), 5
+        )
+        missing = await asyncio.wait_for(
+            db.fetch_key("SELECT name FROM things WHERE name = ?", ("inside",)), 5
+        )
+    finally:
+        release.set()
+        await holder
+    assert seen == ["before"]
+    assert found is not None and found["name"] == "before"
+    assert missing is None  # not committed yet
+    # Once committed, both reads see it.
+    assert await names(db) == ["before", "inside"]
+    inside = await db.fetch_key("SELECT name FROM things WHERE name = ?", ("inside",))
+    assert inside is not None and inside["name"] == "inside"
+
+
+async def test_a_key_lookup_is_a_select_only(db: Database) -> None:
+    with pytest.raises(ValueError, match="SELECT"):
+        await db.fetch_key("DELETE FROM things WHERE name = ?", ("a",))
+
+
+async def test_a_key_lookup_on_a_busy_sqlite_file_takes_the_readers_thread(
+    tmp_path: Path,
+) -> None:
+    # The lookup answered on the event loop never sleeps on the file's lock (its timeout is
+    # 0): when SQLite says busy (a checkpoint, another process), the reader connection
+    # answers it, waiting its busy timeout in its own thread.
+    db = await connect(None, tmp_path)
+
+    class Busy:
+        def execute(self, sql: str, parameters: object) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+    try:
+        await db.migrate(THINGS)
+        await db.execute("INSERT INTO things (name) VALUES ('a')")
+        db._at_hand = Busy()  # type: ignore[attr-defined]
+        row = await db.fetch_key("SELECT name FROM things WHERE name = ?", ("a",))
+        assert row is not None and row["name"] == "a"
+    finally:
+        db._at_hand = sqlite3.connect(":memory:")  # type: ignore[attr-defined]
+        await db.close()
+
+
+async def test_a_key_lookup_that_fails_otherwise_says_so(db: Database) -> None:
+    with pytest.raises(Exception, match="missing"):
+        await db.fetch_key("SELECT missing FROM things WHERE name = ?", ("a",))
+
+
 # --- what instances share ---------------------------------------------------------------
 
 
