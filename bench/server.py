@@ -34,7 +34,7 @@ import uvicorn
 from litestar import get
 from litestar.response import Stream
 
-from channel_http import collector, sse
+from channel_http import collector, sse, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
@@ -141,6 +141,13 @@ def main() -> None:
     parser.add_argument("--memory", choices=["off", "edge"], default="off")
     parser.add_argument("--rejoin", default="0", help="HTTP_SURFACE_REJOIN_S (0: off)")
     parser.add_argument(
+        "--switch",
+        choices=["short", "default"],
+        default="short",
+        help="the interpreter's switch interval as serve sets it (channel_http/switching.py), "
+        "or CPython's 5 ms",
+    )
+    parser.add_argument(
         "--gc",
         choices=["settled", "default"],
         default="settled",
@@ -201,16 +208,24 @@ def main() -> None:
         timeout_graceful_shutdown=2,
         **server_options(settings),
     )
-    _Server(config, settle=args.gc == "settled", greedy=args.accept == "greedy").run()
+    _Server(
+        config,
+        settle=args.gc == "settled",
+        greedy=args.accept == "greedy",
+        short_switch=args.switch == "short",
+    ).run()
 
 
 class _Server(uvicorn.Server):
     """uvicorn, accepting and settling the collector as ``mercury-http serve`` does."""
 
-    def __init__(self, config: uvicorn.Config, *, settle: bool, greedy: bool) -> None:
+    def __init__(
+        self, config: uvicorn.Config, *, settle: bool, greedy: bool, short_switch: bool
+    ) -> None:
         super().__init__(config)
         self._settle = settle
         self._greedy = greedy
+        self._short_switch = short_switch
         self._acceptors: list[GreedyAccept] = []
 
     async def startup(self, sockets: list[Any] | None = None) -> None:
@@ -219,6 +234,8 @@ class _Server(uvicorn.Server):
             self._acceptors = accept_greedily(self)
         if self._settle:
             collector.settle()
+        if self._short_switch:
+            switching.hand_over_sooner()
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         for acceptor in self._acceptors:

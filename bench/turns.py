@@ -952,8 +952,11 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         options += ["--gc", "default"]
     if args.accept_uvloop:
         options += ["--accept", "uvloop"]
+    if args.switch_default:
+        options += ["--switch", "default"]
     result["accept"] = "uvloop's" if args.accept_uvloop else "greedy (serve's)"
     result["collector"] = "CPython defaults" if args.gc_default else "settled (serve's)"
+    result["switch_interval"] = "5 ms (CPython's)" if args.switch_default else "0.5 ms (serve's)"
     result["model_path"] = "httpx (before)" if args.httpx_model else "asyncio wire"
     result["load_average_before"] = os.getloadavg()
     with processes(server_cpu, other_cpu, options) as (port, pid, standin_port, standin_pid):
@@ -1032,6 +1035,11 @@ def main() -> None:
         action="store_true",
         help="the server takes new connections one per loop iteration, as uvloop does "
         "(before channel_http/accept.py)",
+    )
+    parser.add_argument(
+        "--switch-default",
+        action="store_true",
+        help="the server keeps CPython's 5 ms switch interval (before channel_http/switching.py)",
     )
     parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
     parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")

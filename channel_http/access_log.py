@@ -6,8 +6,9 @@ sent, the turn's outcome on ``/turn`` and the person key, never a token. Nothing
 is read, so link codes and confirmation tokens sent as ``/turn`` text never reach the log.
 
 ``Server-Timing`` goes on every response with what was measured before its first byte: the
-layers inside record ``auth``, ``admission``, ``body`` and, on ``/turn``, ``queue`` with
-:func:`mark`; ``app`` is the whole time from the request's arrival to its first byte.
+layers inside record ``auth``, ``admission``, ``settings``, ``body`` and, on ``/turn``,
+``rate`` and ``queue`` with :func:`mark`; ``app`` is the whole time from the request's
+arrival to its first byte.
 """
 
 from __future__ import annotations

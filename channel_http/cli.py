@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from channel_http import chat_client, collector, logs
+from channel_http import chat_client, collector, logs, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from core.channels import admits
 from core.config import ConfigurationError, Settings, help_text, load_settings
@@ -51,6 +51,7 @@ class _Server(uvicorn.Server):
             # New clients are let in all at once, not one per loop iteration (accept.py).
             self._acceptors = accept_greedily(self)
             collector.settle()  # the app is up: what lives now lives as long as the process
+            switching.hand_over_sooner()  # threads answering the loop get their turn sooner
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         for acceptor in self._acceptors:

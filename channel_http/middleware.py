@@ -201,7 +201,9 @@ class CallerMiddleware(ASGIMiddleware):
             )
             return
         person = identification.person
+        reading = time.perf_counter()
         saved = await services.person_settings.get(person.key)
+        mark(scope, "settings", time.perf_counter() - reading)
         language = choose_language(
             saved.language, headers.get("accept-language"), settings.defaults.language
         )

@@ -97,7 +97,9 @@ async def turn(request: AnyRequest) -> Stream:
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager
     if not resume:
+        checking = time.perf_counter()
         decision = await manager.check_rate(caller.person, text, opening=opening)
+        mark(request.scope, "rate", time.perf_counter() - checking)
         if decision is not None and not decision.allowed:
             seconds = decision.retry_after_s
             raise TooManyRequests(

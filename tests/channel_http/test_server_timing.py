@@ -37,10 +37,10 @@ async def test_every_response_carries_it_and_authenticated_ones_name_their_steps
         missing = await client.get("/nowhere", headers=ALICE)
     assert set(timings(public)) == {"app"}
     assert set(timings(refused)) == {"auth", "app"}
-    assert set(timings(me)) == {"auth", "admission", "app"}
+    assert set(timings(me)) == {"auth", "admission", "settings", "app"}
     assert set(timings(missing)) == {"app"}
     steps = timings(me)
-    assert steps["auth"] + steps["admission"] <= steps["app"]
+    assert steps["auth"] + steps["admission"] + steps["settings"] <= steps["app"]
 
 
 async def test_a_turn_reports_its_wait_behind_the_conversations_earlier_turn(
@@ -55,8 +55,9 @@ async def test_a_turn_reports_its_wait_behind_the_conversations_earlier_turn(
                 second = await client.post("/turn", json=body, headers=ALICE)
                 await first.aread()
     one, two = timings(first), timings(second)
-    assert set(one) == {"auth", "admission", "body", "queue", "app"}
-    assert set(two) == {"auth", "admission", "body", "queue", "app"}
+    steps = {"auth", "admission", "settings", "body", "rate", "queue", "app"}
+    assert set(one) == steps
+    assert set(two) == steps
     # The first held its conversation at once; the second, behind the first's model call
     # (at least 0.6 s), doesn't hold its headers for it: it says it is waiting.
     assert "queue;dur=" in first.headers["server-timing"]
