@@ -573,7 +573,7 @@ class SessionManager:
         context = replace(context, displays=displays)
         translator = context.translator
         offered = self.registry.offered_tools(context.person)
-        specs = [ToolSpec(t.name, t.description, dict(t.parameters)) for _, t in offered.values()]
+        specs = [tool.spec for _, tool in offered.values()]
         system = ChatMessage(role="system", content=self._instructions(context, offered))
         text_parts: list[str] = []
         step_text: list[str] = []  # the step whose answer is still streaming

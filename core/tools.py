@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import jsonschema
 import msgspec
 
+from core.model.port import ToolSpec
 from core.principal import Person, Principal
 
 if TYPE_CHECKING:
@@ -99,6 +100,12 @@ class Tool:
     choices: ChoicesFor | None = None
     choice_argument: str | None = None
     hands_back: bool = False
+    #: What the model is offered, built once: a turn used to build one per tool.
+    spec: ToolSpec = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        spec = ToolSpec(self.name, self.description, dict(self.parameters))
+        object.__setattr__(self, "spec", spec)
 
     def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments, checked against the tool's JSON schema."""
