@@ -20,6 +20,7 @@ from typing import Any
 
 import uvloop
 
+from channel_http import collector
 from tests.support.ollama_standin import ChatScript, OllamaStandIn, echo_script
 from tests.support.openai_standin import CompletionScript, OpenAIStandIn, completion_echo
 
@@ -81,6 +82,7 @@ def main() -> None:
     _openai = args.protocol == "openai"
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
+    collector.settle()  # as the server and the load client: no full passes while streaming
     uvloop.run(_serve(args.port))
 
 
