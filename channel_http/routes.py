@@ -187,6 +187,9 @@ async def _admitted(request: AnyRequest, running: Turn, bound: float) -> None:
     can leave before the turn starts. Its ``queue`` then says ``waiting``, with the wait so
     far.
     """
+    if running.admitted.is_set():  # most turns: nothing to wait for, no timer to arm
+        mark(request.scope, "queue", running.queue_s)
+        return
     started = time.perf_counter()
     try:
         async with asyncio.timeout(bound):
