@@ -145,13 +145,17 @@ class SqliteDatabase:
     async def fetch_key(self, sql: str, parameters: Sequence[Any] = ()) -> Row | None:
         check_key_lookup(sql)
         try:
-            row: Row | None = self._at_hand.execute(sql, parameters).fetchone()
+            cursor = self._at_hand.execute(sql, parameters)
+            # Every row read and the cursor closed: the statement is done, so its read
+            # transaction ends now and holds no snapshot back from the checkpoint.
+            rows: list[Row] = cursor.fetchall()
+            cursor.close()
         except sqlite3.OperationalError as error:
             message = str(error).lower()
             if "locked" not in message and "busy" not in message:
                 raise
             return await self.fetch_one(sql, parameters)
-        return row
+        return rows[0] if rows else None
 
     @contextlib.asynccontextmanager
     async def transaction(self, *, lock: str | None = None) -> AsyncIterator[Transaction]:
