@@ -148,6 +148,13 @@ def main() -> None:
         "or CPython's 5 ms",
     )
     parser.add_argument(
+        "--opening",
+        choices=["at-once", "task"],
+        default="at-once",
+        help="a turn's first frame from the response's task (channel_http/sse.py Opening), "
+        "or from the body's task one loop iteration later",
+    )
+    parser.add_argument(
         "--gc",
         choices=["settled", "default"],
         default="settled",
@@ -195,6 +202,8 @@ def main() -> None:
             connect_timeout_s=settings.ollama.connect_timeout_s,
         )
         model._wire = None  # the httpx path, for before/after comparisons
+    if args.opening == "task":
+        sse._StreamedBody.opening_at_once = False
     app = build_app(settings, model=model, extra_routes=[bare, relay, batched])
     config = uvicorn.Config(
         with_cors(app, settings),

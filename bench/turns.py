@@ -955,6 +955,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         options += ["--accept", "uvloop"]
     if args.switch_default:
         options += ["--switch", "default"]
+    if args.opening_in_task:
+        options += ["--opening", "task"]
+    result["opening"] = "body task (before)" if args.opening_in_task else "at once (serve's)"
     result["accept"] = "uvloop's" if args.accept_uvloop else "greedy (serve's)"
     result["collector"] = "CPython defaults" if args.gc_default else "settled (serve's)"
     result["switch_interval"] = "5 ms (CPython's)" if args.switch_default else "0.5 ms (serve's)"
@@ -1041,6 +1044,12 @@ def main() -> None:
         "--switch-default",
         action="store_true",
         help="the server keeps CPython's 5 ms switch interval (before channel_http/switching.py)",
+    )
+    parser.add_argument(
+        "--opening-in-task",
+        action="store_true",
+        help="a turn's first frame waits for the body's task, one loop iteration after the "
+        "headers (before channel_http/sse.py Opening)",
     )
     parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
     parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")

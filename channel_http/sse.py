@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 from litestar.response import Stream
@@ -73,6 +73,10 @@ class EventStream(Stream):
 class _StreamedBody(ASGIStreamingResponse):
     __slots__ = ()
 
+    #: Whether an :class:`Opening`'s first frame goes out from the response's own task
+    #: (``False`` only for the benchmark's before/after: ``bench/server.py --opening task``).
+    opening_at_once: ClassVar[bool] = True
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.start_response(send=send)
         if self.is_head_response:
@@ -82,6 +86,23 @@ class _StreamedBody(ASGIStreamingResponse):
         await self.after_response()
 
     async def _send_body(self, send: Send, receive: Receive, sink: BodySink | None) -> None:
+        stream = self.iterator
+        if isinstance(stream, Opening) and not self.opening_at_once:
+            self.iterator = stream.frames
+        elif isinstance(stream, Opening):
+            # The first frame from this task, right behind the headers: a task of its own
+            # would wait one more turn of the loop, which is milliseconds beside hundreds of
+            # streams (docs/benchmarks.md, stop 14).
+            self.iterator = stream.frames
+            direct = send if sink is None else sink.send
+            try:
+                first = await anext(stream.frames)
+                await direct({"type": "http.response.body", "body": first, "more_body": True})
+            except BaseException:
+                await stream.frames.aclose()  # its own clean-up (the turn's cancel) runs now
+                raise
+            if sink is not None:
+                sink.sent += len(first)
         loop = asyncio.get_running_loop()
         body = loop.create_task(self._forward(send, sink))
         left = loop.create_task(_until_disconnect(receive))
@@ -114,6 +135,22 @@ class _StreamedBody(ASGIStreamingResponse):
             if sink is not None:
                 sink.sent += sent
         await send(_END)
+
+
+class Opening:
+    """A body whose first frame is ready at once (no wait before its first ``yield``).
+
+    :class:`EventStream` then takes that frame in the response's own task and writes it
+    with the headers' turn of the loop; the rest follows from the body's task as usual.
+    """
+
+    __slots__ = ("frames",)
+
+    def __init__(self, frames: AsyncGenerator[bytes, None]) -> None:
+        self.frames = frames
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self.frames
 
 
 _END: Final[HTTPResponseBodyEvent] = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -157,7 +194,7 @@ _PING: Final[Any] = object()
 
 async def event_stream(
     turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """The turn's events as frames numbered from 1, after the ``turn`` event (number 0).
 
     Everything the turn emitted since the last write goes out as one write: the frames
