@@ -53,8 +53,8 @@ _idle_rate = 0.0  # CPU seconds per second of an idle server, measured once per 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     global _idle_rate
-    pins = (None, None) if args.no_pin else (0, 1)
-    with processes(*pins, ["--memory", args.memory]) as (port, pid, _, _standin):
+    server_cpu, other_cpu = (None, None) if args.no_pin else (0, 1)
+    with processes(server_cpu, other_cpu, ["--memory", args.memory]) as (port, pid, _, _standin):
         conn = await Connection(HOST, port, _auth(1)).open()
         relay = await Connection(HOST, port, _auth(2)).open()
         # Warm up: the embedder's vector size, the shards, the connections.
