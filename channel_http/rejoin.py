@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Final
 
 from channel_http.sse import HEARTBEAT, framed
@@ -76,8 +76,12 @@ async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | Non
 
 def follow(
     log: TurnLog | LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None = None
-) -> AsyncIterator[bytes]:
-    """The log's events numbered ``start`` and later, then the live rest until the turn ends."""
+) -> AsyncGenerator[bytes, None]:
+    """The log's events numbered ``start`` and later, then the live rest until the turn ends.
+
+    A log of this instance opens with its ``turn`` event, so following it from 0 yields that
+    frame before any wait (what :class:`~channel_http.sse.Opening` asks).
+    """
     if isinstance(log, TurnLog):
         return _follow_here(log, start, heartbeat_s, metrics)
     return _follow_elsewhere(log, start, heartbeat_s, metrics)
@@ -85,7 +89,7 @@ def follow(
 
 async def _follow_here(
     log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
     log.attach()
@@ -119,7 +123,7 @@ _POLL_S: Final = 0.5
 
 async def _follow_elsewhere(
     log: LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
     loop = asyncio.get_running_loop()

@@ -9,7 +9,6 @@ import logging
 import resource
 import secrets
 import time
-from collections.abc import AsyncIterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -130,15 +129,13 @@ async def turn(request: AnyRequest) -> Stream:
     await _admitted(request, running, min(QUEUE_REPORT_S, heartbeat_s))
     headers = {**sse.HEADERS, "content-language": caller.language}
     metrics = services.metrics
-    body_stream: AsyncIterable[bytes]
+    # Either body yields its `turn` frame before any wait: sent with the headers (sse.Opening).
     if services.turn_logs is None:
-        body_stream = sse.Opening(
-            sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
-        )
+        frames = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
     else:
         log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
-        body_stream = rejoin.follow(log, 0, heartbeat_s, metrics)
-    return sse.EventStream(body_stream, media_type=sse.MEDIA_TYPE, headers=headers)
+        frames = rejoin.follow(log, 0, heartbeat_s, metrics)
+    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
 
 
 @get("/turn/events")

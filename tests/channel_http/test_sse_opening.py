@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from litestar import Litestar, get
 from litestar.exceptions import LitestarException
 
-from channel_http import sse
+from channel_http import rejoin, sse
+from core.turn_events import TurnEvents
+from core.turn_logs import MemoryTurnLogs
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +145,29 @@ async def test_a_failed_first_write_runs_the_body_clean_up_at_once() -> None:
         await _serve(frames(), opening=True, fail_first_body=True)
     assert isinstance(raised.value.__cause__, ConnectionResetError)
     assert cleaned.is_set()
+
+
+def _first_step_at_once(frames: AsyncGenerator[bytes, None]) -> bytes:
+    """The generator's first frame, provided it comes without a wait (else the test fails)."""
+    step = frames.__anext__()
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    step.close()
+    pytest.fail("the body waited before its first frame: sse.Opening would block the response")
+
+
+async def test_a_turns_body_yields_its_turn_frame_before_any_wait() -> None:
+    turn = SimpleNamespace(events=TurnEvents(), cancel=lambda: None, started=0.0)
+    frames = sse.event_stream(turn, 15.0, "t1")  # type: ignore[arg-type]
+    assert _first_step_at_once(frames).startswith(b"id: t1.0\nevent: turn\n")
+    await frames.aclose()
+
+
+async def test_a_new_turn_logs_body_yields_its_turn_frame_before_any_wait() -> None:
+    log = MemoryTurnLogs(grace_s=30.0).open("alice", lambda: None)
+    frames = rejoin.follow(log, 0, 15.0)
+    first = _first_step_at_once(frames)
+    assert first.startswith(b"id: %b.0\nevent: turn\n" % log.turn_id.encode())
+    await frames.aclose()
