@@ -454,7 +454,15 @@ async def concurrency(
         )
         through["standin_alone"] = {
             k: alone[k]
-            for k in ("completed", "stretch_p50", "stretch_p99", "stretch_max", "standin_cpu_share")
+            for k in (
+                "completed",
+                "stretch_p50",
+                "stretch_p99",
+                "stretch_max",
+                "standin_cpu_share",
+                "client_cpu_share",
+                "client_lag_p99_ms",
+            )
         }
         through["batching_relay"] = {
             k: relayed[k]
@@ -522,13 +530,17 @@ async def _level(
     idle = rss_bytes(pid)
     peak = idle
     cpu0, sb0, t0 = cpu_s(pid), cpu_s(standin_pid), time.perf_counter()
+    client0 = time.process_time()
     running = True
+    lags: list[float] = []  # how late the client's own loop woke the sampler, in ms
 
     async def sample() -> None:
         nonlocal peak
         while running:
             peak = max(peak, rss_bytes(pid))
+            due = time.perf_counter() + 0.05
             await asyncio.sleep(0.05)
+            lags.append((time.perf_counter() - due) * 1e3)
 
     async def one(i: int, conn: Connection) -> Reply:
         await asyncio.sleep(plan.ramp_s * i / level)
@@ -549,6 +561,7 @@ async def _level(
     await sampler
     elapsed = time.perf_counter() - t0
     cpu, standin_cpu = cpu_s(pid) - cpu0, cpu_s(standin_pid) - sb0
+    client_cpu = time.process_time() - client0
     for conn in conns:
         conn.close()
     good = [
@@ -581,6 +594,10 @@ async def _level(
         "server_ttfb_p99_ms": _pct(in_server, 0.99) if in_server else None,
         "server_cpu_share": cpu / elapsed,
         "standin_cpu_share": standin_cpu / elapsed,
+        # The load client shares its core with the stand-in: its CPU and how late its own
+        # loop ran (part of every TTFB and stretch it measures).
+        "client_cpu_share": client_cpu / elapsed,
+        "client_lag_p99_ms": _pct(lags, 0.99) if lags else None,
         "server_cpu_us_per_event": cpu / max(len(good) * plan.paced_tokens, 1) * 1e6,
         "rss_idle_mb": idle / 2**20,
         "rss_peak_mb": peak / 2**20,
@@ -757,9 +774,19 @@ _BASELINES: Final[tuple[tuple[str, str, Any, Any], ...]] = (
         "standin_alone",
         "streams straight from the stand-in (its own pacing)",
         lambda b: f"{b['stretch_p50']:.1%} / {b['stretch_p99']:.1%} / {b['stretch_max']:.1%}",
-        lambda b, lv: f"stand-in CPU {b['standin_cpu_share']:.0%}",
+        lambda b, lv: f"stand-in CPU {b['standin_cpu_share']:.0%}" + _client(b),
     ),
 )
+
+
+def _client(b: dict[str, Any]) -> str:
+    """The load client's own CPU and loop lag, where the run measured them."""
+    text = ""
+    if (share := b.get("client_cpu_share")) is not None:
+        text += f", client CPU {share:.0%}"
+    if (lag := b.get("client_lag_p99_ms")) is not None:
+        text += f" (loop lag p99 {lag:.0f} ms)"
+    return text
 
 
 def _met(ok: bool) -> str:
@@ -882,7 +909,8 @@ def table(result: dict[str, Any]) -> str:
                 + _in_server(lv.get("server_ttfb_p99_ms")),
                 f"ideal {lv['ideal_s']:.1f} s",
                 f"{lv['completed']}/{lv['streams']} done, server CPU "
-                f"{lv['server_cpu_share']:.0%}, {lv['rss_kb_per_stream']:.0f} KiB RSS/stream",
+                f"{lv['server_cpu_share']:.0%}, {lv['rss_kb_per_stream']:.0f} KiB RSS/stream"
+                + _client(lv),
                 "≤ 10% (p99)" if scored else "(info)",
                 _met(met) if scored else "",
             )
