@@ -19,45 +19,33 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
 from core import events
+from core.answering import Answerer
 from core.capture import conversational
 from core.clock import Clock, system_clock
-from core.confirmations import StagedActionSpec, is_token
+from core.confirmations import is_token
+from core.confirming import Confirmer
 from core.conversation_order import OrderError
-from core.display_tools import PRESENT
-from core.displays import Displays, ToolResults, display_chunks, tool_message, with_displays
+from core.history import Session, interrupted_answer, shown_time
 from core.linking import is_link_code
 from core.model import (
-    ChatChunk,
     ChatMessage,
     ModelBrokeOff,
     ModelClient,
     ModelError,
     ModelHTTPError,
     ModelUnreachable,
-    ToolCall,
-    ToolSpec,
 )
 from core.principal import Person, Principal
-from core.telemetry import span
 from core.timezones import stamp
-from core.tools import (
-    LoginRequired,
-    Tool,
-    ToolCallContext,
-    ToolError,
-    ToolRegistry,
-    ToolReply,
-    cap,
-    detail_of,
-)
+from core.tools import ToolCallContext, ToolRegistry, cap
 from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
 
@@ -105,29 +93,6 @@ class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
     resolved: bool
     text: str | None = None
     resume: bool = False
-
-
-@dataclass
-class Session:
-    """One conversation's history, held in memory while it is active."""
-
-    key: str
-    person_key: str
-    conversation_id: str | None
-    messages: list[ChatMessage] = field(default_factory=list)
-    last_active: float = 0.0
-    #: How many of the conversation's messages (the person's and the assistant's) the
-    #: last successful capture covered.
-    captured_upto: int = 0
-    #: The conversation's version in the shared transcript these messages reflect
-    #: (:mod:`core.conversation_order`); another version means another instance moved on.
-    version: int = 0
-    #: How many of ``messages`` are in the transcript of record (or never go there).
-    recorded: int = 0
-    #: What the person saw and the transcript of record doesn't hold yet.
-    shown: list[ShownMessage] = field(default_factory=list)
-    #: The latest tool results by call id, which ``present`` can show by reference.
-    results: ToolResults = field(default_factory=ToolResults)
 
 
 class SessionLocks:
@@ -200,16 +165,6 @@ class EngineLimits:
     capture_threshold: int = 6
 
 
-#: How many text pieces of a streaming answer are kept apart before they are joined.
-_JOIN_PARTS: Final = 64
-
-PERSONA: Final = (
-    "You are Mercury, a helpful assistant for a team. Answer in plain text, briefly and "
-    "precisely. Use the tools you are given when they help; never invent their results. "
-    "Each user message starts with the local time the person wrote it, in brackets."
-)
-
-
 class SessionManager:
     """Runs turns and confirmations and answers the per-person reads."""
 
@@ -252,6 +207,20 @@ class SessionManager:
         self.metrics = metrics
         if metrics is not None:
             metrics.readings.queued_turns = lambda: self.locks.waiting
+        self.answerer = Answerer(
+            model=model,
+            registry=registry,
+            confirmations=confirmations,
+            tool_log=tool_log,
+            archive=archive,
+            max_steps=limits.max_steps,
+            think=limits.think,
+            clock=clock,
+            metrics=metrics,
+        )
+        self.confirmer = Confirmer(
+            confirmations=confirmations, registry=registry, tool_log=tool_log, metrics=metrics
+        )
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
         self._captures: set[asyncio.Task[None]] = set()
@@ -424,7 +393,9 @@ class SessionManager:
             session.messages.append(
                 ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
             )
-            await self._answer(session, context, turn_input, emit, held, archive_user=None)
+            await self.answerer.answer(
+                session, context, emit, held, archive_user=None, received_at=turn_input.received_at
+            )
             return
         if turn_input.opening:
             saved = await self.person_settings.get(person.key)
@@ -441,7 +412,9 @@ class SessionManager:
                     ),
                 )
             )
-            await self._answer(session, context, turn_input, emit, held, archive_user=None)
+            await self.answerer.answer(
+                session, context, emit, held, archive_user=None, received_at=turn_input.received_at
+            )
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
         if turn_input.attachments:
@@ -452,13 +425,20 @@ class SessionManager:
                 person_key=person.key,
                 role="user",
                 content=turn_input.text,
-                timestamp=_timestamp(turn_input.received_at),
+                timestamp=shown_time(turn_input.received_at),
             )
         )
         # The person's words are on record before the model runs: an instance dying
         # mid-turn loses the answer, never what was accepted.
         await self._record(session, held)
-        await self._answer(session, context, turn_input, emit, held, archive_user=turn_input.text)
+        await self.answerer.answer(
+            session,
+            context,
+            emit,
+            held,
+            archive_user=turn_input.text,
+            received_at=turn_input.received_at,
+        )
         if conversation_id is not None:
             await self._capture_after_turn(session, context, emit)
 
@@ -548,251 +528,6 @@ class SessionManager:
             else ChatMessage(role="assistant", content=m.content)
             for m in archived
         ]
-
-    async def _answer(
-        self,
-        session: Session,
-        context: ToolCallContext,
-        turn_input: TurnInput,
-        emit: _Emit,
-        held: HeldTurn | None,
-        *,
-        archive_user: str | None,
-    ) -> None:
-        """Run the model's steps for this turn, then settle and archive it.
-
-        On a shared store the turn's claim is renewed, fenced, just before ``final``: a turn
-        whose place in the conversation lapsed ends with an error, never with an answer that
-        can't be put on record.
-
-        What the model presented follows its answer: streamed as ``text`` deltas just
-        before ``final``, appended to ``final.text`` (after the pending note when the turn
-        only staged) and archived with it, never added to the model's own messages.
-        """
-        displays = Displays(session.results)
-        context = replace(context, displays=displays)
-        translator = context.translator
-        offered = self.registry.offered_tools(context.person)
-        specs = [tool.spec for _, tool in offered.values()]
-        system = ChatMessage(role="system", content=self._instructions(context, offered))
-        text_parts: list[str] = []
-        step_text: list[str] = []  # the step whose answer is still streaming
-        staged = False
-        finished = False
-        delivered = False
-        answer = ""
-        try:
-            for _step in range(self.limits.max_steps):
-                step_text = []
-                calls = await self._model_step([system, *session.messages], specs, emit, step_text)
-                text_parts.extend(step_text)
-                session.messages.append(
-                    ChatMessage(role="assistant", content="".join(step_text), tool_calls=calls)
-                )
-                step_text = []
-                if not calls:
-                    finished = True
-                    break
-                step_events: list[events.Event] = []
-                for call in calls:
-                    staged |= await self._call_tool(
-                        session, context, offered, call, emit, step_events
-                    )
-                for event in step_events:
-                    await emit(event)
-            answer = "".join(text_parts)
-            pending_note = None
-            if not finished:
-                limit_text = translator.ngettext(
-                    "The assistant stopped after %(steps)d step without finishing.",
-                    "The assistant stopped after %(steps)d steps without finishing.",
-                    self.limits.max_steps,
-                ) % {"steps": self.limits.max_steps}
-                answer = f"{answer}\n\n{limit_text}" if answer.strip() else limit_text
-            elif staged and not answer.strip():
-                pending_note = translator.gettext("Action pending, waiting for confirmation.")
-                answer = pending_note
-            for chunk in display_chunks("".join(text_parts), displays.shown):
-                await emit(events.Text(chunk=chunk))
-            if displays.shown:
-                answer = with_displays(answer, displays.shown)
-            if held is not None:
-                await held.keep()
-            await emit(events.Final(text=answer, pending_note=pending_note))
-            delivered = True
-        finally:
-            if not delivered:
-                # Cancelled or failed before its final event: the history keeps what streamed,
-                # marked as cut off, as a rebuild from the archive will (docs/memory.md).
-                text_parts.extend(step_text)
-                answer = "".join(text_parts)
-                session.messages.append(interrupted_answer("".join(step_text)))
-            shown = self._archive_turn(
-                context, turn_input, archive_user, answer, interrupted=not delivered
-            )
-            session.shown.extend(m for m in shown if m.role == "assistant")
-
-    async def _model_step(
-        self, messages: list[ChatMessage], specs: list[ToolSpec], emit: _Emit, parts: list[str]
-    ) -> tuple[ToolCall, ...] | None:
-        """Stream one model answer into ``parts`` (its text pieces); returns the tools it called.
-
-        ``parts`` belongs to the caller so a turn cut off mid-answer still knows what streamed.
-        """
-        calls: list[ToolCall] = []
-        reasoning_id: str | None = None
-        asked = time.perf_counter()
-        chunks = 0  # counted here, added to the metrics once: nothing shared per token
-        push = emit.push
-        stream = self.model.chat(messages, tools=specs, think=self.limits.think)
-        with span("model.chat"):
-            try:
-                # One batch per model read: its events are pushed at once and the reader
-                # woken once; the turn waits for room only when the reader is far behind.
-                batch: Sequence[ChatChunk]
-                async for batch in stream:
-                    for chunk in batch:
-                        message = chunk.message
-                        if message is None:
-                            continue
-                        if not chunks and self.metrics is not None:
-                            self.metrics.model_first_token.observe(time.perf_counter() - asked)
-                        chunks += 1
-                        if message.thinking:
-                            if reasoning_id is None:
-                                reasoning_id = uuid.uuid4().hex[:12]
-                            push(events.Reasoning(chunk=message.thinking, id=reasoning_id))
-                        if message.content:
-                            if reasoning_id is not None:
-                                push(events.ReasoningEnd(id=reasoning_id, failed=False))
-                                reasoning_id = None
-                            parts.append(message.content)
-                            push(events.Text(chunk=message.content))
-                        if message.tool_calls:
-                            calls.extend(message.tool_calls)
-                    if len(parts) >= _JOIN_PARTS:
-                        # A token is a string of its own (~50 bytes for 4 characters):
-                        # joined now and then, a long answer keeps its size, not 13 times it.
-                        parts[:] = ["".join(parts)]
-                    if emit.is_full():
-                        await emit.room()
-            except ModelError:
-                if reasoning_id is not None:
-                    await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
-                raise
-            finally:
-                if self.metrics is not None:
-                    self.metrics.model_tokens.inc(chunks)
-                await stream.aclose()  # type: ignore[attr-defined]
-        if reasoning_id is not None:
-            await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
-        return tuple(calls) or None
-
-    async def _call_tool(
-        self,
-        session: Session,
-        context: ToolCallContext,
-        offered: Mapping[str, tuple[Any, Tool]],
-        call: ToolCall,
-        emit: _Emit,
-        step_events: list[events.Event],
-    ) -> bool:
-        """Run or stage one tool call; returns whether it was staged."""
-        translator = context.translator
-        name = call.function.name
-        arguments = call.function.arguments
-        tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
-        entry = offered.get(name)
-        tool = entry[1] if entry is not None else None
-        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": name}
-        detail = cap(tool.detail(arguments)) if tool and tool.detail else detail_of(arguments)
-        await emit(
-            events.Tool(label=label, detail=detail, tool_call_id=tool_call_id, tool_name=name)
-        )
-        outcome: events.ToolOutcome = "success"
-        staged = False
-        images: tuple[str, ...] | None = None
-        with span("tool.call", **{"mercury.tool": name if tool else "unknown"}):
-            try:
-                if tool is None:
-                    raise ToolError(f"There is no tool named {name}.")
-                valid = tool.validate(arguments)
-                if await tool.needs_confirmation(context, valid):
-                    staging = await self._stage(context, tool, valid)
-                    outcome, staged = "pending", True
-                    step_events.append(staging)  # every staging gets its event and tokens
-                    result = (
-                        "This action needs the person's confirmation and was not run yet. "
-                        "They have been shown how to confirm it; tell them briefly what will "
-                        "happen once they confirm, without inventing a token."
-                    )
-                else:
-                    ran = await tool.run(context, valid)
-                    if isinstance(ran, ToolReply):
-                        result, images = ran.text, ran.images or None
-                    else:
-                        result = ran
-            except LoginRequired as login:
-                outcome = "failed"
-                step_events.append(events.Login(service=login.service, url=login.url))
-                result = (
-                    f"The person must log in to {login.service} first. They have been shown "
-                    "a link to do it; tell them to use it and ask again. Never write a link "
-                    "yourself."
-                )
-            except ToolError as error:
-                outcome, result = "failed", f"Error: {error}"
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:
-                log.exception("tool %s failed", name)
-                outcome, result = "failed", f"Error: the tool failed ({type(error).__name__})."
-        await emit(events.ToolFinish(tool_call_id=tool_call_id, outcome=outcome))
-        if self.metrics is not None:
-            self.metrics.tool_call(name, outcome, known=tool is not None)
-        if outcome == "success" and name != PRESENT:
-            session.results.add(tool_call_id, result)
-        session.messages.append(
-            ChatMessage(
-                role="tool",
-                tool_name=name,
-                content=tool_message(tool_call_id, result),
-                images=images,
-            )
-        )
-        await self.tool_log.record(
-            context.person.key,
-            context.conversation_id,
-            name,
-            msgspec.json.encode(arguments).decode(),
-            result,
-            outcome,
-        )
-        return staged
-
-    async def _stage(
-        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
-    ) -> events.Pending:
-        summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
-        choices = list(tool.choices(context, arguments)) if tool.choices else None
-        staging = await self.confirmations.stage(
-            context.session_key,
-            context.person.key,
-            StagedActionSpec(
-                tool_name=tool.name,
-                arguments=arguments,
-                summary=summary,
-                hands_back=tool.hands_back,
-            ),
-            choices,
-        )
-        if self.metrics is not None:
-            self.metrics.confirmations.labels("staged").inc()
-        return events.Pending(
-            command=summary,
-            token=staging.token,
-            choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
-        )
 
     # ------------------------------------------------------------------ memory
 
@@ -901,7 +636,7 @@ class SessionManager:
         context = ToolCallContext(
             turn_input.principal, turn_input.person, key, turn_input.conversation_id, translator
         )
-        reply, handed_back, login = await self._resolve(context, token)
+        reply, handed_back, login = await self.confirmer.resolve(context, token)
         if login is not None:
             await emit(events.Login(service=login.service, url=login.url))
         if handed_back is None:
@@ -918,7 +653,14 @@ class SessionManager:
                 session.messages.append(
                     ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
                 )
-                await self._answer(session, context, turn_input, emit, held, archive_user=None)
+                await self.answerer.answer(
+                    session,
+                    context,
+                    emit,
+                    held,
+                    archive_user=None,
+                    received_at=turn_input.received_at,
+                )
             finally:
                 await self._record(session, held)
 
@@ -932,7 +674,7 @@ class SessionManager:
         translator = self.catalogs.translator(language)
         key = self.session_key(person, conversation_id)
         context = ToolCallContext(principal, person, key, conversation_id, translator)
-        reply, handed_back, _login = await self._resolve(context, token)
+        reply, handed_back, _login = await self.confirmer.resolve(context, token)
         if handed_back is None:
             if reply is None:
                 return ConfirmResult(resolved=False)
@@ -940,136 +682,7 @@ class SessionManager:
         await self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
         return ConfirmResult(resolved=True, resume=True)
 
-    async def _resolve(
-        self, context: ToolCallContext, token: str
-    ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None]:
-        """Take and run a staged action: (reply, None, …) or (None, (tool, result), None).
-
-        A reply of None means nothing was pending for this caller and session. The third
-        item is set when the action needs a service login that has lapsed since staging.
-        """
-        translator = context.translator
-        taken = await self.confirmations.take(context.session_key, context.person.key, token)
-        if self.metrics is not None:
-            self.metrics.confirmations.labels("expired" if taken is None else "confirmed").inc()
-        if taken is None:
-            return None, None, None
-        login: LoginRequired | None = None
-        tool_entry = self.registry.offered_tools(context.person).get(taken.tool_name)
-        arguments = dict(taken.arguments)
-        if tool_entry is None:
-            outcome, result = "failed", "the tool is no longer offered"
-        else:
-            tool = tool_entry[1]
-            if tool.choice_argument and taken.choice_value is not None:
-                arguments[tool.choice_argument] = taken.choice_value
-            try:
-                ran = await tool.run(context, arguments)
-                outcome, result = "success", ran.text if isinstance(ran, ToolReply) else ran
-            except LoginRequired as required:
-                outcome, result, login = "failed", str(required), required
-            except ToolError as error:
-                outcome, result = "failed", str(error)
-            except Exception as error:
-                log.exception("confirmed tool %s failed", taken.tool_name)
-                outcome, result = "failed", type(error).__name__
-        await self.tool_log.record(
-            context.person.key,
-            context.conversation_id,
-            taken.tool_name,
-            msgspec.json.encode(arguments).decode(),
-            result,
-            "success" if outcome == "success" else "failed",
-        )
-        if login is not None:
-            text = translator.gettext("You need to log in to %(service)s first.")
-            return text % {"service": login.service}, None, login
-        if taken.hands_back:
-            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}"), None
-        if outcome == "success":
-            return translator.gettext("Confirmed and done."), None, None
-        failed = translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}
-        return failed, None, None
-
     # ---------------------------------------------------------------- helpers
-
-    def _instructions(
-        self, context: ToolCallContext, offered: Mapping[str, tuple[Any, Tool]]
-    ) -> str:
-        language = context.translator.language
-        parts = [PERSONA, f"Always answer in the language with code '{language}'."]
-        if context.person.display_name:
-            parts.append(
-                f"The person's name as their account gives it: {context.person.display_name}."
-            )
-        seen: set[str] = set()
-        for plugin, _ in offered.values():
-            if plugin.name in seen:
-                continue
-            seen.add(plugin.name)
-            parts.extend(skill.text for skill in plugin.skills)
-        return "\n\n".join(parts)
-
-    def _archive_turn(
-        self,
-        context: ToolCallContext,
-        turn_input: TurnInput,
-        user_text: str | None,
-        answer: str,
-        *,
-        interrupted: bool,
-    ) -> list[ShownMessage]:
-        """Archive one exchange: the person's message, then the answer, submitted together.
-
-        Turns of a session run one at a time, and the writer gives every item an ``ts``
-        strictly increasing in submission order, which is the order reads follow: so each
-        exchange stays a pair, in the order the turns ran. ``ts`` is not the arrival time
-        (a message waiting behind other turns would sort before their answers); the
-        person's message keeps that in ``timestamp``. An interrupted answer is archived as
-        far as it streamed (possibly empty) and flagged, so the pair stays whole.
-
-        Returns the exchange as the person saw it, for the transcript of record.
-        """
-        person_key = context.person.key
-        exchange: list[ShownMessage] = []
-        if user_text is not None:
-            exchange.append(
-                ShownMessage(
-                    person_key=person_key,
-                    role="user",
-                    content=user_text,
-                    timestamp=_timestamp(turn_input.received_at),
-                )
-            )
-        if answer or (interrupted and user_text is not None):
-            exchange.append(
-                ShownMessage(
-                    person_key=person_key,
-                    role="assistant",
-                    content=answer,
-                    timestamp=_timestamp(self.clock()),
-                    interrupted=interrupted,
-                )
-            )
-        if self.archive is not None:
-            base = {
-                "personKey": person_key,
-                "sessionKey": context.session_key,
-                "conversationId": (
-                    context.conversation_id or context.session_key.rsplit(":", 1)[1]
-                ),
-            }
-            for message in exchange:
-                payload: dict[str, Any] = {
-                    **base,
-                    "role": message.role,
-                    "content": message.content,
-                    "timestamp": message.timestamp,
-                }
-                if message.interrupted:
-                    payload["interrupted"] = True
-                self.archive.submit("verbatim", payload)
-        return exchange
 
     @staticmethod
     def _model_error_text(error: ModelError, translator: Translator) -> str:
@@ -1163,23 +776,3 @@ def attachments_note(paths: tuple[str, ...]) -> str:
 def _printable(text: str) -> str:
     """``text`` safe for one log line: control characters become ``?``."""
     return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in text)
-
-
-def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
-    return cap(f"{tool.name} {msgspec.json.encode(dict(arguments)).decode()}", 200)
-
-
-def _timestamp(when: datetime) -> str:
-    """The displayed time of an archived message; its order is the writer's ``ts``."""
-    return when.isoformat(timespec="milliseconds")
-
-
-#: What the model reads after an answer that was cut off (not shown to the person).
-INTERRUPTED_NOTE: Final = "[This answer was interrupted before it was finished.]"
-
-
-def interrupted_answer(text: str) -> ChatMessage:
-    """The history's assistant message for an answer cut off after ``text`` streamed."""
-    return ChatMessage(
-        role="assistant", content=f"{text}\n\n{INTERRUPTED_NOTE}" if text else INTERRUPTED_NOTE
-    )

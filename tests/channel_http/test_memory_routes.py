@@ -16,9 +16,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from core.edge import EdgeStore
+from core.history import INTERRUPTED_NOTE
 from core.memory import MemoryStore
 from core.qdrant import QdrantStore
-from core.sessions import INTERRUPTED_NOTE
 from tests.conftest import ALICE, BOB
 from tests.support.memory_doubles import DownStore, SlowStore
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

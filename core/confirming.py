@@ -1,0 +1,90 @@
+"""Confirming a staged action: the token taken, the action run, and what the turn says next.
+
+:class:`Confirmer` serves both ways of confirming, ``POST /confirm`` and a bare token sent as
+a turn's text; the session manager decides what follows (a reply, or the model resuming with
+the action's result).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from core.tools import LoginRequired, ToolCallContext, ToolError, ToolRegistry, ToolReply
+
+if TYPE_CHECKING:
+    from core.confirmations import ConfirmationStore
+    from core.metrics import Metrics
+    from core.tool_log import ToolLog
+
+log = logging.getLogger("mercury.sessions")
+
+
+class Confirmer:
+    """Takes a staged action by its token and runs it for the person who staged it."""
+
+    def __init__(
+        self,
+        *,
+        confirmations: ConfirmationStore,
+        registry: ToolRegistry,
+        tool_log: ToolLog,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.confirmations = confirmations
+        self.registry = registry
+        self.tool_log = tool_log
+        self.metrics = metrics
+
+    async def resolve(
+        self, context: ToolCallContext, token: str
+    ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None]:
+        """Take and run a staged action: (reply, None, …) or (None, (tool, result), None).
+
+        A reply of None means nothing was pending for this caller and session. The third
+        item is set when the action needs a service login that has lapsed since staging.
+        """
+        translator = context.translator
+        taken = await self.confirmations.take(context.session_key, context.person.key, token)
+        if self.metrics is not None:
+            self.metrics.confirmations.labels("expired" if taken is None else "confirmed").inc()
+        if taken is None:
+            return None, None, None
+        login: LoginRequired | None = None
+        tool_entry = self.registry.offered_tools(context.person).get(taken.tool_name)
+        arguments = dict(taken.arguments)
+        if tool_entry is None:
+            outcome, result = "failed", "the tool is no longer offered"
+        else:
+            tool = tool_entry[1]
+            if tool.choice_argument and taken.choice_value is not None:
+                arguments[tool.choice_argument] = taken.choice_value
+            try:
+                ran = await tool.run(context, arguments)
+                outcome, result = "success", ran.text if isinstance(ran, ToolReply) else ran
+            except LoginRequired as required:
+                outcome, result, login = "failed", str(required), required
+            except ToolError as error:
+                outcome, result = "failed", str(error)
+            except Exception as error:
+                log.exception("confirmed tool %s failed", taken.tool_name)
+                outcome, result = "failed", type(error).__name__
+        await self.tool_log.record(
+            context.person.key,
+            context.conversation_id,
+            taken.tool_name,
+            msgspec.json.encode(arguments).decode(),
+            result,
+            "success" if outcome == "success" else "failed",
+        )
+        if login is not None:
+            text = translator.gettext("You need to log in to %(service)s first.")
+            return text % {"service": login.service}, None, login
+        if taken.hands_back:
+            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}"), None
+        if outcome == "success":
+            return translator.gettext("Confirmed and done."), None, None
+        failed = translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}
+        return failed, None, None
