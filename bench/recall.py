@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
-from core.edge import SEARCH_EF, EdgeStore
 from core.memory import MemoryPoint
-from core.qdrant import QdrantStore
+from core.memory.edge import SEARCH_EF, EdgeStore
+from core.memory.qdrant import QdrantStore
 
 RESULTS = Path(__file__).parent / "results" / "recall.json"
 T0 = 1_767_225_600.0

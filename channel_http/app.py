@@ -39,23 +39,23 @@ from channel_http.probes import model_names as probe_model_names
 from channel_http.requests import MAX_BODY
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
-from core.archive import ArchiveWriter
 from core.builtin_plugins import builtin_plugins
-from core.capture import Capture
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
 from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
-from core.edge import EdgeStore
-from core.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
 from core.file_tools import files_plugin
 from core.files import FileLimits, PersonFiles
 from core.i18n import Catalogs
 from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
+from core.memory.archive import ArchiveWriter
+from core.memory.capture import Capture
+from core.memory.edge import EdgeStore
+from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
 from core.memory_tools import memory_plugin
 from core.metrics import Metrics, measured
 from core.model import OllamaModel, OpenAIModel
@@ -522,7 +522,7 @@ def build_memory(settings: Settings) -> MemoryStore | None:
             raise ConfigurationError("MERCURY_MEMORY_STORE=qdrant needs QDRANT_URL.")
         # Imported here: qdrant-client takes about a second to import, which every start
         # of a server that keeps its memory elsewhere (or nowhere) would pay.
-        from core.qdrant import QdrantStore
+        from core.memory.qdrant import QdrantStore
 
         return QdrantStore.remote(
             settings.memory.qdrant_url,

@@ -42,9 +42,9 @@ from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
 
 if TYPE_CHECKING:
-    from core.archive import ArchiveWriter
     from core.confirmations import ConfirmationStore
     from core.conversation_order import HeldTurn
+    from core.memory.archive import ArchiveWriter
     from core.metrics import Metrics
     from core.tool_log import ToolLog
 

@@ -28,13 +28,13 @@ import msgspec
 
 from core import events
 from core.answering import Answerer
-from core.capture import conversational
 from core.clock import Clock, system_clock
 from core.confirmations import is_token
 from core.confirming import Confirmer
 from core.conversation_order import OrderError
 from core.history import Session, interrupted_answer, shown_time
 from core.linking import is_link_code
+from core.memory.capture import conversational
 from core.model import (
     ChatMessage,
     ModelBrokeOff,
@@ -50,13 +50,13 @@ from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
 
 if TYPE_CHECKING:
-    from core.archive import ArchiveWriter
-    from core.capture import Capture
     from core.confirmations import ConfirmationStore, ResumeSlots
     from core.conversation_order import ConversationOrder, HeldTurn
     from core.i18n import Catalogs, Translator
     from core.linking import Linking
     from core.memory import MemoryStore
+    from core.memory.archive import ArchiveWriter
+    from core.memory.capture import Capture
     from core.metrics import Metrics, TurnOutcome
     from core.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter

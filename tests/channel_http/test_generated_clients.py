@@ -26,7 +26,7 @@ import anyio
 import httpx
 import pytest
 
-from core.edge import EdgeStore
+from core.memory.edge import EdgeStore
 from core.tools import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

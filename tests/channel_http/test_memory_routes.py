@@ -15,10 +15,10 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from core.edge import EdgeStore
 from core.history import INTERRUPTED_NOTE
 from core.memory import MemoryStore
-from core.qdrant import QdrantStore
+from core.memory.edge import EdgeStore
+from core.memory.qdrant import QdrantStore
 from tests.conftest import ALICE, BOB
 from tests.support.memory_doubles import DownStore, SlowStore
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

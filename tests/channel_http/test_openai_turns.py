@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from core.config import ConfigurationError, load_settings
-from core.embedder import OpenAIEmbedder
+from core.memory.embedder import OpenAIEmbedder
 from core.model import ChatMessage, OpenAIModel
 from tests.conftest import ALICE
 from tests.support.ollama_standin import embed_text

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from core.archive import ArchiveWriter, Backoff
 from core.clock import ManualClock
 from core.memory import PointStoreBase
-from core.qdrant import QdrantStore
+from core.memory.archive import ArchiveWriter, Backoff
+from core.memory.qdrant import QdrantStore
 from core.state import Database
 from tests.support.memory_doubles import DownStore, HashEmbedder, SlowStore, hash_vector
 from tests.support.state import StateBackend

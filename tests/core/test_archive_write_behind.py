@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from core.archive import ArchiveWriter, Backoff
 from core.memory import Collection, MemoryPoint, MemoryStore, PointStoreBase
-from core.qdrant import QdrantStore
+from core.memory.archive import ArchiveWriter, Backoff
+from core.memory.qdrant import QdrantStore
 from tests.support.memory_doubles import DownStore, HashEmbedder, SlowStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

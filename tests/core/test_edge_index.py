@@ -12,8 +12,8 @@ import pytest
 
 from channel_http.app import build_memory
 from core.config import load_settings
-from core.edge import EdgeStore
 from core.memory import MemoryPoint, Scope
+from core.memory.edge import EdgeStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.edge import EdgeStore
 from core.memory import Collection, MemoryPoint, RawPoint, Scope
+from core.memory.edge import EdgeStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

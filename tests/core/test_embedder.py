@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.embedder import EmbeddingFailed, OllamaEmbedder
+from core.memory.embedder import EmbeddingFailed, OllamaEmbedder
 from tests.support.ollama_standin import OllamaStandIn, embed_text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

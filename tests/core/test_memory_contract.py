@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-from core.edge import EdgeStore
-from core.edge import person_filter as edge_person_filter
 from core.memory import (
     CollectionMismatch,
     Cursor,
@@ -19,8 +17,10 @@ from core.memory import (
     PointStoreBase,
     StoreUnavailable,
 )
-from core.qdrant import QdrantStore
-from core.qdrant import person_filter as qdrant_person_filter
+from core.memory.edge import EdgeStore
+from core.memory.edge import person_filter as edge_person_filter
+from core.memory.qdrant import QdrantStore
+from core.memory.qdrant import person_filter as qdrant_person_filter
 from tests.support.memory_doubles import hash_vector
 
 SIZE = 16

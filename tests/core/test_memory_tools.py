@@ -8,10 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from core.archive import ArchiveWriter
-from core.edge import EdgeStore
 from core.i18n import Catalogs
 from core.memory import MemoryPoint
+from core.memory.archive import ArchiveWriter
+from core.memory.edge import EdgeStore
 from core.memory_tools import memory_plugin
 from core.principal import Person, Principal
 from core.tools import ToolCallContext

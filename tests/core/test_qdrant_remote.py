@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from core.memory import CollectionMismatch, MemoryPoint, MemoryStoreError, StoreUnavailable
-from core.qdrant import QdrantStore
+from core.memory.qdrant import QdrantStore
 from tests.support.memory_doubles import hash_vector
 from tests.support.qdrant_standin import Fault, QdrantStandIn
 

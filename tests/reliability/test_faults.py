@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from core.directory import DirectoryPerson, DirectoryUnavailable
-from core.edge import EdgeStore
+from core.memory.edge import EdgeStore
 from core.people import People
 from tests.conftest import ALICE, BOB
 from tests.reliability.support import Outcome, eventually, free_port, read_turn

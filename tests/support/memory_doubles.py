@@ -7,7 +7,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 
-from core.embedder import EmbeddingFailed
 from core.memory import (
     ArchivedMessage,
     Collection,
@@ -21,6 +20,7 @@ from core.memory import (
     ScoredRecord,
     StoreUnavailable,
 )
+from core.memory.embedder import EmbeddingFailed
 
 
 class SlowStore:
@@ -133,7 +133,10 @@ def hash_vector(text: str, size: int = 16) -> list[float]:
 
 
 class HashEmbedder:
-    """An :class:`~core.embedder.Embedder` hashing words into a small vector; can be taken down."""
+    """An :class:`~core.memory.embedder.Embedder` hashing words into a small vector.
+
+    It can be taken down.
+    """
 
     def __init__(self, size: int = 16) -> None:
         self.size = size

@@ -2,7 +2,7 @@
 
 No Qdrant server runs on this machine, so the real ``qdrant_client.AsyncQdrantClient`` talks
 to this peer over a socket instead. It keeps collections, payload indexes and points in
-memory and answers the calls :class:`core.qdrant.QdrantStore` makes, in the shapes the
+memory and answers the calls :class:`core.memory.qdrant.QdrantStore` makes, in the shapes the
 client's models parse::
 
     GET  /collections                          GET  /collections/{name}/exists

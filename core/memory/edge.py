@@ -15,7 +15,7 @@ has been quiet for a while, or once enough points wait unindexed. ``qdrant_edge`
 GIL while it optimizes, so a build stalls the event loop: that is why it waits for a quiet
 store, never runs on a turn's path, and why segments are capped (docs/memory.md). The small
 segments those builds leave are merged into one by a child process working on a copy of the
-shard (``core/edge_merge.py``); the updates made meanwhile are journaled and replayed on the
+shard (``core/memory/edge_merge.py``); the updates made meanwhile are journaled and replayed on the
 merged copy before it takes the live shard's place.
 
 Exceptions (from :mod:`core.memory`)::
@@ -88,8 +88,9 @@ _HNSW: Final = qe.HnswIndexConfig(
 )
 _QUANTIZATION: Final = qe.ScalarQuantizationConfig(qe.ScalarType.Int8, always_ram=True)
 _OPTIMIZERS: Final = qe.EdgeOptimizersConfig(indexing_threshold=1000, max_segment_size=10000)
-#: What a merge (``core/edge_merge.py``, in a child process) optimizes a shard's copy with: no
-#: segment cap and one segment as the target, so the small indexed segments become one.
+#: What a merge (``core/memory/edge_merge.py``, in a child process) optimizes a shard's copy
+#: with: no segment cap and one segment as the target, so the small indexed segments become
+#: one.
 _MERGED: Final = qe.EdgeOptimizersConfig(
     indexing_threshold=1000, max_segment_size=2_000_000_000, default_segment_number=1
 )
@@ -256,7 +257,7 @@ class _Shard:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, job)
 
-    # -- merging the segments in a child process (core/edge_merge.py) ------------------
+    # -- merging the segments in a child process (core/memory/edge_merge.py) ------------------
 
     def _beside(self, suffix: str) -> Path:
         return self.path.with_name(self.path.name + suffix)
@@ -295,7 +296,7 @@ class _Shard:
             child = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "core.edge_merge",
+                "core.memory.edge_merge",
                 str(copy),
                 str(vector_size),
                 stdout=asyncio.subprocess.PIPE,

@@ -1,9 +1,9 @@
 """Merging a copy of a Qdrant Edge shard into few large segments, in a child process.
 
 ``qdrant_edge`` holds the GIL while it optimizes, so the server's own indexer keeps each build
-small (segments capped, core/edge.py) and a person's points end up spread over many indexed
+small (segments capped, core/memory/edge.py) and a person's points end up spread over many indexed
 segments, each of which a search visits. Merging them into one is a long build: the store runs
-it here, in another process, on a copy of the shard (``python -m core.edge_merge COPY
+it here, in another process, on a copy of the shard (``python -m core.memory.edge_merge COPY
 VECTOR_SIZE``), and swaps the merged copy in when it is done. The child lowers its own
 priority, so turns keep the CPU they need.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import qdrant_edge as qe
 
-from core.edge import shard_config
+from core.memory.edge import shard_config
 
 
 def merge(path: Path, vector_size: int) -> int:
@@ -34,7 +34,7 @@ def merge(path: Path, vector_size: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or not args[1].isdigit():
-        print("usage: python -m core.edge_merge SHARD_COPY VECTOR_SIZE", file=sys.stderr)
+        print("usage: python -m core.memory.edge_merge SHARD_COPY VECTOR_SIZE", file=sys.stderr)
         return 2
     os.nice(10)
     print(merge(Path(args[0]), int(args[1])), flush=True)

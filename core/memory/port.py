@@ -1,8 +1,8 @@
 """Long-term memory: the per-person archive, episodes and facts, behind one port.
 
 The engine keeps three collections per person (the verbatim archive, episodic summaries,
-semantic facts). :class:`MemoryStore` is the port; ``core/qdrant.py`` (a Qdrant server, or
-qdrant-client's local mode) and ``core/edge.py`` (Qdrant Edge, in-process) implement it on
+semantic facts). :class:`MemoryStore` is the port; ``core/memory/qdrant.py`` (a Qdrant server, or
+qdrant-client's local mode) and ``core/memory/edge.py`` (Qdrant Edge, in-process) implement it on
 top of :class:`PointStoreBase`, which holds the reading logic both share: cursors, ordering,
 tie-breaking, and the person scope every query carries.
 

@@ -2,7 +2,7 @@
 
 A capture runs after a turn once enough new messages exist, and when an idle session is
 freed. It writes one episodic point and one semantic point per fact through the
-:class:`~core.archive.ArchiveWriter`, so nothing waits on the store. A capture that
+:class:`~core.memory.archive.ArchiveWriter`, so nothing waits on the store. A capture that
 fails leaves the session's marker where it was, so the next trigger tries again; it
 never surfaces as a turn error.
 
@@ -23,8 +23,8 @@ import msgspec
 from core.model import ChatMessage, ModelClient
 
 if TYPE_CHECKING:
-    from core.archive import ArchiveWriter
     from core.memory import MemoryStore
+    from core.memory.archive import ArchiveWriter
     from core.wiki import Vault
 
 log = logging.getLogger("mercury.capture")

@@ -55,7 +55,6 @@ from typing import Any, Final, cast
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.embedder import Embedder, EmbeddingFailed
 from core.memory import (
     COLLECTIONS,
     Collection,
@@ -65,6 +64,7 @@ from core.memory import (
     MemoryStoreError,
     StoreUnavailable,
 )
+from core.memory.embedder import Embedder, EmbeddingFailed
 from core.state import Database, Migration, Schema
 
 log = logging.getLogger(__name__)

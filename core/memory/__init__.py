@@ -1,0 +1,62 @@
+"""Long-term memory: the port, its adapters, and what writes to and reads from it.
+
+``port`` holds :class:`MemoryStore`, the points and the reading logic both adapters share
+(:class:`PointStoreBase`); ``edge`` (Qdrant Edge, in-process, with ``edge_merge`` run in a
+child process) and ``qdrant`` (a Qdrant server, or qdrant-client's local mode) are the
+adapters; ``archive`` writes a turn's messages behind it, ``embedder`` turns text into
+vectors, ``capture`` distils episodes and facts and the primer a new session starts with.
+The adapters are imported by name (``core.memory.edge``, ``core.memory.qdrant``), never
+here: each pulls in its engine's library.
+"""
+
+from core.memory.port import (
+    COLLECTIONS,
+    PREVIEW_CHARS,
+    VECTOR_NAME,
+    ArchivedMessage,
+    Collection,
+    CollectionMismatch,
+    CollectionNames,
+    ConversationSummary,
+    Cursor,
+    Episode,
+    Fact,
+    InvalidCursor,
+    MemoryPoint,
+    MemoryStore,
+    MemoryStoreError,
+    Page,
+    PointStoreBase,
+    RawPoint,
+    Role,
+    Scope,
+    ScoredRecord,
+    StoreUnavailable,
+    preview_of,
+)
+
+__all__ = [
+    "COLLECTIONS",
+    "PREVIEW_CHARS",
+    "VECTOR_NAME",
+    "ArchivedMessage",
+    "Collection",
+    "CollectionMismatch",
+    "CollectionNames",
+    "ConversationSummary",
+    "Cursor",
+    "Episode",
+    "Fact",
+    "InvalidCursor",
+    "MemoryPoint",
+    "MemoryStore",
+    "MemoryStoreError",
+    "Page",
+    "PointStoreBase",
+    "RawPoint",
+    "Role",
+    "Scope",
+    "ScoredRecord",
+    "StoreUnavailable",
+    "preview_of",
+]
