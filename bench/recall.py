@@ -11,7 +11,8 @@ returned, for random queries (``recall_random``: in 768 uniform dimensions the t
 neighbours are barely nearer than any other point, the hardest case for a graph index) and for
 queries near a stored point (``recall_near``: a stored vector moved to a cosine of ~0.9, as
 a question resembles a message it was about). Prints a markdown table and writes
-``bench/results/recall.json``.
+``bench/results/recall.json`` (or ``--json PATH``), with the load average at each size's
+start and at its timed searches.
 
 Two data sets, each measured on its own store (``--data``): ``random``, vectors uniform on the
 sphere (no structure at all: the worst case for any index), and ``clustered``, vectors around
@@ -20,15 +21,22 @@ to its topic is ~0.71 and two points of one topic ~0.5, of two topics ~0), close
 an embedding model gives a person's messages. On ``clustered`` the "random" queries are new
 points drawn the same way (a new message on one of the topics), not uniform vectors.
 
-    python bench/recall.py --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
-                           [--merge-above 0] [--data random,clustered] [--search-ef 32]
+A third, ``embedded:DIR``, is real sentences embedded by a model (``bench/embed_corpus.py``
+writes DIR): a size of N stores the first N rows of ``person.npy`` for the measured person and
+the first N/10 of ``other.npy`` for someone else; ``recall_near`` asks with ``near.npy``
+(sentences of the same corpus that were not stored), ``recall_random`` and the timed searches
+with ``random.npy`` (sentences of another corpus). The dimension is the files', not ``--dim``.
+
+    python -m bench.recall --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
+                           [--merge-above 0] [--data random,clustered,embedded:DIR]
+                           [--search-ef 32] [--json PATH]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
 but needs ~6 GB of disk for the shard (twice that with ``--merge-above``, whose child then
 needs ~16 GB of memory) and well over an hour on two cores.
 
 Local mode brute-forces in Python and NumPy; an insert running past ``--budget-s`` (120 s)
-is abandoned and the size recorded as skipped.
+is abandoned and the size recorded as skipped, as is a size larger than an embedded corpus.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -59,6 +68,37 @@ SESSION_LEN = 100
 BATCH = 1000
 TOPICS = 300
 DATA_SETS = ("random", "clustered")
+EMBEDDED = "embedded:"
+#: The files of an embedded corpus (bench/embed_corpus.py writes them).
+EMBEDDED_FILES = ("person", "other", "near", "random")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Unit vectors a model gave real sentences: the person's, someone else's, two query sets."""
+
+    root: Path
+    person: np.ndarray
+    other: np.ndarray
+    near: np.ndarray
+    random: np.ndarray
+
+    @classmethod
+    def load(cls, root: Path) -> Embedded:
+        missing = [f"{name}.npy" for name in EMBEDDED_FILES if not (root / f"{name}.npy").is_file()]
+        if missing:
+            raise ValueError(
+                f"{root} lacks {', '.join(missing)}; write it with bench/embed_corpus.py."
+            )
+        blocks = {name: np.load(root / f"{name}.npy") for name in EMBEDDED_FILES}
+        dims = {block.shape[1] for block in blocks.values() if block.ndim == 2}
+        if len(dims) != 1 or any(block.ndim != 2 for block in blocks.values()):
+            raise ValueError(f"The arrays in {root} are not all rows of one dimension.")
+        return cls(root, **{k: v.astype(np.float32, copy=False) for k, v in blocks.items()})
+
+    @property
+    def dim(self) -> int:
+        return int(self.person.shape[1])
 
 
 def _centroids(dim: int) -> np.ndarray:
@@ -95,6 +135,11 @@ def _points(person: str, start: int, vectors: list[list[float]]) -> list[MemoryP
         }
         points.append(MemoryPoint(str(uuid.uuid4()), vector, payload))
     return points
+
+
+def _load() -> float:
+    """The load average over the last minute: the machine is shared, so each figure has one."""
+    return round(os.getloadavg()[0], 2)
 
 
 async def _timed(work: Callable[[], Awaitable[Any]], runs: int) -> dict[str, float]:
@@ -140,20 +185,43 @@ async def _quality(store: EdgeStore, queries: list[list[float]]) -> float:
 
 
 async def bench_one(
-    adapter: str, size: int, args: argparse.Namespace, data: str = "random"
+    adapter: str,
+    size: int,
+    args: argparse.Namespace,
+    data: str = "random",
+    embedded: Embedded | None = None,
 ) -> dict[str, Any]:
+    """One adapter at one size on one data set; ``embedded`` holds the vectors of ``embedded:``."""
     rng = np.random.default_rng(size)
-    result: dict[str, Any] = {"adapter": adapter, "data": data, "points_per_person": size}
+    dim = embedded.dim if embedded else args.dim
+    result: dict[str, Any] = {
+        "adapter": adapter,
+        "data": "embedded" if embedded else data,
+        "points_per_person": size,
+        "dim": dim,
+        "load": [_load()],
+    }
+    others = max(1, size // 10)
+    if embedded:
+        result["data_dir"] = str(embedded.root)
+        if size > len(embedded.person):
+            result["skipped"] = f"the corpus holds {len(embedded.person)} points for the person"
+            return result
+        others = min(others, len(embedded.other))
     with tempfile.TemporaryDirectory(prefix=f"recall-{adapter}-") as tmp:
         store = await _open(adapter, Path(tmp), args)
         try:
-            await store.ensure(args.dim)
+            await store.ensure(dim)
             started = time.perf_counter()
             stored: list[list[float]] = []  # some of alice's, to ask near them
-            for person, count in (("alice", size), ("bob", max(1, size // 10))):
+            for person, count in (("alice", size), ("bob", others)):
                 for start in range(0, count, BATCH):
                     n = min(BATCH, count - start)
-                    vectors = await asyncio.to_thread(_vectors, rng, n, args.dim, data)
+                    if embedded:
+                        rows = embedded.person if person == "alice" else embedded.other
+                        vectors = rows[start : start + n].tolist()
+                    else:
+                        vectors = await asyncio.to_thread(_vectors, rng, n, dim, data)
                     if person == "alice" and len(stored) < args.queries:
                         stored += vectors[: args.queries - len(stored)]
                     await store.upsert("verbatim", _points(person, start, vectors))
@@ -178,11 +246,15 @@ async def bench_one(
                     await asyncio.sleep(0.2)
                 result["merge_s"] = round(time.perf_counter() - started, 2)
                 result["segments"] = await store.segments("verbatim")
-            queries = _vectors(rng, args.queries, args.dim, data)
+            if embedded:
+                queries = embedded.random[: args.queries].tolist()
+            else:
+                queries = _vectors(rng, args.queries, dim, data)
             cursor = iter(queries)
+            result["load"].append(_load())
             last_session = f"alice:s{(size - 1) // SESSION_LEN}"
             result["search"] = await _timed(
-                lambda: store.search("verbatim", "alice", next(cursor), limit=5), args.queries
+                lambda: store.search("verbatim", "alice", next(cursor), limit=5), len(queries)
             )
             result["conversation"] = await _timed(
                 lambda: store.conversation("alice", last_session, limit=50), args.queries
@@ -193,24 +265,33 @@ async def bench_one(
             )
             if isinstance(store, EdgeStore):
                 result["recall_random"] = await _quality(store, queries)
-                result["recall_near"] = await _quality(store, _near(rng, stored, args.dim))
+                near = (
+                    embedded.near[: args.queries].tolist() if embedded else _near(rng, stored, dim)
+                )
+                result["recall_near"] = await _quality(store, near)
         finally:
             await store.close()
     return result
+
+
+def _manifest(root: Path) -> Any:
+    """What bench/embed_corpus.py says of the corpus it wrote (None without a manifest)."""
+    path = root / "manifest.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| adapter | data | points/person | insert s | index s | merge s | segments "
         "| search p50/p95 ms | found of top 5 (random / near) "
-        "| conversation p50/p95 ms | recent p50/p95 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| conversation p50/p95 ms | recent p50/p95 ms | load (start / search) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         if "skipped" in r:
             lines.append(
                 f"| {r['adapter']} | {r['data']} | {r['points_per_person']} "
-                f"| skipped: {r['skipped']} | | | | | | | |"
+                f"| skipped: {r['skipped']} | | | | | | | | |"
             )
             continue
 
@@ -221,7 +302,8 @@ def _table(results: list[dict[str, Any]]) -> str:
             f"| {r['adapter']} | {r['data']} | {r['points_per_person']} | {r['insert_s']} "
             f"| {r.get('index_s', '')} | {r.get('merge_s', '')} | {r.get('segments', '')} "
             f"| {cell('search')} | {r.get('recall_random', '')} / {r.get('recall_near', '')} "
-            f"| {cell('conversation')} | {cell('recent_messages')} |"
+            f"| {cell('conversation')} | {cell('recent_messages')} "
+            f"| {' / '.join(str(x) for x in r['load'])} |"
         )
     return "\n".join(lines)
 
@@ -251,23 +333,37 @@ async def main() -> None:
     parser.add_argument(
         "--data",
         default=",".join(DATA_SETS),
-        help="the data sets, each on its own store: random (uniform) and/or clustered (topics)",
+        help="the data sets, each on its own store: random (uniform), clustered (topics), "
+        "embedded:DIR (a model's vectors of real sentences, from bench/embed_corpus.py)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS, help=f"where the results go (default {RESULTS})"
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     data_sets = [d for d in args.data.split(",") if d]
-    if unknown := set(data_sets) - set(DATA_SETS):
-        parser.error(f"unknown data sets {sorted(unknown)}; choose from {', '.join(DATA_SETS)}")
+    corpora: dict[str, Embedded] = {}
+    for data in data_sets:
+        if data.startswith(EMBEDDED):
+            try:
+                corpora[data] = Embedded.load(Path(data.removeprefix(EMBEDDED)))
+            except ValueError as error:
+                parser.error(str(error))
+    if unknown := set(data_sets) - set(DATA_SETS) - set(corpora):
+        parser.error(
+            f"unknown data sets {sorted(unknown)}; choose from {', '.join(DATA_SETS)} "
+            f"or {EMBEDDED}DIR"
+        )
     results = []
     for size in sizes:
         for data in data_sets:
             for adapter in args.adapters.split(","):
-                result = await bench_one(adapter, size, args, data)
+                result = await bench_one(adapter, size, args, data, corpora.get(data))
                 print(json.dumps(result), flush=True)
                 results.append(result)
     print()
     print(_table(results))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     document = {
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
@@ -278,10 +374,11 @@ async def main() -> None:
         "search_ef": args.search_ef,
         "data": data_sets,
         "topics": TOPICS,
+        "embedded": {data: _manifest(corpus.root) for data, corpus in corpora.items()},
         "results": results,
     }
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"\nwritten to {RESULTS}")
+    args.json.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"\nwritten to {args.json}")
 
 
 if __name__ == "__main__":
