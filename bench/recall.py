@@ -29,7 +29,7 @@ with ``random.npy`` (sentences of another corpus). The dimension is the files', 
 
     python -m bench.recall --sizes 1000,10000 [--dim 768] [--queries 50] [--optimize]
                            [--merge-above 0] [--data random,clustered,embedded:DIR]
-                           [--search-ef 32] [--json PATH]
+                           [--search-ef 32] [--index-every 0] [--json PATH]
 
 1M points per person (``--sizes 1000000 --adapters edge --budget-s 7200``) works the same way
 but needs ~6 GB of disk for the shard (twice that with ``--merge-above``, whose child then
@@ -225,6 +225,11 @@ async def bench_one(
                     if person == "alice" and len(stored) < args.queries:
                         stored += vectors[: args.queries - len(stored)]
                     await store.upsert("verbatim", _points(person, start, vectors))
+                    # A quiet moment of steady writes: the indexer catches up.
+                    quiet = args.index_every and (start + n) % args.index_every == 0
+                    if isinstance(store, EdgeStore) and person == "alice" and quiet:
+                        while store.index_backlog() or store.merging():
+                            await asyncio.sleep(0.2)
                     if time.perf_counter() - started > args.budget_s:
                         result["skipped"] = (
                             f"insert passed {args.budget_s:.0f} s at {start + n} points of {person}"
@@ -337,6 +342,14 @@ async def main() -> None:
         "embedded:DIR (a model's vectors of real sentences, from bench/embed_corpus.py)",
     )
     parser.add_argument(
+        "--index-every",
+        type=int,
+        default=0,
+        help="let Edge's indexer catch up after every N of the person's points, as steady "
+        "writes do (segments of the store's cap); 0: one long write, whose forced builds "
+        "leave fewer, larger segments",
+    )
+    parser.add_argument(
         "--json", type=Path, default=RESULTS, help=f"where the results go (default {RESULTS})"
     )
     args = parser.parse_args()
@@ -372,6 +385,7 @@ async def main() -> None:
         "optimized": args.optimize,
         "merge_above": args.merge_above,
         "search_ef": args.search_ef,
+        "index_every": args.index_every,
         "data": data_sets,
         "topics": TOPICS,
         "embedded": {data: _manifest(corpus.root) for data, corpus in corpora.items()},

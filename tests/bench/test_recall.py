@@ -26,7 +26,13 @@ def _corpus(root: Path, person: int = 40) -> Embedded:
 
 def _args() -> argparse.Namespace:
     return argparse.Namespace(
-        dim=768, queries=5, budget_s=60.0, optimize=True, merge_above=0, search_ef=32
+        dim=768,
+        queries=5,
+        budget_s=60.0,
+        optimize=True,
+        merge_above=0,
+        search_ef=32,
+        index_every=10,
     )
 
 
