@@ -16,7 +16,7 @@ import argparse
 import asyncio
 import os
 import signal
-from typing import Any
+from typing import Any, Final
 
 import uvloop
 
@@ -62,9 +62,16 @@ def respond(payload: dict[str, Any]) -> ChatScript:
     return script
 
 
+#: The chat model bench/server.py asks for, and the embedding model its memory uses.
+MODELS: Final = ("bench", "nomic-embed-text")
+
+
 async def _serve(port: int) -> None:
-    kind = OpenAIStandIn if _openai else OllamaStandIn
-    standin = kind(port=port, responder=respond)
+    if _openai:
+        standin: OllamaStandIn | OpenAIStandIn = OpenAIStandIn(port=port, responder=respond)
+    else:
+        # The models bench/server.py names, so its start finds them (no "lacks the model").
+        standin = OllamaStandIn(port=port, responder=respond, models=MODELS)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -647,17 +647,22 @@ async def oidc(plan: Plan) -> dict[str, Any]:
 def recall(plan: Plan) -> dict[str, Any]:
     if not (ROOT / "bench" / "recall.py").exists():
         return {"skipped": "bench/recall.py does not exist yet"}
-    cmd = [sys.executable, "-m", "bench.recall", "--sizes", plan.recall_sizes, "--queries", "20"]
-    # recall.py writes bench/results/recall.json (its owner's full-size run): keep that file.
-    kept = RESULTS / "recall.json"
-    original = kept.read_bytes() if kept.exists() else None
-    try:
+    with tempfile.TemporaryDirectory(prefix="mercury-recall-") as scratch:
+        # Its own JSON goes to scratch: bench/results/recall.json is its full-size run's.
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.recall",
+            "--sizes",
+            plan.recall_sizes,
+            "--queries",
+            "20",
+            "--json",
+            str(Path(scratch) / "recall.json"),
+        ]
         done = subprocess.run(
             cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
         )
-    finally:
-        if original is not None:
-            kept.write_bytes(original)
     if done.returncode:
         return {"skipped": f"bench/recall.py failed: {done.stderr.strip()[-500:]}"}
     lines = done.stdout.splitlines()
