@@ -87,22 +87,10 @@ class _StreamedBody(ASGIStreamingResponse):
 
     async def _send_body(self, send: Send, receive: Receive, sink: BodySink | None) -> None:
         stream = self.iterator
-        if isinstance(stream, Opening) and not self.opening_at_once:
+        if isinstance(stream, Opening):
             self.iterator = stream.frames
-        elif isinstance(stream, Opening):
-            # The first frame from this task, right behind the headers: a task of its own
-            # would wait one more turn of the loop, which is milliseconds beside hundreds of
-            # streams (docs/benchmarks.md, stop 14).
-            self.iterator = stream.frames
-            direct = send if sink is None else sink.send
-            try:
-                first = await anext(stream.frames)
-                await direct({"type": "http.response.body", "body": first, "more_body": True})
-            except BaseException:
-                await stream.frames.aclose()  # its own clean-up (the turn's cancel) runs now
-                raise
-            if sink is not None:
-                sink.sent += len(first)
+            if self.opening_at_once:
+                await _send_opening(stream.frames, send, sink)
         loop = asyncio.get_running_loop()
         body = loop.create_task(self._forward(send, sink))
         left = loop.create_task(_until_disconnect(receive))
@@ -154,6 +142,26 @@ class Opening:
 
 
 _END: Final[HTTPResponseBodyEvent] = {"type": "http.response.body", "body": b"", "more_body": False}
+
+
+async def _send_opening(
+    frames: AsyncGenerator[bytes, None], send: Send, sink: BodySink | None
+) -> None:
+    """The first frame from the response's task, right behind the headers.
+
+    A task of its own would wait one more turn of the loop, which is milliseconds beside
+    hundreds of streams (docs/benchmarks.md, stop 14). If it can't be sent, the body is
+    closed at once, so its own clean-up (the turn's cancel) runs now.
+    """
+    direct = send if sink is None else sink.send
+    try:
+        first = await anext(frames)
+        await direct({"type": "http.response.body", "body": first, "more_body": True})
+    except BaseException:
+        await frames.aclose()
+        raise
+    if sink is not None:
+        sink.sent += len(first)
 
 
 async def _until_disconnect(receive: Receive) -> None:
