@@ -22,6 +22,9 @@ class Reply:
     #: ``app`` of the ``Server-Timing`` header: the server's own time from the request to
     #: its first byte, in ms (``None`` when the server sent none).
     server_ms: float | None = None
+    #: ``arrived`` of ``Server-Timing`` (bench/server.py only): when the request reached the
+    #: application, on ``time.perf_counter``'s clock, which every process here shares.
+    arrived: float | None = None
 
 
 class _Protocol(asyncio.Protocol):
@@ -40,6 +43,7 @@ class _Protocol(asyncio.Protocol):
         self.sent = 0.0
         self.first_byte = 0.0
         self.server_ms: float | None = None
+        self.arrived: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -58,7 +62,10 @@ class _Protocol(asyncio.Protocol):
             head = bytes(buf[:end]).decode("latin-1").lower()
             del buf[: end + 4]
             self.status = int(head.split(" ", 2)[1])
-            self.server_ms = _server_app_ms(head)
+            timing = _server_timing(head)
+            self.server_ms = timing.get("app")
+            arrived = timing.get("arrived")
+            self.arrived = None if arrived is None else arrived / 1e3
             self.head_done = True
             if "transfer-encoding: chunked" in head:
                 self.chunked = True
@@ -121,6 +128,7 @@ class _Protocol(asyncio.Protocol):
             self.first_byte,
             time.perf_counter(),
             self.server_ms,
+            self.arrived,
         )
         if not reply.first_byte:
             reply.first_byte = reply.ended
@@ -131,17 +139,18 @@ class _Protocol(asyncio.Protocol):
             waiter.set_result(reply)
 
 
-def _server_app_ms(head: str) -> float | None:
-    """``app;dur=…`` of a (lower-cased) head's ``server-timing`` line."""
+def _server_timing(head: str) -> dict[str, float]:
+    """The ``name;dur=…`` entries of a (lower-cased) head's ``server-timing`` line, in ms."""
     start = head.find("\r\nserver-timing:")
     if start < 0:
-        return None
+        return {}
     line = head[start + 2 : head.find("\r\n", start + 2) % (len(head) + 1)]
+    found = {}
     for entry in line.split(":", 1)[1].split(","):
         name, _, rest = entry.strip().partition(";dur=")
-        if name == "app":
-            return float(rest.split(";", 1)[0])
-    return None
+        if rest:
+            found[name] = float(rest.split(";", 1)[0])
+    return found
 
 
 class Connection:

@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import resource
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,11 @@ import httpx
 import msgspec
 import uvicorn
 from litestar import get
+from litestar.enums import ScopeType
 from litestar.response import Stream
+from litestar.types import ASGIApp, Receive, Scope, Send
 
-from channel_http import collector, sse, switching
+from channel_http import access_log, collector, sse, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
@@ -206,7 +209,7 @@ def main() -> None:
         sse._StreamedBody.opening_at_once = False
     app = build_app(settings, model=model, extra_routes=[bare, relay, batched])
     config = uvicorn.Config(
-        with_cors(app, settings),
+        _Arrival(with_cors(app, settings)),
         host="127.0.0.1",
         port=args.port,
         loop="uvloop",
@@ -223,6 +226,24 @@ def main() -> None:
         greedy=args.accept == "greedy",
         short_switch=args.switch == "short",
     ).run()
+
+
+class _Arrival:
+    """Notes when each request reached the application, for the load client.
+
+    ``Server-Timing`` then carries ``arrived``: ``time.perf_counter()`` in ms, a clock every
+    process on this machine shares, so the client splits a TTFB into the wait before the
+    application (its loop reading the request) and the rest. Only the request's scope is
+    touched: the response's frames don't pass through here.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == ScopeType.HTTP:
+            access_log.mark(scope, "arrived", time.perf_counter())
+        await self.app(scope, receive, send)
 
 
 class _Server(uvicorn.Server):

@@ -46,6 +46,14 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 HOST = "127.0.0.1"
 
 
+#: bench/recall.py at the target's size: Edge, clustered vectors, as steady writes leave them.
+RECALL_100K: Final = tuple(
+    "--sizes 100000 --adapters edge --data clustered --index-every 10000".split()
+)
+#: ``--full``: one million points per person too (~11 minutes of inserts on two cores).
+RECALL_1M: Final = tuple("--sizes 1000000 --adapters edge --data clustered --budget-s 7200".split())
+
+
 @dataclass(frozen=True)
 class Plan:
     events: int = 20_000
@@ -58,7 +66,12 @@ class Plan:
     ramp_s: float = 1.0
     auth_tokens: int = 200
     auth_cached_rounds: int = 50
-    recall_sizes: str = "1000,10000"
+    #: bench/recall.py's invocations: 1k and 10k on both adapters and data sets; 100k on
+    #: Edge with clustered vectors written as steady writes leave them (the target's size).
+    recall_runs: tuple[tuple[str, ...], ...] = (
+        ("--sizes", "1000,10000"),
+        RECALL_100K,
+    )
     repeats: int = 3
 
 
@@ -69,7 +82,7 @@ QUICK = Plan(
     paced_tokens=50,
     auth_tokens=50,
     auth_cached_rounds=20,
-    recall_sizes="1000",
+    recall_runs=(("--sizes", "1000"),),
 )
 
 
@@ -494,6 +507,7 @@ _FLOOR_KEYS: Final = (
     "stretch_p99",
     "ttfb_p99_ms",
     "server_ttfb_p99_ms",
+    "before_app_p99_ms",
     "server_cpu_us_per_event",
 )
 
@@ -577,6 +591,9 @@ async def _level(
     # loop has read it, to the first byte; the rest is the accept queue, the loop's backlog
     # and the client's own loop.
     in_server = [r.server_ms for r in good if r.server_ms is not None]
+    # The wait before the application: the client's write until the server's loop has read
+    # the request and started the application on it (one clock for both processes).
+    before_app = [(r.arrived - r.sent) * 1e3 for r in good if r.arrived is not None]
     some = bool(good)
     return {
         "streams": level,
@@ -592,6 +609,8 @@ async def _level(
         "ttfb_p99_ms": _pct(ttfb, 0.99) if some else None,
         "server_ttfb_p50_ms": statistics.median(in_server) if in_server else None,
         "server_ttfb_p99_ms": _pct(in_server, 0.99) if in_server else None,
+        "before_app_p50_ms": statistics.median(before_app) if before_app else None,
+        "before_app_p99_ms": _pct(before_app, 0.99) if before_app else None,
         "server_cpu_share": cpu / elapsed,
         "standin_cpu_share": standin_cpu / elapsed,
         # The load client shares its core with the stand-in: its CPU and how late its own
@@ -644,31 +663,41 @@ async def oidc(plan: Plan) -> dict[str, Any]:
 # ------------------------------------------------------------------ recall
 
 
-def recall(plan: Plan) -> dict[str, Any]:
+def recall(plan: Plan, embedded: Path | None = None) -> dict[str, Any]:
+    """bench/recall.py's invocations of the plan, one after another, in one table.
+
+    With ``embedded`` (a corpus of bench/embed_corpus.py), the 100,000-point run measures
+    its real sentence vectors too.
+    """
     if not (ROOT / "bench" / "recall.py").exists():
         return {"skipped": "bench/recall.py does not exist yet"}
-    with tempfile.TemporaryDirectory(prefix="mercury-recall-") as scratch:
-        # Its own JSON goes to scratch: bench/results/recall.json is its full-size run's.
-        cmd = [
-            sys.executable,
-            "-m",
-            "bench.recall",
-            "--sizes",
-            plan.recall_sizes,
-            "--queries",
-            "20",
-            "--json",
-            str(Path(scratch) / "recall.json"),
-        ]
-        done = subprocess.run(
-            cmd, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
-        )
-    if done.returncode:
-        return {"skipped": f"bench/recall.py failed: {done.stderr.strip()[-500:]}"}
-    lines = done.stdout.splitlines()
+    lines: list[str] = []
+    for run in plan.recall_runs:
+        options = list(run)
+        if embedded is not None and run == RECALL_100K:
+            at = options.index("--data") + 1
+            options[at] += f",embedded:{embedded}"
+        big = max(int(size) for size in options[options.index("--sizes") + 1].split(","))
+        with tempfile.TemporaryDirectory(prefix="mercury-recall-") as scratch:
+            # Its own JSON goes to scratch: bench/results/recall.json is its full-size run's.
+            cmd = [sys.executable, "-m", "bench.recall", *options, "--queries", "20"]
+            cmd += ["--json", str(Path(scratch) / "recall.json")]
+            done = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=240 + big * 0.01,  # 1,000 s for 100k, 10,240 s for 1M
+                check=False,
+            )
+        if done.returncode:
+            return {"skipped": f"bench/recall.py failed: {done.stderr.strip()[-500:]}"}
+        lines += done.stdout.splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    header = table[:2]
     return {
-        "sizes": plan.recall_sizes,
-        "table": "\n".join(line for line in lines if line.startswith("|")),
+        "runs": [" ".join(run) for run in plan.recall_runs],
+        "table": "\n".join(header + [line for line in table if line not in header]),
         "rows": [json.loads(line) for line in lines if line.startswith("{")],
     }
 
@@ -732,7 +761,7 @@ def environment() -> dict[str, Any]:
 
 def _floor_measured(b: dict[str, Any]) -> str:
     return f"p99 {b['stretch_p99']:.1%}; TTFB p99 {b['ttfb_p99_ms']:.0f} ms" + _in_server(
-        b.get("server_ttfb_p99_ms")
+        b.get("server_ttfb_p99_ms"), b.get("before_app_p99_ms")
     )
 
 
@@ -740,8 +769,11 @@ def _floor_cost(b: dict[str, Any]) -> str:
     return f"{b['server_cpu_us_per_event']:.1f} µs/event"
 
 
-def _in_server(ms: float | None) -> str:
-    return "" if ms is None else f" ({ms:.0f} ms)"
+def _in_server(ms: float | None, before: float | None = None) -> str:
+    """`` (in the server p99; before the application p99)`` of a TTFB, as measured."""
+    if ms is None:
+        return ""
+    return f" ({ms:.0f} ms)" if before is None else f" ({ms:.0f}; {before:.0f} ms)"
 
 
 def _row(*cells: str) -> str:
@@ -907,11 +939,12 @@ def table(result: dict[str, Any]) -> str:
             _row(
                 f"{lv['streams']} streams at {result['plan']['rate']:g}/s, run {lv.get('run', 1)} "
                 f"(load {lv.get('load_average', 0):.2f}): stretch p50/p99/max "
-                "(streaming only p50/p99); TTFB p50/p99 (in the server p99)",
+                "(streaming only p50/p99); TTFB p50/p99 (in the server p99; before the "
+                "application p99)",
                 f"{lv['stretch_p50']:.1%} / {lv['stretch_p99']:.1%} / {lv['stretch_max']:.1%} "
                 f"({lv['streaming_stretch_p50']:.1%} / {lv['streaming_stretch_p99']:.1%}); "
                 f"{lv['ttfb_p50_ms']:.0f} / {lv['ttfb_p99_ms']:.0f} ms"
-                + _in_server(lv.get("server_ttfb_p99_ms")),
+                + _in_server(lv.get("server_ttfb_p99_ms"), lv.get("before_app_p99_ms")),
                 f"ideal {lv['ideal_s']:.1f} s",
                 f"{lv['completed']}/{lv['streams']} done, server CPU "
                 f"{lv['server_cpu_share']:.0%}, {lv['rss_kb_per_stream']:.0f} KiB RSS/stream"
@@ -1043,13 +1076,24 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         except Exception as error:  # node missing or the provider failed: say so, go on
             result["auth"] = {"skipped": f"OIDC benchmark failed: {error}"}
     if not args.no_recall:
-        result["recall"] = recall(plan)
+        result["recall"] = recall(plan, args.recall_embedded)
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="scripts/bench")
     parser.add_argument("--quick", action="store_true", help="a run of about a minute")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="recall at one million points per person too (~15 more minutes)",
+    )
+    parser.add_argument(
+        "--recall-embedded",
+        type=Path,
+        metavar="DIR",
+        help="recall at 100,000 points on real sentence vectors too (bench/embed_corpus.py)",
+    )
     parser.add_argument("--no-auth", action="store_true")
     parser.add_argument("--no-recall", action="store_true")
     parser.add_argument(
@@ -1089,6 +1133,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=RESULTS / "turns.json")
     args = parser.parse_args()
     plan = QUICK if args.quick else Plan()
+    if args.full:
+        plan = dataclasses.replace(plan, recall_runs=(*plan.recall_runs, RECALL_1M))
     if args.levels:
         plan = dataclasses.replace(plan, levels=tuple(int(x) for x in args.levels.split(",")))
     started = time.perf_counter()
