@@ -268,6 +268,31 @@ async def test_capture_after_enough_messages_shows_a_nameless_tool_and_stores_me
     assert "Lisbon" not in json.dumps(ollama.requests[-1]["messages"])
 
 
+async def test_after_a_restart_the_first_turn_gets_its_primer_before_memory_is_ensured(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    first = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    ollama.responder = summary_responder
+    await post_turn(first, {"text": "a trip to Lisbon in May", "conversationId": "c1"}, ALICE)
+    await eventually(
+        lambda: get(first, "/memory/scroll", collection="semantic_facts").json()["points"]
+    )
+    first.server.should_exit = True
+    first.thread.join(15)
+    # The embedding model is away after the restart (not pulled yet, or Ollama still
+    # loading it), so ensure() can't learn the vector size and keeps retrying.
+    before = ollama.models
+    ollama.models = ["llama3.2"]
+    try:
+        second = make_server({"memory": store_factory()})
+        await post_turn(second, {"text": "hello again", "conversationId": "new"}, ALICE)
+        assert not second.services.manager.archive.ensured
+    finally:
+        ollama.models = before
+    primer = ollama.requests[-1]["messages"][1]
+    assert primer["role"] == "system" and "trip: Lisbon in May" in primer["content"]
+
+
 async def test_a_failed_capture_is_not_a_turn_error_and_is_retried_next_time(
     make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
 ) -> None:
