@@ -518,7 +518,9 @@ class SessionManager:
                     person_key, key, max_chars=self.limits.resume_max_chars
                 )
         except Exception as error:  # memory is enrichment: a turn never waits on it
-            log.warning("could not rebuild %s from the archive: %r", key, error)
+            expected = self.archive is not None and self.archive.explains(error)
+            level = logging.DEBUG if expected else logging.WARNING
+            log.log(level, "could not rebuild %s from the archive: %r", key, error)
             return []
         return [
             ChatMessage(role="user", content=m.content)

@@ -200,6 +200,12 @@ class ArchiveWriter:
         """Whether the store's collections exist, so writes can flow."""
         return self._ensured.is_set()
 
+    def explains(self, error: BaseException) -> bool:
+        """Whether a read failed with ``error`` because the collections aren't ensured yet: the
+        ensure loop logs why itself, and a store never ensured holds nothing to miss (one left
+        by an earlier run is read before that; docs/memory.md)."""
+        return isinstance(error, StoreUnavailable) and not self.ensured
+
     @property
     def pending(self) -> int:
         """Items submitted and not yet stored that are held in memory (spilled rows aside)."""

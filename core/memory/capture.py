@@ -160,7 +160,8 @@ class Capture:
                 episode = await self.memory.latest_episode(person_key)
                 facts = await self.memory.facts(person_key, limit=20)
         except Exception as error:  # memory is enrichment: a session never waits on it
-            log.warning("no primer for a new session: %r", error)
+            level = logging.DEBUG if self.archive.explains(error) else logging.WARNING
+            log.log(level, "no primer for a new session: %r", error)
             return ""
         parts: list[str] = []
         if facts:

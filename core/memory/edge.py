@@ -21,7 +21,7 @@ merged copy before it takes the live shard's place.
 Exceptions (from :mod:`core.memory`)::
 
     MemoryStoreError
-    ├── StoreUnavailable        the store is closed, or ensure() hasn't opened the shards yet
+    ├── StoreUnavailable        the store is closed, or no shard exists yet (ensure() makes them)
     └── CollectionMismatch      an existing shard has another vector size
 """
 
@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+import msgspec
 import qdrant_edge as qe
 
 from core.memory import (
@@ -156,6 +157,45 @@ def _scope_filter(scope: Scope, *, ts_range: qe.RangeFloat | None = None) -> qe.
     return qe.Filter(must=[*_scope_conditions(scope), qe.FieldCondition("ts", range=ts_range)])
 
 
+class _StoredVectors(msgspec.Struct):
+    size: int
+
+
+class _StoredConfig(msgspec.Struct):
+    """What a shard's ``edge_config.json`` (written by Qdrant Edge) says of its vectors."""
+
+    vectors: dict[str, _StoredVectors]
+
+
+_decode_stored_config = msgspec.json.Decoder(_StoredConfig).decode
+
+
+def _stored_vector_size(path: Path) -> int | None:
+    """The vector size of the shard at ``path``, from the configuration Qdrant Edge keeps in
+    its directory; None when no shard is there. (``qdrant_edge`` has no call that tells a
+    loaded shard's configuration; the contract tests notice if the file moves.)"""
+    try:
+        raw = (path / "edge_config.json").read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MemoryStoreError(
+            f"Can't read the memory shard's configuration at {path}: {exc}"
+        ) from exc
+    try:
+        vectors = _decode_stored_config(raw).vectors
+    except msgspec.DecodeError as exc:
+        raise MemoryStoreError(
+            f"The memory shard's configuration at {path} isn't what Qdrant Edge writes: {exc}"
+        ) from exc
+    if VECTOR_NAME not in vectors:
+        raise CollectionMismatch(
+            f"The memory shard at {path} holds no {VECTOR_NAME!r} vectors; use another "
+            "collection name."
+        )
+    return vectors[VECTOR_NAME].size
+
+
 def _since(started: float) -> float:
     return time.perf_counter() - started
 
@@ -201,12 +241,9 @@ class _Shard:
 
     async def run(self, job: Callable[[Any], T]) -> T:
         def guarded() -> T:
-            if self.shard is None:
-                raise StoreUnavailable(
-                    f"The memory shard {self.name!r} isn't open; memory switches on once "
-                    "ensure() has opened it."
-                )
             try:
+                if self.shard is None:
+                    self._open_stored()
                 if self.journal is None:
                     return job(self.shard)
                 return job(_Journaled(self.shard, self.journal))
@@ -225,37 +262,64 @@ class _Shard:
 
     async def open(self, vector_size: int) -> None:
         def job() -> None:
-            config = shard_config(vector_size)
             if self.shard is None:
                 self._recover()
-                try:
-                    if self.path.exists() and any(self.path.iterdir()):
-                        self.shard = qe.EdgeShard.load(str(self.path), config)
-                    else:
-                        self.shard = qe.EdgeShard.create(str(self.path), config)
-                except Exception as exc:
-                    if "incompatible" in str(exc).lower():
-                        raise CollectionMismatch(
-                            f"The memory shard {self.name!r} at {self.path} was built for "
-                            f"other vectors than {vector_size}-dimensional cosine ones; use "
-                            "another collection name or the embedding model it was built with."
-                        ) from exc
-                    raise MemoryStoreError(
-                        f"Qdrant Edge can't open the shard {self.name!r} at {self.path}: {exc}"
-                    ) from exc
+                self._load(vector_size)
             elif self.vector_size != vector_size:
                 raise CollectionMismatch(
-                    f"The memory shard {self.name!r} is open with {self.vector_size}-dimensional "
-                    f"vectors, not {vector_size}; restart with one embedding model."
+                    f"The memory shard {self.name!r} at {self.path} holds "
+                    f"{self.vector_size}-dimensional vectors, not {vector_size}; use another "
+                    "collection name or the embedding model it was built with."
                 )
-            # Creating an index that exists is a no-op, so ensure() stays idempotent.
-            for field, schema in _INDEXES:
-                self.shard.update(qe.UpdateOperation.create_field_index(field, schema))
-            self.vector_size = vector_size
-            info = self.shard.info()
-            self.pending += max(0, int(info.points_count) - int(info.indexed_vectors_count))
 
         await asyncio.get_running_loop().run_in_executor(self._executor, job)
+
+    def _open_stored(self) -> None:
+        """Open the shard an earlier run left here, at the vector size it was built for.
+
+        ensure() opens the shards once the embedder has told the vector size, which takes a
+        round trip to it at best and never comes while it is away; what the shard already
+        holds (a new session's primer, a conversation's rebuild) is read meanwhile. Runs in
+        the shard's thread; raises :class:`StoreUnavailable` when no shard was made here yet.
+        """
+        self._recover()
+        vector_size = _stored_vector_size(self.path)
+        if vector_size is None:
+            raise StoreUnavailable(
+                f"The memory shard {self.name!r} doesn't exist yet; memory switches on once "
+                "ensure() has created it."
+            )
+        self._load(vector_size)
+
+    def _load(self, vector_size: int) -> None:
+        """Open the shard, or create it when none is on disk (runs in the shard's thread)."""
+        config = shard_config(vector_size)
+        try:
+            if self.path.exists() and any(self.path.iterdir()):
+                shard = qe.EdgeShard.load(str(self.path), config)
+            else:
+                shard = qe.EdgeShard.create(str(self.path), config)
+        except Exception as exc:
+            if "incompatible" in str(exc).lower():
+                raise CollectionMismatch(
+                    f"The memory shard {self.name!r} at {self.path} was built for "
+                    f"other vectors than {vector_size}-dimensional cosine ones; use "
+                    "another collection name or the embedding model it was built with."
+                ) from exc
+            raise MemoryStoreError(
+                f"Qdrant Edge can't open the shard {self.name!r} at {self.path}: {exc}"
+            ) from exc
+        try:
+            # Creating an index that exists is a no-op.
+            for field, schema in _INDEXES:
+                shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            info = shard.info()
+        except Exception:
+            shard.close()
+            raise
+        self.shard = shard
+        self.vector_size = vector_size
+        self.pending += max(0, int(info.points_count) - int(info.indexed_vectors_count))
 
     # -- merging the segments in a child process (core/memory/edge_merge.py) ------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -266,6 +267,58 @@ async def test_capture_after_enough_messages_shows_a_nameless_tool_and_stores_me
     assert primer["role"] == "system" and "trip: Lisbon in May" in primer["content"]
     await post_turn(server, {"text": "hello", "conversationId": "new"}, BOB)
     assert "Lisbon" not in json.dumps(ollama.requests[-1]["messages"])
+
+
+async def test_after_a_restart_the_first_turn_gets_its_primer_before_memory_is_ensured(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    first = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    ollama.responder = summary_responder
+    await post_turn(first, {"text": "a trip to Lisbon in May", "conversationId": "c1"}, ALICE)
+    await eventually(
+        lambda: get(first, "/memory/scroll", collection="semantic_facts").json()["points"]
+    )
+    first.server.should_exit = True
+    first.thread.join(15)
+    # The embedding model is away after the restart (not pulled yet, or Ollama still
+    # loading it), so ensure() can't learn the vector size and keeps retrying.
+    before = ollama.models
+    ollama.models = ["llama3.2"]
+    try:
+        second = make_server({"memory": store_factory()})
+        await post_turn(second, {"text": "hello again", "conversationId": "new"}, ALICE)
+        assert not second.services.manager.archive.ensured
+    finally:
+        ollama.models = before
+    primer = ollama.requests[-1]["messages"][1]
+    assert primer["role"] == "system" and "trip: Lisbon in May" in primer["content"]
+
+
+async def test_a_fresh_store_not_ensured_yet_costs_a_first_turn_no_warning_of_its_own(
+    make_server: Callable[..., RunningServer],
+    store_factory: Factory,
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Nothing was ever stored, so a new session's primer and rebuild miss nothing; why memory
+    # isn't on yet is the archive's ensure loop's to say, once, not every turn's.
+    caplog.set_level(logging.DEBUG)
+    before = ollama.models
+    ollama.models = ["llama3.2"]  # the embedding model is away: ensure() keeps retrying
+    try:
+        server = make_server({"memory": store_factory()})
+        got = await post_turn(server, {"text": "hello", "conversationId": "c1"}, ALICE)
+        assert not server.services.manager.archive.ensured
+    finally:
+        ollama.models = before
+    assert got.final["text"].endswith("] hello")
+    said = [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
+    missed = [s for s in said if s[2].startswith(("no primer", "could not rebuild"))]
+    assert len(missed) == 2 and all(level == logging.DEBUG for _, level, _ in missed), missed
+    assert any(
+        level == logging.WARNING and message.startswith("Memory isn't ready yet")
+        for _, level, message in said
+    )
 
 
 async def test_a_failed_capture_is_not_a_turn_error_and_is_retried_next_time(

@@ -165,6 +165,50 @@ async def test_reads_before_ensure_report_the_store_unavailable(opener: Opener) 
 
 
 @pytest.mark.anyio
+async def test_a_reopened_store_reads_what_it_holds_before_ensure(
+    store: PointStoreBase, opener: Opener
+) -> None:
+    # After a restart ensure() waits for the embedder to tell the vector size; a new
+    # session's primer and a conversation's rebuild read what the store holds meanwhile.
+    await populate(store, "alice")
+    await store.close()
+    reopened = await opener()
+    try:
+        episode_read = await reopened.latest_episode("alice")
+        assert episode_read is not None and episode_read.summary == "alice discussed boats"
+        assert [f.topic for f in await reopened.facts("alice", limit=20)] == ["city", "hobby"]
+        page = await reopened.conversation("alice", "alice:c1", limit=10)
+        assert [m.content for m in page.items] == [
+            "alice talks about boats",
+            "alice hears about boats",
+        ]
+        await reopened.ensure(SIZE)
+        await reopened.upsert("semantic", [fact("alice", "pet", "a cat", T0 + 7)])
+        assert [f.topic for f in await reopened.facts("alice", limit=20)] == [
+            "pet",
+            "city",
+            "hobby",
+        ]
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.anyio
+async def test_ensure_with_another_vector_size_after_a_read_is_a_collection_mismatch(
+    store: PointStoreBase, opener: Opener
+) -> None:
+    await populate(store, "alice")
+    await store.close()
+    reopened = await opener()
+    try:
+        assert await reopened.facts("alice", limit=20)
+        with pytest.raises(CollectionMismatch):
+            await reopened.ensure(SIZE * 2)
+    finally:
+        await reopened.close()
+
+
+@pytest.mark.anyio
 async def test_an_open_store_is_reachable(store: PointStoreBase) -> None:
     assert await store.reachable()
 
