@@ -104,6 +104,9 @@ class RequestLog:
         try:
             await self.app(scope, receive, send_logged)
         finally:
+            # The sink holds the server's send, whose request cycle holds this scope: left
+            # in the scope, each request's objects would wait for the collector's slow pass.
+            del state[_SINK]
             self._record(scope, state, status, sent + sink.sent, time.perf_counter() - started)
 
     def _record(

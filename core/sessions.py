@@ -253,6 +253,12 @@ class SessionManager:
             self.metrics.turns.labels("refused").inc()
         return decision
 
+    def _ended(self, turn: Turn) -> None:
+        self._turns.discard(turn)
+        # A task cancelled keeps its CancelledError, whose traceback holds the frame that
+        # holds the turn: dropped here, the turn is freed at once, not by the collector.
+        turn.task = None
+
     def is_intercepted(self, text: str) -> bool:
         """Whether ``text`` is answered without the model (a token or a link code)."""
         stripped = text.strip()
@@ -266,7 +272,7 @@ class SessionManager:
         turn.language = turn_input.language
         self._turns.add(turn)
         turn.task = asyncio.get_running_loop().create_task(self._run(turn, turn_input))
-        turn.task.add_done_callback(lambda _: self._turns.discard(turn))
+        turn.task.add_done_callback(lambda _: self._ended(turn))
         if self._holds_at_once(turn_input):
             # Nothing to wait for: the channel need not give the task a loop iteration to
             # say so (under load, one iteration is milliseconds of every turn's first byte).
