@@ -106,7 +106,7 @@ class RequestLog:
         finally:
             # The sink holds the server's send, whose request cycle holds this scope: left
             # in the scope, each request's objects would wait for the collector's slow pass.
-            del state[_SINK]
+            state.pop(_SINK, None)
             self._record(scope, state, status, sent + sink.sent, time.perf_counter() - started)
 
     def _record(
