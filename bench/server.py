@@ -170,6 +170,10 @@ def main() -> None:
         help="new connections all at once as serve takes them (channel_http/accept.py), "
         "or uvloop's one per loop iteration",
     )
+    parser.add_argument(
+        "--gc-thresholds",
+        help="YOUNG,MIDDLE: the collector's thresholds once settled (experiments)",
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -223,6 +227,9 @@ def main() -> None:
     _Server(
         config,
         settle=args.gc == "settled",
+        thresholds=tuple(int(x) for x in args.gc_thresholds.split(","))
+        if args.gc_thresholds
+        else None,
         greedy=args.accept == "greedy",
         short_switch=args.switch == "short",
     ).run()
@@ -250,10 +257,17 @@ class _Server(uvicorn.Server):
     """uvicorn, accepting and settling the collector as ``mercury-http serve`` does."""
 
     def __init__(
-        self, config: uvicorn.Config, *, settle: bool, greedy: bool, short_switch: bool
+        self,
+        config: uvicorn.Config,
+        *,
+        settle: bool,
+        greedy: bool,
+        short_switch: bool,
+        thresholds: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__(config)
         self._settle = settle
+        self._thresholds = thresholds
         self._greedy = greedy
         self._short_switch = short_switch
         self._acceptors: list[GreedyAccept] = []
@@ -263,7 +277,7 @@ class _Server(uvicorn.Server):
         if self._greedy:
             self._acceptors = accept_greedily(self)
         if self._settle:
-            collector.settle()
+            collector.settle(*(self._thresholds or ()))
         if self._short_switch:
             switching.hand_over_sooner()
 

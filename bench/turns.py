@@ -547,11 +547,13 @@ async def _level(
     client0 = time.process_time()
     running = True
     lags: list[float] = []  # how late the client's own loop woke the sampler, in ms
+    cpu_at: list[tuple[float, float]] = []  # (when, the server's CPU seconds so far)
 
     async def sample() -> None:
         nonlocal peak
         while running:
             peak = max(peak, rss_bytes(pid))
+            cpu_at.append((time.perf_counter(), cpu_s(pid)))
             due = time.perf_counter() + 0.05
             await asyncio.sleep(0.05)
             lags.append((time.perf_counter() - due) * 1e3)
@@ -612,6 +614,9 @@ async def _level(
         "before_app_p50_ms": statistics.median(before_app) if before_app else None,
         "before_app_p99_ms": _pct(before_app, 0.99) if before_app else None,
         "server_cpu_share": cpu / elapsed,
+        # The busiest 200 ms of the server's core (the ramp's end, when every stream is
+        # streaming and the last turns are starting): how near it came to saturation.
+        "server_cpu_peak_share": _peak_share(cpu_at, 0.2),
         "standin_cpu_share": standin_cpu / elapsed,
         # The load client shares its core with the stand-in: its CPU and how late its own
         # loop ran (part of every TTFB and stretch it measures).
@@ -757,6 +762,20 @@ def environment() -> dict[str, Any]:
         "msgspec": version("msgspec"),
         "httpx": version("httpx"),
     }
+
+
+def _peak_share(samples: list[tuple[float, float]], window: float) -> float | None:
+    """The most CPU seconds per second over any ``window`` of (time, CPU seconds) samples."""
+    best = None
+    start = 0
+    for end in range(1, len(samples)):
+        while samples[end][0] - samples[start + 1][0] >= window:
+            start += 1
+        spanned = samples[end][0] - samples[start][0]
+        if spanned >= window:
+            share = (samples[end][1] - samples[start][1]) / spanned
+            best = share if best is None else max(best, share)
+    return best
 
 
 def _floor_measured(b: dict[str, Any]) -> str:
@@ -947,7 +966,13 @@ def table(result: dict[str, Any]) -> str:
                 + _in_server(lv.get("server_ttfb_p99_ms"), lv.get("before_app_p99_ms")),
                 f"ideal {lv['ideal_s']:.1f} s",
                 f"{lv['completed']}/{lv['streams']} done, server CPU "
-                f"{lv['server_cpu_share']:.0%}, {lv['rss_kb_per_stream']:.0f} KiB RSS/stream"
+                f"{lv['server_cpu_share']:.0%}"
+                + (
+                    f" (busiest 200 ms: {lv['server_cpu_peak_share']:.0%})"
+                    if lv.get("server_cpu_peak_share") is not None
+                    else ""
+                )
+                + f", {lv['rss_kb_per_stream']:.0f} KiB RSS/stream"
                 + _client(lv),
                 "≤ 10% (p99)" if scored else "(info)",
                 _met(met) if scored else "",
@@ -1017,6 +1042,8 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     options = ["--httpx-model"] if args.httpx_model else []
     if args.gc_default:
         options += ["--gc", "default"]
+    if args.gc_thresholds:
+        options += ["--gc-thresholds", args.gc_thresholds]
     if args.accept_uvloop:
         options += ["--accept", "uvloop"]
     if args.switch_default:
@@ -1025,7 +1052,13 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         options += ["--opening", "task"]
     result["opening"] = "body task (before)" if args.opening_in_task else "at once (serve's)"
     result["accept"] = "uvloop's" if args.accept_uvloop else "greedy (serve's)"
-    result["collector"] = "CPython defaults" if args.gc_default else "settled (serve's)"
+    result["collector"] = (
+        "CPython defaults"
+        if args.gc_default
+        else f"settled, thresholds {args.gc_thresholds}"
+        if args.gc_thresholds
+        else "settled (serve's)"
+    )
     result["switch_interval"] = "5 ms (CPython's)" if args.switch_default else "0.5 ms (serve's)"
     result["model_path"] = "httpx (before)" if args.httpx_model else "asyncio wire"
     result["load_average_before"] = os.getloadavg()
@@ -1110,6 +1143,11 @@ def main() -> None:
         "--gc-default",
         action="store_true",
         help="the server keeps CPython's collector settings (before channel_http/collector.py)",
+    )
+    parser.add_argument(
+        "--gc-thresholds",
+        metavar="YOUNG,MIDDLE",
+        help="the server's collector thresholds once settled (50000,10: before stop 15)",
     )
     parser.add_argument(
         "--accept-uvloop",
