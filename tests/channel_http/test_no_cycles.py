@@ -53,7 +53,7 @@ def cyclic_garbage() -> Counter[str]:
         gc.garbage.clear()
 
 
-async def settled(server: RunningServer) -> None:
+async def settled() -> None:
     """Until the server has finished the requests it answered (its request log runs last)."""
     await asyncio.sleep(0.3)
 
@@ -64,7 +64,7 @@ async def test_turns_and_plain_requests_leave_no_cycle_behind(
     ollama.enqueue(*(ChatScript.words("an answer in words") for _ in range(3)))
     async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
         await client.get("/me", headers=ALICE)  # the first request warms what lives on
-        await settled(server)
+        await settled()
         cyclic_garbage()
         answered = [
             await client.post("/turn", json={"text": "hi"}, headers=ALICE),
@@ -76,7 +76,7 @@ async def test_turns_and_plain_requests_leave_no_cycle_behind(
             await client.post("/turn", content=b"{not json", headers=ALICE),  # 400
             await client.get("/nowhere", headers=ALICE),  # 404
         ]
-        await settled(server)
+        await settled()
     assert [r.status_code for r in answered] == [200, 200, 200, 200, 200, 401, 400, 404]
     assert all("event: final" in r.text for r in answered[:3])
     assert cyclic_garbage() == Counter()
@@ -88,7 +88,7 @@ async def test_a_turn_its_client_left_leaves_no_cycle_behind(
     ollama.enqueue(ChatScript.words("a slow answer " * 20, delay_s=0.05))
     async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
         await client.get("/me", headers=ALICE)
-        await settled(server)
+        await settled()
         cyclic_garbage()
         async with client.stream("POST", "/turn", json={"text": "hi"}, headers=ALICE) as stream:
             async for line in stream.aiter_lines():

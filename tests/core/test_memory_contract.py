@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -164,16 +165,27 @@ async def test_reads_before_ensure_report_the_store_unavailable(opener: Opener) 
         await unready.close()
 
 
+@contextlib.asynccontextmanager
+async def reopened_with_alice(
+    store: PointStoreBase, opener: Opener
+) -> AsyncIterator[PointStoreBase]:
+    """Alice's points written and the store closed, then opened again (not ensured yet)."""
+    await populate(store, "alice")
+    await store.close()
+    reopened = await opener()
+    try:
+        yield reopened
+    finally:
+        await reopened.close()
+
+
 @pytest.mark.anyio
 async def test_a_reopened_store_reads_what_it_holds_before_ensure(
     store: PointStoreBase, opener: Opener
 ) -> None:
     # After a restart ensure() waits for the embedder to tell the vector size; a new
     # session's primer and a conversation's rebuild read what the store holds meanwhile.
-    await populate(store, "alice")
-    await store.close()
-    reopened = await opener()
-    try:
+    async with reopened_with_alice(store, opener) as reopened:
         episode_read = await reopened.latest_episode("alice")
         assert episode_read is not None and episode_read.summary == "alice discussed boats"
         assert [f.topic for f in await reopened.facts("alice", limit=20)] == ["city", "hobby"]
@@ -189,23 +201,16 @@ async def test_a_reopened_store_reads_what_it_holds_before_ensure(
             "city",
             "hobby",
         ]
-    finally:
-        await reopened.close()
 
 
 @pytest.mark.anyio
 async def test_ensure_with_another_vector_size_after_a_read_is_a_collection_mismatch(
     store: PointStoreBase, opener: Opener
 ) -> None:
-    await populate(store, "alice")
-    await store.close()
-    reopened = await opener()
-    try:
+    async with reopened_with_alice(store, opener) as reopened:
         assert await reopened.facts("alice", limit=20)
         with pytest.raises(CollectionMismatch):
             await reopened.ensure(SIZE * 2)
-    finally:
-        await reopened.close()
 
 
 @pytest.mark.anyio
