@@ -80,6 +80,14 @@ def test_the_bearer_scheme_is_case_insensitive(server: RunningServer) -> None:
             b'{"text": "hi", "conversationID": "c"}',
             'The field "conversationID" is not allowed here.',
         ),
+        (
+            b'{"text": "hi", "text": "again"}',
+            'The field "text" appears more than once; send it once.',
+        ),
+        (
+            b'{"text": "hi", "te\\u0078t": "again"}',
+            'The field "text" appears more than once; send it once.',
+        ),
         (b"{}", 'Write some text: "text" is missing or blank.'),
         (b'{"text": "   \\n "}', 'Write some text: "text" is missing or blank.'),
         (b'{"opening": true}', "An opening turn needs a conversationId."),

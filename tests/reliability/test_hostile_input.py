@@ -25,6 +25,7 @@ from channel_http.requests import (
     ConfirmBody,
     MeBody,
     TurnBody,
+    _repeated_key,
     conversation_id,
     decode_body,
 )
@@ -87,6 +88,34 @@ def test_the_body_decoders_answer_a_struct_or_a_sentence_never_an_exception(
         assert refusal.message.endswith(".")
         return
     assert isinstance(value, body_type)
+
+
+# Objects written pair by pair, so a key may come twice, spelled plainly or with escapes,
+# and a field's name may sit inside a value.
+spelled_keys = st.sampled_from(
+    ['"text"', '"te\\u0078t"', '"conversationId"', '"\\u0074oken"', '"token"', '"timeZone"']
+)
+pair_values = st.sampled_from(['"hi"', '"text"', '"say \\"text\\""', "true", "null", '"c1"'])
+pairwise_bodies = st.lists(st.tuples(spelled_keys, pair_values), max_size=5).map(
+    lambda pairs: ("{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}").encode()
+)
+
+
+@FAST
+@given(raw=pairwise_bodies, body_type=st.sampled_from([TurnBody, ConfirmBody, MeBody]))
+def test_a_repeated_key_is_refused_exactly_when_the_standard_parser_sees_one(
+    raw: bytes, body_type: type[msgspec.Struct]
+) -> None:
+    """The decoder's quick test for repeats may skip the exact parse only when it can't
+    change the answer."""
+    try:
+        decode_body(body_type, raw, TR)
+    except BadRequest as refusal:
+        repeated = "appears more than once" in refusal.message
+        if repeated:
+            assert _repeated_key(raw) is not None
+        return
+    assert _repeated_key(raw) is None
 
 
 @FAST
