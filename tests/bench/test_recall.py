@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench.recall import Embedded, bench_one
+from bench.recall import Embedded, _timed, bench_one
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -28,6 +29,7 @@ def _args() -> argparse.Namespace:
     return argparse.Namespace(
         dim=768,
         queries=5,
+        warmup=2,
         budget_s=60.0,
         optimize=True,
         merge_above=0,
@@ -46,6 +48,7 @@ async def test_an_embedded_corpus_is_stored_in_its_own_dimension_and_searched(
     assert "skipped" not in result
     assert (result["data"], result["dim"], result["data_dir"]) == ("embedded", DIM, str(tmp_path))
     assert result["search"]["p50_ms"] > 0
+    assert result["search"]["first_ms"] > 0
     assert 0 < result["recall_random"] <= 1
     assert 0 < result["recall_near"] <= 1
     assert len(result["load"]) == 2
@@ -64,3 +67,18 @@ def test_a_folder_without_the_corpus_files_names_what_is_missing(tmp_path: Path)
 
     with pytest.raises(ValueError, match=r"other\.npy, near\.npy, random\.npy"):
         Embedded.load(tmp_path)
+
+
+async def test_the_warm_up_reads_are_not_counted_but_the_first_is_reported() -> None:
+    calls: list[float] = []
+
+    async def work() -> None:
+        calls.append(0.0)
+        if len(calls) == 1:  # a cold first read, far slower than the rest
+            await asyncio.sleep(0.3)
+
+    timed = await _timed(work, runs=5, warmup=3)
+
+    assert len(calls) == 8
+    assert timed["first_ms"] >= 300
+    assert timed["p95_ms"] < timed["first_ms"]
