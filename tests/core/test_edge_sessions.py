@@ -1,5 +1,6 @@
 """Qdrant Edge knows which sessions a person has: a never-archived conversation's rebuild
-reads nothing, and a conversation from an earlier run is still rebuilt."""
+reads nothing, and a conversation from an earlier run is still rebuilt; a person whose archive
+is too large to list is read each time, and still rebuilt."""
 
 from __future__ import annotations
 
@@ -59,8 +60,16 @@ async def rebuilt(store: EdgeStore, person: str, session: str) -> list[str]:
     return [m.content for m in found]
 
 
-async def opened(root: Path) -> ReadCountingStore:
-    store = ReadCountingStore(root)
+class SmallListingStore(ReadCountingStore):
+    """Lists a person's sessions only while their archive holds at most two points."""
+
+    list_sessions_up_to = 2
+
+
+async def opened(
+    root: Path, kind: type[ReadCountingStore] = ReadCountingStore
+) -> ReadCountingStore:
+    store = kind(root)
     await store.ensure(4)
     return store
 
@@ -110,3 +119,28 @@ async def test_a_restarted_store_still_rebuilds_a_conversation_of_an_earlier_run
         assert await rebuilt(second, "alice", "alice:trip") == ["kiwi-12"]
     finally:
         await second.close()
+
+
+async def test_a_person_with_a_large_archive_is_read_each_time_and_still_rebuilt(
+    tmp_path: Path,
+) -> None:
+    store = await opened(tmp_path, SmallListingStore)
+    try:
+        await store.upsert(
+            "verbatim",
+            [message("alice", "alice:old", f"m{i}", T0 + i) for i in range(3)],
+        )
+        await store.upsert("verbatim", [message("bob", "bob:old", "hi", T0)])
+        for i in range(2):
+            assert await rebuilt(store, "alice", f"alice:new{i}") == []
+        assert store.reads == 2  # not listed: each new conversation is read
+        assert await rebuilt(store, "alice", "alice:old") == ["m0", "m1", "m2"]
+        await store.upsert("verbatim", [message("alice", "alice:later", "late", T0 + 9)])
+        assert await rebuilt(store, "alice", "alice:later") == ["late"]
+
+        store.reads = 0  # a person with a small archive is still listed
+        assert await rebuilt(store, "bob", "bob:new") == []
+        assert store.reads == 0
+        assert await rebuilt(store, "bob", "bob:old") == ["hi"]
+    finally:
+        await store.close()
