@@ -14,7 +14,7 @@
 Served by uvicorn (uvloop, httptools), pinned to one core::
 
     python -m bench.server --port P --ollama http://127.0.0.1:Q --data DIR [--cpu 0]
-        [--state-url postgresql://…] [--memory edge]
+        [--state-url postgresql://…] [--memory edge] [--gc-log PATH]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import json
 import os
 import resource
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from litestar.enums import ScopeType
 from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from bench import collector_log
 from channel_http import access_log, collector, sse, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
@@ -174,6 +175,9 @@ def main() -> None:
         "--gc-thresholds",
         help="YOUNG,MIDDLE: the collector's thresholds once settled (experiments)",
     )
+    parser.add_argument(
+        "--gc-log", type=Path, help="append each collector pass to PATH (bench/collector_log.py)"
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -232,6 +236,7 @@ def main() -> None:
         else None,
         greedy=args.accept == "greedy",
         short_switch=args.switch == "short",
+        gc_log=args.gc_log,
     ).run()
 
 
@@ -264,10 +269,13 @@ class _Server(uvicorn.Server):
         greedy: bool,
         short_switch: bool,
         thresholds: tuple[int, ...] | None = None,
+        gc_log: Path | None = None,
     ) -> None:
         super().__init__(config)
         self._settle = settle
         self._thresholds = thresholds
+        self._gc_log = gc_log
+        self._stop_gc_log: Callable[[], None] | None = None
         self._greedy = greedy
         self._short_switch = short_switch
         self._acceptors: list[GreedyAccept] = []
@@ -280,11 +288,15 @@ class _Server(uvicorn.Server):
             collector.settle(*(self._thresholds or ()))
         if self._short_switch:
             switching.hand_over_sooner()
+        if self._gc_log is not None:
+            self._stop_gc_log = collector_log.install(self._gc_log)
 
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         for acceptor in self._acceptors:
             acceptor.close()
         await super().shutdown(sockets)
+        if self._stop_gc_log is not None:
+            self._stop_gc_log()
 
 
 if __name__ == "__main__":

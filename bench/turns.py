@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import uvloop
 
+from bench import collector_log
 from bench.client import Connection, Reply
 from bench.server import TOKEN, USERS
 from channel_http import collector
@@ -516,6 +517,18 @@ def msgspec_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
+#: Where ``--gc-log`` goes, for :func:`_level` to mark each run's start in.
+_marks: dict[str, Path] = {}
+
+
+def _run_kind(path: str, fresh: bool) -> str:
+    if path.startswith("/bench/batched"):
+        return "through the batching relay"
+    if path.startswith("/bench/bare"):
+        return "floor, each on a new connection" if fresh else "floor"
+    return "straight from the stand-in" if path.startswith("/api/") else "turns"
+
+
 async def _level(
     port: int,
     pid: int,
@@ -538,6 +551,8 @@ async def _level(
         async with opening:
             await conn.open()
 
+    if "path" in _marks:
+        collector_log.mark(_marks["path"], f"{level} {_run_kind(path, fresh)}")
     if not fresh:
         await asyncio.gather(*(open_one(c) for c in conns))
     await asyncio.sleep(0.3)
@@ -1044,6 +1059,10 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         options += ["--gc", "default"]
     if args.gc_thresholds:
         options += ["--gc-thresholds", args.gc_thresholds]
+    if args.gc_log:
+        args.gc_log.unlink(missing_ok=True)
+        options += ["--gc-log", str(args.gc_log)]
+        _marks["path"] = args.gc_log
     if args.accept_uvloop:
         options += ["--accept", "uvloop"]
     if args.switch_default:
@@ -1166,6 +1185,13 @@ def main() -> None:
         help="a turn's first frame waits for the body's task, one loop iteration after the "
         "headers (before channel_http/sse.py Opening)",
     )
+    parser.add_argument(
+        "--gc-log",
+        type=Path,
+        metavar="PATH",
+        help="log the server's collector passes to PATH and show which concurrency run each "
+        "fell in (bench/collector_log.py)",
+    )
     parser.add_argument("--levels", help="concurrency levels, comma-separated (e.g. 500)")
     parser.add_argument("--profile", type=Path, help="py-spy the server into DIR, per phase")
     parser.add_argument("--json", type=Path, default=RESULTS / "turns.json")
@@ -1184,6 +1210,10 @@ def main() -> None:
     result["duration_s"] = time.perf_counter() - started
     result["table"] = table(result)
     print(result["table"])
+    if args.gc_log and args.gc_log.exists():
+        result["collector_passes"] = collector_log.by_run(args.gc_log)
+        print("\nThe server's collector passes, by the run they fell in (--gc-log):")
+        print(collector_log.describe(result["collector_passes"]))
     recall_result = result.get("recall") or {}
     print("\nMemory recall (bench/recall.py):")
     print(recall_result.get("table") or recall_result.get("skipped") or "not run (--no-recall)")
