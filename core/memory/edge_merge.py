@@ -1,11 +1,11 @@
 """Merging a copy of a Qdrant Edge shard into few large segments, in a child process.
 
 ``qdrant_edge`` holds the GIL while it optimizes, so the server's own indexer keeps each build
-small (segments capped, core/memory/edge.py) and a person's points end up spread over many indexed
-segments, each of which a search visits. Merging them into one is a long build: the store runs
-it here, in another process, on a copy of the shard (``python -m core.memory.edge_merge COPY
-VECTOR_SIZE``), and swaps the merged copy in when it is done. The child lowers its own
-priority, so turns keep the CPU they need.
+small (segments capped, core/memory/edge_shard.py) and a person's points end up spread over
+many indexed segments, each of which a search visits. Merging them into one is a long build:
+the store runs it here, in another process, on a copy of the shard (``python -m
+core.memory.edge_merge COPY VECTOR_SIZE``), and swaps the merged copy in when it is done. The
+child lowers its own priority, so turns keep the CPU they need.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import qdrant_edge as qe
 
-from core.memory.edge import shard_config
+from core.memory.edge_shard import shard_config
 
 
 def merge(path: Path, vector_size: int) -> int:
