@@ -151,21 +151,16 @@ async def _timed(
     time (``first_ms``): a store's first reads after its index was built touch pages and
     caches nothing has touched yet, which a server pays once and a short run would count as
     its median."""
-    samples = []
-    first = None
-    for n in range(warmup + runs):
+    times = []
+    for _ in range(warmup + runs):
         started = time.perf_counter()
         await work()
-        elapsed = (time.perf_counter() - started) * 1000
-        if first is None:
-            first = elapsed
-        if n >= warmup:
-            samples.append(elapsed)
-    samples.sort()
+        times.append((time.perf_counter() - started) * 1000)
+    samples = sorted(times[warmup:])
     return {
         "p50_ms": round(statistics.median(samples), 2),
         "p95_ms": round(samples[min(len(samples) - 1, int(len(samples) * 0.95))], 2),
-        "first_ms": round(first or 0.0, 2),
+        "first_ms": round(times[0], 2),
     }
 
 

@@ -74,6 +74,9 @@ class Plan:
         RECALL_100K,
     )
     repeats: int = 3
+    #: ``--gc-log``: where the server logs its collector passes and :func:`_level` marks
+    #: each run's start (bench/collector_log.py); None: not logged.
+    gc_log: str | None = None
 
 
 QUICK = Plan(
@@ -517,10 +520,6 @@ def msgspec_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
 
 
-#: Where ``--gc-log`` goes, for :func:`_level` to mark each run's start in.
-_marks: dict[str, Path] = {}
-
-
 def _run_kind(path: str, fresh: bool) -> str:
     if path.startswith("/bench/batched"):
         return "through the batching relay"
@@ -551,8 +550,8 @@ async def _level(
         async with opening:
             await conn.open()
 
-    if "path" in _marks:
-        collector_log.mark(_marks["path"], f"{level} {_run_kind(path, fresh)}")
+    if plan.gc_log is not None:
+        collector_log.mark(Path(plan.gc_log), f"{level} {_run_kind(path, fresh)}")
     if not fresh:
         await asyncio.gather(*(open_one(c) for c in conns))
     await asyncio.sleep(0.3)
@@ -1059,10 +1058,9 @@ async def run(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
         options += ["--gc", "default"]
     if args.gc_thresholds:
         options += ["--gc-thresholds", args.gc_thresholds]
-    if args.gc_log:
-        args.gc_log.unlink(missing_ok=True)
-        options += ["--gc-log", str(args.gc_log)]
-        _marks["path"] = args.gc_log
+    if plan.gc_log is not None:
+        Path(plan.gc_log).unlink(missing_ok=True)
+        options += ["--gc-log", plan.gc_log]
     if args.accept_uvloop:
         options += ["--accept", "uvloop"]
     if args.switch_default:
@@ -1201,6 +1199,8 @@ def main() -> None:
         plan = dataclasses.replace(plan, recall_runs=(*plan.recall_runs, RECALL_1M))
     if args.levels:
         plan = dataclasses.replace(plan, levels=tuple(int(x) for x in args.levels.split(",")))
+    if args.gc_log:
+        plan = dataclasses.replace(plan, gc_log=str(args.gc_log))
     started = time.perf_counter()
     # The load client's own collector, left at CPython's defaults, paused its loop for up to
     # 174 ms in a run of 500 streams (four full passes), straight into the TTFB and stretch

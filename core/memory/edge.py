@@ -160,12 +160,11 @@ class EdgeStore(PointStoreBase):
         self._generation: dict[str, int] = {}
         self._facts: dict[tuple[str, int], list[Fact]] = {}
         self._episodes: dict[str, Episode | None] = {}
-        self._sessions: dict[str, set[str]] = {}
-        """Per person, every session with verbatim points (a superset: writes add first)."""
+        self._sessions: dict[str, set[str] | None] = {}
+        """Per person, every session with verbatim points (a superset: writes add first), or
+        None for a person not listed (too many points or sessions): read each time."""
         self._listing: dict[str, set[str]] = {}
         """Per person whose sessions are being listed, the sessions written meanwhile."""
-        self._unlisted: set[str] = set()
-        """People whose sessions are not listed (too many points or sessions): read each time."""
 
     async def ensure(self, vector_size: int) -> None:
         if self._closed:
@@ -262,9 +261,10 @@ class EdgeStore(PointStoreBase):
     async def _known_sessions(self, person_key: str) -> set[str] | None:
         """The person's archived sessions, listed from the shard on first use; ``None`` when
         they can't be listed whole (too many, or a listing already in flight)."""
-        known = self._sessions.get(person_key)
-        if known is not None or person_key in self._listing or person_key in self._unlisted:
-            return known
+        if person_key in self._sessions:
+            return self._sessions[person_key]
+        if person_key in self._listing:
+            return None
         written: set[str] = set()
         self._listing[person_key] = written
         flt = person_filter(person_key)
@@ -283,14 +283,10 @@ class EdgeStore(PointStoreBase):
             listed = await self._shards["verbatim"].run(job)
         finally:
             del self._listing[person_key]
-        if listed is None or len(listed) > _KNOWN_SESSIONS:
-            if len(self._unlisted) >= _KEPT_PEOPLE:
-                self._unlisted.clear()
-            self._unlisted.add(person_key)
-            return None
+        known = None if listed is None or len(listed) > _KNOWN_SESSIONS else {*listed, *written}
         if len(self._sessions) >= _KEPT_PEOPLE:
             self._sessions.clear()
-        self._sessions[person_key] = known = {*listed, *written}
+        self._sessions[person_key] = known
         return known
 
     def _archived(self, points: Sequence[MemoryPoint]) -> None:
