@@ -148,6 +148,11 @@ class Linking:
     def _heard(self, _notice: Notice) -> None:
         self._people.invalidate()
 
+    @property
+    def shared(self) -> bool:
+        """Whether the links live in a store other instances share (PostgreSQL)."""
+        return self._db.shared
+
     async def owner_of(self, user_key: str) -> str | None:
         """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""
         await self.ensure_schema()

@@ -14,6 +14,10 @@ the directory is asked, so both accounts are one person.
 
 Answers are cached per user key for a few minutes (unknowns too, failures never), so a revoked
 role stops working within that time; concurrent lookups for one user key share one call.
+Where the links live in a store several instances share, the link itself is never cached: it
+is one primary-key read on every identification, so an account linked through any instance
+is its owner on every instance from the moment the link is answered (a notice from the store
+could arrive after the next request does). Only the directory's answer for the owner is cached.
 
 Runtime outcomes aren't exceptions here: :meth:`People.identify` returns :class:`Refused`.
 The only exception this module raises is :class:`~core.directory.DirectoryUnavailable`, from
@@ -87,6 +91,11 @@ class LinkLookup(Protocol):
 
     async def owner_of(self, user_key: str) -> str | None:
         """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""
+        ...
+
+    @property
+    def shared(self) -> bool:
+        """Whether other instances make links too (the lookup is then never cached)."""
         ...
 
 
@@ -199,12 +208,27 @@ class People:
         return None if found is None else f"{self._directory.name}:{found.id}"
 
     async def _answer(self, user_key: str) -> _Answer | None:
+        links = self._links
+        if links is not None and links.shared:
+            try:
+                owner = await links.owner_of(user_key)
+            except Exception:
+                logger.exception(
+                    "Couldn't read the link of %s; refusing it as unavailable.", user_key
+                )
+                return None
+            return await self._cached(owner or user_key, resolve_link=False)
+        return await self._cached(user_key, resolve_link=True)
+
+    async def _cached(self, user_key: str, *, resolve_link: bool) -> _Answer | None:
         entry = self._cache.get(user_key)
         if entry is not None and self._clock() < entry.expires_at:
             return entry.answer
         task = self._pending.get(user_key)
         if task is None:
-            task = asyncio.get_running_loop().create_task(self._look_up(user_key, self._generation))
+            task = asyncio.get_running_loop().create_task(
+                self._look_up(user_key, self._generation, resolve_link=resolve_link)
+            )
             self._pending[user_key] = task
             self._running.add(task)
             task.add_done_callback(lambda done: self._forget_pending(user_key, done))
@@ -216,12 +240,14 @@ class People:
         if self._pending.get(user_key) is task:
             del self._pending[user_key]
 
-    async def _look_up(self, user_key: str, generation: int) -> _Answer | None:
+    async def _look_up(
+        self, user_key: str, generation: int, *, resolve_link: bool
+    ) -> _Answer | None:
         # Never raises: a failure is None, so no waiter ever sees a stray exception and a
         # lookup nobody awaits any more can't leave an unretrieved one behind.
         try:
             effective_key = user_key
-            if self._links is not None:
+            if resolve_link and self._links is not None:
                 effective_key = await self._links.owner_of(user_key) or user_key
             found = None
             if self._directory is not None:

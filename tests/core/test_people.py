@@ -52,14 +52,19 @@ class RecordingDirectory:
 
 
 class DictLinks:
-    def __init__(self, links: dict[str, str]) -> None:
+    def __init__(self, links: dict[str, str], *, shared: bool = False) -> None:
         self.links = links
+        self.shared = shared
+        self.reads = 0
 
     async def owner_of(self, user_key: str) -> str | None:
+        self.reads += 1
         return self.links.get(user_key)
 
 
 class BrokenLinks:
+    shared = False
+
     async def owner_of(self, user_key: str) -> str | None:
         raise OSError("disk I/O error")
 
@@ -350,6 +355,31 @@ async def test_invalidate_drops_every_cached_answer() -> None:
     phone = await people.identify(ALICE_PHONE)
     assert isinstance(phone, Admitted)
     assert phone.person.key == "people:alice"
+
+
+@pytest.mark.anyio
+async def test_on_a_shared_store_a_link_counts_at_the_next_identification() -> None:
+    directory = RecordingDirectory({"static:alice": ALICE_ENTRY})
+    links = DictLinks({}, shared=True)
+    people = people_with(directory, links=links, access_unknown="allow")
+    before = await people.identify(ALICE_PHONE)
+    assert isinstance(before, Admitted) and before.person.key == "oidc:alice-phone"
+    links.links["oidc:alice-phone"] = "static:alice"  # linked through another instance
+    after = await people.identify(ALICE_PHONE)
+    assert isinstance(after, Admitted)
+    assert after.person.key == "people:alice"
+    assert links.reads == 2  # the link is read each time; the directory's answer is cached
+
+
+@pytest.mark.anyio
+async def test_on_a_shared_store_the_owners_directory_answer_is_still_cached() -> None:
+    directory = RecordingDirectory({"static:alice": ALICE_ENTRY})
+    links = DictLinks({"oidc:alice-phone": "static:alice"}, shared=True)
+    people = people_with(directory, links=links)
+    for _ in range(3):
+        phone = await people.identify(ALICE_PHONE)
+        assert isinstance(phone, Admitted) and phone.person.key == "people:alice"
+    assert directory.asked == ["static:alice"]
 
 
 @pytest.mark.anyio

@@ -321,6 +321,50 @@ async def test_a_link_code_made_through_a_is_redeemed_through_b_and_c(cluster: C
     assert linked.events[-1][1]["text"] == "Linked: this account is now Ivan."
 
 
+async def test_an_account_linked_through_b_is_the_owner_on_every_instance_at_once(
+    cluster: Cluster,
+) -> None:
+    """Every instance resolves a linked account to its owner the moment the link answers,
+    even one that identified the account as its own person a moment before (issue 30)."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        saved = await client.patch(
+            cluster["b"].url + "/me",
+            json={"timeZone": "Asia/Tokyo", "language": "de"},
+            headers=auth("kate"),
+        )
+        assert saved.status_code == 200, saved.text
+        # Leo's own person, seen (and so cached) by every instance before the link.
+        for instance in ("a", "b", "c"):
+            own = await client.get(cluster[instance].url + "/me", headers=auth("leo"))
+            assert own.json()["timeZone"] != "Asia/Tokyo"
+        await turn_through(cluster["a"].url, "kate", "a note of kate's", "kate-own")
+        made = await client.post(cluster["a"].url + "/link", headers=auth("kate"))
+        code = made.json()["code"]
+        await turn_through(cluster["b"].url, "leo", code, "l")
+        linked = await turn_through(cluster["b"].url, "leo", code, "l")
+        assert linked.events[-1][1]["text"] == "Linked: this account is now Kate."
+
+        for instance in ("a", "c"):
+            me = await client.get(cluster[instance].url + "/me", headers=auth("leo"))
+            assert me.json()["timeZone"] == "Asia/Tokyo", (instance, me.json())
+            assert me.json()["language"] == "de", (instance, me.json())
+            listed = await client.get(cluster[instance].url + "/conversations", headers=auth("leo"))
+            assert listed.status_code == 200, listed.text
+            ids = [c["conversationId"] for c in listed.json()["conversations"]]
+            assert "kate-own" in ids, (instance, ids)
+            turn = await turn_through(cluster[instance].url, "leo", "hello", "kate-own")
+            assert turn.events[-1][0] == "final", (instance, turn.events)
+
+        # A setting the linked account changes through one instance is its owner's on the others.
+        changed = await client.patch(
+            cluster["c"].url + "/me", json={"timeZone": "America/Lima"}, headers=auth("leo")
+        )
+        assert changed.status_code == 200, changed.text
+        for instance in ("a", "b"):
+            owner = await client.get(cluster[instance].url + "/me", headers=auth("kate"))
+            assert owner.json()["timeZone"] == "America/Lima", (instance, owner.json())
+
+
 async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere(
     cluster: Cluster, ollama: OllamaStandIn
 ) -> None:
