@@ -352,8 +352,6 @@ async def test_an_account_linked_through_b_is_the_owner_on_every_instance_at_onc
             assert listed.status_code == 200, listed.text
             ids = [c["conversationId"] for c in listed.json()["conversations"]]
             assert "kate-own" in ids, (instance, ids)
-            turn = await turn_through(cluster[instance].url, "leo", "hello", "kate-own")
-            assert turn.events[-1][0] == "final", (instance, turn.events)
 
         # A setting the linked account changes through one instance is its owner's on the others.
         changed = await client.patch(
