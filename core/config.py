@@ -68,6 +68,7 @@ from core.config_kinds import (
     service_secret_variable,
 )
 from core.i18n import SUPPORTED_LANGUAGES
+from core.spaces.config import SpaceConfig, _Spaces
 
 __all__ = [
     "CONFIG_FILE_VARIABLE",
@@ -75,11 +76,13 @@ __all__ = [
     "SERVICE_SECRET_VARIABLE",
     "SETTINGS",
     "AccessSettings",
+    "AmbientSettings",
     "AuthSettings",
     "ChatSettings",
     "ConfigurationError",
     "DefaultsSettings",
     "DirectorySettings",
+    "DiscordSettings",
     "EngineSettings",
     "HttpSettings",
     "LogSettings",
@@ -94,7 +97,12 @@ __all__ = [
     "SessionSettings",
     "Setting",
     "Settings",
+    "SlackSettings",
+    "SpaceConfig",
     "StateSettings",
+    "TelegramSettings",
+    "TriggerSettings",
+    "WhatsAppSettings",
     "WikiSettings",
     "help_text",
     "load_settings",
@@ -113,10 +121,12 @@ AuthProviderName = Literal["static", "oidc"]
 MemoryStoreName = Literal["edge", "qdrant", "off"]
 ModelProvider = Literal["ollama", "openai"]
 UnknownPeople = Literal["refuse", "allow"]
+TriggerMatch = Literal["mention", "prefix", "always"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["text", "json"]
 
 AUTH_PROVIDERS: Final = ("static", "oidc")
+TRIGGER_MATCHES: Final = ("mention", "prefix", "always")
 MODEL_PROVIDERS: Final = ("ollama", "openai")
 # Asymmetric algorithms only: "none" and the HMAC family would let a shared secret (or
 # nothing) stand in for the issuer's key.
@@ -304,6 +314,68 @@ class OidcSettings(_Group, frozen=True, kw_only=True):
     allow_http_issuer: bool
 
 
+class TriggerSettings(_Group, frozen=True, kw_only=True):
+    """When a message in a shared space is addressed to the assistant (spaces may override)."""
+
+    match: TriggerMatch
+    name: str
+    pattern: str | None
+    media_in_groups: bool
+
+
+class AmbientSettings(_Group, frozen=True, kw_only=True):
+    """How much of a space's untriggered talk the next triggered run sees."""
+
+    max_messages: int
+    max_chars: int
+
+
+class SlackSettings(_Group, frozen=True, kw_only=True):
+    """The Slack bridge (Events API webhook, Web API replies)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"bot_token", "signing_secret"})
+
+    enabled: bool
+    bot_token: str | None
+    signing_secret: str | None
+    api_url: str
+
+
+class TelegramSettings(_Group, frozen=True, kw_only=True):
+    """The Telegram bridge (webhook, Bot API replies)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"bot_token", "webhook_secret"})
+
+    enabled: bool
+    bot_token: str | None
+    webhook_secret: str | None
+    api_url: str
+    file_url: str
+
+
+class DiscordSettings(_Group, frozen=True, kw_only=True):
+    """The Discord bridge (gateway connection, REST replies)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"bot_token"})
+
+    enabled: bool
+    bot_token: str | None
+    api_url: str
+
+
+class WhatsAppSettings(_Group, frozen=True, kw_only=True):
+    """The WhatsApp bridge (Cloud API webhook, Graph API replies)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"access_token", "app_secret", "verify_token"})
+
+    enabled: bool
+    access_token: str | None
+    app_secret: str | None
+    verify_token: str | None
+    phone_number_id: str | None
+    api_url: str
+
+
 class LogSettings(_Group, frozen=True, kw_only=True):
     """What the service logs and how each line looks."""
 
@@ -340,6 +412,13 @@ class Settings(_Group, frozen=True, kw_only=True):
     directory: DirectorySettings
     access: AccessSettings
     oidc: OidcSettings
+    trigger: TriggerSettings
+    ambient: AmbientSettings
+    slack: SlackSettings
+    telegram: TelegramSettings
+    discord: DiscordSettings
+    whatsapp: WhatsAppSettings
+    spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
     secret_key: str | None
@@ -380,6 +459,12 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "directory": DirectorySettings,
     "access": AccessSettings,
     "oidc": OidcSettings,
+    "trigger": TriggerSettings,
+    "ambient": AmbientSettings,
+    "slack": SlackSettings,
+    "telegram": TelegramSettings,
+    "discord": DiscordSettings,
+    "whatsapp": WhatsAppSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
 }
@@ -593,6 +678,64 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Seconds of clock difference tolerated on a token's times."),
     Setting("oidc.allow_http_issuer", "OIDC_ALLOW_HTTP_ISSUER", _Bool(), False,
             "Accept a plain-http issuer; for development against a local issuer only."),
+    Setting("trigger.match", "MERCURY_TRIGGER_MATCH", _Choice(TRIGGER_MATCHES), "mention",
+            "When a message in a shared space is for the assistant: `mention` (the trigger "
+            "as a standalone word anywhere), `prefix` (the message starts with it) or "
+            "`always`; direct messages always are. A space may set its own."),
+    Setting("trigger.name", "MERCURY_TRIGGER_NAME", _Text(), "Mercury",
+            "The assistant's name in chats: a bridge writes a mention of the bot as "
+            "`@<name>`."),
+    Setting("trigger.pattern", "MERCURY_TRIGGER_PATTERN", _Text(), None,
+            "The trigger word, matched without regard to case, with or without a leading "
+            "`@`.", default_doc="`trigger.name`"),
+    Setting("trigger.media_in_groups", "MERCURY_TRIGGER_MEDIA_IN_GROUPS", _Bool(), False,
+            "Whether a file sent without text in a group is for the assistant."),
+    Setting("ambient.max_messages", "MERCURY_AMBIENT_MAX_MESSAGES", _Int(0, 500), 20,
+            "Untriggered messages of a space kept for its next triggered run; 0 keeps none."),
+    Setting("ambient.max_chars", "MERCURY_AMBIENT_MAX_CHARS", _Int(0, 100_000), 4000,
+            "Characters of untriggered talk a space keeps for its next triggered run."),
+    Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
+            "Run the Slack bridge: events at `POST /webhooks/slack`."),
+    Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
+            "The Slack app's bot token (`xoxb-…`).", secret=True),
+    Setting("slack.signing_secret", "SLACK_SIGNING_SECRET", _Text(raw=True), None,
+            "The Slack app's signing secret, which every event is checked against.",
+            secret=True),
+    Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api/",
+            "Slack's Web API address."),
+    Setting("telegram.enabled", "MERCURY_TELEGRAM", _Bool(), False,
+            "Run the Telegram bridge: updates at `POST /webhooks/telegram`."),
+    Setting("telegram.bot_token", "TELEGRAM_BOT_TOKEN", _Text(raw=True), None,
+            "The bot's token from BotFather.", secret=True),
+    Setting("telegram.webhook_secret", "TELEGRAM_WEBHOOK_SECRET", _Text(raw=True), None,
+            "The secret token given to setWebhook, which every update must carry.",
+            secret=True),
+    Setting("telegram.api_url", "TELEGRAM_API_URL", _Url(base=True),
+            "https://api.telegram.org/bot", "The Bot API's address, the token follows it."),
+    Setting("telegram.file_url", "TELEGRAM_FILE_URL", _Url(base=True),
+            "https://api.telegram.org/file/bot", "Where the Bot API serves files."),
+    Setting("discord.enabled", "MERCURY_DISCORD", _Bool(), False,
+            "Run the Discord bridge over the gateway."),
+    Setting("discord.bot_token", "DISCORD_BOT_TOKEN", _Text(raw=True), None,
+            "The Discord bot's token.", secret=True),
+    Setting("discord.api_url", "DISCORD_API_URL", _Url(base=True),
+            "https://discord.com/api/v10", "Discord's REST API address."),
+    Setting("whatsapp.enabled", "MERCURY_WHATSAPP", _Bool(), False,
+            "Run the WhatsApp bridge: Cloud API events at `/webhooks/whatsapp`."),
+    Setting("whatsapp.access_token", "WHATSAPP_ACCESS_TOKEN", _Text(raw=True), None,
+            "The Cloud API access token (a system user's).", secret=True),
+    Setting("whatsapp.app_secret", "WHATSAPP_APP_SECRET", _Text(raw=True), None,
+            "The Meta app's secret, which every event's signature is checked against.",
+            secret=True),
+    Setting("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN", _Text(raw=True), None,
+            "The token the webhook's verification request must carry.", secret=True),
+    Setting("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", _Text(), None,
+            "The business phone number's id, which replies are sent from."),
+    Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
+            "https://graph.facebook.com/v21.0", "The Graph API's address."),
+    Setting("spaces", None, _Spaces(), MappingProxyType({}),
+            "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
+            "its own `rate_limit` and `trigger`.", default_doc="none"),
     Setting("log.level", "MERCURY_LOG_LEVEL", _Choice(("debug", "info", "warning", "error")),
             "info", "The least severe log lines written."),
     Setting("log.format", "MERCURY_LOG_FORMAT", _Choice(("text", "json")), "text",
@@ -669,7 +812,51 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
                 "OPENAI_EMBEDDING_MODEL (openai.embedding_model in the file) to embed it; "
                 "set it, or set MERCURY_MEMORY_STORE to off."
             )
+    _check_bridges(values)
     return Settings(**_build("", Settings, values), config_file=config_file)
+
+
+#: Per bridge, the secrets it can't run without, by environment variable.
+_BRIDGE_SECRETS: Final = {
+    "slack": (
+        ("slack.bot_token", "SLACK_BOT_TOKEN"),
+        ("slack.signing_secret", "SLACK_SIGNING_SECRET"),
+    ),
+    "telegram": (
+        ("telegram.bot_token", "TELEGRAM_BOT_TOKEN"),
+        ("telegram.webhook_secret", "TELEGRAM_WEBHOOK_SECRET"),
+    ),
+    "discord": (("discord.bot_token", "DISCORD_BOT_TOKEN"),),
+    "whatsapp": (
+        ("whatsapp.access_token", "WHATSAPP_ACCESS_TOKEN"),
+        ("whatsapp.app_secret", "WHATSAPP_APP_SECRET"),
+        ("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN"),
+        ("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID"),
+    ),
+}
+
+
+_BRIDGE_NAMES: Final = {
+    "slack": "Slack",
+    "telegram": "Telegram",
+    "discord": "Discord",
+    "whatsapp": "WhatsApp",
+}
+
+
+def _check_bridges(values: Mapping[str, Any]) -> None:
+    """A bridge that is on runs only with every secret it needs."""
+    for bridge, needed in _BRIDGE_SECRETS.items():
+        if not values[f"{bridge}.enabled"]:
+            continue
+        missing = [variable for path, variable in needed if not values[path]]
+        if missing:
+            raise ConfigurationError(
+                f"The {_BRIDGE_NAMES[bridge]} bridge is on but {' and '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not set; set "
+                f"{'it' if len(missing) == 1 else 'them'} in the environment, or turn the "
+                "bridge off."
+            )
 
 
 def _check_workers(values: Mapping[str, Any]) -> None:
@@ -975,6 +1162,13 @@ _SECTION_TITLES: Final = {
     "directory": "Directory",
     "access": "Access",
     "oidc": "OIDC provider",
+    "trigger": "Triggers in shared spaces",
+    "ambient": "Ambient context",
+    "slack": "Slack bridge",
+    "telegram": "Telegram bridge",
+    "discord": "Discord bridge",
+    "whatsapp": "WhatsApp bridge",
+    "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
     "secret_key": "Secret key",
