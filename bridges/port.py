@@ -133,16 +133,24 @@ class PlatformBridge(Protocol):
         """The space and conversation of ``thread_id`` (as :class:`Received` carries it)."""
         ...
 
-    async def download(self, attachment: Attachment) -> bytes:
-        """The attachment's bytes, from the platform, with the bot's credentials."""
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The attachment's bytes, from the platform, with the bot's credentials.
+
+        Raises :class:`BridgeError` when it is larger than ``max_bytes`` (read no further).
+        """
         ...
 
-    async def start_typing(self, thread_id: str) -> None:
-        """Show that the assistant is writing in ``thread_id``; a no-op where there is none."""
+    async def start_typing(self, message: Received) -> None:
+        """Show that the assistant is writing a reply to ``message``; a no-op where the
+        platform has no such indicator (Slack's Events API bots have none)."""
         ...
 
     async def send_reply(self, thread_id: str, text: str, files: Sequence[EgressFile] = ()) -> None:
-        """Post ``text`` (and ``files``) in ``thread_id``, as the platform threads replies."""
+        """Post ``text`` (and ``files``) in ``thread_id``, as the platform threads replies.
+
+        Text longer than the platform takes in one message is split; files go as the
+        platform sends them (in the message, or after the text).
+        """
         ...
 
     async def close(self) -> None:

@@ -27,6 +27,7 @@ from core.principal import Person, Principal
 if TYPE_CHECKING:
     from core.displays import Displays
     from core.i18n import Translator
+    from core.spaces.turn import SpaceTurn
 
 ActsAs = Literal["mercury", "person"]
 
@@ -53,7 +54,8 @@ class ToolCallContext:
     """What a tool knows about the call: who, where, in which language.
 
     ``displays`` collects what the turn shows the person verbatim (``present``); None
-    where nothing can be shown (a confirmation answered outside a turn).
+    where nothing can be shown (a confirmation answered outside a turn). ``space`` is the
+    shared space the turn runs in, None for a person's own conversation.
     """
 
     principal: Principal
@@ -62,6 +64,12 @@ class ToolCallContext:
     conversation_id: str | None
     translator: Translator
     displays: Displays | None = None
+    space: SpaceTurn | None = None
+
+    @property
+    def area(self) -> str:
+        """Whose memory, files and wiki the call works on: the space's, or the person's."""
+        return self.person.key if self.space is None else self.space.area
 
 
 class ToolReply(msgspec.Struct, frozen=True):

@@ -7,7 +7,9 @@ import importlib
 import pytest
 
 
-@pytest.mark.parametrize("package", ["core", "core.model", "core.spaces", "channel_http", "auth_providers", "bridges"])
+@pytest.mark.parametrize(
+    "package", ["core", "core.model", "core.spaces", "channel_http", "auth_providers", "bridges"]
+)
 def test_every_package_exports_a_sorted_all_of_real_names(package: str) -> None:
     module = importlib.import_module(package)
     exported = module.__all__

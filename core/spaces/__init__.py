@@ -10,15 +10,18 @@ from core.spaces.ids import (
     area_key,
     parse_space_id,
 )
+from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
     "AREA_PREFIX",
     "PLATFORMS",
     "InvalidSpaceId",
     "Platform",
+    "Role",
     "SpaceConfig",
     "SpaceRef",
     "SpaceTrigger",
+    "SpaceTurn",
     "area_key",
     "parse_space_id",
 ]
