@@ -71,7 +71,8 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     ``thread_id`` is the full platform thread (``slack:C123:1700000000.000100``,
     ``telegram:-100123:7``, ``discord:<guild>:<channel>[:<thread>]``, ``whatsapp:<jid>``):
     the bridge's :meth:`PlatformBridge.parse_thread` turns it into the space and the
-    conversation. ``delivery_id`` is what the platform re-sends a retried delivery under
+    conversation. A reply goes where the bridge decides from the whole message (Slack
+    threads a channel message's answer under it). ``delivery_id`` is what the platform re-sends a retried delivery under
     (Slack's ``event_id``, Telegram's ``update_id``, a WhatsApp message id, Discord's
     message id), so a retry runs nothing twice.
     """
@@ -145,8 +146,8 @@ class PlatformBridge(Protocol):
         platform has no such indicator (Slack's Events API bots have none)."""
         ...
 
-    async def send_reply(self, thread_id: str, text: str, files: Sequence[EgressFile] = ()) -> None:
-        """Post ``text`` (and ``files``) in ``thread_id``, as the platform threads replies.
+    async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
+        """Answer ``to`` with ``text`` (and ``files``), as the platform threads replies.
 
         Text longer than the platform takes in one message is split; files go as the
         platform sends them (in the message, or after the text).
