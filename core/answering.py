@@ -336,7 +336,10 @@ class Answerer:
     ) -> str:
         language = context.translator.language
         parts = [PERSONA, f"Always answer in the language with code '{language}'."]
-        if context.person.display_name:
+        space = context.space
+        if space is not None:
+            parts.append(space.instructions())
+        elif context.person.display_name:
             parts.append(
                 f"The person's name as their account gives it: {context.person.display_name}."
             )
@@ -346,6 +349,8 @@ class Answerer:
                 continue
             seen.add(plugin.name)
             parts.extend(skill.text for skill in plugin.skills)
+        if space is not None and space.preferences:
+            parts.append(space.preferences)
         return "\n\n".join(parts)
 
     def _archive_turn(
@@ -391,7 +396,7 @@ class Answerer:
             )
         if self.archive is not None:
             base = {
-                "personKey": person_key,
+                "personKey": context.area,
                 "sessionKey": context.session_key,
                 "conversationId": (
                     context.conversation_id or context.session_key.rsplit(":", 1)[1]

@@ -60,7 +60,7 @@ def _checked(result: str) -> str:
 def wiki_plugin(vault: Vault) -> Plugin:
     def wrap(spec: wiki_tools.WikiTool) -> Tool:
         async def run(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            return _checked(await spec.run(vault, context.person.key, arguments))
+            return _checked(await spec.run(vault, context.area, arguments))
 
         def detail(arguments: Mapping[str, Any], name: str = spec.name) -> str:
             return wiki_tools.detail_for(name, arguments)
@@ -70,7 +70,7 @@ def wiki_plugin(vault: Vault) -> Plugin:
 
             async def needs(context: ToolCallContext, arguments: Mapping[str, Any]) -> bool:
                 return await wiki_tools.wiki_write_needs_confirmation(
-                    vault, context.person.key, arguments
+                    vault, context.area, arguments
                 )
 
             def summary(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:

@@ -44,7 +44,7 @@ AcceptsImages = Callable[[], Awaitable[bool]]
 
 def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
     async def inbox_list(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-        found = await files.list(context.person.key, INBOX)
+        found = await files.list(context.area, INBOX)
         return msgspec.json.encode(
             {
                 "files": [
@@ -56,7 +56,7 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
 
     async def inbox_read(context: ToolCallContext, arguments: Mapping[str, Any]) -> str | ToolReply:
         try:
-            stored, data = await files.read(context.person.key, str(arguments["path"]))
+            stored, data = await files.read(context.area, str(arguments["path"]))
         except FileError as error:
             raise ToolError(str(error)) from None
         size = describe_size(stored.size_bytes)
@@ -90,7 +90,7 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
         else:
             data = content.encode("utf-8")
         try:
-            stored = await files.write_outbox(context.person.key, str(arguments["filename"]), data)
+            stored = await files.write_outbox(context.area, str(arguments["filename"]), data)
         except FileError as error:
             raise ToolError(str(error)) from None
         return msgspec.json.encode(

@@ -43,14 +43,12 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
         value = str(arguments["value"]).strip()
         if not topic or not value:
             raise ToolError("Both topic and value must be non-blank.")
-        archive.submit(
-            "semantic", {"personKey": context.person.key, "topic": topic, "value": value}
-        )
+        archive.submit("semantic", {"personKey": context.area, "topic": topic, "value": value})
         return _json({"saved": {"topic": topic, "value": value}})
 
     async def recall(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         query = str(arguments["query"]).strip()
-        key = context.person.key
+        key = context.area
         try:
             async with asyncio.timeout(5.0):
                 if archive.holds_person(key):
@@ -89,9 +87,9 @@ def memory_plugin(memory: MemoryStore, archive: ArchiveWriter, embedder: Embedde
 
     async def forget(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         topic = str(arguments["topic"]).strip().lower()
-        if archive.holds_memory_of(context.person.key):
+        if archive.holds_memory_of(context.area):
             await archive.settled(1.0)  # a fact still queued would outlive its deletion
-        deleted = await memory.delete_facts(context.person.key, topic)
+        deleted = await memory.delete_facts(context.area, topic)
         return _json({"topic": topic, "deleted": deleted})
 
     def forget_summary(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:

@@ -44,6 +44,8 @@ from core.model import (
     ModelUnreachable,
 )
 from core.principal import Person, Principal
+from core.rate_limits import bucket_key
+from core.spaces.ids import area_key
 from core.timezones import stamp
 from core.tools import ToolCallContext, ToolRegistry, cap
 from core.transcript import ShownMessage
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
     from core.metrics import Metrics, TurnOutcome
     from core.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
+    from core.spaces.turn import SpaceTurn
     from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")
@@ -85,6 +88,8 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     received_at: datetime
     #: Files saved to the person's inbox with this turn, as the model names them.
     attachments: tuple[str, ...] = ()
+    #: The shared space the turn runs in (a chat bridge's); None for the person's own.
+    space: SpaceTurn | None = None
 
 
 class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -228,26 +233,40 @@ class SessionManager:
         self._writes: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
+        #: Sessions compacted here: their next turn starts from memory's summary alone.
+        self._compacted: set[str] = set()
 
     # ------------------------------------------------------------------ turns
 
     @staticmethod
-    def session_key(person: Person, conversation_id: str) -> str:
-        """``<person key>:<conversationId>``: the caller's own namespace."""
+    def session_key(person: Person, conversation_id: str, space_id: str | None = None) -> str:
+        """``<person key>:<conversationId>``: the caller's own namespace; in a shared space
+        ``space:<space id>:<conversation>``, the same for everyone in it."""
+        if space_id is not None:
+            return f"{area_key(space_id)}:{conversation_id}"
         return f"{person.key}:{conversation_id}"
 
     async def check_rate(
-        self, person: Person, text: str, *, opening: bool = False
+        self,
+        person: Person,
+        text: str,
+        *,
+        opening: bool = False,
+        space: str | None = None,
+        limit: int | None = None,
     ) -> RateDecision | None:
         """The rate decision for a turn, or None when it is not counted (a token).
 
         An opening turn asks the model (while the person's name is unsaved) and is counted
         like a written one; a resumed turn is not: it needs a confirmation, which needs a
         staging, which a counted turn made.
+
+        In a shared space the bucket is the person's in that space (``space``), and the
+        space's own ``limit`` replaces the global one.
         """
         if not opening and self.is_intercepted(text):
             return None
-        decision = await self.rate_limiter.check(f"{person.key}:{person.key}")
+        decision = await self.rate_limiter.check(bucket_key(space or person.key, person.key), limit)
         if not decision.allowed and self.metrics is not None:
             self.metrics.rate_limit_refusals.inc()
             self.metrics.turns.labels("refused").inc()
@@ -290,7 +309,9 @@ class SessionManager:
             return True
         if self.order is not None:
             return False
-        return not self.locks.busy(self.session_key(turn_input.person, turn_input.conversation_id))
+        return not self.locks.busy(
+            self.session_key(turn_input.person, turn_input.conversation_id, _space_id(turn_input))
+        )
 
     async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
         emit = turn.events
@@ -356,7 +377,9 @@ class SessionManager:
                 return
         # A one-off session's id has a character the conversationId rule refuses, so it
         # can't be continued, read back or listed as a conversation of its own.
-        key = self.session_key(person, conversation_id or f"{ONE_OFF_PREFIX}{uuid.uuid4().hex}")
+        key = self.session_key(
+            person, conversation_id or f"{ONE_OFF_PREFIX}{uuid.uuid4().hex}", _space_id(turn_input)
+        )
         if not turn_input.opening and not turn_input.resume and is_token(text):
             await self._confirm_in_turn(turn_input, key, text, translator, emit)
             return
@@ -365,7 +388,7 @@ class SessionManager:
             if turn is not None:
                 turn.queue_s = time.perf_counter() - waiting_since
                 turn.admitted.set()
-            session = await self._session(key, person, conversation_id, held)
+            session = await self._session(key, person, conversation_id, held, turn_input.space)
             try:
                 await self._turn(session, turn_input, translator, emit, held)
             finally:
@@ -384,7 +407,9 @@ class SessionManager:
         """One turn of a session the caller holds: resumed, opening, or the person's words."""
         principal, person = turn_input.principal, turn_input.person
         key, conversation_id = session.key, session.conversation_id
-        context = ToolCallContext(principal, person, key, conversation_id, translator)
+        context = ToolCallContext(
+            principal, person, key, conversation_id, translator, space=turn_input.space
+        )
         if turn_input.resume:
             slot = await self.resume_slots.take(key)
             if slot is None:
@@ -423,6 +448,8 @@ class SessionManager:
             )
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
+        if turn_input.space is not None:
+            stamped = turn_input.space.preamble() + stamped
         if turn_input.attachments:
             stamped += attachments_note(turn_input.attachments)
         session.messages.append(ChatMessage(role="user", content=stamped))
@@ -486,23 +513,29 @@ class SessionManager:
         person: Person,
         conversation_id: str | None,
         held: HeldTurn | None = None,
+        space: SpaceTurn | None = None,
     ) -> Session:
         session = self.sessions.get(key)
         if session is not None and held is not None and session.version != held.version:
             session = None  # another instance moved the conversation on: rebuild it
         if session is None:
-            session = Session(key=key, person_key=person.key, conversation_id=conversation_id)
+            # A space's conversation keeps its memory under the space, shared by its people.
+            area = person.key if space is None else space.area
+            session = Session(key=key, person_key=area, conversation_id=conversation_id)
             if self.capture is not None:
-                primer = await self.capture.primer(person.key)
+                primer = await self.capture.primer(area)
                 if primer:
                     session.messages.append(ChatMessage(role="system", content=primer))
-            if held is not None and held.version > 0:
+            if key in self._compacted:
+                self._compacted.discard(key)
+                session.version = held.version if held is not None else 0
+            elif held is not None and held.version > 0:
                 recorded = await held.transcript()
                 session.messages.extend(recorded)
                 session.captured_upto = len(recorded)  # those were captured in their time
                 session.version = held.version
             elif conversation_id is not None:
-                rebuilt = await self._rebuilt_history(person.key, key)
+                rebuilt = await self._rebuilt_history(area, key)
                 session.messages.extend(rebuilt)
                 session.captured_upto = len(rebuilt)  # those were captured in their time
             # The primer and an archive rebuild aren't the conversation's own new messages.
@@ -612,6 +645,22 @@ class SessionManager:
         await self.resume_slots.purge_expired()
         await self.rate_limiter.cleanup()
 
+    async def compact(self, key: str) -> bool:
+        """Summarize session ``key`` into memory and let its next turn start afresh.
+
+        The ``compact`` command of a chat: what was said is captured (the primer brings the
+        summary back), the history is dropped. False when nothing was held for it here.
+        """
+        async with self.locks.hold(key):
+            session = self.sessions.pop(key, None)
+            self._compacted.add(key)
+            if session is None:
+                return False
+            said = conversational(session.messages)
+            if self.capture is not None and len(said) > session.captured_upto:
+                await self._capture(session, said, ["failed"])
+            return True
+
     async def sweep_idle(self) -> int:
         """Capture and free every session idle for longer than the idle timeout."""
         freed = 0
@@ -642,7 +691,12 @@ class SessionManager:
     ) -> None:
         """A bare token as turn text: run the staged action, never the model first."""
         context = ToolCallContext(
-            turn_input.principal, turn_input.person, key, turn_input.conversation_id, translator
+            turn_input.principal,
+            turn_input.person,
+            key,
+            turn_input.conversation_id,
+            translator,
+            space=turn_input.space,
         )
         reply, handed_back, login = await self.confirmer.resolve(context, token)
         if login is not None:
@@ -656,7 +710,9 @@ class SessionManager:
             await emit(events.Final(text=reply))
             return
         async with self._hold(key, turn_input.conversation_id) as held:
-            session = await self._session(key, turn_input.person, turn_input.conversation_id, held)
+            session = await self._session(
+                key, turn_input.person, turn_input.conversation_id, held, turn_input.space
+            )
             try:
                 session.messages.append(
                     ChatMessage(role="tool", tool_name=handed_back[0], content=handed_back[1])
@@ -779,6 +835,10 @@ def attachments_note(paths: tuple[str, ...]) -> str:
         f"\n\n[Files the person sent with this message, saved in their inbox:{listed}\n"
         "Read them with inbox_read when they matter.]"
     )
+
+
+def _space_id(turn_input: TurnInput) -> str | None:
+    return None if turn_input.space is None else turn_input.space.space_id
 
 
 def _printable(text: str) -> str:
