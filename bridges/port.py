@@ -72,9 +72,9 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     ``telegram:-100123:7``, ``discord:<guild>:<channel>[:<thread>]``, ``whatsapp:<jid>``):
     the bridge's :meth:`PlatformBridge.parse_thread` turns it into the space and the
     conversation. A reply goes where the bridge decides from the whole message (Slack
-    threads a channel message's answer under it). ``delivery_id`` is what the platform re-sends a retried delivery under
-    (Slack's ``event_id``, Telegram's ``update_id``, a WhatsApp message id, Discord's
-    message id), so a retry runs nothing twice.
+    threads a channel message's answer under it). ``delivery_id`` is what the platform
+    re-sends a retried delivery under (Slack's ``event_id``, Telegram's ``update_id``, a
+    WhatsApp message id, Discord's message id), so a retry runs nothing twice.
     """
 
     platform: str
