@@ -16,7 +16,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.reliability.support import read_turn
+from tests.reliability.support import Outcome, read_turn
 from tests.support.cluster import Cluster
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.postgres import PostgresServer
@@ -104,11 +104,19 @@ async def arrived(db: psycopg.AsyncConnection[Any], key: str, tickets: int) -> N
             await asyncio.sleep(0.01)
 
 
-async def turn_through(url: str, person: str, text: str, conversation: str) -> Any:
+async def turn_through(url: str, person: str, text: str, conversation: str) -> Outcome:
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         return await read_turn(
             client, {"text": text, "conversationId": conversation}, auth(person), deadline_s=90
         )
+
+
+def final(outcome: Outcome, *where: object) -> dict[str, Any]:
+    """The turn's ``final`` event; a turn that ended otherwise fails naming what it got: its
+    HTTP status and body (a 429 or 409 answers before any event), its events, a broken-off
+    connection."""
+    assert outcome.names()[-1:] == ["final"], (*where, outcome)
+    return outcome.events[-1][1]
 
 
 async def test_a_conversation_continued_on_each_instance_in_turn_reaches_the_model_whole(
@@ -116,7 +124,7 @@ async def test_a_conversation_continued_on_each_instance_in_turn_reaches_the_mod
 ) -> None:
     for n, instance in enumerate(["a", "b", "c", "a", "c"]):
         outcome = await turn_through(cluster[instance].url, "alice", f"message {n}", "trip")
-        assert outcome.names()[-1] == "final", outcome.events
+        final(outcome, instance)
 
     requests = [r for r in ollama.requests if "message 0" in json.dumps(r)]
     assert user_texts(requests[-1]) == [f"message {n}" for n in range(5)]
@@ -146,8 +154,7 @@ async def test_a_conversation_continued_through_each_instance_reads_back_whole_t
     answers = []
     for n, instance in enumerate(["a", "b", "c", "b", "a"]):
         outcome = await turn_through(cluster[instance].url, "kate", f"line {n}", "story")
-        assert outcome.names()[-1] == "final", outcome.events
-        answers.append(outcome.events[-1][1]["text"])
+        answers.append(final(outcome, instance)["text"])
 
     expected = [
         (role, text)
@@ -234,7 +241,7 @@ async def test_a_note_written_through_one_instance_is_listed_and_read_through_th
 ) -> None:
     ollama.responder = write_note("personal/notes/shared.md", "from a")
     outcome = await turn_through(cluster["a"].url, "grace", "note this", "w")
-    assert outcome.names()[-1] == "final", outcome.events
+    final(outcome)
 
     async with httpx.AsyncClient(timeout=30) as client:
         for instance in ("b", "c"):
@@ -317,8 +324,8 @@ async def test_a_link_code_made_through_a_is_redeemed_through_b_and_c(cluster: C
     preview = await turn_through(cluster["b"].url, "judy", code, "l")
     linked = await turn_through(cluster["c"].url, "judy", code, "l")
 
-    assert "Ivan" in preview.events[-1][1]["text"]
-    assert linked.events[-1][1]["text"] == "Linked: this account is now Ivan."
+    assert "Ivan" in final(preview)["text"]
+    assert final(linked)["text"] == "Linked: this account is now Ivan."
 
 
 async def test_an_account_linked_through_b_is_the_owner_on_every_instance_at_once(
@@ -342,7 +349,7 @@ async def test_an_account_linked_through_b_is_the_owner_on_every_instance_at_onc
         code = made.json()["code"]
         await turn_through(cluster["b"].url, "leo", code, "l")
         linked = await turn_through(cluster["b"].url, "leo", code, "l")
-        assert linked.events[-1][1]["text"] == "Linked: this account is now Kate."
+        assert final(linked)["text"] == "Linked: this account is now Kate."
 
         for instance in ("a", "c"):
             me = await client.get(cluster[instance].url + "/me", headers=auth("leo"))
@@ -376,12 +383,12 @@ async def test_an_instance_killed_mid_turn_lets_its_conversation_go_on_elsewhere
 
     # Meanwhile the others serve: another conversation goes through at once.
     other = await turn_through(cluster["a"].url, "frank", "still there?", "x")
-    assert other.names()[-1] == "final"
+    final(other)
     # The killed turn's conversation continues once its lease has lapsed, and nothing the
     # person had said is lost: the model gets the words the dead instance had accepted.
     ollama.responder = None
     after = await turn_through(cluster["b"].url, "erin", "second words", "k")
-    assert after.names()[-1] == "final", after.events
+    final(after)
     assert time.monotonic() - killed_at >= LEASE_S * 0.8
     last = [r for r in ollama.requests if "second words" in json.dumps(r)][-1]
     assert user_texts(last) == ["first words", "second words"]
