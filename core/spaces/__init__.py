@@ -10,18 +10,34 @@ from core.spaces.ids import (
     area_key,
     parse_space_id,
 )
+from core.spaces.preferences import (
+    MAX_PREFERENCES,
+    MAX_VALUE_CHARS,
+    PREFERENCE_KEY,
+    Preference,
+    PreferenceError,
+    SpacePreferences,
+    render_preferences,
+)
 from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
     "AREA_PREFIX",
+    "MAX_PREFERENCES",
+    "MAX_VALUE_CHARS",
     "PLATFORMS",
+    "PREFERENCE_KEY",
     "InvalidSpaceId",
     "Platform",
+    "Preference",
+    "PreferenceError",
     "Role",
     "SpaceConfig",
+    "SpacePreferences",
     "SpaceRef",
     "SpaceTrigger",
     "SpaceTurn",
     "area_key",
     "parse_space_id",
+    "render_preferences",
 ]
