@@ -10,6 +10,7 @@ from core.spaces.ids import (
     area_key,
     parse_space_id,
 )
+from core.spaces.mutes import MAX_MUTE, MIN_MUTE, Mute, MuteError, Mutes, parse_duration
 from core.spaces.preferences import (
     MAX_PREFERENCES,
     MAX_VALUE_CHARS,
@@ -23,11 +24,16 @@ from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
     "AREA_PREFIX",
+    "MAX_MUTE",
     "MAX_PREFERENCES",
     "MAX_VALUE_CHARS",
+    "MIN_MUTE",
     "PLATFORMS",
     "PREFERENCE_KEY",
     "InvalidSpaceId",
+    "Mute",
+    "MuteError",
+    "Mutes",
     "Platform",
     "Preference",
     "PreferenceError",
@@ -38,6 +44,7 @@ __all__ = [
     "SpaceTrigger",
     "SpaceTurn",
     "area_key",
+    "parse_duration",
     "parse_space_id",
     "render_preferences",
 ]
