@@ -1,5 +1,6 @@
 """Spaces: chats many people share with the assistant, each a memory and settings boundary."""
 
+from core.spaces.ambient import AMBIENT_NOTE, Ambient, AmbientMessage, render_ambient
 from core.spaces.config import SpaceConfig, SpaceTrigger
 from core.spaces.ids import (
     AREA_PREFIX,
@@ -24,6 +25,7 @@ from core.spaces.preferences import (
 from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
+    "AMBIENT_NOTE",
     "AREA_PREFIX",
     "MAX_MUTE",
     "MAX_PREFERENCES",
@@ -32,6 +34,8 @@ __all__ = [
     "PERMISSIONS",
     "PLATFORMS",
     "PREFERENCE_KEY",
+    "Ambient",
+    "AmbientMessage",
     "InvalidSpaceId",
     "Mute",
     "MuteError",
@@ -52,5 +56,6 @@ __all__ = [
     "area_key",
     "parse_duration",
     "parse_space_id",
+    "render_ambient",
     "render_preferences",
 ]
