@@ -1,5 +1,6 @@
 """Spaces: chats many people share with the assistant, each a memory and settings boundary."""
 
+from core.spaces.ambient import AMBIENT_NOTE, Ambient, AmbientMessage, render_ambient
 from core.spaces.config import SpaceConfig, SpaceTrigger
 from core.spaces.ids import (
     AREA_PREFIX,
@@ -10,18 +11,65 @@ from core.spaces.ids import (
     area_key,
     parse_space_id,
 )
+from core.spaces.members import PERMISSIONS, Permission, Space, Spaces, allows
+from core.spaces.mutes import MAX_MUTE, MIN_MUTE, Mute, MuteError, Mutes, parse_duration
+from core.spaces.preferences import (
+    MAX_PREFERENCES,
+    MAX_VALUE_CHARS,
+    PREFERENCE_KEY,
+    Preference,
+    PreferenceError,
+    SpacePreferences,
+    render_preferences,
+)
+from core.spaces.tools import (
+    CONFIRM_WINDOW,
+    MODERATION_SKILL,
+    PREFERENCES_SKILL,
+    moderation_plugin,
+    prefs_plugin,
+    space_plugins,
+)
 from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
+    "AMBIENT_NOTE",
     "AREA_PREFIX",
+    "CONFIRM_WINDOW",
+    "MAX_MUTE",
+    "MAX_PREFERENCES",
+    "MAX_VALUE_CHARS",
+    "MIN_MUTE",
+    "MODERATION_SKILL",
+    "PERMISSIONS",
     "PLATFORMS",
+    "PREFERENCES_SKILL",
+    "PREFERENCE_KEY",
+    "Ambient",
+    "AmbientMessage",
     "InvalidSpaceId",
+    "Mute",
+    "MuteError",
+    "Mutes",
+    "Permission",
     "Platform",
+    "Preference",
+    "PreferenceError",
     "Role",
+    "Space",
     "SpaceConfig",
+    "SpacePreferences",
     "SpaceRef",
     "SpaceTrigger",
     "SpaceTurn",
+    "Spaces",
+    "allows",
     "area_key",
+    "moderation_plugin",
+    "parse_duration",
     "parse_space_id",
+    "prefs_plugin",
+    "render_ambient",
+    "render_preferences",
+    "space_plugins",
 ]

@@ -1,0 +1,232 @@
+"""Spaces and the people in them: who takes part, and what each may ask of the assistant.
+
+A space's row is made the first time a message arrives from it (:meth:`Spaces.open`); each
+person who speaks in it is recorded as taking part (:meth:`Spaces.join`). A person's role
+in a space comes, in this order, from:
+
+1. the file's ``spaces:`` section (:class:`~core.spaces.config.SpaceConfig`): ``admins``,
+   then ``members``, whose entries are person keys (``people:alice``) or identities
+   (``slack:U0123ABC``), matched against either;
+2. in a direct message, the person who opened it, its admin;
+3. having spoken in the space: a member.
+
+Anyone else has no role there (``None``). What a role allows is :data:`PERMISSIONS`.
+
+Exceptions::
+
+    InvalidSpaceId (ValueError)   the space id is malformed (from core.spaces.ids)
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Final, Literal
+
+import msgspec
+
+from core.clock import Clock, system_clock
+from core.codes import from_micros, to_micros
+from core.spaces.config import SpaceConfig
+from core.spaces.ids import Platform, SpaceRef, parse_space_id
+from core.spaces.turn import Role
+from core.state import Database, Migration, Row, Schema
+
+__all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
+
+Permission = Literal["prefs.get", "prefs.set", "mute"]
+
+PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
+    {
+        "prefs.get": frozenset({"admin", "member"}),
+        "prefs.set": frozenset({"admin"}),
+        "mute": frozenset({"admin"}),
+    }
+)
+
+_SCHEMA: Final = Schema(
+    "spaces",
+    (
+        Migration(
+            1,
+            """
+CREATE TABLE IF NOT EXISTS spaces (
+    id         TEXT PRIMARY KEY,
+    platform   TEXT NOT NULL,
+    is_dm      INTEGER NOT NULL,
+    title      TEXT,
+    created_at BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS space_members (
+    space_id   TEXT NOT NULL,
+    person_key TEXT NOT NULL,
+    joined_at  BIGINT NOT NULL,
+    PRIMARY KEY (space_id, person_key)
+);
+CREATE INDEX IF NOT EXISTS space_members_person ON space_members (person_key);
+""",
+        ),
+    ),
+)
+
+
+class Space(msgspec.Struct, frozen=True, kw_only=True):
+    """A space the assistant has heard from; ``title`` is the platform's name for it."""
+
+    id: str
+    platform: Platform
+    is_dm: bool
+    title: str | None
+    created_at: datetime
+
+
+def allows(role: Role | None, permission: Permission) -> bool:
+    """Whether someone of ``role`` in a space (``None``: not in it) holds ``permission``."""
+    return role is not None and role in PERMISSIONS[permission]
+
+
+def _space(row: Row) -> Space:
+    return Space(
+        id=row["id"],
+        platform=row["platform"],
+        is_dm=bool(row["is_dm"]),
+        title=row["title"],
+        created_at=from_micros(int(row["created_at"])),
+    )
+
+
+class Spaces:
+    """The spaces and their members, in the state store, with the file's word on roles."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: Mapping[str, SpaceConfig],
+        *,
+        clock: Clock = system_clock,
+    ) -> None:
+        self._db = db
+        self._config = config
+        self._clock = clock
+        self._ready = False
+
+    async def ensure_schema(self) -> None:
+        """Create the tables if needed; done lazily by every call, idempotent."""
+        if not self._ready:
+            await self._db.migrate(_SCHEMA)
+            self._ready = True
+
+    async def open(self, ref: SpaceRef, *, title: str | None = None) -> Space:
+        """The space ``ref`` names, made now if it is new; a ``title`` given replaces the old.
+
+        A space already known with the same title (or none given) costs one key lookup.
+        """
+        parse_space_id(ref.id)
+        known = await self.get(ref.id)
+        if known is not None and (title is None or title == known.title):
+            return known
+        row = await self._db.fetch_one(
+            "INSERT INTO spaces (id, platform, is_dm, title, created_at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET title = COALESCE(excluded.title, spaces.title) "
+            "RETURNING id, platform, is_dm, title, created_at",
+            (ref.id, ref.platform, int(ref.is_dm), title, to_micros(self._clock())),
+        )
+        assert row is not None  # noqa: S101 - an upsert RETURNING always gives its row
+        return _space(row)
+
+    async def get(self, space_id: str) -> Space | None:
+        """The space, if the assistant has heard from it."""
+        await self.ensure_schema()
+        row = await self._db.fetch_key(
+            "SELECT id, platform, is_dm, title, created_at FROM spaces WHERE id = ?", (space_id,)
+        )
+        return None if row is None else _space(row)
+
+    async def join(self, space_id: str, person_key: str) -> None:
+        """Record that ``person_key`` takes part in the space; a key lookup once they do."""
+        parse_space_id(space_id)
+        if await self._joined(space_id, person_key):
+            return
+        await self._db.execute(
+            "INSERT INTO space_members (space_id, person_key, joined_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (space_id, person_key) DO NOTHING",
+            (space_id, person_key, to_micros(self._clock())),
+        )
+
+    async def _joined(self, space_id: str, person_key: str) -> bool:
+        await self.ensure_schema()
+        row = await self._db.fetch_key(
+            "SELECT 1 FROM space_members WHERE space_id = ? AND person_key = ?",
+            (space_id, person_key),
+        )
+        return row is not None
+
+    async def role(
+        self, space_id: str, person_key: str, identities: Iterable[str] = ()
+    ) -> Role | None:
+        """``person_key``'s role in the space (known also by ``identities``); ``None``: none.
+
+        The file decides first (admins, then members); then a direct message's first person
+        is its admin; then whoever took part is a member.
+        """
+        ref = parse_space_id(space_id)
+        names = {person_key, *identities}
+        configured = self._config.get(space_id)
+        if configured is not None:
+            if names.intersection(configured.admins):
+                return "admin"
+            if names.intersection(configured.members):
+                return "member"
+        if ref.is_dm:
+            await self.ensure_schema()
+            # A group DM has several people: the one who opened it (the first to speak) is
+            # its admin, as the one person of a plain DM is; ties go by key, the same on
+            # every instance.
+            first = await self._db.fetch_one(
+                "SELECT person_key FROM space_members WHERE space_id = ? "
+                "ORDER BY joined_at, person_key LIMIT 1",
+                (space_id,),
+            )
+            if first is not None and first[0] == person_key:
+                return "admin"
+        if await self._joined(space_id, person_key):
+            return "member"
+        return None
+
+    async def spaces_of(
+        self, person_key: str, identities: Iterable[str] = ()
+    ) -> builtins.list[Space]:
+        """The spaces ``person_key`` took part in or the file names them in, by id.
+
+        A space the file names that never spoke to the assistant is made now, as
+        :meth:`open` would.
+        """
+        await self.ensure_schema()
+        names = {person_key, *identities}
+        rows = await self._db.fetch_all(
+            "SELECT s.id, s.platform, s.is_dm, s.title, s.created_at FROM spaces s "
+            "JOIN space_members m ON m.space_id = s.id WHERE m.person_key = ?",
+            (person_key,),
+        )
+        found = {space.id: space for space in map(_space, rows)}
+        for space_id, configured in self._config.items():
+            if space_id not in found and names.intersection(
+                (*configured.admins, *configured.members)
+            ):
+                found[space_id] = await self.open(parse_space_id(space_id))
+        return [found[space_id] for space_id in sorted(found)]
+
+    async def delete(self, space_id: str) -> bool:
+        """Forget the space and who took part in it; whether it was known.
+
+        The space's preferences, mutes and ambient messages live in their own stores,
+        each with its ``delete_space``.
+        """
+        parse_space_id(space_id)
+        await self.ensure_schema()
+        async with self._db.transaction(lock=f"spaces:{space_id}") as transaction:
+            await transaction.execute("DELETE FROM space_members WHERE space_id = ?", (space_id,))
+            deleted = await transaction.execute("DELETE FROM spaces WHERE id = ?", (space_id,))
+        return deleted > 0
