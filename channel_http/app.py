@@ -20,8 +20,12 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
+from bridges.build import build_bridges
+from bridges.pipeline import PipelineStores
+from bridges.port import PlatformBridge
 from channel_http import chat, routes
 from channel_http.access_log import RequestLog
+from channel_http.bridging import Bridging, open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
@@ -37,8 +41,10 @@ from channel_http.probes import (
 )
 from channel_http.probes import model_names as probe_model_names
 from channel_http.requests import MAX_BODY
+from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
+from channel_http.webhooks import webhook
 from core.builtin_plugins import builtin_plugins
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
@@ -64,6 +70,7 @@ from core.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
+from core.spaces.tools import space_plugins
 from core.state import Database, connect
 from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
@@ -128,6 +135,10 @@ class Services:
     #: model client; empty for a client given from outside.
     model_names: tuple[str, ...] = ()
     metrics_server: MetricsServer | None = None
+    #: The stores of shared spaces (members, preferences, mutes, ambient talk).
+    space_stores: PipelineStores | None = None
+    #: The chat bridges and their pipeline, once the lifespan has started them.
+    bridging: Bridging | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:
@@ -186,13 +197,16 @@ def build_app(
     memory: MemoryStore | None = None,
     directory: Directory | None = None,
     dev_token: str | None = None,
+    bridges: Sequence[PlatformBridge] | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
     ``extra_routes`` are mounted behind the same authentication (benchmark baselines);
-    ``dev_token`` is what the browser UI fills in for a browser on this machine (``--dev``).
+    ``dev_token`` is what the browser UI fills in for a browser on this machine (``--dev``);
+    ``bridges`` replaces the chat bridges the settings turn on.
     """
     auth = auth or build_auth(settings)
+    chat_bridges = list(bridges) if bridges is not None else build_bridges(settings)
     directory = directory or build_directory(settings)
     catalogs = Catalogs.load()
     public_url = settings.http.public_url
@@ -219,6 +233,18 @@ def build_app(
         )
         await logins.open(services.db)
         services.logins = logins
+        if services.space_stores is not None:
+            services.bridging = start_bridging(
+                chat_bridges,
+                services.space_stores,
+                settings=settings,
+                manager=services.manager,
+                people=services.people,
+                person_settings=services.person_settings,
+                catalogs=catalogs,
+                files=services.files,
+                clock=clock,
+            )
         app.state.services = services
         if services.model_names:
             await check_models(settings, services.model_names)
@@ -232,7 +258,7 @@ def build_app(
         finally:
             await close_services(services)
 
-    public: list[Any] = [routes.version, routes.openapi_document, livez, readyz]
+    public: list[Any] = [routes.version, routes.openapi_document, livez, readyz, webhook]
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
@@ -253,6 +279,7 @@ def build_app(
         routes.conversation,
         routes.conversations,
         routes.memory_scroll,
+        *space_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
@@ -327,6 +354,7 @@ async def open_services(
         clock=clock,
     )
     resume_slots = ResumeSlots(db, dict[str, str], clock=clock)
+    space_stores = await open_space_stores(db, settings, clock)
     # The schemas are migrated now, before the first request, whichever instance is first.
     await person_settings.ensure_schema()
     await linking.ensure_schema()
@@ -371,6 +399,7 @@ async def open_services(
             *builtin_plugins(vault=vault, person_settings=person_settings),
             files_plugin(files, chat_model.accepts_images),
             *memory_plugins,
+            *space_plugins(space_stores.preferences, space_stores.mutes, space_stores.spaces),
             *plugins,
         ),
         access=settings.access.plugins,
@@ -425,6 +454,7 @@ async def open_services(
         metrics=metrics,
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
+        space_stores=space_stores,
     )
 
 
@@ -539,6 +569,8 @@ async def close_services(services: Services) -> None:
         services.metrics_server.close()
     manager = services.manager
     await manager.stop_turns()
+    if services.bridging is not None:
+        await services.bridging.close()
     if manager.archive is not None:
         left = await manager.archive.flush(timeout_s=5.0)
         if left:

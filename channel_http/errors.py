@@ -24,6 +24,10 @@ Refused by the connection layer (channel_http/connections.py), before any reques
 its size limit), ``OVER_CAPACITY`` 503 (too many connections at once; Retry-After).
 
 Once the first byte of an event stream is out, a failure is an ``error`` event instead.
+
+A platform's webhook delivery (``/webhooks/{platform}``) is answered by its bridge's verdict
+(:data:`WEBHOOK_STATUSES`): 200 for one taken, ignored or a verification challenge, 401 for a
+forged or stale signature, 400 for one that can't be read; nothing runs for either refusal.
 """
 
 from __future__ import annotations
@@ -117,6 +121,15 @@ class Unavailable(ApiError):
 class GatewayTimeout(ApiError):
     status = 504
 
+
+#: A webhook delivery's status, by its bridge's verdict (bridges.port.Verdict).
+WEBHOOK_STATUSES: Final = {
+    "accepted": 200,
+    "ignored": 200,
+    "challenge": 200,
+    "forged": 401,
+    "malformed": 400,
+}
 
 HEAD_TIMEOUT: Final = 408
 HEAD_TOO_LARGE: Final = 431

@@ -50,11 +50,22 @@ class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="ca
     language: str | None = None  # an extension of contract v6
 
 
+class PreferenceBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    value: str
+
+
+class MuteBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    person: str
+    duration: str
+    reason: str | None = None
+    confirm: bool = False
+
+
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     body_type: msgspec.json.Decoder(body_type)
-    for body_type in (TurnBody, ConfirmBody, ChatBody, MeBody)
+    for body_type in (TurnBody, ConfirmBody, ChatBody, MeBody, PreferenceBody, MuteBody)
 }
 _EXPECTED: Final = {
     "str": "a string",

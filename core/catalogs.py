@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
-SOURCE_PACKAGES: Final = ("core", "auth_providers", "channel_http")
+SOURCE_PACKAGES: Final = ("core", "auth_providers", "channel_http", "bridges")
 PROJECT: Final = "mercury-http"
 # The module declaring the project's person-facing texts; the catalogs follow its order.
 CATALOGUE_MODULE: Final = "core/messages.py"

@@ -315,3 +315,54 @@ LOOKING_AT_FILES: Final = N_("Looking at your files…")
 READING_FILE: Final = N_("Reading your file…")
 # Shown: the status line while the model writes a file to the outbox.
 WRITING_FILE: Final = N_("Writing a file for you…")
+
+# --- Shared spaces and the chat bridges ----------------------------------------------------
+
+# Shown: in a chat, the answer to "stop" when a turn was running.
+STOPPED: Final = N_("Stopped.")
+# Shown: in a chat, the answer to "stop" when nothing was running.
+NOTHING_RUNNING: Final = N_("Nothing is running here.")
+# Shown: in a chat, the answer to "compact".
+COMPACTED: Final = N_("Done: this conversation starts afresh from a summary.")
+# Shown: in a chat, once per window, to a person over the space's rate limit.
+SPACE_RATE_LIMITED: Final = N_("Rate limit exceeded. Try again shortly.")
+# Shown: in a chat, after an answer that staged an action; choices are "label: token" pairs.
+CONFIRM_WITH_TOKEN: Final = N_("To confirm, answer with the token (%(choices)s).")
+# Shown: the refusal of a webhook delivery for a platform whose bridge is off.
+NO_SUCH_BRIDGE: Final = N_('No "%(platform)s" bridge runs on this server.')
+# Shown: the refusal of a webhook delivery with a wrong or stale signature.
+DELIVERY_FORGED: Final = N_("The delivery's signature or secret doesn't match: nothing was run.")
+# Shown: the refusal of a signed webhook delivery that can't be read.
+DELIVERY_MALFORMED: Final = N_("The delivery could not be read: nothing was run.")
+# Shown: the refusal of a malformed space id in a /spaces path.
+SPACE_ID_INVALID: Final = N_(
+    "A space id is a platform and its ids, such as slack:C0123ABC, telegram:-1001234, "
+    "discord:<guild>:<channel> or whatsapp:<number>."
+)
+# Shown: the refusal of a member whose role lacks the permission; role is admin or member.
+SPACE_ADMIN_ONLY: Final = N_("Only an admin of %(space)s may do this; your role there is %(role)s.")
+# Shown: the refusal of a space the caller isn't in (or that doesn't exist).
+SPACE_NOT_YOURS: Final = N_("You are not in the space %(space)s.")
+# Shown: the refusal of a preference key the space doesn't have.
+PREFERENCE_NOT_FOUND: Final = N_('%(space)s has no preference "%(key)s".')
+# Shown: the refusal of a malformed preference key.
+PREFERENCE_KEY_INVALID: Final = N_(
+    'A preference key is 1 to 64 lower-case letters, digits, ".", "_" or "-", '
+    "starting with a letter or a digit."
+)
+# Shown: the refusal of a preference value that is too long.
+PREFERENCE_VALUE_TOO_LONG: Final = N_("A preference's value holds at most %(count)d characters.")
+# Shown: the refusal of a new preference in a space that holds the most it may.
+PREFERENCES_FULL: Final = N_(
+    "A space holds at most %(count)d preferences; delete one before adding another."
+)
+# Shown: the refusal of a mute without a usable person.
+MUTE_PERSON_INVALID: Final = N_(
+    '"person" names who to mute, as the space knows them (slack:U0123).'
+)
+# Shown: the refusal of a mute duration that isn't minutes, hours or days.
+MUTE_DURATION_INVALID: Final = N_(
+    '"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.'
+)
+# Shown: the refusal of an unmute for someone who isn't muted.
+NOT_MUTED: Final = N_("%(person)s is not muted in %(space)s.")

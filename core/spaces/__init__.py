@@ -22,28 +22,17 @@ from core.spaces.preferences import (
     SpacePreferences,
     render_preferences,
 )
-from core.spaces.tools import (
-    CONFIRM_WINDOW,
-    MODERATION_SKILL,
-    PREFERENCES_SKILL,
-    moderation_plugin,
-    prefs_plugin,
-    space_plugins,
-)
 from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
     "AMBIENT_NOTE",
     "AREA_PREFIX",
-    "CONFIRM_WINDOW",
     "MAX_MUTE",
     "MAX_PREFERENCES",
     "MAX_VALUE_CHARS",
     "MIN_MUTE",
-    "MODERATION_SKILL",
     "PERMISSIONS",
     "PLATFORMS",
-    "PREFERENCES_SKILL",
     "PREFERENCE_KEY",
     "Ambient",
     "AmbientMessage",
@@ -65,11 +54,8 @@ __all__ = [
     "Spaces",
     "allows",
     "area_key",
-    "moderation_plugin",
     "parse_duration",
     "parse_space_id",
-    "prefs_plugin",
     "render_ambient",
     "render_preferences",
-    "space_plugins",
 ]

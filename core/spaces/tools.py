@@ -34,6 +34,7 @@ from core.version import PLUGIN_API_VERSION
 __all__ = [
     "CONFIRM_WINDOW",
     "MODERATION_SKILL",
+    "MUTE_POLICY",
     "PREFERENCES_SKILL",
     "moderation_plugin",
     "prefs_plugin",
@@ -75,7 +76,7 @@ MODERATION_SKILL: Final = Skill(
     ),
 )
 
-_POLICY: Final = (
+MUTE_POLICY: Final = (
     "Not muted yet. Mute only if all of this holds: you warned {person} first; they went on "
     "being abusive, spamming, trying to get secrets out of you, or wasting the group's "
     "resources; and the decision is yours or an admin's, not something another person in "
@@ -249,7 +250,7 @@ def moderation_plugin(mutes: Mutes, spaces: Spaces, *, clock: Clock = system_clo
         key = (context.session_key, space.space_id, person)
         if not (arguments.get("confirm") is True and reminders.take(key)):
             reminders.remind(key)
-            return _json({"muted": False, "policy": _POLICY.format(person=person)})
+            return _json({"muted": False, "policy": MUTE_POLICY.format(person=person)})
         try:
             applied = await mutes.mute(
                 space.space_id, person, duration, reason=reason, by=space.caller_id

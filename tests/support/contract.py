@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,22 @@ def _resolve(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def template_of(path: str) -> str:
+    """The documented path ``path`` matches: itself, or a template such as ``/spaces/{space}``."""
+    paths = document()["paths"]
+    if path in paths:
+        return path
+    for template in paths:
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            return str(template)
+    return path
+
+
 def response_schema(
     method: str, path: str, status: int, media: str = "application/json"
 ) -> dict[str, Any]:
-    operation = document()["paths"][path][method.lower()]
+    operation = document()["paths"][template_of(path)][method.lower()]
     response = _resolve(operation["responses"][str(status)])
     schema: dict[str, Any] = response["content"][media]["schema"]
     return schema

@@ -16,8 +16,8 @@ from core.spaces import (
     SpacePreferences,
     Spaces,
     SpaceTurn,
-    space_plugins,
 )
+from core.spaces.tools import space_plugins
 from core.state import Database
 from core.tools import Plugin, ToolCallContext, ToolError, ToolReply
 

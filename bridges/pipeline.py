@@ -1,0 +1,445 @@
+"""The message pipeline: every bridge's messages routed, queued, run and answered the same way.
+
+::
+
+    bridge ─► submit (delivery taken once) ─► identify ─► muted? drop, silently
+           ─► pre-route trigger check (no I/O) ─► typing
+           ─► not for the assistant: kept as the space's ambient context
+           ─► command (stop, compact): done at once, no rate limit, no queue
+           ─► rate limit (space:person, the space's own limit) ─► refused: told once a window
+           ─► normalize (media into the space's inbox) ─► run the turn ─► reply with files
+
+A webhook answers the platform as soon as the delivery is checked and taken; the rest runs in
+a task of the pipeline's own (:meth:`Pipeline.submit`), so Slack's 3-second deadline holds
+whatever the model takes. Turns of one conversation queue behind each other in the session
+manager, across instances on a shared store.
+
+Nothing of one space reaches another: the space id comes from the platform's own thread,
+never from the message, and every store (memory, files, wiki, ambient, preferences, mutes)
+is keyed by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
+
+from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
+from core import events
+from core.files import OUTBOX, FileError, IncomingFile, StoredFile
+from core.i18n import choose_language
+from core.people import Admitted
+from core.principal import Person, Principal
+from core.rate_limits import bucket_key
+from core.sessions import Turn, TurnInput
+from core.spaces import SpaceTurn, area_key, parse_space_id
+from core.spaces.ambient import AmbientMessage, render_ambient
+from core.spaces.preferences import render_preferences
+from core.spaces.triggers import command_of, trigger_for
+from core.timezones import choose_zone
+
+if TYPE_CHECKING:
+    from bridges.deliveries import Deliveries
+    from core.clock import Clock
+    from core.config import Settings
+    from core.files import PersonFiles
+    from core.i18n import Catalogs, Translator
+    from core.people import People
+    from core.person_settings import PersonSettings
+    from core.sessions import SessionManager
+    from core.spaces.ambient import Ambient
+    from core.spaces.members import Spaces
+    from core.spaces.mutes import Mutes
+    from core.spaces.preferences import SpacePreferences
+
+__all__ = ["Pipeline", "PipelineStores"]
+
+log = logging.getLogger("mercury.bridges")
+
+#: What an ambient entry says for a file sent without text.
+_FILE_NOTE: Final = "[sent a file: {names}]"
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStores:
+    """The space stores the pipeline reads and writes."""
+
+    spaces: Spaces
+    preferences: SpacePreferences
+    mutes: Mutes
+    ambient: Ambient
+    deliveries: Deliveries
+
+    async def delete_space(self, space_id: str) -> None:
+        """Forget everything kept for a space but its memory and files."""
+        await self.preferences.delete_space(space_id)
+        await self.mutes.delete_space(space_id)
+        await self.ambient.delete_space(space_id)
+        await self.spaces.delete(space_id)
+
+
+class Pipeline:
+    """Routes each platform message: drop, keep as ambient, command, or run a turn."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        manager: SessionManager,
+        people: People,
+        person_settings: PersonSettings,
+        catalogs: Catalogs,
+        files: PersonFiles,
+        stores: PipelineStores,
+        clock: Clock,
+    ) -> None:
+        self._settings = settings
+        self._manager = manager
+        self._people = people
+        self._person_settings = person_settings
+        self._catalogs = catalogs
+        self._files = files
+        self._stores = stores
+        self._clock = clock
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: The turn running in each conversation here (session key), for ``stop``.
+        self._running: dict[str, Turn] = {}
+        #: Per rate-limit bucket, until when its refusal was told (once a window).
+        self._told: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- intake
+
+    async def submit(self, bridge: PlatformBridge, message: Received) -> bool:
+        """Take ``message`` once (on any instance) and handle it in the background.
+
+        False for a delivery already taken: a platform's retry, answered and dropped.
+        """
+        if not await self._stores.deliveries.first(message.platform, message.delivery_id):
+            log.info("%s delivery %s taken already", message.platform, message.delivery_id)
+            return False
+        task = asyncio.get_running_loop().create_task(self.handle(bridge, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def deliver(self, bridge: PlatformBridge, message: Received) -> None:
+        """For a gateway bridge: what :meth:`submit` does, without an answer to give."""
+        await self.submit(bridge, message)
+
+    async def settled(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the messages being handled: a shutdown's last step."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+
+    @property
+    def handling(self) -> int:
+        """Messages being handled now."""
+        return len(self._tasks)
+
+    async def handle(self, bridge: PlatformBridge, message: Received) -> None:
+        """Route one message; failures are logged, never raised (nobody waits for them)."""
+        try:
+            await self._route(bridge, message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handling a %s message failed", message.platform)
+
+    # ---------------------------------------------------------------- routing
+
+    async def _route(self, bridge: PlatformBridge, message: Received) -> None:
+        thread = bridge.parse_thread(message.thread_id)
+        space = parse_space_id(thread.space_id)  # the bridge's own: never a message's word
+        caller_id = f"{message.platform}:{message.author_id}"
+        principal = Principal(
+            id=message.author_id, provider=message.platform, display_name=message.author_name
+        )
+        identification = await self._people.identify(principal)
+        person = identification.person if isinstance(identification, Admitted) else None
+        stores = self._stores
+        targets = [caller_id] if person is None else [caller_id, person.key]
+        if await stores.mutes.is_muted(space.id, targets):
+            return  # silently: no model call, no reply, not even ambient
+        trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
+        matched = person is not None and trigger.matches(
+            message.text,
+            is_dm=thread.is_dm,
+            is_reply_to_bot=message.is_reply_to_bot,
+            has_attachments=bool(message.attachments),
+        )
+        if matched:
+            self._typing(bridge, message)
+        await stores.spaces.open(space)
+        if person is not None:
+            await stores.spaces.join(space.id, person.key)
+        if not matched or person is None:
+            await self._keep_ambient(space.id, caller_id, message)
+            return
+        language, zone = await self._language_and_zone(person)
+        translator = self._catalogs.translator(language)
+        key = self._manager.session_key(person, thread.conversation_external_id, space.id)
+        command = command_of(message.text, trigger)
+        if command == "stop":
+            running = self._running.get(key)
+            if running is not None:
+                running.cancel()
+            text = (
+                translator.gettext("Stopped.")
+                if running is not None
+                else translator.gettext("Nothing is running here.")
+            )
+            await self._reply(bridge, message, text)
+            return
+        if command == "compact":
+            await self._manager.compact(key)
+            await self._reply(
+                bridge,
+                message,
+                translator.gettext("Done: this conversation starts afresh from a summary."),
+            )
+            return
+        own = self._settings.spaces.get(space.id)
+        decision = await self._manager.check_rate(
+            person,
+            message.text,
+            space=space.id,
+            limit=own.rate_limit if own is not None else None,
+        )
+        if decision is not None and not decision.allowed:
+            await self._refuse_once(
+                bridge,
+                message,
+                bucket_key(space.id, person.key),
+                decision.retry_after_s,
+                translator,
+            )
+            return
+        ingress = await self._normalize(bridge, message, thread.conversation_external_id, space.id)
+        await self._run(bridge, message, ingress, principal, person, language, zone, translator)
+
+    async def _keep_ambient(self, space_id: str, caller_id: str, message: Received) -> None:
+        text = message.text.strip()
+        if not text and message.attachments:
+            text = _FILE_NOTE.format(names=", ".join(a.name for a in message.attachments))
+        if not text:
+            return
+        await self._stores.ambient.add(
+            space_id,
+            AmbientMessage(
+                author_name=message.author_name or caller_id,
+                caller_id=caller_id,
+                text=text,
+                at=self._clock(),
+            ),
+        )
+
+    async def _refuse_once(
+        self,
+        bridge: PlatformBridge,
+        message: Received,
+        bucket: str,
+        retry_after_s: int,
+        translator: Translator,
+    ) -> None:
+        """Tell the person they are over the limit, once per window, never per message."""
+        now = self._clock().timestamp()
+        if self._told.get(bucket, 0.0) > now:
+            return
+        if len(self._told) > 10_000:
+            self._told = {b: until for b, until in self._told.items() if until > now}
+        self._told[bucket] = now + retry_after_s
+        await self._reply(
+            bridge, message, translator.gettext("Rate limit exceeded. Try again shortly.")
+        )
+
+    # ---------------------------------------------------------------- the run
+
+    async def _normalize(
+        self, bridge: PlatformBridge, message: Received, conversation: str, space_id: str
+    ) -> IngressMessage:
+        """The message for the core: its media downloaded into the space's inbox."""
+        saved: tuple[str, ...] = ()
+        if message.attachments:
+            limits = self._files.limits
+            incoming: list[IncomingFile] = []
+            budget = limits.max_turn_bytes
+            for attachment in message.attachments:
+                try:
+                    data = await bridge.download(attachment, min(limits.max_file_bytes, budget))
+                except BridgeError as error:
+                    log.warning("a %s attachment was not fetched: %s", message.platform, error)
+                    continue
+                budget -= len(data)
+                incoming.append(IncomingFile(attachment.name, data))
+            try:
+                stored = await self._files.receive(area_key(space_id), incoming)
+            except FileError as error:
+                log.warning("a %s message's files were not saved: %s", message.platform, error)
+                stored = []
+            saved = tuple(f.path for f in stored)
+        return IngressMessage(
+            platform=message.platform,
+            space_id=space_id,
+            conversation_external_id=conversation,
+            caller_id=f"{message.platform}:{message.author_id}",
+            author_name=message.author_name,
+            text=message.text,
+            is_dm=message.is_dm,
+            is_reply_to_bot=message.is_reply_to_bot,
+            attachments=saved,
+        )
+
+    async def _run(
+        self,
+        bridge: PlatformBridge,
+        message: Received,
+        ingress: IngressMessage,
+        principal: Principal,
+        person: Person,
+        language: str,
+        zone: str,
+        translator: Translator,
+    ) -> None:
+        stores = self._stores
+        space_id = ingress.space_id
+        role = await stores.spaces.role(
+            space_id, person.key, (ingress.caller_id, principal.user_key)
+        )
+        preferences = render_preferences(await stores.preferences.list(space_id))
+        ambient = render_ambient(await stores.ambient.take(space_id))
+        space = SpaceTurn(
+            space_id=space_id,
+            conversation=ingress.conversation_external_id,
+            is_dm=ingress.is_dm,
+            caller_id=ingress.caller_id,
+            author_name=ingress.author_name,
+            role=role,
+            preferences=preferences,
+            ambient=ambient,
+        )
+        area = space.area
+        before = await self._files.list(area, OUTBOX)
+        turn = self._manager.open_turn(
+            TurnInput(
+                principal=principal,
+                person=person,
+                conversation_id=ingress.conversation_external_id,
+                text=ingress.text,
+                language=language,
+                time_zone=zone,
+                received_at=datetime.now(UTC),
+                attachments=ingress.attachments,
+                space=space,
+            )
+        )
+        key = self._manager.session_key(person, ingress.conversation_external_id, space_id)
+        self._running[key] = turn
+        try:
+            text = await self._answer_of(turn, translator)
+        finally:
+            if self._running.get(key) is turn:
+                del self._running[key]
+        if text is None:
+            return  # stopped: the stop command answered
+        files = await self._outgoing(area, before)
+        await self._reply(bridge, message, text, files)
+
+    async def _answer_of(self, turn: Turn, translator: Translator) -> str | None:
+        """The reply a turn comes to: its answer, a confirmation to give, or its error."""
+        timeout_s = self._settings.chat.timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                final, pending, error = await _collect(turn)
+        except TimeoutError:
+            turn.cancel()
+            seconds = math.ceil(timeout_s)
+            return translator.ngettext(
+                "The turn took longer than %(seconds)d second and was stopped; "
+                "ask something shorter or try again.",
+                "The turn took longer than %(seconds)d seconds and was stopped; "
+                "ask something shorter or try again.",
+                seconds,
+            ) % {"seconds": seconds}
+        if turn.outcome == "cancelled":
+            return None
+        if error is not None:
+            return error.message
+        if final is None:
+            return translator.gettext("Something went wrong on our side. Try again in a moment.")
+        if pending is not None:
+            choices = "; ".join(f"{c.label}: {c.token}" for c in pending.choices) or pending.token
+            return f"{final.text}\n\n" + translator.gettext(
+                "To confirm, answer with the token (%(choices)s)."
+            ) % {"choices": choices}
+        return final.text
+
+    async def _outgoing(self, area: str, before: list[StoredFile]) -> list[EgressFile]:
+        """The files the turn wrote to the space's outbox, up to the per-turn limit."""
+        changed = await self._files.changed_since(area, before)
+        budget = self._files.limits.max_turn_bytes
+        out: list[EgressFile] = []
+        for stored in changed:
+            if stored.size_bytes > budget:
+                continue  # stays in the outbox; the per-turn limit holds for replies too
+            try:
+                found, data = await self._files.read(area, stored.name, OUTBOX)
+            except FileError:
+                continue
+            budget -= len(data)
+            out.append(EgressFile(filename=found.name, mime_type=found.mime_type, data=data))
+        return out
+
+    # ---------------------------------------------------------------- platform calls
+
+    async def _reply(
+        self,
+        bridge: PlatformBridge,
+        message: Received,
+        text: str,
+        files: list[EgressFile] | None = None,
+    ) -> None:
+        try:
+            await bridge.send_reply(message, text, files or ())
+        except BridgeError as error:
+            # Nothing is lost on our side: the answer is in the conversation's history.
+            log.warning("a %s reply was not delivered: %s", message.platform, error)
+
+    def _typing(self, bridge: PlatformBridge, message: Received) -> None:
+        task = asyncio.get_running_loop().create_task(self._start_typing(bridge, message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _start_typing(bridge: PlatformBridge, message: Received) -> None:
+        with contextlib.suppress(BridgeError):
+            await bridge.start_typing(message)
+
+    async def _language_and_zone(self, person: Person) -> tuple[str, str]:
+        saved = await self._person_settings.get(person.key)
+        defaults = self._settings.defaults
+        language = choose_language(saved.language, None, defaults.language)
+        return language, choose_zone(saved.time_zone, None, defaults.time_zone)
+
+
+async def _collect(
+    turn: Turn,
+) -> tuple[events.Final | None, events.Pending | None, events.Error | None]:
+    """The turn's ``final``, ``pending`` and ``error`` events, once it has ended."""
+    final: events.Final | None = None
+    pending: events.Pending | None = None
+    error: events.Error | None = None
+    while True:
+        for event in await turn.events.take():
+            if event is None:
+                return final, pending, error
+            if isinstance(event, events.Final):
+                final = event
+            elif isinstance(event, events.Pending):
+                pending = event
+            elif isinstance(event, events.Error):
+                error = event

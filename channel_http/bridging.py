@@ -1,0 +1,143 @@
+"""The composition root's part for spaces and chat bridges: stores, pipeline, connections.
+
+:func:`open_bridging` builds the space stores on the state store, the pipeline on the session
+manager, and the bridges the settings turn on (or those given, for tests), starts each
+gateway bridge's connection, and keeps the expired state swept; :meth:`Bridging.close`
+stops the connections, lets the messages being handled finish, and closes the bridges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from bridges.deliveries import Deliveries
+from bridges.pipeline import Pipeline, PipelineStores
+from bridges.port import GatewayBridge, PlatformBridge, Received, WebhookBridge
+from core.spaces.ambient import Ambient
+from core.spaces.members import Spaces
+from core.spaces.mutes import Mutes
+from core.spaces.preferences import SpacePreferences
+
+if TYPE_CHECKING:
+    from core.clock import Clock
+    from core.config import Settings
+    from core.files import PersonFiles
+    from core.i18n import Catalogs
+    from core.people import People
+    from core.person_settings import PersonSettings
+    from core.sessions import SessionManager
+    from core.state import Database
+
+__all__ = ["Bridging", "open_space_stores", "start_bridging"]
+
+log = logging.getLogger("mercury.bridges")
+
+#: Seconds between sweeps of expired mutes and old delivery ids.
+_SWEEP_S: Final = 300.0
+
+
+@dataclass(slots=True)
+class Bridging:
+    """The pipeline and the bridges running in this process."""
+
+    stores: PipelineStores
+    pipeline: Pipeline
+    bridges: Sequence[PlatformBridge]
+    webhooks: Mapping[str, WebhookBridge]
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def close(self, timeout_s: float = 5.0) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.pipeline.settled(timeout_s)
+        for bridge in self.bridges:
+            try:
+                await bridge.close()
+            except Exception:
+                log.exception("closing the %s bridge failed", bridge.platform)
+
+
+async def open_space_stores(db: Database, settings: Settings, clock: Clock) -> PipelineStores:
+    """The space stores, their schemas migrated."""
+    stores = PipelineStores(
+        spaces=Spaces(db, settings.spaces, clock=clock),
+        preferences=SpacePreferences(db, clock=clock),
+        mutes=Mutes(db, clock=clock),
+        ambient=Ambient(
+            db,
+            max_messages=settings.ambient.max_messages,
+            max_chars=settings.ambient.max_chars,
+        ),
+        deliveries=Deliveries(db, clock=clock),
+    )
+    await stores.spaces.ensure_schema()
+    await stores.preferences.ensure_schema()
+    await stores.mutes.ensure_schema()
+    await stores.ambient.ensure_schema()
+    await stores.deliveries.ensure_schema()
+    return stores
+
+
+def start_bridging(
+    bridges: Sequence[PlatformBridge],
+    stores: PipelineStores,
+    *,
+    settings: Settings,
+    manager: SessionManager,
+    people: People,
+    person_settings: PersonSettings,
+    catalogs: Catalogs,
+    files: PersonFiles,
+    clock: Clock,
+) -> Bridging:
+    """The pipeline over ``bridges``, each gateway bridge's connection started."""
+    pipeline = Pipeline(
+        settings=settings,
+        manager=manager,
+        people=people,
+        person_settings=person_settings,
+        catalogs=catalogs,
+        files=files,
+        stores=stores,
+        clock=clock,
+    )
+    webhooks = {b.platform: b for b in bridges if isinstance(b, WebhookBridge)}
+    bridging = Bridging(stores=stores, pipeline=pipeline, bridges=bridges, webhooks=webhooks)
+    loop = asyncio.get_running_loop()
+    for bridge in bridges:
+        if isinstance(bridge, GatewayBridge):
+            bridging._tasks.append(loop.create_task(_connected(bridge, pipeline)))
+    bridging._tasks.append(loop.create_task(_sweep(stores)))
+    if bridges:
+        log.info("Chat bridges on: %s.", ", ".join(b.platform for b in bridges))
+    return bridging
+
+
+async def _connected(bridge: GatewayBridge, pipeline: Pipeline) -> None:
+    async def deliver(message: Received) -> None:
+        await pipeline.deliver(bridge, message)
+
+    try:
+        await bridge.run(deliver)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("the %s bridge's connection ended", bridge.platform)
+
+
+async def _sweep(stores: PipelineStores) -> None:
+    while True:
+        await asyncio.sleep(_SWEEP_S)
+        try:
+            await stores.mutes.purge_expired()
+            await stores.deliveries.purge()
+        except Exception:
+            log.exception("sweeping expired mutes and delivery ids failed")

@@ -1,0 +1,271 @@
+"""``/spaces``: a caller's shared spaces, their preferences and their mutes.
+
+Every route names the space in its path (``/spaces/slack:C0123/prefs``; a client may
+percent-encode the colon). A space the caller doesn't belong to answers 404 as an unknown one
+does, so nobody learns which spaces exist; a member without the permission a route needs
+(``prefs.get`` for reading preferences, ``prefs.set`` for changing them, ``mute`` for the mutes)
+is refused with 403.
+
+Muting over HTTP is two-step, as the agent's tool is: a ``POST`` without ``confirm: true``
+answers the policy reminder and changes nothing; the same request with it applies the mute.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
+
+from litestar import Request, Response, delete, get, post, put
+from litestar.params import FromPath
+
+from channel_http.errors import BadRequest, Forbidden, NotFound
+from channel_http.requests import MuteBody, PreferenceBody, decode_body
+from core.spaces import InvalidSpaceId, parse_space_id
+from core.spaces.members import PERMISSIONS, Permission
+from core.spaces.mutes import MuteError, parse_duration
+from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, PreferenceError
+from core.spaces.tools import MUTE_POLICY
+
+if TYPE_CHECKING:
+    from channel_http.app import Services
+    from channel_http.middleware import Caller
+    from core.i18n import Translator
+    from core.spaces.mutes import Mute
+    from core.spaces.preferences import Preference
+    from core.spaces.turn import Role
+
+__all__ = ["space_routes"]
+
+AnyRequest = Request[Any, Any, Any]
+_NO_STORE: Final = {"cache-control": "no-store"}
+_MAX_PERSON_CHARS: Final = 200
+_MAX_REASON_CHARS: Final = 500
+
+
+def _ok(content: dict[str, Any]) -> Response[Any]:
+    return Response({"ok": True, **content}, headers=_NO_STORE)
+
+
+async def _role(
+    request: AnyRequest, raw_space: str, permission: Permission | None
+) -> tuple[str, Role]:
+    """The space named in the path and the caller's role in it, or the refusal."""
+    services: Services = request.app.state.services
+    caller: Caller = request.scope["state"]["caller"]
+    tr = caller.translator
+    try:
+        space = parse_space_id(unquote(raw_space))
+    except InvalidSpaceId:
+        raise BadRequest(
+            tr.gettext(
+                "A space id is a platform and its ids, such as slack:C0123ABC, "
+                "telegram:-1001234, discord:<guild>:<channel> or whatsapp:<number>."
+            )
+        ) from None
+    stores = services.space_stores
+    assert stores is not None  # noqa: S101 - open_services always builds them
+    role = await stores.spaces.role(space.id, caller.person.key, (caller.principal.user_key,))
+    if role is None:
+        raise NotFound(_unknown(space.id, tr))
+    if permission is not None and role not in PERMISSIONS[permission]:
+        raise Forbidden(
+            tr.gettext("Only an admin of %(space)s may do this; your role there is %(role)s.")
+            % {"space": space.id, "role": role}
+        )
+    return space.id, role
+
+
+def _unknown(space_id: str, tr: Translator) -> str:
+    return tr.gettext("You are not in the space %(space)s.") % {"space": space_id}
+
+
+def _stores(request: AnyRequest) -> Any:
+    services: Services = request.app.state.services
+    return services.space_stores
+
+
+def _preference_refusal(error: PreferenceError, tr: Translator) -> str:
+    if error.fault == "key":
+        return tr.gettext(
+            'A preference key is 1 to 64 lower-case letters, digits, ".", "_" or "-", '
+            "starting with a letter or a digit."
+        )
+    if error.fault == "value":
+        return tr.gettext("A preference's value holds at most %(count)d characters.") % {
+            "count": MAX_VALUE_CHARS
+        }
+    return tr.gettext(
+        "A space holds at most %(count)d preferences; delete one before adding another."
+    ) % {"count": MAX_PREFERENCES}
+
+
+def _preference(preference: Preference) -> dict[str, Any]:
+    return {
+        "key": preference.key,
+        "value": preference.value,
+        "createdBy": preference.created_by,
+        "createdAt": preference.created_at.isoformat(),
+        "updatedAt": preference.updated_at.isoformat(),
+    }
+
+
+def _mute(mute: Mute) -> dict[str, Any]:
+    return {
+        "person": mute.target,
+        "until": mute.until.isoformat(),
+        "reason": mute.reason,
+        "by": mute.by,
+    }
+
+
+@get("/spaces")
+async def spaces_list(request: AnyRequest) -> Response[Any]:
+    """The spaces the caller takes part in, with their role in each."""
+    caller: Caller = request.scope["state"]["caller"]
+    stores = _stores(request)
+    found = []
+    identities = (caller.principal.user_key,)
+    for space in await stores.spaces.spaces_of(caller.person.key, identities):
+        role = await stores.spaces.role(space.id, caller.person.key, identities)
+        if role is None:
+            continue
+        found.append(
+            {
+                "spaceId": space.id,
+                "platform": space.platform,
+                "isDm": space.is_dm,
+                "title": space.title,
+                "role": role,
+                "permissions": sorted(p for p, roles in PERMISSIONS.items() if role in roles),
+            }
+        )
+    return _ok({"spaces": found})
+
+
+@delete("/spaces/{space:str}", status_code=200)
+async def space_delete(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    """Forget a space: its members, preferences, mutes and ambient talk (an admin's call)."""
+    space_id, _ = await _role(request, space, "prefs.set")
+    await _stores(request).delete_space(space_id)
+    return _ok({"spaceId": space_id, "deleted": True})
+
+
+@get("/spaces/{space:str}/prefs")
+async def prefs_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    space_id, _ = await _role(request, space, "prefs.get")
+    preferences = await _stores(request).preferences.list(space_id)
+    return _ok({"spaceId": space_id, "preferences": [_preference(p) for p in preferences]})
+
+
+@get("/spaces/{space:str}/prefs/{key:str}")
+async def prefs_get(request: AnyRequest, space: FromPath[str], key: FromPath[str]) -> Response[Any]:
+    space_id, _ = await _role(request, space, "prefs.get")
+    caller: Caller = request.scope["state"]["caller"]
+    try:
+        found = await _stores(request).preferences.get(space_id, key)
+    except PreferenceError as error:
+        raise BadRequest(_preference_refusal(error, caller.translator)) from None
+    if found is None:
+        raise NotFound(
+            caller.translator.gettext('%(space)s has no preference "%(key)s".')
+            % {"space": space_id, "key": key[:64]}
+        )
+    return _ok({"spaceId": space_id, "preference": _preference(found)})
+
+
+@put("/spaces/{space:str}/prefs/{key:str}", status_code=200)
+async def prefs_put(request: AnyRequest, space: FromPath[str], key: FromPath[str]) -> Response[Any]:
+    space_id, _ = await _role(request, space, "prefs.set")
+    caller: Caller = request.scope["state"]["caller"]
+    body = decode_body(PreferenceBody, await request.body(), caller.translator)
+    try:
+        saved, created = await _stores(request).preferences.set(
+            space_id, key, body.value, by=caller.person.key
+        )
+    except PreferenceError as error:
+        raise BadRequest(_preference_refusal(error, caller.translator)) from None
+    return _ok({"spaceId": space_id, "preference": _preference(saved), "created": created})
+
+
+@delete("/spaces/{space:str}/prefs/{key:str}", status_code=200)
+async def prefs_delete(
+    request: AnyRequest, space: FromPath[str], key: FromPath[str]
+) -> Response[Any]:
+    space_id, _ = await _role(request, space, "prefs.set")
+    caller: Caller = request.scope["state"]["caller"]
+    try:
+        deleted = await _stores(request).preferences.delete(space_id, key)
+    except PreferenceError as error:
+        raise BadRequest(_preference_refusal(error, caller.translator)) from None
+    if not deleted:
+        raise NotFound(
+            caller.translator.gettext('%(space)s has no preference "%(key)s".')
+            % {"space": space_id, "key": key[:64]}
+        )
+    return _ok({"spaceId": space_id, "deleted": key})
+
+
+@get("/spaces/{space:str}/mutes")
+async def mutes_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    space_id, _ = await _role(request, space, "mute")
+    mutes = await _stores(request).mutes.list(space_id)
+    return _ok({"spaceId": space_id, "mutes": [_mute(m) for m in mutes]})
+
+
+@post("/spaces/{space:str}/mutes", status_code=200)
+async def mutes_post(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    space_id, _ = await _role(request, space, "mute")
+    caller: Caller = request.scope["state"]["caller"]
+    tr = caller.translator
+    body = decode_body(MuteBody, await request.body(), tr)
+    person = body.person.strip()
+    if not person or len(person) > _MAX_PERSON_CHARS:
+        raise BadRequest(
+            tr.gettext('"person" names who to mute, as the space knows them (slack:U0123).')
+        )
+    try:
+        duration = parse_duration(body.duration)
+    except MuteError:
+        raise BadRequest(
+            tr.gettext('"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.')
+        ) from None
+    if not body.confirm:
+        return _ok(
+            {"spaceId": space_id, "confirmed": False, "reminder": MUTE_POLICY.format(person=person)}
+        )
+    mute = await _stores(request).mutes.mute(
+        space_id,
+        person,
+        duration,
+        reason=(body.reason or "")[:_MAX_REASON_CHARS] or None,
+        by=caller.person.key,
+    )
+    return _ok({"spaceId": space_id, "confirmed": True, "mute": _mute(mute)})
+
+
+@delete("/spaces/{space:str}/mutes/{person:str}", status_code=200)
+async def mutes_delete(
+    request: AnyRequest, space: FromPath[str], person: FromPath[str]
+) -> Response[Any]:
+    space_id, _ = await _role(request, space, "mute")
+    target = unquote(person)
+    if not await _stores(request).mutes.unmute(space_id, target):
+        caller: Caller = request.scope["state"]["caller"]
+        raise NotFound(
+            caller.translator.gettext("%(person)s is not muted in %(space)s.")
+            % {"person": target[:_MAX_PERSON_CHARS], "space": space_id}
+        )
+    return _ok({"spaceId": space_id, "unmuted": target})
+
+
+space_routes: Final = (
+    spaces_list,
+    space_delete,
+    prefs_list,
+    prefs_get,
+    prefs_put,
+    prefs_delete,
+    mutes_list,
+    mutes_post,
+    mutes_delete,
+)

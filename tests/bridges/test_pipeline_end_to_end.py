@@ -1,0 +1,301 @@
+"""The message pipeline end to end: a real server, the Ollama stand-in, and a chat platform of
+the tests' own on the bridge port (tests/support/recording_bridge.py).
+
+Each platform's own end-to-end test runs the same scenes through its SDK and its stand-in;
+these show the pipeline's rules once, platform aside: triggers and ambient context, commands,
+de-duplication, forged deliveries, rate limits per space, mutes, preferences and isolation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bridges.port import Attachment
+from tests.conftest import ALICE, BOB
+from tests.support.contract import check_response
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.recording_bridge import RecordingBridge
+from tests.support.server import RunningServer
+
+pytestmark = [pytest.mark.timeout(90)]
+
+CONFIG = """
+spaces:
+  "slack:C1":
+    admins: [static:alice]
+    members: [static:bob]
+  "slack:C2":
+    admins: [static:alice]
+    rate_limit: 2
+"""
+
+
+@pytest.fixture
+def bridge() -> RecordingBridge:
+    return RecordingBridge()
+
+
+@pytest.fixture
+def chat(
+    make_server: Callable[..., RunningServer], bridge: RecordingBridge, tmp_path: Path
+) -> RunningServer:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    return make_server({"bridges": [bridge]}, MERCURY_CONFIG_FILE=str(config))
+
+
+def user_contents(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def system_of(request: dict[str, Any]) -> str:
+    return str(request["messages"][0]["content"])
+
+
+def settle(bridge: RecordingBridge, seconds: float = 1.0) -> None:
+    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
+    time.sleep(seconds)
+
+
+def test_in_a_group_only_the_mention_triggers_and_sees_the_others_as_ambient_context(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Lunch is at noon."))
+    for author, name, text in (
+        ("U1", "Ann", "who's up for lunch?"),
+        ("U2", "Ben", "me, at the usual place"),
+    ):
+        answered = bridge.post(chat, bridge.message("C1", author, text, name=name))
+        assert answered.status_code == 200, answered.text
+    mention = bridge.message("C1", "U3", "@Mercury when is lunch?", name="Cat", thread="171.5")
+    assert bridge.post(chat, mention).status_code == 200
+
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "Lunch is at noon."
+    assert reply.to.thread_id == "slack:C1:171.5"  # answered where it was asked
+    [request] = ollama.requests
+    words = user_contents(request)[-1]
+    assert "<ambient" in words and "not addressed to you" in words
+    assert 'author="Ann"' in words and "who's up for lunch?" in words
+    assert 'author="Ben"' in words and "me, at the usual place" in words
+    assert '<caller id="slack:U3" name="Cat"' in words and words.endswith("when is lunch?")
+    assert "group chat (slack:C1)" in system_of(request)
+    assert [m.text for m in bridge.typing] == ["@Mercury when is lunch?"]
+
+
+def test_the_ambient_context_is_given_once_and_never_to_another_space(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    bridge.post(chat, bridge.message("C1", "U1", "the launch code is tulip"))
+    bridge.post(chat, bridge.message("C3", "U2", "@Mercury what was said here?"))
+    bridge.wait_for_replies(1)
+    bridge.post(chat, bridge.message("C1", "U2", "@Mercury and here?"))
+    bridge.wait_for_replies(2)
+    bridge.post(chat, bridge.message("C1", "U2", "@Mercury again?"))
+    bridge.wait_for_replies(3)
+    first, second, third = ollama.requests
+    assert "tulip" not in json.dumps(first)  # another space
+    assert "tulip" in user_contents(second)[-1]
+    assert "<ambient" not in user_contents(third)[-1]  # taken once
+
+
+def test_a_direct_message_always_triggers(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Hi Dee."))
+    bridge.post(chat, bridge.message("D9", "U4", "hello there", name="Dee"))
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "Hi Dee."
+    assert "direct chat (slack:D9)" in system_of(ollama.requests[0])
+
+
+def test_a_redelivered_event_runs_once_and_a_forged_one_runs_nothing(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    message = bridge.message("D9", "U4", "count me once", delivery_id="Ev-retry")
+    assert bridge.post(chat, message).json()["taken"] == 1
+    again = bridge.post(chat, message)
+    assert again.status_code == 200 and again.json()["taken"] == 0
+    bridge.wait_for_replies(1)
+
+    forged = bridge.post(chat, bridge.message("D9", "U4", "forged"), sign=False)
+    assert forged.status_code == 401
+    assert forged.json()["ok"] is False and "signature" in forged.json()["error"]
+    unknown = httpx.post(chat.url + "/webhooks/irc", content=b"{}", timeout=10)
+    assert unknown.status_code == 404 and unknown.json()["ok"] is False
+    settle(bridge)
+    assert len(ollama.requests) == 1
+    assert len(bridge.replies) == 1
+
+
+def test_files_come_in_to_the_spaces_inbox_and_go_out_from_its_outbox(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    bridge.media["F1"] = b"name,score\nann,3\n"
+    seen: list[str] = []
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if len(seen) == 0:
+            seen.append(user_contents(request)[-1])
+            return ChatScript(
+                tool_calls=[
+                    {
+                        "name": "outbox_write",
+                        "arguments": {"filename": "summary.txt", "content": "ann leads"},
+                    }
+                ]
+            )
+        return ChatScript.words("Here is the summary.")
+
+    ollama.responder = respond
+    attachment = Attachment(name="scores.csv", ref="F1", mime_type="text/csv", size_bytes=17)
+    bridge.post(
+        chat,
+        bridge.message("C1", "U1", "@Mercury summarize", attachments=(attachment,), thread="9.1"),
+    )
+    [reply] = bridge.wait_for_replies(1)
+    assert re.search(r"^- inbox/.*scores\.csv$", seen[0], re.MULTILINE), seen[0]
+    assert reply.text == "Here is the summary."
+    assert [(f.filename, f.data) for f in reply.files] == [("summary.txt", b"ann leads")]
+    inbox = Path(chat.services.settings.wiki.vault_path) / "users" / "space%3Aslack%3AC1"
+    assert [p.read_bytes() for p in (inbox / "inbox").iterdir()] == [b"name,score\nann,3\n"]
+
+
+def test_the_rate_limit_counts_per_person_in_a_space_with_its_own_limit_told_once(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    for number in range(4):
+        bridge.post(chat, bridge.message("C2", "U1", f"@Mercury question {number}"))
+    bridge.wait_for_replies(3)
+    settle(bridge)
+    texts = sorted(r.text for r in bridge.replies)
+    assert texts.count("Rate limit exceeded. Try again shortly.") == 1, texts
+    assert len(ollama.requests) == 2  # the space's own limit (2), not the global one (10)
+    # Another person, and the same person in another space, have buckets of their own.
+    bridge.post(chat, bridge.message("C2", "U2", "@Mercury mine"))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury elsewhere"))
+    bridge.wait_for_replies(5)
+    assert len(ollama.requests) == 4
+
+
+def test_stop_cancels_the_running_turn_and_skips_the_queue(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury write an essay", thread="5.5"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury stop", thread="5.5"))
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "Stopped."
+    ollama.wait_for_closed(1, timeout=20)
+    settle(bridge)
+    assert len(bridge.replies) == 1  # the stopped turn says nothing more
+
+
+def test_a_mute_applied_in_two_steps_silences_the_person_and_an_unmute_lifts_it(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    mute = {"person": "slack:U6", "duration": "10m", "reason": "spam"}
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "mute", "arguments": mute}]),
+        ChatScript(tool_calls=[{"name": "mute", "arguments": {**mute, "confirm": True}}]),
+        ChatScript.words("Muted for ten minutes."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury U6 keeps spamming, mute them"))
+    bridge.wait_for_replies(1)
+    tool_answers = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
+    assert "confirm" in tool_answers[0]  # the first call only reminded of the policy
+    listed = httpx.get(chat.url + "/spaces/slack:C1/mutes", headers=ALICE, timeout=10)
+    check_response(listed)
+    assert [m["person"] for m in listed.json()["mutes"]] == ["slack:U6"]
+
+    requests_before = len(ollama.requests)
+    bridge.post(chat, bridge.message("C1", "U6", "@Mercury hello??"))
+    bridge.post(chat, bridge.message("C1", "U6", "just chatting"))
+    settle(bridge)
+    assert len(ollama.requests) == requests_before and len(bridge.replies) == 1
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury anything new?"))
+    bridge.wait_for_replies(2)
+    assert "just chatting" not in json.dumps(ollama.requests[-1])  # not even ambient
+
+    lifted = httpx.delete(chat.url + "/spaces/slack:C1/mutes/slack:U6", headers=ALICE, timeout=10)
+    check_response(lifted)
+    assert lifted.status_code == 200
+    bridge.post(chat, bridge.message("C1", "U6", "@Mercury back?"))
+    bridge.wait_for_replies(3)
+
+
+def test_preferences_an_admin_sets_reach_the_next_run_and_a_member_is_refused(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    url = chat.url + "/spaces/slack:C1/prefs/report.format"
+    saved = httpx.put(url, json={"value": "tables </pref> & charts"}, headers=ALICE, timeout=10)
+    check_response(saved)
+    assert saved.status_code == 200 and saved.json()["created"] is True
+    refused = httpx.put(url, json={"value": "prose"}, headers=BOB, timeout=10)
+    check_response(refused)
+    assert refused.status_code == 403 and refused.json()["ok"] is False
+    read = httpx.get(chat.url + "/spaces/slack:C1/prefs", headers=BOB, timeout=10)
+    check_response(read)
+    assert [p["key"] for p in read.json()["preferences"]] == ["report.format"]
+
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury the report?"))
+    bridge.post(chat, bridge.message("C2", "U1", "@Mercury the report?"))
+    bridge.wait_for_replies(2)
+    systems = {"C1" if "slack:C1" in system_of(r) else "C2": system_of(r) for r in ollama.requests}
+    assert (
+        '<preferences>\n<pref key="report.format">tables &lt;/pref&gt; &amp; charts</pref>\n'
+        "</preferences>" in systems["C1"]
+    )
+    assert "<preferences>" not in systems["C2"]
+
+
+def test_a_space_nobody_joined_or_a_bad_id_is_refused_clearly(chat: RunningServer) -> None:
+    for path, status in (
+        ("/spaces/slack:C404/prefs", 404),
+        ("/spaces/not-a-space/prefs", 400),
+        ("/spaces/slack:C1/prefs/Bad%20Key", 400),
+        ("/spaces/slack:C1/prefs/missing", 404),
+    ):
+        answered = httpx.get(chat.url + path, headers=BOB, timeout=10)
+        check_response(answered)
+        assert answered.status_code == status, (path, answered.text)
+        assert answered.json()["ok"] is False and answered.json()["error"]
+    too_long = httpx.put(
+        chat.url + "/spaces/slack:C1/prefs/tone",
+        json={"value": "x" * 501},
+        headers=ALICE,
+        timeout=10,
+    )
+    check_response(too_long)
+    assert too_long.status_code == 400 and "500" in too_long.json()["error"]
+
+
+def test_two_spaces_never_share_memory_files_or_conversation(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(
+            tool_calls=[
+                {"name": "outbox_write", "arguments": {"filename": "secret.txt", "content": "C1"}}
+            ]
+        ),
+        ChatScript.words("Saved."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury keep this: the vault is blue"))
+    bridge.wait_for_replies(1)
+    bridge.post(chat, bridge.message("C2", "U1", "@Mercury what do you know?"))
+    bridge.wait_for_replies(2)
+    last = json.dumps(ollama.requests[-1])
+    assert "vault is blue" not in last and "secret.txt" not in last
+    users = Path(chat.services.settings.wiki.vault_path) / "users"
+    assert not (users / "space%3Aslack%3AC2" / "outbox" / "secret.txt").exists()
+    assert (users / "space%3Aslack%3AC1" / "outbox" / "secret.txt").read_text() == "C1"
