@@ -1,0 +1,737 @@
+"""A stand-in for Slack: its Web API, its file hosts and its Events API deliveries, on 127.0.0.1.
+
+The real ``slack_sdk`` ``AsyncWebClient`` talks to it through ``base_url`` (the bridge's
+``SLACK_API_URL``), so tests run the SDK's own requests, headers and error handling::
+
+    with SlackStandIn() as slack:
+        bridge = SlackBridge(slack.settings(), bot_name="Mercury")
+        body, headers = slack.signed(slack.envelope(slack.message("C1", "U1", "hi <@UBOT>")))
+        outcome = await bridge.receive("POST", {}, headers, body)
+        ...
+        await slack.deliver(server.url + "/webhooks/slack", envelope)   # through a real server
+        await slack.redeliver(server.url + "/webhooks/slack")           # Slack's retry
+
+What it serves, as Slack does:
+
+* ``/api/<method>`` (GET or POST; parameters in the query, a form or a JSON body; the token as
+  ``Authorization: Bearer`` or a ``token`` parameter): ``auth.test``, ``users.info``,
+  ``chat.postMessage``, ``files.getUploadURLExternal``, ``files.completeUploadExternal``.
+  Failures are HTTP 200 with ``{"ok": false, "error": code}`` (``not_authed``,
+  ``invalid_auth``, ``channel_not_found``, ``no_text``, ``msg_too_long``, ``user_not_found``,
+  ``file_not_found``, ``unknown_method``); a scripted 429 carries ``Retry-After``.
+* ``POST /upload/v1/<id>``: the upload URL ``files.getUploadURLExternal`` hands out (no token,
+  as Slack's are presigned); answers ``text/plain`` ``OK - <length>``.
+* ``GET /files-pri/<team>-<file>/<name>``: a file's ``url_private``; without the bot's token
+  Slack answers a redirect to its sign-in page, and so does this.
+
+Every call is recorded (:attr:`SlackStandIn.calls`), every posted message
+(:attr:`SlackStandIn.messages`), every completed upload (:attr:`SlackStandIn.uploads`) and
+every download (:attr:`SlackStandIn.downloads`). :meth:`SlackStandIn.fail_next` scripts the
+next calls' failures, :attr:`SlackStandIn.delay_s` makes every answer slow.
+
+The server (``aiohttp.web``) runs in a thread with its own event loop.
+
+Exceptions::
+
+    StandInError            the stand-in was misused or failed to start
+    └── StandInTimeoutError      a wait ran out of time (also a TimeoutError)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+import httpx
+from aiohttp import web
+
+from core.config import SlackSettings
+
+__all__ = [
+    "ApiCall",
+    "Delivery",
+    "Download",
+    "PostedMessage",
+    "SlackStandIn",
+    "StandInError",
+    "StandInTimeoutError",
+    "Upload",
+]
+
+BOT_TOKEN: Final = "xoxb-standin-0000-bot-token"
+SIGNING_SECRET: Final = "standin-signing-secret-8f3a"
+BOT_USER_ID: Final = "UBOT0001"
+BOT_ID: Final = "BBOT0001"
+TEAM_ID: Final = "T0STANDIN"
+APP_ID: Final = "A0STANDIN"
+
+
+class StandInError(Exception):
+    """The Slack stand-in was misused or could not start."""
+
+
+class StandInTimeoutError(StandInError, TimeoutError):
+    """A wait on the Slack stand-in ran out of time."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiCall:
+    """One Web API request: the method, its parameters (query, form and JSON merged)."""
+
+    method: str
+    params: dict[str, Any]
+    http_method: str
+    token: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostedMessage:
+    """A message ``chat.postMessage`` posted."""
+
+    channel: str
+    text: str
+    thread_ts: str | None
+    ts: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Upload:
+    """A file shared through the upload URL and ``files.completeUploadExternal``."""
+
+    file_id: str
+    filename: str
+    title: str | None
+    data: bytes
+    channel_id: str | None
+    thread_ts: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Download:
+    """A request for a file's ``url_private``, and whether it carried the bot's token."""
+
+    path: str
+    authorized: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Delivery:
+    """The webhook's answer to one delivery."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+@dataclass(kw_only=True)
+class _Failure:
+    status: int
+    error: str
+    retry_after: int | None
+    method: str | None
+
+
+@dataclass(kw_only=True)
+class _File:
+    file_id: str
+    name: str
+    data: bytes
+    mimetype: str
+    title: str | None = None
+    declared_length: int | None = None
+    uploaded: bool = False
+    served_as: str | None = None
+
+
+class SlackStandIn:
+    """Slack's Web API, file hosts and event deliveries for one workspace and one bot."""
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = BOT_TOKEN,
+        signing_secret: str = SIGNING_SECRET,
+        bot_user_id: str = BOT_USER_ID,
+        bot_id: str = BOT_ID,
+        team_id: str = TEAM_ID,
+    ) -> None:
+        self.bot_token = bot_token
+        self.signing_secret = signing_secret
+        self.bot_user_id = bot_user_id
+        self.bot_id = bot_id
+        self.team_id = team_id
+        self.calls: list[ApiCall] = []
+        self.messages: list[PostedMessage] = []
+        self.uploads: list[Upload] = []
+        self.downloads: list[Download] = []
+        self.delay_s = 0.0
+        """Seconds every answer waits (API calls, uploads and downloads)."""
+        self.users: dict[str, dict[str, Any]] = {}
+        self._files: dict[str, _File] = {}
+        self._failures: list[_Failure] = []
+        self._ids = itertools.count(1)
+        self._last_delivery: tuple[str, bytes, int] | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._port: int | None = None
+        self._start_error: BaseException | None = None
+
+    # -- where it is ---------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._port is None:
+            raise StandInError("The Slack stand-in is not listening; enter it or start() it.")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def api_url(self) -> str:
+        """What ``SLACK_API_URL`` is set to."""
+        return self.url + "/api/"
+
+    def settings(self, **overrides: Any) -> SlackSettings:
+        """The bridge's settings pointed at this stand-in, with its token and secret."""
+        values: dict[str, Any] = {
+            "enabled": True,
+            "bot_token": self.bot_token,
+            "signing_secret": self.signing_secret,
+            "api_url": self.api_url,
+        }
+        return SlackSettings(**{**values, **overrides})
+
+    def env(self) -> dict[str, str]:
+        """The environment that turns a server's Slack bridge on against this stand-in."""
+        return {
+            "MERCURY_SLACK": "true",
+            "SLACK_BOT_TOKEN": self.bot_token,
+            "SLACK_SIGNING_SECRET": self.signing_secret,
+            "SLACK_API_URL": self.api_url,
+        }
+
+    # -- the workspace -------------------------------------------------------------------
+
+    def add_user(
+        self, user_id: str, name: str, *, display_name: str = "", real_name: str = ""
+    ) -> None:
+        """A member ``users.info`` knows."""
+        self.users[user_id] = {
+            "id": user_id,
+            "team_id": self.team_id,
+            "name": name,
+            "real_name": real_name,
+            "is_bot": False,
+            "profile": {"display_name": display_name, "real_name": real_name},
+        }
+
+    def add_file(
+        self,
+        name: str,
+        data: bytes,
+        *,
+        mimetype: str = "application/octet-stream",
+        served_as: str | None = None,
+    ) -> dict[str, Any]:
+        """A file shared in the workspace; its object as a message event's ``files`` lists it.
+
+        ``served_as`` is the Content-Type its download answers with, when not ``mimetype``
+        (``text/html`` plays Slack's sign-in page answering 200 to a token that can't read).
+        """
+        file = _File(file_id=self._new_id("F"), name=name, data=data, mimetype=mimetype)
+        file.uploaded = True
+        file.served_as = served_as
+        self._files[file.file_id] = file
+        return self._file_object(file)
+
+    def _file_object(self, file: _File) -> dict[str, Any]:
+        return {
+            "id": file.file_id,
+            "name": file.name,
+            "title": file.title or file.name,
+            "mimetype": file.mimetype,
+            "filetype": file.name.rpartition(".")[2] if "." in file.name else "binary",
+            "size": len(file.data),
+            "mode": "hosted",
+            "url_private": f"{self.url}/files-pri/{self.team_id}-{file.file_id}/{quote(file.name)}",
+            "url_private_download": (
+                f"{self.url}/files-pri/{self.team_id}-{file.file_id}/download/{quote(file.name)}"
+            ),
+        }
+
+    # -- scripting -----------------------------------------------------------------------
+
+    def fail_next(
+        self,
+        n: int = 1,
+        *,
+        status: int = 500,
+        error: str = "internal_error",
+        retry_after: int | None = None,
+        method: str | None = None,
+    ) -> None:
+        """Fail the next ``n`` calls (of ``method`` only, if given; ``"download"`` for files).
+
+        ``status`` 200 answers ``{"ok": false, "error": error}`` (Slack's way of refusing);
+        429 adds ``Retry-After``; 5xx answers the same body with that status.
+        """
+        with self._lock:
+            self._failures.extend(
+                _Failure(status=status, error=error, retry_after=retry_after, method=method)
+                for _ in range(n)
+            )
+
+    def reset(self) -> None:
+        """Forget recorded calls, messages, uploads, users, files, failures and the delay."""
+        with self._lock:
+            self.calls.clear()
+            self.messages.clear()
+            self.uploads.clear()
+            self.downloads.clear()
+            self.users.clear()
+            self._files.clear()
+            self._failures.clear()
+            self._last_delivery = None
+            self.delay_s = 0.0
+
+    def calls_of(self, method: str) -> list[ApiCall]:
+        return [call for call in self.calls if call.method == method]
+
+    async def wait_until(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
+    ) -> None:
+        """Poll ``predicate`` from the caller's loop until it holds."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise StandInTimeoutError(
+                    f"The Slack stand-in waited {timeout} s for {what} in vain; check that the "
+                    "bridge really made the call, or give the wait more time."
+                )
+            await asyncio.sleep(0.01)
+
+    # -- events, as Slack sends them -----------------------------------------------------
+
+    def message(
+        self,
+        channel: str,
+        user: str,
+        text: str,
+        *,
+        ts: str | None = None,
+        thread_ts: str | None = None,
+        files: Sequence[Mapping[str, Any]] = (),
+        **fields: Any,
+    ) -> dict[str, Any]:
+        """A ``message`` event, as a person's message in ``channel`` arrives."""
+        ts = ts or self._new_ts()
+        event: dict[str, Any] = {
+            "type": "message",
+            "channel": channel,
+            "user": user,
+            "text": text,
+            "ts": ts,
+            "team": self.team_id,
+            "channel_type": _channel_type(channel),
+            "event_ts": ts,
+        }
+        if thread_ts is not None:
+            event["thread_ts"] = thread_ts
+        if files:
+            event["subtype"] = "file_share"
+            event["files"] = list(files)
+        event.update(fields)
+        return event
+
+    def envelope(self, event: Mapping[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """The ``event_callback`` envelope around ``event``."""
+        return {
+            "token": "deprecated-verification-token",
+            "team_id": self.team_id,
+            "api_app_id": APP_ID,
+            "event": dict(event),
+            "type": "event_callback",
+            "event_id": event_id or self._new_id("Ev"),
+            "event_time": int(time.time()),
+            "authorizations": [
+                {
+                    "enterprise_id": None,
+                    "team_id": self.team_id,
+                    "user_id": self.bot_user_id,
+                    "is_bot": True,
+                    "is_enterprise_install": False,
+                }
+            ],
+            "is_ext_shared_channel": False,
+        }
+
+    def url_verification(self, challenge: str) -> dict[str, Any]:
+        return {
+            "token": "deprecated-verification-token",
+            "challenge": challenge,
+            "type": "url_verification",
+        }
+
+    def signed(
+        self,
+        payload: Mapping[str, Any] | bytes,
+        *,
+        timestamp: int | None = None,
+        secret: str | None = None,
+        retry_num: int | None = None,
+    ) -> tuple[bytes, dict[str, str]]:
+        """The body and the (lower-case) headers Slack would send ``payload`` with."""
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        stamp = str(int(time.time()) if timestamp is None else timestamp)
+        digest = hmac.new(
+            (secret or self.signing_secret).encode(),
+            b"v0:" + stamp.encode() + b":" + body,
+            hashlib.sha256,
+        ).hexdigest()
+        headers = {
+            "content-type": "application/json",
+            "x-slack-request-timestamp": stamp,
+            "x-slack-signature": f"v0={digest}",
+        }
+        if retry_num is not None:
+            headers["x-slack-retry-num"] = str(retry_num)
+            headers["x-slack-retry-reason"] = "http_timeout"
+        return body, headers
+
+    async def deliver(
+        self,
+        url: str,
+        payload: Mapping[str, Any] | bytes,
+        *,
+        timestamp: int | None = None,
+        secret: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> Delivery:
+        """POST ``payload`` to the webhook at ``url``, signed (``headers`` replace Slack's)."""
+        body, signed_headers = self.signed(payload, timestamp=timestamp, secret=secret)
+        self._last_delivery = (url, body, 0)
+        return await self._post(
+            url, body, dict(headers) if headers is not None else signed_headers, timeout
+        )
+
+    async def redeliver(self, url: str | None = None, *, timeout: float = 10.0) -> Delivery:
+        """Send the last delivery again as Slack's retry: same body, ``X-Slack-Retry-Num`` + 1,
+        signed afresh."""
+        if self._last_delivery is None:
+            raise StandInError("Nothing was delivered yet; deliver() an event before redeliver().")
+        last_url, body, retries = self._last_delivery
+        self._last_delivery = (last_url, body, retries + 1)
+        _, headers = self.signed(body, retry_num=retries + 1)
+        return await self._post(url or last_url, body, headers, timeout)
+
+    async def _post(
+        self, url: str, body: bytes, headers: Mapping[str, str], timeout: float
+    ) -> Delivery:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            answer = await client.post(url, content=body, headers=dict(headers))
+        return Delivery(
+            status=answer.status_code,
+            body=answer.content,
+            content_type=answer.headers.get("content-type", ""),
+        )
+
+    # -- running in a thread -------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> Self:
+        if self._thread is not None:
+            raise StandInError("This Slack stand-in is already running; stop() it first.")
+        ready = threading.Event()
+        self._start_error = None
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name="slack-standin", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(timeout) or self._start_error is not None:
+            self.stop()
+            raise StandInError(f"The Slack stand-in could not start ({self._start_error!r}).")
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout)
+        self._thread = self._loop = self._stop = None
+        self._port = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(ready))
+        except BaseException as exc:  # reported to start(); the thread must not die loudly
+            self._start_error = exc
+        finally:
+            ready.set()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self, ready: threading.Event) -> None:
+        self._stop = asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_post("/upload/v1/{upload_id}", self._upload)
+        app.router.add_get("/files-pri/{team_file}/{name:.+}", self._file)
+        app.router.add_get("/", self._sign_in)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            self._port = runner.addresses[0][1]
+            ready.set()
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    # -- the Web API ---------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        params: dict[str, Any] = dict(request.query)
+        if request.content_type == "application/json":
+            body = await request.json()
+            if isinstance(body, dict):
+                params.update(body)
+        elif request.method == "POST" and request.can_read_body:
+            params.update({key: value for key, value in (await request.post()).items()})
+        token = _bearer(request.headers.get("Authorization")) or params.pop("token", None)
+        with self._lock:
+            self.calls.append(
+                ApiCall(method=method, params=params, http_method=request.method, token=token)
+            )
+            failure = self._take_failure(method)
+        await self._pause()
+        if failure is not None:
+            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
+            return web.json_response(
+                {"ok": False, "error": failure.error}, status=failure.status, headers=headers
+            )
+        if token is None:
+            return _refused("not_authed")
+        if not hmac.compare_digest(token, self.bot_token):
+            return _refused("invalid_auth")
+        handler = _METHODS.get(method)
+        if handler is None:
+            return _refused("unknown_method")
+        return web.json_response(handler(self, params))
+
+    def _take_failure(self, method: str) -> _Failure | None:
+        for index, failure in enumerate(self._failures):
+            if failure.method in (None, method):
+                return self._failures.pop(index)
+        return None
+
+    async def _pause(self) -> None:
+        if self.delay_s > 0:
+            await asyncio.sleep(self.delay_s)
+
+    def _auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://standin.slack.com/",
+            "team": "Stand-in",
+            "user": "mercury",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    def _users_info(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = self.users.get(str(params.get("user", "")))
+        if user is None:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "user": user}
+
+    def _chat_post_message(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel = str(params.get("channel") or "")
+        text = params.get("text")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if not text and not params.get("blocks"):
+            return {"ok": False, "error": "no_text"}
+        if len(str(text)) > 40_000:
+            return {"ok": False, "error": "msg_too_long"}
+        thread_ts = params.get("thread_ts") or None
+        ts = self._new_ts()
+        with self._lock:
+            self.messages.append(
+                PostedMessage(channel=channel, text=str(text), thread_ts=thread_ts, ts=ts)
+            )
+        message = {
+            "type": "message",
+            "user": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "text": text,
+            "ts": ts,
+            **({"thread_ts": thread_ts} if thread_ts else {}),
+        }
+        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def _files_get_upload_url_external(self, params: dict[str, Any]) -> dict[str, Any]:
+        filename = params.get("filename")
+        length = params.get("length")
+        if not filename:
+            return {"ok": False, "error": "invalid_arguments"}
+        try:
+            declared = int(length)
+        except (TypeError, ValueError):
+            return {"ok": False, "error": "invalid_arguments"}
+        file = _File(
+            file_id=self._new_id("F"),
+            name=str(filename),
+            data=b"",
+            mimetype="",
+            declared_length=declared,
+        )
+        self._files[file.file_id] = file
+        return {
+            "ok": True,
+            "upload_url": f"{self.url}/upload/v1/{file.file_id}",
+            "file_id": file.file_id,
+        }
+
+    def _files_complete_upload_external(self, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            listed = json.loads(str(params.get("files", "")))
+        except json.JSONDecodeError:
+            return {"ok": False, "error": "invalid_arguments"}
+        if not isinstance(listed, list) or not listed:
+            return {"ok": False, "error": "invalid_arguments"}
+        shared: list[_File] = []
+        for entry in listed:
+            file = self._files.get(str(entry.get("id", "")))
+            if file is None or not file.uploaded:
+                return {"ok": False, "error": "file_not_found"}
+            file.title = entry.get("title") or file.name
+            shared.append(file)
+        channel_id = params.get("channel_id") or None
+        thread_ts = params.get("thread_ts") or None
+        if thread_ts and not channel_id:
+            return {"ok": False, "error": "invalid_arguments"}
+        with self._lock:
+            self.uploads.extend(
+                Upload(
+                    file_id=file.file_id,
+                    filename=file.name,
+                    title=file.title,
+                    data=file.data,
+                    channel_id=channel_id,
+                    thread_ts=thread_ts,
+                )
+                for file in shared
+            )
+        return {"ok": True, "files": [self._file_object(file) for file in shared]}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        await self._pause()
+        file = self._files.get(request.match_info["upload_id"])
+        if file is None or file.uploaded:
+            return web.Response(status=404, text="Not Found", content_type="text/plain")
+        if request.content_type.startswith("multipart/"):
+            form = await request.post()
+            part = form.get("file")
+            data = part.file.read() if isinstance(part, web.FileField) else b""
+        else:
+            data = await request.read()
+        if file.declared_length is not None and len(data) != file.declared_length:
+            return web.Response(status=400, text="length mismatch", content_type="text/plain")
+        file.data, file.uploaded = data, True
+        file.mimetype = file.mimetype or "application/octet-stream"
+        return web.Response(text=f"OK - {len(data)}", content_type="text/plain")
+
+    # -- the file host -------------------------------------------------------------------
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        authorized = _bearer(request.headers.get("Authorization")) == self.bot_token
+        with self._lock:
+            self.downloads.append(Download(path=request.path, authorized=authorized))
+            failure = self._take_failure("download")
+        await self._pause()
+        if failure is not None:
+            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
+            return web.Response(
+                status=failure.status,
+                text=failure.error,
+                headers=headers,
+                content_type="text/plain",
+            )
+        if not authorized:
+            # As Slack: a redirect to the workspace's sign-in page, never a 401.
+            raise web.HTTPFound(f"/?redir={quote(request.path, safe='')}")
+        _, _, file_id = request.match_info["team_file"].partition("-")
+        file = self._files.get(file_id)
+        if file is None or not file.uploaded:
+            return web.Response(status=404, text="File not found", content_type="text/plain")
+        return web.Response(
+            body=file.data, headers={"Content-Type": file.served_as or file.mimetype}
+        )
+
+    async def _sign_in(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text="<!DOCTYPE html><html><body>Sign in to Stand-in</body></html>",
+            content_type="text/html",
+        )
+
+    # -- ids -----------------------------------------------------------------------------
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids):08X}"
+
+    def _new_ts(self) -> str:
+        return f"{int(time.time())}.{next(self._ids):06d}"
+
+
+_METHODS: Final[dict[str, Callable[[SlackStandIn, dict[str, Any]], dict[str, Any]]]] = {
+    "auth.test": SlackStandIn._auth_test,
+    "users.info": SlackStandIn._users_info,
+    "chat.postMessage": SlackStandIn._chat_post_message,
+    "files.getUploadURLExternal": SlackStandIn._files_get_upload_url_external,
+    "files.completeUploadExternal": SlackStandIn._files_complete_upload_external,
+}
+
+
+def _bearer(header: str | None) -> str | None:
+    if header and header.startswith("Bearer "):
+        return header.removeprefix("Bearer ").strip() or None
+    return None
+
+
+def _refused(error: str) -> web.Response:
+    return web.json_response({"ok": False, "error": error})
+
+
+def _channel_type(channel: str) -> str:
+    return {"D": "im", "G": "mpim", "C": "channel"}.get(channel[:1], "channel")
