@@ -1,0 +1,879 @@
+"""The Telegram bridge drives the real python-telegram-bot against the Telegram stand-in."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from bridges import (
+    Attachment,
+    BridgeError,
+    EgressFile,
+    PlatformUnavailable,
+    Received,
+    WebhookBridge,
+    WebhookOutcome,
+)
+from bridges.telegram import MAX_MESSAGE_CHARS, TelegramBridge, split_text
+from core.config import ConfigurationError, TelegramSettings
+from tests.support.telegram_standin import BOT_TOKEN, TelegramStandIn
+
+SECRET = "s3cret-webhook_token"
+BOT_NAME = "Mercury"
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+@pytest.fixture(scope="module")
+def telegram() -> Iterator[TelegramStandIn]:
+    with TelegramStandIn(webhook_secret=SECRET) as standin:
+        yield standin
+
+
+@pytest.fixture(autouse=True)
+def fresh(telegram: TelegramStandIn) -> Iterator[None]:
+    telegram.reset()
+    yield
+    telegram.reset()
+
+
+def settings_for(telegram: TelegramStandIn, **changes: Any) -> TelegramSettings:
+    given: dict[str, Any] = {
+        "enabled": True,
+        "bot_token": telegram.token,
+        "webhook_secret": SECRET,
+        "api_url": telegram.api_url,
+        "file_url": telegram.file_url,
+    }
+    return TelegramSettings(**{**given, **changes})
+
+
+@pytest.fixture
+async def bridge(telegram: TelegramStandIn) -> AsyncIterator[TelegramBridge]:
+    opened = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, timeout_s=5.0)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def receive(
+    bridge: TelegramBridge, telegram: TelegramStandIn, update: dict[str, Any], **options: Any
+) -> WebhookOutcome:
+    headers, body = telegram.delivery(update, **options)
+    with anyio.fail_after(10):
+        return await bridge.receive("POST", {}, {k.lower(): v for k, v in headers.items()}, body)
+
+
+async def one_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn, update: dict[str, Any]
+) -> Received:
+    outcome = await receive(bridge, telegram, update)
+    assert outcome.verdict == "accepted", outcome.reason
+    [message] = outcome.messages
+    return message
+
+
+# -- the webhook's secret ----------------------------------------------------------------
+
+
+async def test_the_bridge_is_a_webhook_bridge_for_telegram(bridge: TelegramBridge) -> None:
+    assert isinstance(bridge, WebhookBridge)
+    assert bridge.platform == "telegram"
+
+
+async def test_an_update_with_the_right_secret_is_accepted(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.private_chat(alice), alice, "hello")
+
+    outcome = await receive(bridge, telegram, update)
+
+    assert outcome.verdict == "accepted"
+    assert outcome.messages[0].text == "hello"
+
+
+async def test_an_update_without_the_secret_header_is_forged(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.private_chat(alice), alice, "hello")
+
+    outcome = await receive(bridge, telegram, update, secret=None)
+
+    assert (outcome.verdict, outcome.messages) == ("forged", ())
+
+
+async def test_an_update_with_a_wrong_secret_is_forged(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.private_chat(alice), alice, "hello")
+
+    for wrong in ("guess", SECRET + "x", SECRET[:-1], "", "sécret"):
+        outcome = await receive(bridge, telegram, update, secret=wrong)
+        assert outcome.verdict == "forged", wrong
+    assert SECRET not in outcome.reason
+
+
+async def test_a_secret_from_before_a_rotation_is_forged(telegram: TelegramStandIn) -> None:
+    # Telegram's updates carry no timestamp to go stale by: a secret goes stale when the
+    # webhook's secret_token is changed, and the bridge then takes only the new one.
+    rotated = TelegramBridge(settings_for(telegram, webhook_secret="new-secret"), bot_name="M")
+    try:
+        alice = telegram.user("Alice")
+        update = telegram.message(telegram.private_chat(alice), alice, "hello")
+
+        outcome = await receive(rotated, telegram, update, secret=SECRET)
+        fresh = await receive(rotated, telegram, update, secret="new-secret")
+    finally:
+        await rotated.close()
+
+    assert (outcome.verdict, fresh.verdict) == ("forged", "accepted")
+
+
+async def test_telegram_has_no_verification_challenge_so_one_is_malformed(
+    bridge: TelegramBridge,
+) -> None:
+    # setWebhook is a call the operator makes; nothing is ever echoed back to Telegram.
+    headers = {"x-telegram-bot-api-secret-token": SECRET}
+    body = json.dumps({"type": "url_verification", "challenge": "abc"}).encode()
+
+    outcome = await bridge.receive("POST", {}, headers, body)
+
+    assert (outcome.verdict, outcome.body) == ("malformed", b"")
+
+
+async def test_a_signed_body_that_is_not_an_update_is_malformed(bridge: TelegramBridge) -> None:
+    headers = {"x-telegram-bot-api-secret-token": SECRET}
+    for body in (b"{not json", b"[1, 2]", b'{"update_id": "7"}', b""):
+        outcome = await bridge.receive("POST", {}, headers, body)
+        assert outcome.verdict == "malformed", body
+    broken = json.dumps({"update_id": 7, "message": {"message_id": 1}}).encode()
+    assert (await bridge.receive("POST", {}, headers, broken)).verdict == "malformed"
+    assert (await bridge.receive("GET", {}, headers, b"")).verdict == "malformed"
+
+
+async def test_a_forged_update_is_refused_before_its_body_is_read(bridge: TelegramBridge) -> None:
+    outcome = await bridge.receive("POST", {}, {}, b"{not json")
+
+    assert outcome.verdict == "forged"
+
+
+# -- what is read, what is ignored -------------------------------------------------------
+
+
+async def test_an_edit_a_channel_post_and_a_bots_message_are_ignored(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    other_bot = telegram.user("Helper", username="helper_bot", is_bot=True)
+    group = telegram.group("Ops")
+    original = telegram.message(group, alice, "first")
+    updates = [
+        telegram.edited(original, "first, edited"),
+        telegram.channel_post(telegram.channel("News"), "a post"),
+        telegram.message(group, other_bot, "beep"),
+        telegram.message(group, telegram.bot, "my own words"),
+    ]
+
+    outcomes = [await receive(bridge, telegram, update) for update in updates]
+
+    assert [o.verdict for o in outcomes] == ["ignored"] * 4
+    assert all(o.messages == () for o in outcomes)
+    assert "edited_message" in outcomes[0].reason
+    assert "bot" in outcomes[2].reason
+
+
+async def test_a_service_message_or_a_sticker_alone_is_ignored(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice, bob = telegram.user("Alice"), telegram.user("Bob")
+    group = telegram.group("Ops")
+    joined = telegram.message(group, alice, extra={"new_chat_members": [bob.to_json()]})
+    sticker = telegram.message(
+        group,
+        alice,
+        extra={
+            "sticker": {
+                "file_id": "CAACAgI",
+                "file_unique_id": "AgADs",
+                "type": "regular",
+                "width": 512,
+                "height": 512,
+                "is_animated": False,
+                "is_video": False,
+            }
+        },
+    )
+
+    assert (await receive(bridge, telegram, joined)).verdict == "ignored"
+    assert (await receive(bridge, telegram, sticker)).verdict == "ignored"
+
+
+async def test_a_post_forwarded_automatically_from_the_linked_channel_is_ignored(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    service = telegram.user("Telegram")
+    update = telegram.message(
+        telegram.group("Discussion"), service, "news", extra={"is_automatic_forward": True}
+    )
+
+    assert (await receive(bridge, telegram, update)).verdict == "ignored"
+
+
+async def test_the_delivery_id_is_the_update_id_so_a_redelivery_carries_the_same_one(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.group("Ops"), alice, "hi")
+
+    first = await one_message(bridge, telegram, update)
+    again = await one_message(bridge, telegram, update)
+
+    assert first.delivery_id == again.delivery_id == str(update["update_id"])
+
+
+async def test_the_author_is_the_user_id_and_full_name(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice", "Liddell", username="alice_l")
+    update = telegram.message(telegram.group("Ops"), alice, "hi")
+
+    message = await one_message(bridge, telegram, update)
+
+    assert (message.author_id, message.author_name) == (str(alice.id), "Alice Liddell")
+    assert message.message_id == str(update["message"]["message_id"])
+
+
+# -- mentions and replies ----------------------------------------------------------------
+
+
+async def test_a_mention_of_the_bot_is_written_with_the_bot_name_and_others_stay_readable(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    # The emoji takes two UTF-16 units: the entities' offsets are counted in those.
+    text = "🚀👍 @mercury_test_bot ask @bob_the_builder about 𝔘nicode, @MERCURY_TEST_BOT!"
+    update = telegram.message(telegram.group("Ops"), alice, text)
+
+    message = await one_message(bridge, telegram, update)
+
+    assert message.text == "🚀👍 @Mercury ask @bob_the_builder about 𝔘nicode, @Mercury!"
+
+
+async def test_a_text_mention_of_the_bot_is_written_with_the_bot_name(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice, bob = telegram.user("Alice"), telegram.user("Bob")
+    update = telegram.message(
+        telegram.group("Ops"),
+        alice,
+        "Merc, ask Bob",
+        text_mentions=[("Merc", telegram.bot), ("Bob", bob)],
+    )
+
+    message = await one_message(bridge, telegram, update)
+
+    assert message.text == "@Mercury, ask Bob"
+
+
+async def test_a_message_without_a_mention_is_kept_as_written(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.group("Ops"), alice, "mail me at a@mercury_test_bot.org")
+
+    message = await one_message(bridge, telegram, update)
+
+    assert message.text == "mail me at a@mercury_test_bot.org"
+    assert not message.is_reply_to_bot
+
+
+async def test_a_reply_to_the_bots_message_is_a_reply_to_the_bot(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice, bob = telegram.user("Alice"), telegram.user("Bob")
+    group = telegram.group("Ops")
+    asked = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot?")
+    )
+    await bridge.send_reply(asked, "An answer.")
+    [answer] = telegram.sent_messages(group)
+    said = telegram.message(group, bob, "bob here")
+
+    to_bot = telegram.message(group, alice, "thanks", reply_to=answer["message_id"])
+    to_bob = telegram.message(group, alice, "hi bob", reply_to=said["message"]["message_id"])
+
+    assert (await one_message(bridge, telegram, to_bot)).is_reply_to_bot
+    assert not (await one_message(bridge, telegram, to_bob)).is_reply_to_bot
+
+
+async def test_a_message_in_a_topic_the_bot_opened_is_not_a_reply_to_the_bot(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # Telegram makes every message of a topic reply to the topic's opening service message.
+    forum = telegram.group("Forum", forum=True)
+    topic = telegram.open_topic(forum, "Bot's topic", telegram.bot)
+    update = telegram.message(forum, telegram.user("Alice"), "hello", topic=topic)
+
+    message = await one_message(bridge, telegram, update)
+
+    assert not message.is_reply_to_bot
+
+
+async def test_mentions_are_read_again_once_get_me_answers_after_failing(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    telegram.fail_next(1, status=500, method="getMe")
+
+    during = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot hi")
+    )
+    after = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot hi")
+    )
+
+    assert during.text == "@mercury_test_bot hi"  # read, not lost, while getMe failed
+    assert after.text == "@Mercury hi"
+    assert [c.status for c in telegram.calls_to("getMe")] == [500, 200]
+
+
+# -- threads -----------------------------------------------------------------------------
+
+
+async def test_a_private_chat_is_a_dm_and_a_group_is_not(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    private = telegram.private_chat(alice)
+    supergroup, group = telegram.group("Ops"), telegram.group("Old", supergroup=False)
+
+    dm = await one_message(bridge, telegram, telegram.message(private, alice, "hi"))
+    in_supergroup = await one_message(bridge, telegram, telegram.message(supergroup, alice, "hi"))
+    in_group = await one_message(bridge, telegram, telegram.message(group, alice, "hi"))
+
+    assert (dm.thread_id, dm.is_dm) == (f"telegram:{alice.id}", True)
+    assert (in_supergroup.thread_id, in_supergroup.is_dm) == (f"telegram:{supergroup.id}", False)
+    assert in_group.thread_id == f"telegram:{group.id}"
+    thread = bridge.parse_thread(dm.thread_id)
+    assert (thread.space_id, thread.conversation_external_id, thread.is_dm) == (
+        dm.thread_id,
+        dm.thread_id,
+        True,
+    )
+    assert not bridge.parse_thread(in_supergroup.thread_id).is_dm
+
+
+async def test_a_forum_topic_is_a_thread_and_a_space_of_its_own(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    forum = telegram.group("Forum", forum=True)
+    topic = telegram.open_topic(forum, "Releases", alice)
+
+    in_topic = await one_message(
+        bridge, telegram, telegram.message(forum, alice, "hi", topic=topic)
+    )
+    in_general = await one_message(bridge, telegram, telegram.message(forum, alice, "hi"))
+
+    assert in_topic.thread_id == f"telegram:{forum.id}:{topic}"
+    assert in_general.thread_id == f"telegram:{forum.id}"
+    thread = bridge.parse_thread(in_topic.thread_id)
+    assert (thread.space_id, thread.conversation_external_id, thread.is_dm) == (
+        in_topic.thread_id,
+        in_topic.thread_id,
+        False,
+    )
+
+
+async def test_a_thread_of_another_platform_is_refused(bridge: TelegramBridge) -> None:
+    for foreign in ("slack:C123", "telegram:abc", "telegram:-100:x", ""):
+        with pytest.raises(ValueError, match="telegram"):
+            bridge.parse_thread(foreign)
+
+
+# -- attachments -------------------------------------------------------------------------
+
+
+async def test_each_kind_of_media_is_an_attachment_and_a_caption_is_the_text(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    media = {
+        "document": telegram.add_file(b"%PDF", file_name="plan.pdf", mime_type="application/pdf"),
+        "photo": telegram.add_file(b"\xff\xd8" + b"j" * 300, kind="photo"),
+        "voice": telegram.add_file(b"OggS", kind="voice", mime_type="audio/ogg"),
+        "audio": telegram.add_file(
+            b"ID3", kind="audio", file_name="song.mp3", mime_type="audio/mpeg"
+        ),
+        "video": telegram.add_file(b"mp4", kind="video", mime_type="video/mp4"),
+    }
+    found: dict[str, Received] = {}
+    for kind, stored in media.items():
+        update = telegram.message(group, alice, caption="look @mercury_test_bot", **{kind: stored})
+        found[kind] = await one_message(bridge, telegram, update)
+
+    assert {m.text for m in found.values()} == {"look @Mercury"}
+    attachments = {kind: m.attachments for kind, m in found.items()}
+    assert attachments["document"] == (
+        Attachment(
+            name="plan.pdf",
+            ref=media["document"].file_id,
+            mime_type="application/pdf",
+            size_bytes=4,
+        ),
+    )
+    # The largest of the photo's sizes, not its thumbnail.
+    assert attachments["photo"] == (
+        Attachment(
+            name="photo.jpg", ref=media["photo"].file_id, mime_type="image/jpeg", size_bytes=302
+        ),
+    )
+    assert attachments["voice"][0].name == "voice.ogg"
+    assert attachments["audio"][0].name == "song.mp3"
+    assert (attachments["video"][0].name, attachments["video"][0].ref) == (
+        "video.mp4",
+        media["video"].file_id,
+    )
+
+
+async def test_a_file_without_a_caption_is_still_read(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    doc = telegram.add_file(b"a,b\n1,2\n", file_name="data.csv", mime_type="text/csv")
+    update = telegram.message(telegram.private_chat(alice), alice, document=doc)
+
+    message = await one_message(bridge, telegram, update)
+
+    assert (message.text, message.attachments[0].name) == ("", "data.csv")
+
+
+# -- downloads ---------------------------------------------------------------------------
+
+
+async def test_a_document_downloads_through_get_file_with_the_bots_token(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    doc = telegram.add_file(b"the quarterly plan", file_name="plan.txt", mime_type="text/plain")
+    message = await one_message(
+        bridge, telegram, telegram.message(telegram.private_chat(alice), alice, document=doc)
+    )
+
+    with anyio.fail_after(10):
+        data = await bridge.download(message.attachments[0], max_bytes=1024)
+
+    assert data == b"the quarterly plan"
+    assert [c.params["file_id"] for c in telegram.calls_to("getFile")] == [doc.file_id]
+    assert telegram.downloads == [doc.path]
+
+
+async def test_a_file_larger_than_the_cap_is_refused_without_asking_telegram(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    doc = telegram.add_file(b"x" * 2048, file_name="big.bin")
+    attachment = Attachment(name="big.bin", ref=doc.file_id, size_bytes=2048)
+
+    with pytest.raises(BridgeError, match=r"big\.bin.*2048 bytes.*1024-byte limit"):
+        await bridge.download(attachment, max_bytes=1024)
+
+    assert telegram.calls_to("getFile") == []
+    assert telegram.downloads == []
+
+
+async def test_a_file_get_file_says_is_too_large_is_refused_before_downloading(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    doc = telegram.add_file(b"x" * 2048, file_name="big.bin")
+    attachment = Attachment(name="big.bin", ref=doc.file_id)  # the message told no size
+
+    with pytest.raises(BridgeError, match="1024-byte limit"):
+        await bridge.download(attachment, max_bytes=1024)
+
+    assert len(telegram.calls_to("getFile")) == 1
+    assert telegram.downloads == []
+
+
+async def test_a_file_of_untold_size_is_cut_off_at_the_cap(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    doc = telegram.add_file(b"x" * 200_000, file_name="big.bin", declared_size=None)
+    attachment = Attachment(name="big.bin", ref=doc.file_id)
+
+    with pytest.raises(BridgeError, match="limit") as refused:
+        await bridge.download(attachment, max_bytes=1024)
+
+    assert not isinstance(refused.value, PlatformUnavailable)
+    assert telegram.downloads == [doc.path]
+
+
+async def test_a_file_over_the_bot_apis_download_limit_is_refused_with_its_reason(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    doc = telegram.add_file(b"x" * 100, file_name="huge.mkv", declared_size=None)
+    telegram.download_limit = 50  # 20 MB in the cloud
+    try:
+        with pytest.raises(BridgeError, match="getFile: File is too big"):
+            await bridge.download(Attachment(name="huge.mkv", ref=doc.file_id), max_bytes=1000)
+    finally:
+        telegram.download_limit = 20 * 1024 * 1024
+
+
+async def test_a_download_that_telegram_fails_is_platform_unavailable(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    doc = telegram.add_file(b"data", file_name="a.txt")
+    telegram.fail_next(1, status=502, method="getFile")
+
+    with pytest.raises(PlatformUnavailable, match="getFile"):
+        await bridge.download(Attachment(name="a.txt", ref=doc.file_id), max_bytes=100)
+
+
+async def test_a_file_id_telegram_does_not_know_is_a_bridge_error(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    with pytest.raises(BridgeError, match="Invalid file_id"):
+        await bridge.download(Attachment(name="gone.txt", ref="nope"), max_bytes=100)
+
+
+# -- replies -----------------------------------------------------------------------------
+
+
+async def test_a_reply_in_a_group_answers_the_triggering_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    message = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot status?")
+    )
+
+    await bridge.send_reply(message, "All green.")
+
+    [call] = telegram.calls_to("sendMessage")
+    assert call.params["chat_id"] == group.id
+    assert call.params["text"] == "All green."
+    assert call.params["reply_parameters"]["message_id"] == int(message.message_id)
+    assert "message_thread_id" not in call.params
+    [sent] = telegram.sent_messages(group)
+    assert sent["reply_to_message"]["message_id"] == int(message.message_id)
+
+
+async def test_a_reply_in_a_dm_is_a_plain_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    chat = telegram.private_chat(alice)
+    message = await one_message(bridge, telegram, telegram.message(chat, alice, "hello"))
+
+    await bridge.send_reply(message, "Hello, Alice.")
+
+    [call] = telegram.calls_to("sendMessage")
+    assert (call.params["chat_id"], call.params["text"]) == (alice.id, "Hello, Alice.")
+    assert "reply_parameters" not in call.params
+
+
+async def test_a_reply_in_a_topic_goes_to_the_topic_with_its_files(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    forum = telegram.group("Forum", forum=True)
+    topic = telegram.open_topic(forum, "Reports", alice)
+    message = await one_message(
+        bridge, telegram, telegram.message(forum, alice, "@mercury_test_bot report", topic=topic)
+    )
+    files = [
+        EgressFile(filename="report.csv", mime_type="text/csv", data=b"a,b\n1,2\n"),
+        EgressFile(filename="chart.png", mime_type="image/png", data=b"\x89PNG fake"),
+    ]
+
+    await bridge.send_reply(message, "Here it is.", files)
+
+    [text] = telegram.calls_to("sendMessage")
+    assert (text.params["message_thread_id"], text.params["text"]) == (topic, "Here it is.")
+    documents = telegram.calls_to("sendDocument")
+    assert [d.params["message_thread_id"] for d in documents] == [topic, topic]
+    assert [d.params["chat_id"] for d in documents] == [forum.id, forum.id]
+    uploads = [d.files["document"] for d in documents]
+    assert [(u.filename, u.content_type, u.data) for u in uploads] == [
+        ("report.csv", "text/csv", b"a,b\n1,2\n"),
+        ("chart.png", "image/png", b"\x89PNG fake"),
+    ]
+    # Text first, then the files: the order the chat shows them in.
+    assert [c.method for c in telegram.calls if c.method.startswith("send")] == [
+        "sendMessage",
+        "sendDocument",
+        "sendDocument",
+    ]
+
+
+async def test_files_alone_go_out_without_an_empty_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    message = await one_message(
+        bridge, telegram, telegram.message(telegram.private_chat(alice), alice, "the file?")
+    )
+
+    await bridge.send_reply(
+        message, "  ", [EgressFile(filename="a.txt", mime_type="text/plain", data=b"a")]
+    )
+
+    assert telegram.calls_to("sendMessage") == []
+    assert len(telegram.calls_to("sendDocument")) == 1
+
+
+async def test_a_long_reply_is_split_within_telegrams_limit_at_line_breaks(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    message = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot")
+    )
+    paragraph = "🚀 " + "word " * 150 + "\n"  # emoji count twice against the limit
+    text = paragraph * 20
+
+    await bridge.send_reply(message, text)
+
+    calls = telegram.calls_to("sendMessage")
+    assert len(calls) > 1
+    assert all(c.status == 200 for c in calls)
+    assert "".join(c.params["text"] for c in calls) == text
+    assert all(c.params["text"].endswith("\n") for c in calls)
+    assert "reply_parameters" in calls[0].params
+    assert all("reply_parameters" not in c.params for c in calls[1:])
+
+
+async def test_a_reply_whose_message_was_deleted_still_goes_out(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    message = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot")
+    )
+    gone = Received(**{**_fields(message), "message_id": "999999"})
+
+    await bridge.send_reply(gone, "Still here.")
+
+    [call] = telegram.calls_to("sendMessage")
+    assert call.status == 200
+
+
+async def test_typing_is_a_chat_action_in_the_chat_and_its_topic(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    forum = telegram.group("Forum", forum=True)
+    topic = telegram.open_topic(forum, "Talk", alice)
+    in_topic = await one_message(
+        bridge, telegram, telegram.message(forum, alice, "hi", topic=topic)
+    )
+    in_dm = await one_message(
+        bridge, telegram, telegram.message(telegram.private_chat(alice), alice, "hi")
+    )
+
+    await bridge.start_typing(in_topic)
+    await bridge.start_typing(in_dm)
+
+    calls = telegram.calls_to("sendChatAction")
+    assert [(c.params["chat_id"], c.params.get("message_thread_id")) for c in calls] == [
+        (forum.id, topic),
+        (alice.id, None),
+    ]
+    assert {c.params["action"] for c in calls} == {"typing"}
+
+
+def test_split_text_keeps_short_text_whole_and_counts_utf16_units() -> None:
+    assert split_text("hello") == ["hello"]
+    assert split_text("") == []
+    assert split_text("   \n ") == []
+    emoji = "😀" * MAX_MESSAGE_CHARS  # two units each: twice the limit
+    parts = split_text(emoji)
+    assert [len(p) for p in parts] == [MAX_MESSAGE_CHARS // 2, MAX_MESSAGE_CHARS // 2]
+    assert split_text("aaaa bbbb cccc", limit=9) == ["aaaa ", "bbbb cccc"]
+    assert split_text("aaaa bbbb cccc", limit=7) == ["aaaa ", "bbbb ", "cccc"]
+    assert split_text("x" * 10, limit=4) == ["xxxx", "xxxx", "xx"]
+
+
+# -- failures ----------------------------------------------------------------------------
+
+
+async def dm_message(bridge: TelegramBridge, telegram: TelegramStandIn) -> Received:
+    alice = telegram.user("Alice")
+    return await one_message(
+        bridge, telegram, telegram.message(telegram.private_chat(alice), alice, "hi")
+    )
+
+
+async def test_a_server_error_is_platform_unavailable_and_is_not_retried(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    telegram.fail_next(5, status=500, method="sendMessage")
+
+    with pytest.raises(PlatformUnavailable, match=r"sendMessage.*Internal Server Error"):
+        await bridge.send_reply(message, "hello")
+
+    assert len(telegram.calls_to("sendMessage")) == 1
+
+
+async def test_flood_control_is_platform_unavailable_with_the_wait_telegram_asks_for(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    telegram.fail_next(1, status=429, retry_after=17, method="sendChatAction")
+
+    with pytest.raises(PlatformUnavailable, match="rate limited; retry after 17 s"):
+        await bridge.start_typing(message)
+
+    assert len(telegram.calls_to("sendChatAction")) == 1
+
+
+async def test_a_slow_telegram_times_out_as_platform_unavailable(
+    telegram: TelegramStandIn,
+) -> None:
+    impatient = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, timeout_s=0.3)
+    try:
+        message = await dm_message(impatient, telegram)
+        telegram.delay_s = 3.0
+        with anyio.fail_after(10), pytest.raises(PlatformUnavailable, match="timed out"):
+            await impatient.send_reply(message, "hello")
+    finally:
+        telegram.delay_s = 0.0
+        await impatient.close()
+
+
+async def test_an_unreachable_telegram_is_platform_unavailable(telegram: TelegramStandIn) -> None:
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{spare.getsockname()[1]}"
+    cut_off = TelegramBridge(
+        settings_for(telegram, api_url=f"{closed}/bot", file_url=f"{closed}/file/bot"),
+        bot_name=BOT_NAME,
+    )
+    try:
+        alice = telegram.user("Alice")
+        message = await one_message(
+            cut_off, telegram, telegram.message(telegram.private_chat(alice), alice, "hi")
+        )
+        with anyio.fail_after(10), pytest.raises(PlatformUnavailable, match="getMe"):
+            await cut_off.send_reply(message, "hello")
+    finally:
+        await cut_off.close()
+
+
+async def test_a_chat_telegram_does_not_know_is_a_bridge_error_with_its_description(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    elsewhere = Received(**{**_fields(message), "thread_id": "telegram:424242", "is_dm": True})
+
+    with pytest.raises(BridgeError, match="sendMessage: Chat not found") as refused:
+        await bridge.send_reply(elsewhere, "hello")
+
+    assert not isinstance(refused.value, PlatformUnavailable)
+
+
+async def test_a_bot_blocked_by_the_user_is_a_bridge_error(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    telegram.fail_next(
+        1, status=403, description="Forbidden: bot was blocked by the user", method="sendMessage"
+    )
+
+    with pytest.raises(BridgeError, match="bot was blocked by the user") as refused:
+        await bridge.send_reply(message, "hello")
+
+    assert not isinstance(refused.value, PlatformUnavailable)
+
+
+async def test_a_file_over_the_upload_limit_is_a_bridge_error(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    telegram.upload_limit = 10  # 50 MB in the cloud
+    try:
+        with pytest.raises(
+            BridgeError, match="sendDocument refused a file as too large"
+        ) as refused:
+            await bridge.send_reply(
+                message,
+                "",
+                [
+                    EgressFile(
+                        filename="big.bin", mime_type="application/octet-stream", data=b"x" * 100
+                    )
+                ],
+            )
+    finally:
+        telegram.upload_limit = 50 * 1024 * 1024
+    assert not isinstance(refused.value, PlatformUnavailable)
+
+
+async def test_a_wrong_token_is_a_bridge_error_that_never_shows_the_token(
+    telegram: TelegramStandIn,
+) -> None:
+    wrong_token = "7000000001:AAwrong-token-000000000000000000"
+    wrong = TelegramBridge(settings_for(telegram, bot_token=wrong_token), bot_name=BOT_NAME)
+    try:
+        message = await dm_message(wrong, telegram)
+        with pytest.raises(BridgeError, match="TELEGRAM_BOT_TOKEN") as refused:
+            await wrong.send_reply(message, "hello")
+    finally:
+        await wrong.close()
+
+    assert wrong_token not in str(refused.value)
+    assert not isinstance(refused.value, PlatformUnavailable)
+    assert [c.status for c in telegram.calls_to("getMe")][-1] == 401
+
+
+async def test_the_token_never_reaches_the_log(
+    bridge: TelegramBridge, telegram: TelegramStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    message = await dm_message(bridge, telegram)
+    doc = telegram.add_file(b"abc", file_name="a.txt")
+    telegram.fail_next(1, status=500, method="sendMessage")
+
+    await bridge.start_typing(message)
+    await bridge.download(Attachment(name="a.txt", ref=doc.file_id), max_bytes=10)
+    with pytest.raises(PlatformUnavailable):
+        await bridge.send_reply(message, "hello")
+
+    assert "sendChatAction" in caplog.text  # httpx's request lines were logged, redacted
+    assert BOT_TOKEN not in caplog.text
+    assert BOT_TOKEN.partition(":")[2] not in caplog.text
+
+
+async def test_a_bridge_without_its_secrets_is_refused(telegram: TelegramStandIn) -> None:
+    with pytest.raises(ConfigurationError, match="TELEGRAM_WEBHOOK_SECRET"):
+        TelegramBridge(settings_for(telegram, webhook_secret=None), bot_name=BOT_NAME)
+
+
+async def test_closing_a_bridge_that_never_called_telegram_calls_nothing(
+    telegram: TelegramStandIn,
+) -> None:
+    idle = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME)
+
+    await idle.close()
+
+    assert telegram.calls == []
+
+
+def _fields(message: Received) -> dict[str, Any]:
+    return {name: getattr(message, name) for name in message.__struct_fields__}
