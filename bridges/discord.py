@@ -114,6 +114,7 @@ class DiscordBridge:
         self._handlers: set[asyncio.Task[object]] = set()
         self._parents: OrderedDict[int, int | None] = OrderedDict()
         self._closed = False
+        self._closing = asyncio.Event()
 
     @property
     def platform(self) -> str:
@@ -140,7 +141,8 @@ class DiscordBridge:
                         return
                     log.warning("Discord is unavailable (%s); trying again in %.0f s.", exc, pause)
                     await self._discard_client()
-                    await asyncio.sleep(pause)
+                    with contextlib.suppress(TimeoutError):  # close() ends the pause
+                        await asyncio.wait_for(self._closing.wait(), pause)
                     pause = min(pause * 2, _LAST_RETRY_S)
                     continue
                 except discord.PrivilegedIntentsRequired as exc:
@@ -401,6 +403,7 @@ class DiscordBridge:
     async def close(self) -> None:
         """Leave the gateway, close the REST and CDN sessions, stop the handlers in flight."""
         self._closed = True
+        self._closing.set()
         await self._discard_client()
         if self._downloads is not None:
             await self._downloads.close()

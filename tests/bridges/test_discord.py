@@ -23,7 +23,7 @@ from bridges.port import (
     PlatformUnavailable,
     Received,
 )
-from core.config import DiscordSettings
+from core.config import ConfigurationError, DiscordSettings
 from tests.support.discord_standin import (
     ALICE,
     BOB,
@@ -160,6 +160,23 @@ async def test_the_bridge_logs_in_asks_for_the_gateway_and_identifies_with_messa
     message_content, guild_messages, direct_messages, guilds = 1 << 15, 1 << 9, 1 << 12, 1
     for intent in (message_content, guild_messages, direct_messages, guilds):
         assert identify["intents"] & intent
+
+
+async def test_a_bridge_without_a_token_is_a_configuration_error() -> None:
+    settings = DiscordSettings(enabled=True, bot_token=None, api_url="http://127.0.0.1:9/api/v10")
+    with pytest.raises(ConfigurationError, match="DISCORD_BOT_TOKEN"):
+        DiscordBridge(settings, bot_name=BOT_NAME)
+
+
+async def test_close_ends_run_while_it_waits_to_log_in_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    discord_api.fail_next(1, status=503)
+    task = asyncio.create_task(bridge.run(asyncio.Queue().put))
+    await discord_api.wait_for_calls_async(lambda c: c.status == 503)
+    await bridge.close()
+    await asyncio.wait_for(task, 0.5)
+    assert discord_api.identifies == []
 
 
 async def test_nothing_touches_the_network_before_the_bridge_is_used(
