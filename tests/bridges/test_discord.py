@@ -1,0 +1,677 @@
+"""The Discord bridge against the Discord stand-in, driving the real discord.py client.
+
+The stand-in speaks Discord's REST API and gateway on 127.0.0.1: the bridge logs in, asks
+where the gateway is, identifies over a zlib stream, and reads MESSAGE_CREATE dispatches the
+test has the stand-in send; its replies, typing and downloads are the stand-in's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from bridges.discord import DiscordBridge
+from bridges.port import (
+    Attachment,
+    BridgeError,
+    EgressFile,
+    GatewayBridge,
+    PlatformUnavailable,
+    Received,
+)
+from core.config import ConfigurationError, DiscordSettings
+from tests.support.discord_standin import (
+    ALICE,
+    BOB,
+    BOT,
+    CAROL,
+    DM_ALICE,
+    ENGINEERS,
+    GENERAL,
+    GUILD,
+    RANDOM,
+    THREAD,
+    DiscordStandIn,
+    RestCall,
+    User,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+BOT_NAME = "Mercury"
+WAIT_S = 10.0
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def discord_api() -> Iterator[DiscordStandIn]:
+    with DiscordStandIn() as standin:
+        yield standin
+
+
+def settings_for(standin: DiscordStandIn, *, token: str | None = None) -> DiscordSettings:
+    return DiscordSettings(enabled=True, bot_token=token or standin.token, api_url=standin.api_url)
+
+
+@dataclass
+class Connected:
+    """A bridge whose ``run`` holds the stand-in's gateway; what it delivers lands in ``inbox``."""
+
+    bridge: DiscordBridge
+    api: DiscordStandIn
+    inbox: asyncio.Queue[Received]
+    task: asyncio.Task[None]
+
+    async def next(self) -> Received:
+        return await asyncio.wait_for(self.inbox.get(), WAIT_S)
+
+    async def post(self, channel_id: int, author: User, content: str, **options) -> Received:
+        """Have ``author`` post, and return what the bridge handed on for it."""
+        payload = self.api.post_message(channel_id, author, content, **options)
+        received = await self.next()
+        assert received.message_id == payload["id"]
+        return received
+
+    async def nothing_more(self) -> None:
+        """Nothing else was handed on: a message posted after it arrives first."""
+        payload = self.api.post_message(GENERAL, ALICE, "sentinel")
+        received = await self.next()
+        assert received.message_id == payload["id"], received
+
+
+@pytest.fixture
+async def bridge(discord_api: DiscordStandIn) -> AsyncIterator[DiscordBridge]:
+    bridge = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME)
+    try:
+        yield bridge
+    finally:
+        await bridge.close()
+
+
+@pytest.fixture
+async def connected(discord_api: DiscordStandIn, bridge: DiscordBridge) -> AsyncIterator[Connected]:
+    inbox: asyncio.Queue[Received] = asyncio.Queue()
+    task = asyncio.create_task(bridge.run(inbox.put))
+    await discord_api.wait_until_ready_async()
+    try:
+        yield Connected(bridge=bridge, api=discord_api, inbox=inbox, task=task)
+    finally:
+        await bridge.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+def group_message(message_id: str = "1", *, thread_id: str | None = None) -> Received:
+    return Received(
+        platform="discord",
+        thread_id=thread_id or f"discord:{GUILD}:{GENERAL}",
+        delivery_id=message_id,
+        message_id=message_id,
+        author_id=str(ALICE.id),
+        author_name="Alice",
+        text="hello",
+        is_dm=False,
+    )
+
+
+def dm_message(message_id: str = "1") -> Received:
+    return Received(
+        platform="discord",
+        thread_id=f"discord:@me:{DM_ALICE}",
+        delivery_id=message_id,
+        message_id=message_id,
+        author_id=str(ALICE.id),
+        author_name="Alice",
+        text="hello",
+        is_dm=True,
+    )
+
+
+def is_message_create(call: RestCall) -> bool:
+    return call.method == "POST" and call.path.endswith("/messages")
+
+
+# -- connecting ----------------------------------------------------------------------------
+
+
+async def test_the_bridge_is_a_gateway_bridge(bridge: DiscordBridge) -> None:
+    assert isinstance(bridge, GatewayBridge)
+    assert bridge.platform == "discord"
+
+
+async def test_the_bridge_logs_in_asks_for_the_gateway_and_identifies_with_message_content(
+    connected: Connected,
+) -> None:
+    api = connected.api
+    paths = [(c.method, c.path) for c in api.calls]
+    assert ("GET", "/users/@me") in paths
+    assert ("GET", "/gateway/bot") in paths
+    assert all(c.authorization == f"Bot {api.token}" for c in api.calls)
+    assert api.gateway_queries == [{"v": "10", "encoding": "json", "compress": "zlib-stream"}]
+    (identify,) = api.identifies
+    assert identify["token"] is True
+    message_content, guild_messages, direct_messages, guilds = 1 << 15, 1 << 9, 1 << 12, 1
+    for intent in (message_content, guild_messages, direct_messages, guilds):
+        assert identify["intents"] & intent
+
+
+async def test_a_bridge_without_a_token_is_a_configuration_error() -> None:
+    settings = DiscordSettings(enabled=True, bot_token=None, api_url="http://127.0.0.1:9/api/v10")
+    with pytest.raises(ConfigurationError, match="DISCORD_BOT_TOKEN"):
+        DiscordBridge(settings, bot_name=BOT_NAME)
+
+
+async def test_close_ends_run_while_it_waits_to_log_in_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    discord_api.fail_next(1, status=503)
+    task = asyncio.create_task(bridge.run(asyncio.Queue().put))
+    await discord_api.wait_for_calls_async(lambda c: c.status == 503)
+    await bridge.close()
+    await asyncio.wait_for(task, 0.5)
+    assert discord_api.identifies == []
+
+
+async def test_nothing_touches_the_network_before_the_bridge_is_used(
+    discord_api: DiscordStandIn,
+) -> None:
+    bridge = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME)
+    await bridge.close()
+    assert discord_api.calls == []
+
+
+async def test_a_wrong_token_stops_run_with_a_sentence_naming_the_variable(
+    discord_api: DiscordStandIn,
+) -> None:
+    bridge = DiscordBridge(settings_for(discord_api, token="not-the-token"), bot_name=BOT_NAME)
+    try:
+        with pytest.raises(BridgeError, match="DISCORD_BOT_TOKEN") as caught:
+            await asyncio.wait_for(bridge.run(asyncio.Queue().put), WAIT_S)
+    finally:
+        await bridge.close()
+    assert not isinstance(caught.value, PlatformUnavailable)
+    assert discord_api.calls[0].status == 401
+
+
+async def test_an_application_without_the_message_content_intent_is_told_how_to_enable_it() -> None:
+    with DiscordStandIn(message_content_enabled=False) as api:
+        bridge = DiscordBridge(settings_for(api), bot_name=BOT_NAME)
+        try:
+            with pytest.raises(BridgeError, match="Message Content Intent"):
+                await asyncio.wait_for(bridge.run(asyncio.Queue().put), WAIT_S)
+        finally:
+            await bridge.close()
+        assert api.gateway_closes == [4014]
+
+
+async def test_a_login_while_discord_answers_503_is_tried_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    discord_api.fail_next(1, status=503)
+    inbox: asyncio.Queue[Received] = asyncio.Queue()
+    task = asyncio.create_task(bridge.run(inbox.put))
+    try:
+        await discord_api.wait_until_ready_async()
+        discord_api.post_message(GENERAL, ALICE, "still there?")
+        assert (await asyncio.wait_for(inbox.get(), WAIT_S)).text == "still there?"
+    finally:
+        await bridge.close()
+        await asyncio.wait_for(task, WAIT_S)
+    assert [c.status for c in discord_api.calls if c.path == "/users/@me"] == [503, 200]
+
+
+async def test_the_bridge_resumes_when_the_gateway_asks_it_to_reconnect(
+    connected: Connected,
+) -> None:
+    connected.api.request_reconnect()
+    await connected.api.wait_until_async(lambda: connected.api.resumed_count == 1)
+    received = await connected.post(GENERAL, ALICE, "after the move")
+    assert received.text == "after the move"
+    assert len(connected.api.identifies) == 1
+
+
+async def test_close_ends_run(connected: Connected) -> None:
+    await connected.bridge.close()
+    await asyncio.wait_for(connected.task, WAIT_S)
+    assert connected.task.exception() is None
+
+
+async def test_cancelling_run_leaves_the_gateway(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    task = asyncio.create_task(bridge.run(asyncio.Queue().put))
+    await discord_api.wait_until_ready_async()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await discord_api.wait_until_async(lambda: not discord_api._sessions, what="no connection")
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+async def test_a_mention_of_the_bot_reads_as_its_name_and_other_mentions_stay_readable(
+    connected: Connected,
+) -> None:
+    received = await connected.post(
+        GENERAL,
+        ALICE,
+        f"<@{BOT.id}> ask <@!{BOB.id}> and <@{CAROL.id}>, <@&{ENGINEERS}> in <#{RANDOM}> "
+        "<:party:123456789012345678> then </deploy:987654321098765432>",
+        mentions=[BOT, BOB, CAROL],
+        role_mentions=[ENGINEERS],
+    )
+    assert received.text == (
+        "@Mercury ask @Bobby and @carol, @engineers in #random :party: then /deploy"
+    )
+
+
+async def test_a_mention_of_someone_discord_did_not_describe_is_still_readable(
+    connected: Connected,
+) -> None:
+    received = await connected.post(GENERAL, ALICE, "ping <@1999999999999999999> <#1888>")
+    assert received.text == "ping @unknown-user #unknown-channel"
+
+
+async def test_a_guild_channel_message_is_a_group_thread_of_its_channel(
+    connected: Connected,
+) -> None:
+    received = await connected.post(GENERAL, BOB, "hello all")
+    assert received.platform == "discord"
+    assert received.thread_id == f"discord:{GUILD}:{GENERAL}"
+    assert received.delivery_id == received.message_id
+    assert received.author_id == str(BOB.id)
+    assert received.author_name == "Bobby"
+    assert received.is_dm is False
+    assert received.is_reply_to_bot is False
+    info = connected.bridge.parse_thread(received.thread_id)
+    assert info.space_id == info.conversation_external_id == received.thread_id
+    assert info.is_dm is False
+
+
+async def test_a_message_in_a_thread_names_the_thread_under_its_parent_channel(
+    connected: Connected,
+) -> None:
+    received = await connected.post(THREAD, ALICE, "in the thread")
+    assert received.thread_id == f"discord:{GUILD}:{GENERAL}:{THREAD}"
+    assert connected.bridge.parse_thread(received.thread_id).space_id == received.thread_id
+
+
+async def test_a_thread_the_gateway_never_announced_is_looked_up_once(
+    connected: Connected,
+) -> None:
+    thread = connected.api.create_thread(RANDOM, "new thread")
+    first = await connected.post(thread, ALICE, "one")
+    second = await connected.post(thread, BOB, "two")
+    assert first.thread_id == second.thread_id == f"discord:{GUILD}:{RANDOM}:{thread}"
+    lookups = [c for c in connected.api.calls if c.path == f"/channels/{thread}"]
+    assert len(lookups) == 1
+
+
+async def test_a_direct_message_is_a_dm_thread_of_its_own(connected: Connected) -> None:
+    received = await connected.post(DM_ALICE, ALICE, "just us")
+    assert received.thread_id == f"discord:@me:{DM_ALICE}"
+    assert received.is_dm is True
+    info = connected.bridge.parse_thread(received.thread_id)
+    assert info.is_dm is True
+    assert info.space_id == received.thread_id
+
+
+async def test_a_reply_to_the_bot_is_marked_and_a_reply_to_someone_else_is_not(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, f"<@{BOT.id}> hi", mentions=[BOT])
+    await connected.bridge.send_reply(asked, "Hello Alice.")
+    (sent,) = connected.api.sent_messages(GENERAL)
+    to_bot = await connected.post(GENERAL, ALICE, "thanks", reply_to=int(sent.answer["id"]))
+    to_alice = await connected.post(GENERAL, BOB, "agreed", reply_to=int(asked.message_id))
+    assert to_bot.is_reply_to_bot is True
+    assert to_alice.is_reply_to_bot is False
+
+
+async def test_a_reply_whose_message_discord_left_out_is_looked_up(connected: Connected) -> None:
+    earlier = connected.api.post_message(DM_ALICE, BOT, "Said before we connected.", announce=False)
+    received = await connected.post(
+        DM_ALICE, ALICE, "about that", reply_to=int(earlier["id"]), resolve_reply=False
+    )
+    assert received.is_reply_to_bot is True
+    (lookup,) = connected.api.matching(lambda c: c.path.endswith(f"/messages/{earlier['id']}"))
+    assert (lookup.method, lookup.status) == ("GET", 200)
+
+
+async def test_a_reply_to_a_deleted_message_is_no_reply_to_the_bot(connected: Connected) -> None:
+    received = await connected.post(GENERAL, ALICE, "about that", reply_to=1234567890123)
+    assert received.is_reply_to_bot is False
+
+
+async def test_the_bots_own_messages_other_bots_webhooks_and_system_messages_are_not_handed_on(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "hi")
+    await connected.bridge.send_reply(asked, "An answer the gateway echoes back.")
+    other_bot = User(id=1100000000000000099, username="otterbot", bot=True)
+    connected.api.post_message(GENERAL, other_bot, f"<@{BOT.id}> beep", mentions=[BOT])
+    connected.api.post_message(GENERAL, CAROL, "via a hook", webhook_id=1300000000000000001)
+    connected.api.post_message(GENERAL, CAROL, "", message_type=7)  # Carol joined
+    connected.api.post_message(GENERAL, CAROL, "")  # no content: the intent withheld it
+    await connected.nothing_more()
+
+
+async def test_attachments_come_with_their_name_type_size_and_cdn_link(
+    connected: Connected,
+) -> None:
+    attachment = connected.api.add_file(GENERAL, "notes.txt", b"some notes", "text/plain")
+    received = await connected.post(GENERAL, ALICE, "", attachments=[attachment])
+    assert received.text == ""
+    (got,) = received.attachments
+    assert got == Attachment(
+        name="notes.txt", ref=attachment["url"], mime_type="text/plain", size_bytes=10
+    )
+
+
+async def test_a_slow_deliver_does_not_hold_up_the_next_message(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    release = asyncio.Event()
+    texts: list[str] = []
+
+    async def deliver(received: Received) -> None:
+        if received.text == "slow":
+            await release.wait()
+        texts.append(received.text)
+
+    task = asyncio.create_task(bridge.run(deliver))
+    try:
+        await discord_api.wait_until_ready_async()
+        discord_api.post_message(GENERAL, ALICE, "slow")
+        discord_api.post_message(GENERAL, BOB, "quick")
+        await discord_api.wait_until_async(lambda: texts == ["quick"])
+        release.set()
+        await discord_api.wait_until_async(lambda: texts == ["quick", "slow"])
+    finally:
+        await bridge.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_a_thread_id_of_another_platform_is_refused(bridge: DiscordBridge) -> None:
+    with pytest.raises(ValueError, match="discord:<guild>:<channel>"):
+        bridge.parse_thread("slack:C0123")
+
+
+# -- downloads -----------------------------------------------------------------------------
+
+
+async def test_download_fetches_the_file_from_the_cdn_without_the_bot_token(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    payload = discord_api.add_file(GENERAL, "a b.png", b"\x89PNG data", "image/png")
+    attachment = Attachment(name="a b.png", ref=payload["url"], size_bytes=payload["size"])
+    assert await bridge.download(attachment, max_bytes=1024) == b"\x89PNG data"
+    (download,) = discord_api.calls
+    assert download.path.startswith("/attachments/")
+    assert download.status == 200
+    assert download.authorization is None
+
+
+async def test_download_refuses_a_file_over_the_cap_without_fetching_it(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    payload = discord_api.add_file(GENERAL, "big.bin", b"x" * 2048, "application/octet-stream")
+    attachment = Attachment(name="big.bin", ref=payload["url"], size_bytes=2048)
+    with pytest.raises(BridgeError, match="over the cap of 1024 bytes"):
+        await bridge.download(attachment, max_bytes=1024)
+    assert discord_api.calls == []
+
+
+async def test_download_stops_at_the_cap_when_the_size_was_not_told(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    payload = discord_api.add_file(GENERAL, "big.bin", b"x" * 200_000, "application/octet-stream")
+    attachment = Attachment(name="big.bin", ref=payload["url"])
+    with pytest.raises(BridgeError, match="over the cap of 1024 bytes"):
+        await bridge.download(attachment, max_bytes=1024)
+
+
+async def test_a_cdn_link_with_a_wrong_signature_is_a_bridge_error(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    payload = discord_api.add_file(GENERAL, "a.txt", b"a", "text/plain")
+    forged = payload["url"].rsplit("hm=", 1)[0] + "hm=" + "0" * 64
+    with pytest.raises(BridgeError, match="404") as caught:
+        await bridge.download(Attachment(name="a.txt", ref=forged), max_bytes=1024)
+    assert not isinstance(caught.value, PlatformUnavailable)
+
+
+async def test_a_cdn_that_answers_503_is_platform_unavailable(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    payload = discord_api.add_file(GENERAL, "a.txt", b"a", "text/plain")
+    discord_api.fail_next(1, status=503)
+    with pytest.raises(PlatformUnavailable, match="503"):
+        await bridge.download(Attachment(name="a.txt", ref=payload["url"]), max_bytes=1024)
+
+
+# -- replies -------------------------------------------------------------------------------
+
+
+async def test_a_reply_in_a_guild_channel_answers_the_message_as_a_discord_reply(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, f"<@{BOT.id}> what time is it?", mentions=[BOT])
+    await connected.bridge.send_reply(asked, "Noon.")
+    (sent,) = connected.api.sent_messages()
+    assert sent.path == f"/channels/{GENERAL}/messages"
+    assert sent.content == "Noon."
+    assert str(sent.json["message_reference"]["message_id"]) == asked.message_id
+    assert sent.json["message_reference"]["fail_if_not_exists"] is False
+    assert "everyone" not in sent.json["allowed_mentions"]["parse"]
+    assert "roles" not in sent.json["allowed_mentions"]["parse"]
+
+
+async def test_a_reply_in_a_thread_goes_to_the_thread(connected: Connected) -> None:
+    asked = await connected.post(THREAD, ALICE, "in here")
+    await connected.bridge.send_reply(asked, "Right here.")
+    (sent,) = connected.api.sent_messages()
+    assert sent.path == f"/channels/{THREAD}/messages"
+
+
+async def test_a_reply_in_a_dm_is_a_plain_message(connected: Connected) -> None:
+    asked = await connected.post(DM_ALICE, ALICE, "hi")
+    await connected.bridge.send_reply(asked, "Hi Alice.")
+    (sent,) = connected.api.sent_messages()
+    assert sent.path == f"/channels/{DM_ALICE}/messages"
+    assert "message_reference" not in sent.json
+
+
+async def test_a_reply_works_before_run_has_connected(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.send_reply(group_message(), "From REST alone.")
+    (sent,) = discord_api.sent_messages()
+    assert sent.content == "From REST alone."
+    assert discord_api.identifies == []
+
+
+async def test_a_reply_to_a_deleted_message_is_still_sent(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.send_reply(group_message("1234567890"), "Still here.")
+    (sent,) = discord_api.sent_messages()
+    assert sent.content == "Still here."
+
+
+async def test_text_over_two_thousand_characters_is_split_at_lines_and_only_the_first_replies(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    paragraphs = ["a" * 1500, "b" * 1500, "c" * 100]
+    await bridge.send_reply(group_message(), "\n".join(paragraphs))
+    sent = discord_api.sent_messages()
+    assert [s.content for s in sent] == [paragraphs[0], paragraphs[1] + "\n" + paragraphs[2]]
+    assert "message_reference" in sent[0].json
+    assert "message_reference" not in sent[1].json
+
+
+async def test_a_text_without_a_line_or_space_is_cut_at_two_thousand(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.send_reply(group_message(), "x" * 4500)
+    assert [len(s.content or "") for s in discord_api.sent_messages()] == [2000, 2000, 500]
+
+
+async def test_files_go_in_the_same_message_as_the_text(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    files = [
+        EgressFile(filename="chart.png", mime_type="image/png", data=b"\x89PNG"),
+        EgressFile(filename="data.csv", mime_type="text/csv", data=b"a,b\n1,2\n"),
+    ]
+    await bridge.send_reply(group_message(), "Here you are.", files)
+    (sent,) = discord_api.sent_messages()
+    assert sent.content == "Here you are."
+    assert [(f.field, f.filename, f.data) for f in sent.files] == [
+        ("files[0]", "chart.png", b"\x89PNG"),
+        ("files[1]", "data.csv", b"a,b\n1,2\n"),
+    ]
+    assert [a["filename"] for a in sent.json["attachments"]] == ["chart.png", "data.csv"]
+
+
+async def test_files_without_text_are_sent_alone(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    files = [EgressFile(filename="a.txt", mime_type="text/plain", data=b"a")]
+    await bridge.send_reply(group_message(), "", files)
+    (sent,) = discord_api.sent_messages()
+    assert sent.content is None
+    assert [f.filename for f in sent.files] == ["a.txt"]
+
+
+async def test_a_long_text_with_files_sends_the_files_with_its_last_part(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    files = [EgressFile(filename="a.txt", mime_type="text/plain", data=b"a")]
+    await bridge.send_reply(group_message(), "word " * 600, files)
+    sent = discord_api.sent_messages()
+    assert len(sent) == 2
+    assert sent[0].files == []
+    assert [f.filename for f in sent[1].files] == ["a.txt"]
+
+
+async def test_more_than_ten_files_go_ten_to_a_message(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    files = [
+        EgressFile(filename=f"f{i}.txt", mime_type="text/plain", data=str(i).encode())
+        for i in range(12)
+    ]
+    await bridge.send_reply(group_message(), "Twelve files.", files)
+    sent = discord_api.sent_messages()
+    assert [len(s.files) for s in sent] == [10, 2]
+    assert sent[0].content == "Twelve files."
+    assert sent[1].content is None
+
+
+async def test_typing_posts_to_the_channel_of_the_message(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(group_message(thread_id=f"discord:{GUILD}:{GENERAL}:{THREAD}"))
+    (typing,) = discord_api.matching(lambda c: c.path.endswith("/typing"))
+    assert (typing.method, typing.path, typing.status) == (
+        "POST",
+        f"/channels/{THREAD}/typing",
+        204,
+    )
+
+
+# -- failures ------------------------------------------------------------------------------
+
+
+async def test_a_channel_the_bot_may_not_post_in_is_a_bridge_error_naming_the_permissions(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    discord_api.forbidden_channels.add(GENERAL)
+    with pytest.raises(BridgeError, match="Send Messages") as caught:
+        await bridge.send_reply(group_message(), "Hello?")
+    assert not isinstance(caught.value, PlatformUnavailable)
+    assert "403" in str(caught.value)
+
+
+async def test_a_channel_that_is_gone_is_a_bridge_error(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    gone = group_message(thread_id=f"discord:{GUILD}:1777")
+    with pytest.raises(BridgeError, match="404") as caught:
+        await bridge.send_reply(gone, "Hello?")
+    assert not isinstance(caught.value, PlatformUnavailable)
+
+
+async def test_discord_answering_503_is_platform_unavailable(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(group_message())  # logged in
+    discord_api.fail_next(1, status=503)
+    with pytest.raises(PlatformUnavailable, match="503"):
+        await bridge.send_reply(group_message(), "Hello?")
+
+
+async def test_one_500_is_retried_by_discord_py_and_the_reply_lands(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(group_message())
+    discord_api.fail_next(1, status=500)
+    await bridge.send_reply(group_message(), "Eventually.")
+    creates = discord_api.matching(is_message_create)
+    assert [c.status for c in creates] == [500, 200]
+
+
+async def test_a_short_rate_limit_is_waited_out(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(group_message())
+    discord_api.fail_next(1, status=429, retry_after=0.2)
+    await bridge.send_reply(group_message(), "After the wait.")
+    assert [c.status for c in discord_api.matching(is_message_create)] == [429, 200]
+
+
+async def test_a_long_rate_limit_is_platform_unavailable_at_once(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(group_message())
+    discord_api.fail_next(1, status=429, retry_after=120)
+    with pytest.raises(PlatformUnavailable, match="rate-limits"):
+        await asyncio.wait_for(bridge.send_reply(group_message(), "Hello?"), WAIT_S)
+
+
+async def test_a_slow_discord_is_platform_unavailable_after_the_request_timeout(
+    discord_api: DiscordStandIn,
+) -> None:
+    bridge = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME, request_timeout=0.5)
+    try:
+        await bridge.start_typing(group_message())
+        discord_api.delay_s = 3.0
+        with pytest.raises(PlatformUnavailable, match=r"within 0\.5 s"):
+            await bridge.send_reply(group_message(), "Hello?")
+    finally:
+        discord_api.delay_s = 0.0
+        await bridge.close()
+
+
+async def test_a_discord_that_cannot_be_reached_is_platform_unavailable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = DiscordSettings(
+        enabled=True, bot_token="token", api_url=f"http://127.0.0.1:{port}/api/v10"
+    )
+    bridge = DiscordBridge(settings, bot_name=BOT_NAME)
+    try:
+        with pytest.raises(PlatformUnavailable, match="could not be reached"):
+            await bridge.send_reply(group_message(), "Hello?")
+    finally:
+        await bridge.close()

@@ -1,0 +1,1040 @@
+"""A stand-in for Discord: its REST API, its CDN and its gateway on 127.0.0.1, for discord.py.
+
+The real ``discord.Client`` logs in, opens the gateway, reads dispatches and sends replies
+through it, so a test exercises the same wire as against Discord::
+
+    with DiscordStandIn() as discord_api:
+        settings = DiscordSettings(
+            enabled=True, bot_token=discord_api.token, api_url=discord_api.api_url
+        )
+        ...  # run the bridge
+        discord_api.wait_until_ready()
+        discord_api.post_message(GENERAL, ALICE, f"<@{BOT.id}> hello")
+        discord_api.wait_for_calls(lambda c: c.path.endswith("/messages"))
+
+What it serves (every REST call needs ``Authorization: Bot <token>``; a wrong one is a 401)::
+
+    GET  /api/v10/users/@me                      the bot's user
+    GET  /api/v10/oauth2/applications/@me        the bot's application (discord.py's login)
+    GET  /api/v10/gateway, /api/v10/gateway/bot  where the gateway is
+    GET  /api/v10/channels/{id}                  a channel, thread or DM channel
+    GET  /api/v10/channels/{id}/messages/{id}    a message posted here
+    POST /api/v10/channels/{id}/messages         JSON, or multipart (payload_json + files[n])
+    POST /api/v10/channels/{id}/typing           204
+    GET  /attachments/{channel}/{id}/{filename}  the CDN; signed like Discord's (ex, is, hm):
+                                                 a missing or wrong signature is a 404
+    GET  /gateway (websocket)                    the gateway, below
+
+The gateway speaks Discord's protocol: HELLO (op 10), heartbeat ACKs (op 11), IDENTIFY (op 2:
+a wrong token closes with 4004, a privileged intent the application has not enabled with
+4014), READY (guilds unavailable, ``session_id``, ``resume_gateway_url``), one GUILD_CREATE per
+guild (channels, active threads, roles, the bot's member), RESUME (op 6) answered RESUMED,
+and RECONNECT (op 7) when a test asks. It honours ``encoding=json`` and
+``compress=zlib-stream`` (one zlib stream per connection, every payload flushed with
+Z_SYNC_FLUSH), as discord.py asks; any other encoding or compression closes with 4002.
+
+Every REST call and every CDN download is recorded (:class:`RestCall`); the next N of them
+can be told to fail (:meth:`DiscordStandIn.fail_next`: a 5xx, or a 429 with ``retry_after``
+as Discord sends it) and every answer can be slowed (:attr:`DiscordStandIn.delay_s`). A bot's
+message is dispatched back to the gateway as MESSAGE_CREATE, as Discord does.
+
+Exceptions::
+
+    StandInError                 the stand-in was misused or failed to start
+    └── StandInTimeoutError      a wait ran out of time (also a TimeoutError)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import mimetypes
+import secrets
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+from aiohttp import BodyPartReader, WSMsgType, web
+
+__all__ = [
+    "ALICE",
+    "BOB",
+    "BOT",
+    "CAROL",
+    "DM_ALICE",
+    "ENGINEERS",
+    "GENERAL",
+    "GUILD",
+    "RANDOM",
+    "THREAD",
+    "DiscordStandIn",
+    "Failure",
+    "RestCall",
+    "StandInError",
+    "StandInTimeoutError",
+    "UploadedFile",
+    "User",
+]
+
+API_PREFIX: Final = "/api/v10"
+DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+#: discord.py's ``Intents.message_content``: privileged, enabled in the developer portal.
+MESSAGE_CONTENT_INTENT: Final = 1 << 15
+#: Discord's upload limit for a bot in a guild without boosts.
+UPLOAD_LIMIT: Final = 10 * 1024 * 1024
+
+# Gateway opcodes.
+_DISPATCH, _HEARTBEAT, _IDENTIFY, _RESUME, _RECONNECT = 0, 1, 2, 6, 7
+_INVALID_SESSION, _HELLO, _HEARTBEAT_ACK = 9, 10, 11
+
+
+class StandInError(Exception):
+    """The Discord stand-in was misused or could not start."""
+
+
+class StandInTimeoutError(StandInError, TimeoutError):
+    """A wait on the Discord stand-in ran out of time."""
+
+
+# --------------------------------------------------------------------------------------------
+# The world the stand-in holds
+
+
+@dataclass(frozen=True, kw_only=True)
+class User:
+    """A Discord user; ``nick`` is their nickname in the test guild."""
+
+    id: int
+    username: str
+    global_name: str | None = None
+    nick: str | None = None
+    bot: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": str(self.id),
+            "username": self.username,
+            "discriminator": "0",
+            "global_name": self.global_name,
+            "avatar": None,
+            "public_flags": 0,
+        }
+        if self.bot:
+            data["bot"] = True
+        return data
+
+    def member_payload(self) -> dict[str, Any]:
+        """The guild member object without its user, as MESSAGE_CREATE carries it."""
+        return {
+            "roles": [],
+            "nick": self.nick,
+            "avatar": None,
+            "joined_at": "2024-01-01T00:00:00.000000+00:00",
+            "premium_since": None,
+            "deaf": False,
+            "mute": False,
+            "flags": 0,
+            "pending": False,
+        }
+
+
+BOT: Final = User(id=1100000000000000001, username="mercury", global_name="Mercury", bot=True)
+ALICE: Final = User(id=1100000000000000011, username="alice", global_name="Alice")
+BOB: Final = User(id=1100000000000000012, username="bob", global_name="Bob", nick="Bobby")
+CAROL: Final = User(id=1100000000000000013, username="carol", global_name=None)
+GUILD: Final = 1200000000000000001
+GENERAL: Final = 1200000000000000010
+RANDOM: Final = 1200000000000000011
+THREAD: Final = 1200000000000000020
+ENGINEERS: Final = 1200000000000000030
+DM_ALICE: Final = 1200000000000000040
+_APPLICATION_ID: Final = BOT.id
+
+
+@dataclass(kw_only=True)
+class UploadedFile:
+    """One ``files[n]`` part of a multipart message."""
+
+    field: str
+    filename: str
+    content_type: str
+    data: bytes
+
+
+@dataclass(kw_only=True)
+class RestCall:
+    """One HTTP request the stand-in answered (REST or CDN); ``path`` has no ``/api/v10``."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    authorization: str | None
+    json: Any = None
+    files: list[UploadedFile] = field(default_factory=list)
+    status: int = 0
+    answer: Any = None
+    """The message a message create made."""
+
+    @property
+    def content(self) -> str | None:
+        """The message text of a message create, if any."""
+        return self.json.get("content") if isinstance(self.json, dict) else None
+
+
+_CALL: Final = web.RequestKey("call", RestCall)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """How the stand-in fails one call: a status and, for a 429, Discord's ``retry_after``."""
+
+    status: int = 500
+    retry_after: float = 1.0
+    message: str | None = None
+
+
+@dataclass(kw_only=True)
+class _Channel:
+    id: int
+    type: int
+    name: str | None = None
+    guild_id: int | None = None
+    parent_id: int | None = None
+    recipients: tuple[User, ...] = ()
+    position: int = 0
+
+    def payload(self, *, in_guild_create: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": str(self.id), "type": self.type, "flags": 0}
+        if self.type == 1:
+            data["recipients"] = [u.payload() for u in self.recipients]
+            data["last_message_id"] = None
+            return data
+        if not in_guild_create:
+            data["guild_id"] = str(self.guild_id)
+        data.update(
+            name=self.name,
+            parent_id=None if self.parent_id is None else str(self.parent_id),
+            last_message_id=None,
+            rate_limit_per_user=0,
+        )
+        if self.type in (11, 12):
+            data.update(
+                guild_id=str(self.guild_id),
+                owner_id=str(ALICE.id),
+                message_count=0,
+                member_count=2,
+                thread_metadata={
+                    "archived": False,
+                    "auto_archive_duration": 1440,
+                    "archive_timestamp": _now_iso(),
+                    "locked": False,
+                },
+            )
+        else:
+            data.update(position=self.position, topic=None, nsfw=False, permission_overwrites=[])
+        return data
+
+
+@dataclass(kw_only=True)
+class _Session:
+    """One gateway connection."""
+
+    ws: web.WebSocketResponse
+    compressor: Any = None
+    session_id: str | None = None
+    sequence: int = 0
+    identified: bool = False
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        text = json.dumps(payload, separators=(",", ":"))
+        if self.compressor is None:
+            await self.ws.send_str(text)
+        else:
+            data = self.compressor.compress(text.encode()) + self.compressor.flush(
+                zlib.Z_SYNC_FLUSH
+            )
+            await self.ws.send_bytes(data)
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        self.sequence += 1
+        await self.send({"op": _DISPATCH, "t": event, "s": self.sequence, "d": data})
+
+
+# --------------------------------------------------------------------------------------------
+# The stand-in
+
+
+class DiscordStandIn:
+    """Discord's REST API, CDN and gateway on 127.0.0.1; a context manager running a thread."""
+
+    def __init__(
+        self,
+        *,
+        token: str = "standin.bot-token.discord",  # noqa: S107 - a stand-in's token
+        message_content_enabled: bool = True,
+        heartbeat_interval_ms: int = 41_250,
+    ) -> None:
+        self.token = token
+        self.message_content_enabled = message_content_enabled
+        """Whether the application may ask for the privileged MESSAGE CONTENT intent."""
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.delay_s = 0.0
+        """A pause before every REST and CDN answer."""
+        self.calls: list[RestCall] = []
+        self.identifies: list[dict[str, Any]] = []
+        """Every IDENTIFY's ``d``, the token replaced by whether it was right."""
+        self.gateway_queries: list[dict[str, str]] = []
+        self.gateway_closes: list[int] = []
+        """Close codes the stand-in sent."""
+        self.ready_count = 0
+        self.resumed_count = 0
+        self.heartbeats = 0
+        self.messages: dict[int, dict[str, Any]] = {}
+        self.channels: dict[int, _Channel] = {}
+        self.forbidden_channels: set[int] = set()
+        """Channels where the bot lacks Send Messages: a post there is a 403 (50013)."""
+        self._failures: deque[Failure] = deque()
+        self._files: dict[str, tuple[bytes, str]] = {}
+        self._cdn_key = secrets.token_bytes(16)
+        self._sessions: list[_Session] = []
+        self._resumable: dict[str, _Session] = {}
+        self._ids = 0
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._bound_port: int | None = None
+        self._start_error: BaseException | None = None
+        self._build_world()
+
+    def _build_world(self) -> None:
+        for channel in (
+            _Channel(id=GENERAL, type=0, name="general", guild_id=GUILD, position=0),
+            _Channel(id=RANDOM, type=0, name="random", guild_id=GUILD, position=1),
+            _Channel(id=THREAD, type=11, name="planning", guild_id=GUILD, parent_id=GENERAL),
+            _Channel(id=DM_ALICE, type=1, recipients=(ALICE,)),
+        ):
+            self.channels[channel.id] = channel
+        self._announced_threads = {THREAD}
+
+    # -- where it is ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._bound_port is None:
+            raise StandInError(
+                "The Discord stand-in is not listening yet; enter its context manager first."
+            )
+        return self._bound_port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        """The REST base, as ``DISCORD_API_URL`` takes it."""
+        return self.url + API_PREFIX
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    # -- scripting -----------------------------------------------------------------------
+
+    def fail_next(self, n: int = 1, *, status: int = 500, retry_after: float = 1.0) -> None:
+        """Answer the next ``n`` REST or CDN calls with ``status`` (a 429 says ``retry_after``)."""
+        self._failures.extend(Failure(status=status, retry_after=retry_after) for _ in range(n))
+
+    def create_thread(self, parent_id: int, name: str) -> int:
+        """A thread the gateway never announced: discord.py knows it only by asking REST."""
+        thread_id = self._snowflake()
+        self.channels[thread_id] = _Channel(
+            id=thread_id, type=11, name=name, guild_id=GUILD, parent_id=parent_id
+        )
+        return thread_id
+
+    def add_file(self, channel_id: int, filename: str, data: bytes, content_type: str) -> dict:
+        """Put ``data`` on the CDN; the attachment object a message carries for it."""
+        attachment_id = self._snowflake()
+        path = f"/attachments/{channel_id}/{attachment_id}/{filename}"
+        self._files[path] = (data, content_type)
+        url = self.url + quote(path) + "?" + self._signature(path)
+        return {
+            "id": str(attachment_id),
+            "filename": filename,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": content_type,
+        }
+
+    def post_message(
+        self,
+        channel_id: int,
+        author: User,
+        content: str,
+        *,
+        mentions: Sequence[User] = (),
+        role_mentions: Sequence[int] = (),
+        reply_to: int | None = None,
+        resolve_reply: bool = True,
+        attachments: Sequence[dict[str, Any]] = (),
+        webhook_id: int | None = None,
+        message_type: int | None = None,
+        announce: bool = True,
+        timeout: float = 5.0,
+    ) -> dict[str, Any]:
+        """Have ``author`` post in ``channel_id``: store it, dispatch MESSAGE_CREATE; its payload.
+
+        ``reply_to`` makes it a reply (type 19); ``resolve_reply=False`` leaves
+        ``referenced_message`` out, as Discord does when it did not look the message up.
+        ``message_type`` overrides the type (7: a member joined, a system message).
+        ``announce=False`` only stores it: a message from before the client connected.
+        """
+        channel = self._channel(channel_id)
+        payload = self._message_payload(
+            channel,
+            author,
+            content,
+            mentions=mentions,
+            role_mentions=role_mentions,
+            attachments=list(attachments),
+            reply_to=reply_to,
+            resolve_reply=resolve_reply,
+        )
+        if webhook_id is not None:
+            payload["webhook_id"] = str(webhook_id)
+        if message_type is not None:
+            payload["type"] = message_type
+        if announce:
+            self.dispatch("MESSAGE_CREATE", payload, timeout=timeout)
+        return payload
+
+    def dispatch(self, event: str, data: dict[str, Any], *, timeout: float = 5.0) -> None:
+        """Send a dispatch to every identified gateway connection (wait_until_ready first)."""
+        self._run(self._dispatch(event, data), timeout)
+
+    def request_reconnect(self, *, timeout: float = 5.0) -> None:
+        """Ask every connection to reconnect (op 7), as Discord does before it moves a session."""
+        self._run(self._send_all({"op": _RECONNECT, "d": None}), timeout)
+
+    # -- waiting (from any thread) -------------------------------------------------------
+
+    def wait_until(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
+    ) -> None:
+        with self._changed:
+            if not self._changed.wait_for(predicate, timeout):
+                raise StandInTimeoutError(
+                    f"The Discord stand-in waited {timeout} s for {what} in vain; check that "
+                    "the client really connected or called, or give the wait more time."
+                )
+
+    async def wait_until_async(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
+    ) -> None:
+        """Like `wait_until` without blocking the caller's event loop (polls every 10 ms)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() >= deadline:
+                raise StandInTimeoutError(
+                    f"The Discord stand-in waited {timeout} s for {what} in vain; check that "
+                    "the client really connected or called, or give the wait more time."
+                )
+            await asyncio.sleep(0.01)
+
+    async def wait_until_ready_async(self, n: int = 1, timeout: float = 15.0) -> None:
+        await self.wait_until_async(
+            lambda: self.ready_count >= n, timeout, what=f"{n} READY session(s)"
+        )
+
+    async def wait_for_calls_async(
+        self, predicate: Callable[[RestCall], bool], n: int = 1, timeout: float = 10.0
+    ) -> list[RestCall]:
+        await self.wait_until_async(
+            lambda: len(self.matching(predicate)) >= n, timeout, what=f"{n} matching call(s)"
+        )
+        return self.matching(predicate)
+
+    def wait_until_ready(self, n: int = 1, timeout: float = 15.0) -> None:
+        """Until ``n`` sessions got READY and their GUILD_CREATE (messages then reach them)."""
+        self.wait_until(lambda: self.ready_count >= n, timeout, what=f"{n} READY session(s)")
+
+    def wait_for_calls(
+        self, predicate: Callable[[RestCall], bool], n: int = 1, timeout: float = 10.0
+    ) -> list[RestCall]:
+        """Until ``n`` answered calls match ``predicate``; those calls."""
+        self.wait_until(
+            lambda: len(self.matching(predicate)) >= n, timeout, what=f"{n} matching call(s)"
+        )
+        return self.matching(predicate)
+
+    def matching(self, predicate: Callable[[RestCall], bool]) -> list[RestCall]:
+        return [c for c in list(self.calls) if c.status and predicate(c)]
+
+    def sent_messages(self, channel_id: int | None = None) -> list[RestCall]:
+        """The message creates answered 200, in order (``channel_id`` narrows them)."""
+        suffix = "/messages"
+        prefix = "/channels/" if channel_id is None else f"/channels/{channel_id}/"
+        return self.matching(
+            lambda c: (
+                c.method == "POST"
+                and c.path.startswith(prefix)
+                and c.path.endswith(suffix)
+                and c.status == 200
+            )
+        )
+
+    # -- running in a thread -------------------------------------------------------------
+
+    def start(self, timeout: float = 10.0) -> Self:
+        if self._thread is not None:
+            raise StandInError("This Discord stand-in is already running; stop() it first.")
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run_in_thread, args=(ready,), name="discord-standin", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(timeout) or self._start_error is not None:
+            self.stop()
+            raise StandInError(
+                f"The Discord stand-in could not listen on 127.0.0.1 ({self._start_error!r})."
+            )
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout)
+        self._thread = self._loop = self._stop = None
+        self._bound_port = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run_in_thread(self, ready: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve(ready))
+        except BaseException as exc:  # reported through start()
+            self._start_error = exc
+            ready.set()
+        finally:
+            # Handlers still running (a slowed answer) end with the loop.
+            loop.run_until_complete(_cancel_the_rest())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    async def _serve(self, ready: threading.Event) -> None:
+        app = web.Application(middlewares=[self._http_middleware], client_max_size=4 * UPLOAD_LIMIT)
+        app.router.add_get("/gateway", self._gateway)
+        api = API_PREFIX
+        app.router.add_get(api + "/users/@me", self._me)
+        app.router.add_get(api + "/oauth2/applications/@me", self._application)
+        app.router.add_get(api + "/gateway", self._gateway_info)
+        app.router.add_get(api + "/gateway/bot", self._gateway_info)
+        app.router.add_get(api + "/channels/{channel}", self._get_channel)
+        app.router.add_get(api + "/channels/{channel}/messages/{message}", self._get_message)
+        app.router.add_post(api + "/channels/{channel}/messages", self._create_message)
+        app.router.add_post(api + "/channels/{channel}/typing", self._typing)
+        app.router.add_get("/attachments/{channel}/{attachment}/{filename}", self._cdn)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._bound_port = runner.addresses[0][1]
+        self._stop = asyncio.Event()
+        ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            for session in list(self._sessions):
+                with contextlib.suppress(Exception):
+                    await session.ws.close(code=1001)
+            await runner.cleanup()
+
+    def _run(self, coro: Any, timeout: float) -> Any:
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise StandInError("The Discord stand-in is not running; enter it first.")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    # -- HTTP: recording, failures, auth ---------------------------------------------------
+
+    @web.middleware
+    async def _http_middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        if request.path == "/gateway":
+            return await handler(request)
+        path = request.path.removeprefix(API_PREFIX)
+        call = RestCall(
+            method=request.method,
+            path=path,
+            query=dict(request.query),
+            authorization=request.headers.get("Authorization"),
+        )
+        await _read_body(request, call)
+        request[_CALL] = call
+        self.calls.append(call)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        response: web.StreamResponse
+        if self._failures:
+            response = _failure_response(self._failures.popleft())
+        elif request.path.startswith(API_PREFIX) and call.authorization != f"Bot {self.token}":
+            response = _error(401, 0, "401: Unauthorized")
+        else:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = _error(exc.status, 0, f"{exc.status}: {exc.reason}")
+        call.status = response.status
+        self._notify()
+        return response
+
+    # -- REST ------------------------------------------------------------------------------
+
+    async def _me(self, request: web.Request) -> web.Response:
+        return _json({**BOT.payload(), "verified": True, "mfa_enabled": False})
+
+    async def _application(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "id": str(_APPLICATION_ID),
+                "name": "Mercury",
+                "icon": None,
+                "description": "",
+                "bot_public": False,
+                "bot_require_code_grant": False,
+                "owner": ALICE.payload(),
+                "verify_key": "00" * 32,
+                "flags": 1 << 19 if self.message_content_enabled else 0,
+                "bot": BOT.payload(),
+            }
+        )
+
+    async def _gateway_info(self, request: web.Request) -> web.Response:
+        data: dict[str, Any] = {"url": self.gateway_url}
+        if request.path.endswith("/bot"):
+            data["shards"] = 1
+            data["session_start_limit"] = {
+                "total": 1000,
+                "remaining": 999,
+                "reset_after": 86_400_000,
+                "max_concurrency": 1,
+            }
+        return _json(data)
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        channel = self.channels.get(_snowflake_of(request, "channel"))
+        if channel is None:
+            return _error(404, 10003, "Unknown Channel")
+        return _json(channel.payload())
+
+    async def _get_message(self, request: web.Request) -> web.Response:
+        if _snowflake_of(request, "channel") not in self.channels:
+            return _error(404, 10003, "Unknown Channel")
+        message = self.messages.get(_snowflake_of(request, "message"))
+        if message is None or message["channel_id"] != request.match_info["channel"]:
+            return _error(404, 10008, "Unknown Message")
+        return _json(message)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        if _snowflake_of(request, "channel") not in self.channels:
+            return _error(404, 10003, "Unknown Channel")
+        return web.Response(status=204)
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        channel = self.channels.get(_snowflake_of(request, "channel"))
+        if channel is None:
+            return _error(404, 10003, "Unknown Channel")
+        if channel.id in self.forbidden_channels:
+            return _error(403, 50013, "Missing Permissions")
+        call = request[_CALL]
+        body = call.json if isinstance(call.json, dict) else {}
+        content = body.get("content") or ""
+        if len(content) > 2000:
+            return _invalid_form(
+                "content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length."
+            )
+        if len(call.files) > 10:
+            return _invalid_form("files", "BASE_TYPE_MAX_LENGTH", "Must be 10 or fewer in length.")
+        if sum(len(f.data) for f in call.files) > UPLOAD_LIMIT:
+            return _error(413, 40005, "Request entity too large")
+        if not content and not call.files:
+            return _error(400, 50006, "Cannot send an empty message")
+        reply_to: int | None = None
+        reference = body.get("message_reference")
+        if isinstance(reference, dict) and reference.get("message_id"):
+            reply_to = int(reference["message_id"])
+            if reply_to not in self.messages and reference.get("fail_if_not_exists", True):
+                return _invalid_form(
+                    "message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message"
+                )
+        attachments = [
+            self.add_file(channel.id, f.filename, f.data, _guess_type(f.filename))
+            for f in call.files
+        ]
+        payload = self._message_payload(
+            channel,
+            BOT,
+            content,
+            attachments=attachments,
+            reply_to=reply_to if reply_to in self.messages else None,
+            resolve_reply=True,
+        )
+        call.answer = payload
+        # Discord echoes a bot's own message to its gateway connection.
+        await self._dispatch("MESSAGE_CREATE", payload, required=False)
+        return _json(payload)
+
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        stored = self._files.get(path)
+        expected = self._signature(path)
+        given = "&".join(f"{k}={request.query.get(k, '')}" for k in ("ex", "is", "hm"))
+        if stored is None or not hmac.compare_digest(given, expected):
+            return web.Response(status=404, text="This content is no longer available.")
+        data, content_type = stored
+        return web.Response(body=data, content_type=content_type)
+
+    # -- messages --------------------------------------------------------------------------
+
+    def _message_payload(
+        self,
+        channel: _Channel,
+        author: User,
+        content: str,
+        *,
+        mentions: Sequence[User] = (),
+        role_mentions: Sequence[int] = (),
+        attachments: list[dict[str, Any]],
+        reply_to: int | None,
+        resolve_reply: bool,
+    ) -> dict[str, Any]:
+        message_id = self._snowflake()
+        in_guild = channel.guild_id is not None
+        payload: dict[str, Any] = {
+            "id": str(message_id),
+            "channel_id": str(channel.id),
+            "author": author.payload(),
+            "content": content,
+            "timestamp": _now_iso(),
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": "@everyone" in content,
+            "mentions": [
+                {**u.payload(), "member": u.member_payload()} if in_guild else u.payload()
+                for u in mentions
+            ],
+            "mention_roles": [str(r) for r in role_mentions],
+            "attachments": attachments,
+            "embeds": [],
+            "components": [],
+            "pinned": False,
+            "type": 0,
+            "flags": 0,
+        }
+        if in_guild:
+            payload["guild_id"] = str(channel.guild_id)
+            payload["member"] = author.member_payload()
+        if reply_to is not None:
+            payload["type"] = 19
+            reference = {"type": 0, "message_id": str(reply_to), "channel_id": str(channel.id)}
+            if in_guild:
+                reference["guild_id"] = str(channel.guild_id)
+            payload["message_reference"] = reference
+            if resolve_reply:
+                referenced = self.messages.get(reply_to)
+                payload["referenced_message"] = (
+                    None if referenced is None else _without_reference(referenced)
+                )
+        self.messages[message_id] = payload
+        return payload
+
+    def _channel(self, channel_id: int) -> _Channel:
+        channel = self.channels.get(channel_id)
+        if channel is None:
+            raise StandInError(f"The Discord stand-in has no channel {channel_id}.")
+        return channel
+
+    def _snowflake(self) -> int:
+        self._ids += 1
+        now_ms = int(time.time() * 1000)
+        return ((now_ms - DISCORD_EPOCH_MS) << 22) | (self._ids & 0x3FFFFF)
+
+    def _signature(self, path: str) -> str:
+        # Discord signs CDN attachment links: ex (expiry), is (issued), hm (an HMAC of both).
+        issued = "65a0b000"
+        expires = "ffffffff"
+        digest = hmac.new(
+            self._cdn_key, f"{path}:{expires}:{issued}".encode(), hashlib.sha256
+        ).hexdigest()
+        return f"ex={expires}&is={issued}&hm={digest}"
+
+    # -- the gateway -----------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
+        await ws.prepare(request)
+        query = dict(request.query)
+        self.gateway_queries.append(query)
+        session = _Session(ws=ws)
+        if query.get("encoding", "json") != "json" or query.get("compress") not in (
+            None,
+            "zlib-stream",
+        ):
+            await self._close(session, 4002)
+            return ws
+        if query.get("compress") == "zlib-stream":
+            session.compressor = zlib.compressobj()
+        self._sessions.append(session)
+        try:
+            await session.send(
+                {"op": _HELLO, "d": {"heartbeat_interval": self.heartbeat_interval_ms}}
+            )
+            async for frame in ws:
+                if frame.type is not WSMsgType.TEXT:
+                    continue
+                await self._on_gateway_payload(session, json.loads(frame.data))
+        finally:
+            self._sessions.remove(session)
+            self._notify()
+        return ws
+
+    async def _on_gateway_payload(self, session: _Session, payload: dict[str, Any]) -> None:
+        op, data = payload.get("op"), payload.get("d")
+        if op == _HEARTBEAT:
+            self.heartbeats += 1
+            await session.send({"op": _HEARTBEAT_ACK})
+        elif op == _IDENTIFY:
+            await self._identify(session, data)
+        elif op == _RESUME:
+            await self._resume(session, data)
+        self._notify()
+
+    async def _identify(self, session: _Session, data: dict[str, Any]) -> None:
+        token_ok = data.get("token") == self.token
+        self.identifies.append({**data, "token": token_ok})
+        if not token_ok:
+            await self._close(session, 4004)
+            return
+        if data.get("intents", 0) & MESSAGE_CONTENT_INTENT and not self.message_content_enabled:
+            await self._close(session, 4014)
+            return
+        session.session_id = secrets.token_hex(16)
+        session.identified = True
+        self._resumable[session.session_id] = session
+        await session.dispatch(
+            "READY",
+            {
+                "v": 10,
+                "user": {**BOT.payload(), "verified": True, "mfa_enabled": False},
+                "guilds": [{"id": str(GUILD), "unavailable": True}],
+                "session_id": session.session_id,
+                "resume_gateway_url": self.gateway_url,
+                "application": {"id": str(_APPLICATION_ID), "flags": 0},
+                "private_channels": [],
+                "relationships": [],
+                "presences": [],
+                "_trace": ["discord-standin"],
+            },
+        )
+        await session.dispatch("GUILD_CREATE", self._guild_payload())
+        self.ready_count += 1
+
+    async def _resume(self, session: _Session, data: dict[str, Any]) -> None:
+        previous = self._resumable.get(data.get("session_id", ""))
+        if previous is None or data.get("token") != self.token:
+            await session.send({"op": _INVALID_SESSION, "d": False})
+            return
+        session.session_id = previous.session_id
+        session.sequence = previous.sequence
+        session.identified = True
+        self._resumable[previous.session_id or ""] = session
+        await session.dispatch("RESUMED", {"_trace": ["discord-standin"]})
+        self.resumed_count += 1
+
+    def _guild_payload(self) -> dict[str, Any]:
+        in_guild = [c for c in self.channels.values() if c.guild_id == GUILD]
+        return {
+            "id": str(GUILD),
+            "name": "Test guild",
+            "icon": None,
+            "owner_id": str(ALICE.id),
+            "unavailable": False,
+            "large": False,
+            "member_count": 4,
+            "joined_at": "2024-01-01T00:00:00.000000+00:00",
+            "features": [],
+            "emojis": [],
+            "stickers": [],
+            "roles": [
+                {"id": str(GUILD), "name": "@everyone", "position": 0, "permissions": "0"},
+                {
+                    "id": str(ENGINEERS),
+                    "name": "engineers",
+                    "position": 1,
+                    "permissions": "0",
+                    "mentionable": True,
+                },
+            ],
+            "channels": [
+                c.payload(in_guild_create=True) for c in in_guild if c.type not in (11, 12)
+            ],
+            "threads": [c.payload() for c in in_guild if c.id in self._announced_threads],
+            "members": [{**BOT.member_payload(), "user": BOT.payload()}],
+            "voice_states": [],
+            "presences": [],
+            "stage_instances": [],
+            "guild_scheduled_events": [],
+            "soundboard_sounds": [],
+        }
+
+    async def _dispatch(self, event: str, data: dict[str, Any], *, required: bool = True) -> None:
+        live = [s for s in self._sessions if s.identified and not s.ws.closed]
+        if not live and required:
+            raise StandInError(
+                f"No gateway connection is identified to receive {event}; wait_until_ready() first."
+            )
+        for session in live:
+            await session.dispatch(event, data)
+
+    async def _send_all(self, payload: dict[str, Any]) -> None:
+        for session in [s for s in self._sessions if not s.ws.closed]:
+            await session.send(payload)
+
+    async def _close(self, session: _Session, code: int) -> None:
+        self.gateway_closes.append(code)
+        await session.ws.close(code=code)
+        self._notify()
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+
+
+async def _cancel_the_rest() -> None:
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _read_body(request: web.Request, call: RestCall) -> None:
+    if request.method not in ("POST", "PUT", "PATCH") or not request.can_read_body:
+        return
+    if request.content_type == "multipart/form-data":
+        reader = await request.multipart()
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader):
+                continue
+            data = await part.read()
+            if part.name == "payload_json":
+                call.json = json.loads(data)
+            else:
+                call.files.append(
+                    UploadedFile(
+                        field=part.name or "",
+                        filename=part.filename or "",
+                        content_type=part.headers.get("Content-Type", ""),
+                        data=bytes(data),
+                    )
+                )
+    else:
+        raw = await request.read()
+        call.json = json.loads(raw) if raw else None
+
+
+def _failure_response(failure: Failure) -> web.Response:
+    if failure.status == 429:
+        body = {
+            "message": failure.message or "You are being rate limited.",
+            "retry_after": failure.retry_after,
+            "global": False,
+        }
+        return _json(
+            body,
+            status=429,
+            headers={
+                "Retry-After": str(max(1, round(failure.retry_after))),
+                "X-RateLimit-Scope": "user",
+                # Discord's answers pass Google's front end; discord.py reads a 429 without
+                # this header as a Cloudflare ban and gives up at once.
+                "Via": "1.1 google",
+            },
+        )
+    return _error(failure.status, 0, failure.message or f"{failure.status}: the stand-in failed")
+
+
+def _json(data: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly "application/json", as Discord sends it: discord.py reads any other content
+    # type (even with "; charset=utf-8") as text.
+    body = json.dumps(data, separators=(",", ":")).encode()
+    return web.Response(
+        body=body, status=status, headers={**(headers or {}), "Content-Type": "application/json"}
+    )
+
+
+def _error(status: int, code: int, message: str) -> web.Response:
+    return _json({"message": message, "code": code}, status=status)
+
+
+def _invalid_form(field_name: str, code: str, message: str) -> web.Response:
+    return _json(
+        {
+            "message": "Invalid Form Body",
+            "code": 50035,
+            "errors": {field_name: {"_errors": [{"code": code, "message": message}]}},
+        },
+        status=400,
+    )
+
+
+def _without_reference(message: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in message.items() if k != "referenced_message"}
+
+
+def _snowflake_of(request: web.Request, name: str) -> int:
+    text = request.match_info[name]
+    if not text.isdigit():
+        raise web.HTTPNotFound()
+    return int(text)
+
+
+def _guess_type(filename: str) -> str:
+    return mimetypes.guess_type(filename)[0] or "application/octet-stream"
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
