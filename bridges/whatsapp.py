@@ -1,0 +1,483 @@
+"""The WhatsApp bridge: Cloud API webhooks in, Graph API calls out.
+
+WhatsApp's Cloud API has no official Python SDK (and Baileys, the unofficial WhatsApp Web
+client, has no Python counterpart), so this bridge speaks the Graph API itself over one
+``httpx.AsyncClient``: ``POST /<phone_number_id>/messages`` for replies and the typing
+indicator, ``POST /<phone_number_id>/media`` for files, ``GET /<media_id>`` and the URL it
+names for downloads. Meta delivers events to ``/webhooks/whatsapp``: a ``GET`` verifies the
+callback (``hub.verify_token``), every ``POST`` is signed with the app secret
+(``X-Hub-Signature-256``).
+
+Threads: a person's chat with the business is ``whatsapp:<wa_id>`` (a DM); a Cloud API
+group is ``whatsapp:<group_id>@g.us``. The bot's number written ``@<digits>`` in a group
+becomes ``@<bot_name>``.
+
+Exception tree (from :mod:`bridges.port`)::
+
+    BridgeError                  Graph refused a call (its message and code are quoted),
+    │                            or a file is over the size cap
+    └── PlatformUnavailable      Graph could not be reached, timed out, answered 5xx or 429,
+                                 or a rate-limit code; the same call may succeed later
+    ConfigurationError           (core.config) the bridge was built without its secrets
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import mimetypes
+import re
+import urllib.parse
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any, Final
+
+import httpx
+import msgspec
+
+from bridges import whatsapp_wire as wire
+from bridges.port import (
+    Attachment,
+    BridgeError,
+    EgressFile,
+    PlatformUnavailable,
+    Received,
+    ThreadInfo,
+    WebhookOutcome,
+)
+from core.config import ConfigurationError, WhatsAppSettings
+from core.spaces import InvalidSpaceId, parse_space_id
+
+__all__ = ["MAX_TEXT_CHARS", "WhatsAppBridge"]
+
+#: The longest text body one WhatsApp message takes.
+MAX_TEXT_CHARS: Final = 4096
+#: WhatsApp's caps on what it accepts from a business (images over 5 MB go as documents).
+MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024
+MAX_DOCUMENT_BYTES: Final = 100 * 1024 * 1024
+#: How many ids of messages we sent are remembered, to tell a reply to the bot.
+SENT_IDS_KEPT: Final = 1024
+
+_GROUP_SUFFIX: Final = "@g.us"
+_IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png"})
+_MEDIA_KINDS: Final = ("image", "document", "audio", "video", "voice", "sticker")
+_MENTION: Final = re.compile(r"@\+?(\d{5,15})\b")
+# Graph error codes that mean "too many calls, come back later" (app, account, throughput,
+# pair rate limits), whatever the HTTP status they come with.
+_THROTTLED: Final = frozenset({4, 80007, 130429, 131048, 131056})
+_HINTS: Final[Mapping[int, str]] = {
+    190: " The access token (WHATSAPP_ACCESS_TOKEN) is invalid or expired; give the bridge "
+    "a system user's permanent token.",
+    131047: " More than 24 hours have passed since the person last wrote; WhatsApp only "
+    "delivers free-form replies inside that window.",
+}
+
+
+class WhatsAppBridge:
+    """The WhatsApp Cloud API as a :class:`bridges.port.WebhookBridge`."""
+
+    def __init__(
+        self, settings: WhatsAppSettings, *, bot_name: str, timeout_s: float = 10.0
+    ) -> None:
+        access_token, app_secret = settings.access_token, settings.app_secret
+        verify_token, phone_number_id = settings.verify_token, settings.phone_number_id
+        if not access_token or not app_secret or not verify_token or not phone_number_id:
+            missing = [
+                variable
+                for variable, value in (
+                    ("WHATSAPP_ACCESS_TOKEN", access_token),
+                    ("WHATSAPP_APP_SECRET", app_secret),
+                    ("WHATSAPP_VERIFY_TOKEN", verify_token),
+                    ("WHATSAPP_PHONE_NUMBER_ID", phone_number_id),
+                )
+                if not value
+            ]
+            raise ConfigurationError(
+                f"The WhatsApp bridge needs {', '.join(missing)}; set them in the environment."
+            )
+        self._bot_name = bot_name
+        self._app_secret = app_secret.encode()
+        self._verify_token = verify_token.encode()
+        self._phone_number_id = phone_number_id
+        self._timeout_s = timeout_s
+        self._client = httpx.AsyncClient(
+            base_url=settings.api_url + "/",
+            headers={"Authorization": f"Bearer {access_token}"},
+            timeout=httpx.Timeout(timeout_s),
+        )
+        # Ids of the messages we sent, newest last: a quote of one is a reply to the bot.
+        self._sent: deque[str] = deque(maxlen=SENT_IDS_KEPT)
+        self._sent_set: set[str] = set()
+
+    @property
+    def platform(self) -> str:
+        return "whatsapp"
+
+    # --- webhooks -----------------------------------------------------------------------------
+
+    async def receive(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """Answer the callback's verification, or check and parse one signed delivery."""
+        if method.upper() == "GET":
+            return self._verification(query)
+        if method.upper() != "POST":
+            return WebhookOutcome(verdict="malformed", reason=f"a {method} request")
+        if not self._is_signed(headers.get("x-hub-signature-256", ""), body):
+            return WebhookOutcome(
+                verdict="forged", reason="X-Hub-Signature-256 is missing or does not match"
+            )
+        try:
+            delivery = wire.DELIVERY.decode(body)
+        except msgspec.DecodeError as exc:
+            return WebhookOutcome(verdict="malformed", reason=f"unreadable event: {exc}")
+        return self._outcome(delivery)
+
+    def _verification(self, query: Mapping[str, str]) -> WebhookOutcome:
+        token = query.get("hub.verify_token", "").encode()
+        if not hmac.compare_digest(token, self._verify_token):
+            return WebhookOutcome(verdict="forged", reason="hub.verify_token does not match")
+        challenge = query.get("hub.challenge")
+        if query.get("hub.mode") != "subscribe" or challenge is None:
+            return WebhookOutcome(
+                verdict="malformed", reason="a verification without hub.mode=subscribe"
+            )
+        return WebhookOutcome(verdict="challenge", body=challenge.encode(), reason="verified")
+
+    def _is_signed(self, header: str, body: bytes) -> bool:
+        scheme, _, given = header.partition("=")
+        if scheme != "sha256" or not given:
+            return False
+        expected = hmac.new(self._app_secret, body, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(given.lower().encode(), expected.encode())
+
+    def _outcome(self, delivery: wire.Delivery) -> WebhookOutcome:
+        if delivery.object != "whatsapp_business_account":
+            return WebhookOutcome(verdict="ignored", reason=f"an event about {delivery.object!r}")
+        received: list[Received] = []
+        skipped: list[str] = []
+        for entry in delivery.entry:
+            for change in entry.changes:
+                value = change.value
+                if change.field != "messages" or value is None:
+                    skipped.append(f"a {change.field!r} change")
+                    continue
+                if value.metadata is None or value.metadata.phone_number_id != (
+                    self._phone_number_id
+                ):
+                    skipped.append("another phone number's event")
+                    continue
+                if value.statuses:
+                    skipped.append("delivery receipts")
+                business = _digits(value.metadata.display_phone_number)
+                names = {c.wa_id: c.profile.name for c in value.contacts if c.profile}
+                only_name = value.contacts[0].profile if len(value.contacts) == 1 else None
+                for message in value.messages:
+                    parsed, why = self._parse(message, business, names)
+                    if parsed is None:
+                        skipped.append(why)
+                        continue
+                    if parsed.author_name is None and only_name and len(value.messages) == 1:
+                        parsed = msgspec.structs.replace(parsed, author_name=only_name.name)
+                    received.append(parsed)
+        if received:
+            return WebhookOutcome(verdict="accepted", messages=tuple(received))
+        reason = "; ".join(dict.fromkeys(skipped)) or "no messages"
+        return WebhookOutcome(verdict="ignored", reason=reason)
+
+    def _parse(
+        self, message: wire.Message, business: str, names: Mapping[str, str | None]
+    ) -> tuple[Received | None, str]:
+        author = message.sender.removeprefix("+")
+        if (business and _digits(author) == business) or message.id in self._sent_set:
+            return None, "the bot's own message"
+        content = _content(message)
+        if content is None:
+            return None, f"a {message.type!r} message"
+        text, attachments = content
+        if message.group_id is not None:
+            thread_id = f"whatsapp:{message.group_id}{_GROUP_SUFFIX}"
+        else:
+            thread_id = f"whatsapp:{author}"
+        try:
+            is_dm = parse_space_id(thread_id).is_dm
+        except InvalidSpaceId:
+            return None, "a chat whose id is not a space id"
+        if business:
+            text = _MENTION.sub(lambda m: f"@{self._bot_name}" if m[1] == business else m[0], text)
+        context = message.context
+        is_reply_to_bot = context is not None and (
+            (bool(business) and _digits(context.sender or "") == business)
+            or (context.id is not None and context.id in self._sent_set)
+        )
+        received = Received(
+            platform="whatsapp",
+            thread_id=thread_id,
+            delivery_id=message.id,
+            message_id=message.id,
+            author_id=author,
+            author_name=names.get(author),
+            text=text,
+            is_dm=is_dm,
+            is_reply_to_bot=is_reply_to_bot,
+            attachments=attachments,
+        )
+        return received, ""
+
+    # --- threads ------------------------------------------------------------------------------
+
+    def parse_thread(self, thread_id: str) -> ThreadInfo:
+        """The space of ``thread_id``, which is the thread itself: a WhatsApp chat has no
+        sub-threads. Raises :class:`core.spaces.InvalidSpaceId` for a thread not WhatsApp's."""
+        space = parse_space_id(thread_id)
+        if space.platform != "whatsapp":
+            raise InvalidSpaceId(f"{thread_id!r} is not a WhatsApp chat (whatsapp:<id>).")
+        return ThreadInfo(space_id=space.id, conversation_external_id=space.id, is_dm=space.is_dm)
+
+    # --- media --------------------------------------------------------------------------------
+
+    async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
+        """The media's bytes: its URL from Graph, then the file, both with the access token."""
+        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
+            raise _too_large(attachment.name, attachment.size_bytes, max_bytes)
+        answer = await self._call("GET", urllib.parse.quote(attachment.ref, safe=""), "find a file")
+        try:
+            info = wire.MEDIA_INFO.decode(answer)
+            size = None if info.file_size is None else int(info.file_size)
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise BridgeError(
+                f"WhatsApp's answer about the file {attachment.name} could not be read: {exc}."
+            ) from exc
+        if size is not None and size > max_bytes:
+            raise _too_large(attachment.name, size, max_bytes)
+        what = f"download the file {attachment.name}"
+        try:
+            async with self._client.stream("GET", info.url) as response:
+                if response.status_code >= 300:
+                    await response.aread()
+                    raise _failure(response, what)
+                length = response.headers.get("content-length", "")
+                if length.isdigit() and int(length) > max_bytes:
+                    raise _too_large(attachment.name, int(length), max_bytes)
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise _too_large(attachment.name, None, max_bytes)
+                return bytes(data)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc, what) from exc
+
+    # --- replies ------------------------------------------------------------------------------
+
+    async def start_typing(self, message: Received) -> None:
+        """Mark ``message`` read and show "typing…" (WhatsApp drops it after 25 s or a reply)."""
+        await self._call(
+            "POST",
+            f"{self._phone_number_id}/messages",
+            "show the typing indicator",
+            json={
+                "messaging_product": "whatsapp",
+                "status": "read",
+                "message_id": message.message_id,
+                "typing_indicator": {"type": "text"},
+            },
+        )
+
+    async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
+        """The text (in pieces of at most 4,096 characters), then each file as its own
+        message; the first message quotes ``to``."""
+        recipient = _recipient(to.thread_id)
+        quote: dict[str, Any] | None = {"message_id": to.message_id}
+        for piece in _split_text(text, MAX_TEXT_CHARS):
+            body = {"type": "text", "text": {"body": piece, "preview_url": False}}
+            await self._send({**recipient, **body}, quote, "send a reply")
+            quote = None
+        for file in files:
+            kind, media = await self._upload(file)
+            await self._send({**recipient, "type": kind, kind: media}, quote, "send a file")
+            quote = None
+
+    async def _send(self, message: dict[str, Any], quote: dict[str, Any] | None, what: str) -> None:
+        body = {"messaging_product": "whatsapp", **message}
+        if quote is not None:
+            body["context"] = quote
+        answer = await self._call("POST", f"{self._phone_number_id}/messages", what, json=body)
+        try:
+            sent = wire.SEND_ANSWER.decode(answer).messages
+        except msgspec.DecodeError:
+            sent = []  # sent all the same; only the reply-to-bot memory misses it
+        for item in sent:
+            self._remember(item.id)
+
+    async def _upload(self, file: EgressFile) -> tuple[str, dict[str, str]]:
+        if len(file.data) > MAX_DOCUMENT_BYTES:
+            raise BridgeError(
+                f"The file {file.filename} is {len(file.data)} bytes, over WhatsApp's "
+                f"{MAX_DOCUMENT_BYTES}-byte limit; it was not sent."
+            )
+        answer = await self._call(
+            "POST",
+            f"{self._phone_number_id}/media",
+            f"upload the file {file.filename}",
+            data={"messaging_product": "whatsapp", "type": file.mime_type},
+            files={"file": (file.filename, file.data, file.mime_type)},
+        )
+        try:
+            media_id = wire.UPLOAD_ANSWER.decode(answer).id
+        except msgspec.DecodeError as exc:
+            raise BridgeError(
+                f"WhatsApp's answer to the upload of {file.filename} could not be read: {exc}."
+            ) from exc
+        if file.mime_type in _IMAGE_TYPES and len(file.data) <= MAX_IMAGE_BYTES:
+            return "image", {"id": media_id}
+        return "document", {"id": media_id, "filename": file.filename}
+
+    def _remember(self, message_id: str) -> None:
+        if len(self._sent) == self._sent.maxlen:
+            self._sent_set.discard(self._sent[0])
+        self._sent.append(message_id)
+        self._sent_set.add(message_id)
+
+    # --- Graph --------------------------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, what: str, **options: Any) -> bytes:
+        """One Graph call's body; :class:`BridgeError` (or its subclass) when it failed."""
+        try:
+            response = await self._client.request(method, path, **options)
+        except httpx.HTTPError as exc:
+            raise self._unreachable(exc, what) from exc
+        if response.status_code >= 300:
+            raise _failure(response, what)
+        return response.content
+
+    def _unreachable(self, exc: httpx.HTTPError, what: str) -> PlatformUnavailable:
+        if isinstance(exc, httpx.TimeoutException):
+            return PlatformUnavailable(
+                f"WhatsApp did not answer within {self._timeout_s:g} s when asked to {what}; "
+                "try again later."
+            )
+        return PlatformUnavailable(
+            f"WhatsApp could not be reached to {what} ({type(exc).__name__}: {exc}); "
+            "try again later."
+        )
+
+    async def close(self) -> None:
+        """Close the Graph client."""
+        await self._client.aclose()
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
+
+
+def _content(message: wire.Message) -> tuple[str, tuple[Attachment, ...]] | None:
+    """The message's text and files, or None for a type the assistant doesn't read."""
+    kind = message.type
+    if kind == "text" and message.text is not None:
+        return message.text.body, ()
+    if kind in _MEDIA_KINDS:
+        media: wire.Media | None = getattr(message, kind)
+        if media is None:
+            return None
+        return media.caption or "", (_attachment(kind, media),)
+    if kind == "location" and message.location is not None:
+        place = message.location
+        where = ", ".join(p for p in (place.name, place.address) if p)
+        at = f"{place.latitude}, {place.longitude}"
+        return f"[shared a location: {where} ({at})]" if where else f"[shared a location: {at}]", ()
+    if kind == "contacts" and message.contacts:
+        names = [
+            c.name.formatted_name for c in message.contacts if c.name and c.name.formatted_name
+        ]
+        return f"[shared a contact: {', '.join(names) or 'no name'}]", ()
+    if kind == "button" and message.button is not None:
+        return message.button.text, ()
+    if kind == "interactive" and message.interactive is not None:
+        choice = message.interactive.button_reply or message.interactive.list_reply
+        return (choice.title, ()) if choice is not None else None
+    return None
+
+
+def _attachment(kind: str, media: wire.Media) -> Attachment:
+    mime = (media.mime_type or "").split(";", 1)[0].strip() or None
+    if media.filename:
+        # A document's name is the sender's to choose: keep only its last part.
+        name = PurePosixPath(media.filename.replace("\\", "/")).name or kind
+    else:
+        extension = (mimetypes.guess_extension(mime) if mime else None) or ""
+        name = f"{kind}-{media.id}{extension}"
+    return Attachment(name=name, ref=media.id, mime_type=mime)
+
+
+def _recipient(thread_id: str) -> dict[str, str]:
+    chat = thread_id.removeprefix("whatsapp:")
+    if chat.endswith(_GROUP_SUFFIX):
+        return {"recipient_type": "group", "to": chat.removesuffix(_GROUP_SUFFIX)}
+    return {"recipient_type": "individual", "to": chat}
+
+
+def _split_text(text: str, limit: int) -> list[str]:
+    """``text`` in pieces of at most ``limit`` characters, cut at a paragraph, a line or a
+    space where one falls in the second half of the piece."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        window = rest[: limit + 1]
+        for separator in ("\n\n", "\n", " "):
+            at = window.rfind(separator)
+            if at >= limit // 2:
+                piece, rest = rest[:at], rest[at + len(separator) :]
+                break
+        else:
+            piece, rest = rest[:limit], rest[limit:]
+        if piece.strip():
+            pieces.append(piece.rstrip())
+        rest = rest.lstrip("\n")
+    if rest.strip():
+        pieces.append(rest)
+    return pieces
+
+
+def _too_large(name: str, size: int | None, max_bytes: int) -> BridgeError:
+    if size is None:
+        return BridgeError(
+            f"The WhatsApp file {name} is over the {max_bytes}-byte limit; its download was "
+            "stopped there."
+        )
+    return BridgeError(
+        f"The WhatsApp file {name} is {size} bytes, over the {max_bytes}-byte limit; "
+        "it was not downloaded."
+    )
+
+
+def _failure(response: httpx.Response, what: str) -> BridgeError:
+    """The error a Graph answer other than 2xx comes to, quoting Graph's own message."""
+    status = response.status_code
+    try:
+        error: wire.GraphErrorBody | None = wire.GRAPH_ERROR.decode(response.content).error
+    except msgspec.DecodeError:
+        error = None
+    said = ""
+    if error is not None:
+        details = error.error_data.details if error.error_data else None
+        said = error.message + (f" ({details})" if details and details != error.message else "")
+    if status == 429 or status >= 500 or (error is not None and error.code in _THROTTLED):
+        wait = response.headers.get("retry-after")
+        asked = f"; it asked us to wait {wait} s" if wait else ""
+        because = f": {said}" if said else ""
+        return PlatformUnavailable(
+            f"WhatsApp could not {what} just now (HTTP {status}{because}{asked}); try again later."
+        )
+    if error is None:
+        return BridgeError(f"WhatsApp answered HTTP {status} when asked to {what}.")
+    hint = _HINTS.get(error.code or 0, "")
+    return BridgeError(f"WhatsApp refused to {what}: {said} (code {error.code}).{hint}")
