@@ -61,6 +61,8 @@ __all__ = ["Pipeline", "PipelineStores"]
 
 log = logging.getLogger("mercury.bridges")
 
+#: Messages handled at once before new deliveries are turned away to be sent again later.
+MAX_IN_FLIGHT: Final = 1000
 #: What an ambient entry says for a file sent without text.
 _FILE_NOTE: Final = "[sent a file: {names}]"
 
@@ -106,7 +108,11 @@ class Pipeline:
         self._files = files
         self._stores = stores
         self._clock = clock
+        #: Past this many messages in hand, :attr:`full` turns new deliveries away.
+        self.max_in_flight = MAX_IN_FLIGHT
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Typing indicators being started (not messages: they don't count towards full).
+        self._typing_tasks: set[asyncio.Task[None]] = set()
         #: The turn running in each conversation here (session key), for ``stop``.
         self._running: dict[str, Turn] = {}
         #: Per rate-limit bucket, until when its refusal was told (once a window).
@@ -133,13 +139,19 @@ class Pipeline:
 
     async def settled(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the messages being handled: a shutdown's last step."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        if self._tasks or self._typing_tasks:
+            await asyncio.wait(self._tasks | self._typing_tasks, timeout=timeout_s)
 
     @property
     def handling(self) -> int:
         """Messages being handled now."""
         return len(self._tasks)
+
+    @property
+    def full(self) -> bool:
+        """Whether a flood filled the pipeline: a delivery is then refused before it is
+        taken, so the platform sends it again later and nothing is lost."""
+        return len(self._tasks) >= self.max_in_flight
 
     async def handle(self, bridge: PlatformBridge, message: Received) -> None:
         """Route one message; failures are logged, never raised (nobody waits for them)."""
@@ -411,8 +423,8 @@ class Pipeline:
 
     def _typing(self, bridge: PlatformBridge, message: Received) -> None:
         task = asyncio.get_running_loop().create_task(self._start_typing(bridge, message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._typing_tasks.add(task)
+        task.add_done_callback(self._typing_tasks.discard)
 
     @staticmethod
     async def _start_typing(bridge: PlatformBridge, message: Received) -> None:

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 from litestar import Request, Response, route
 from litestar.params import FromPath
 
-from channel_http.errors import WEBHOOK_STATUSES, BadRequest, NotFound, Unauthorized
+from channel_http.errors import (
+    WEBHOOK_STATUSES,
+    BadRequest,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from core.i18n import negotiate
 
 if TYPE_CHECKING:
@@ -44,6 +50,13 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
         raise NotFound(
             tr.gettext('No "%(platform)s" bridge runs on this server.')
             % {"platform": platform[:40]}
+        )
+    if bridging.pipeline.full:
+        log.warning("a %s delivery was turned away: the pipeline is full", platform)
+        tr = _translator(request, services)
+        raise Unavailable(
+            tr.gettext("The server is busy; try again in a few seconds."),
+            headers={"retry-after": "5"},
         )
     body = await request.body()
     headers = {name.lower(): value for name, value in request.headers.items()}

@@ -299,3 +299,24 @@ def test_two_spaces_never_share_memory_files_or_conversation(
     users = Path(chat.services.settings.wiki.vault_path) / "users"
     assert not (users / "space%3Aslack%3AC2" / "outbox" / "secret.txt").exists()
     assert (users / "space%3Aslack%3AC1" / "outbox" / "secret.txt").read_text() == "C1"
+
+
+def test_a_flood_past_the_pipelines_capacity_is_sent_back_for_later_not_lost(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    chat.services.bridging.pipeline.max_in_flight = 2
+    ollama.responder = lambda request: ChatScript(content=["slow ", "answer"], delay_s=1.5)
+    answers = [
+        bridge.post(chat, bridge.message(f"D{n}", f"U{n}", "hello", delivery_id=f"Flood{n}"))
+        for n in range(4)
+    ]
+    assert [a.status_code for a in answers[:2]] == [200, 200]
+    refused = answers[2]
+    check_response(refused)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    bridge.wait_for_replies(2)
+    chat.services.bridging.pipeline.max_in_flight = 1000
+    # The platform's retry of a refused delivery is taken: it was never marked as taken.
+    retried = bridge.post(chat, bridge.message("D2", "U2", "hello", delivery_id="Flood2"))
+    assert retried.json()["taken"] == 1
+    bridge.wait_for_replies(3)
