@@ -320,3 +320,19 @@ def test_a_flood_past_the_pipelines_capacity_is_sent_back_for_later_not_lost(
     retried = bridge.post(chat, bridge.message("D2", "U2", "hello", delivery_id="Flood2"))
     assert retried.json()["taken"] == 1
     bridge.wait_for_replies(3)
+
+
+def test_compact_starts_the_conversation_afresh_outside_the_rate_limit(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    bridge.post(chat, bridge.message("C2", "U7", "@Mercury remember the word apricot"))
+    bridge.post(chat, bridge.message("C2", "U7", "@Mercury and the word plum"))
+    bridge.wait_for_replies(2)
+    # C2 allows two turns a window: the command still goes through, and says so.
+    bridge.post(chat, bridge.message("C2", "U7", "@Mercury compact"))
+    [*_, done] = bridge.wait_for_replies(3)
+    assert done.text == "Done: this conversation starts afresh from a summary."
+    assert len(ollama.requests) == 2
+    bridge.post(chat, bridge.message("C2", "U8", "@Mercury what words?"))
+    bridge.wait_for_replies(4)
+    assert "apricot" not in json.dumps(ollama.requests[-1])
