@@ -1,0 +1,234 @@
+"""Slack end to end: the Slack stand-in delivers signed Events API deliveries to a real server
+whose Slack bridge (slack_sdk) answers through the stand-in's Web API; the model is the Ollama
+stand-in. The same scenes as tests/bridges/test_pipeline_end_to_end.py, through Slack's own
+wire: triggers and ambient context, threads, DMs, files both ways, retries and forgeries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer
+from tests.support.slack_standin import SlackStandIn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+CONFIG = """
+spaces:
+  "slack:C1":
+    admins: [static:alice]
+    members: [static:bob]
+"""
+
+
+@pytest.fixture(scope="module")
+def slack_server() -> Iterator[SlackStandIn]:
+    with SlackStandIn() as standin:
+        yield standin
+
+
+@pytest.fixture
+def slack(slack_server: SlackStandIn) -> Iterator[SlackStandIn]:
+    slack_server.reset()
+    for user, name in (("U1", "Ann"), ("U2", "Ben"), ("U3", "Cat"), ("U4", "Dee")):
+        slack_server.add_user(user, name.lower(), display_name=name)
+    yield slack_server
+    slack_server.reset()
+
+
+@pytest.fixture
+def chat(
+    make_server: Callable[..., RunningServer], slack: SlackStandIn, tmp_path: Path
+) -> RunningServer:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    return make_server(MERCURY_CONFIG_FILE=str(config), **slack.env())
+
+
+def hook(chat: RunningServer) -> str:
+    return chat.url + "/webhooks/slack"
+
+
+def mention(slack: SlackStandIn, text: str) -> str:
+    return f"<@{slack.bot_user_id}> {text}"
+
+
+async def say(slack: SlackStandIn, chat: RunningServer, event: dict[str, Any]) -> dict[str, Any]:
+    """Deliver ``event`` as Slack does and return the webhook's JSON answer."""
+    delivered = await slack.deliver(hook(chat), slack.envelope(event))
+    assert delivered.status == 200, delivered.body
+    return dict(json.loads(delivered.body))
+
+
+async def replies(slack: SlackStandIn, count: int) -> None:
+    await slack.wait_until(
+        lambda: len(slack.messages) >= count, timeout=40, what=f"{count} posted message(s)"
+    )
+
+
+async def settle(seconds: float = 1.0) -> None:
+    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
+    await asyncio.sleep(seconds)
+
+
+def user_contents(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def system_of(request: dict[str, Any]) -> str:
+    return str(request["messages"][0]["content"])
+
+
+async def test_in_a_channel_only_the_mention_runs_and_its_answer_is_threaded_under_it(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Lunch is at noon."))
+    await say(slack, chat, slack.message("C1", "U1", "who's up for lunch?"))
+    await say(slack, chat, slack.message("C1", "U2", "me, at the usual place"))
+    asked = slack.message("C1", "U3", mention(slack, "when is lunch?"), ts="1700000300.000100")
+    await say(slack, chat, asked)
+
+    await replies(slack, 1)
+    [posted] = slack.messages
+    assert (posted.channel, posted.thread_ts, posted.text) == (
+        "C1",
+        "1700000300.000100",
+        "Lunch is at noon.",
+    )
+    [request] = ollama.requests
+    words = user_contents(request)[-1]
+    assert "<ambient" in words and "not addressed to you" in words
+    assert 'author="Ann"' in words and "who's up for lunch?" in words
+    assert 'author="Ben"' in words and "me, at the usual place" in words
+    assert '<caller id="slack:U3" name="Cat"' in words and words.endswith("when is lunch?")
+    assert "group chat (slack:C1)" in system_of(request)
+    await settle()
+    assert len(ollama.requests) == 1 and len(slack.messages) == 1
+
+
+async def test_a_mention_inside_a_thread_is_answered_in_that_thread(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Yes, in the thread."))
+    event = slack.message(
+        "C1",
+        "U1",
+        mention(slack, "still here?"),
+        ts="1700000400.000200",
+        thread_ts="1700000400.000100",
+    )
+    await say(slack, chat, event)
+    await replies(slack, 1)
+    assert slack.messages[0].thread_ts == "1700000400.000100"
+
+
+async def test_a_mention_slack_delivers_as_app_mention_and_as_message_runs_once(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    message = slack.message("C1", "U1", mention(slack, "once please"))
+    app_mention = {**message, "type": "app_mention"}
+    app_mention.pop("channel_type")
+    assert (await say(slack, chat, app_mention))["taken"] == 0
+    assert (await say(slack, chat, message))["taken"] == 1
+    await replies(slack, 1)
+    await settle()
+    assert len(ollama.requests) == 1 and len(slack.messages) == 1
+
+
+async def test_a_direct_message_always_runs_and_is_answered_unthreaded(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Hi Dee."))
+    await say(slack, chat, slack.message("D9", "U4", "hello there"))
+    await replies(slack, 1)
+    [posted] = slack.messages
+    assert (posted.channel, posted.thread_ts, posted.text) == ("D9", None, "Hi Dee.")
+    assert "direct chat (slack:D9)" in system_of(ollama.requests[0])
+    assert '<caller id="slack:U4" name="Dee"' in user_contents(ollama.requests[0])[-1]
+
+
+async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_by_upload(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    shared = slack.add_file("scores.csv", b"name,score\nann,3\n", mimetype="text/csv")
+    seen: list[str] = []
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if not seen:
+            seen.append(user_contents(request)[-1])
+            return ChatScript(
+                tool_calls=[
+                    {
+                        "name": "outbox_write",
+                        "arguments": {"filename": "summary.txt", "content": "ann leads"},
+                    }
+                ]
+            )
+        return ChatScript.words("Here is the summary.")
+
+    ollama.responder = respond
+    event = slack.message(
+        "C1", "U1", mention(slack, "summarize"), ts="1700000500.000100", files=[shared]
+    )
+    await say(slack, chat, event)
+    await slack.wait_until(lambda: len(slack.uploads) >= 1, timeout=40, what="the upload")
+
+    assert re.search(r"^- inbox/.*scores\.csv$", seen[0], re.MULTILINE), seen[0]
+    assert [d.authorized for d in slack.downloads] == [True]
+    inbox = Path(chat.services.settings.wiki.vault_path) / "users" / "space%3Aslack%3AC1"
+    assert [p.read_bytes() for p in (inbox / "inbox").iterdir()] == [b"name,score\nann,3\n"]
+    [posted] = slack.messages
+    assert (posted.text, posted.thread_ts) == ("Here is the summary.", "1700000500.000100")
+    assert [(u.filename, u.data, u.channel_id, u.thread_ts) for u in slack.uploads] == [
+        ("summary.txt", b"ann leads", "C1", "1700000500.000100")
+    ]
+    order = [call.method for call in slack.calls]
+    assert order.index("chat.postMessage") < order.index("files.completeUploadExternal")
+
+
+async def test_an_event_slack_delivers_again_runs_once(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    envelope = slack.envelope(slack.message("D9", "U4", "count me once"))
+    first = await slack.deliver(hook(chat), envelope)
+    again = await slack.redeliver()
+    assert json.loads(first.body)["taken"] == 1
+    assert again.status == 200 and json.loads(again.body)["taken"] == 0
+    await replies(slack, 1)
+    await settle()
+    assert len(ollama.requests) == 1 and len(slack.messages) == 1
+
+
+async def test_a_forged_or_stale_delivery_runs_nothing(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    event = slack.message("D9", "U4", "run me")
+    forged = await slack.deliver(hook(chat), slack.envelope(event), secret="not-the-secret")
+    stale = await slack.deliver(
+        hook(chat), slack.envelope(event), timestamp=int(time.time()) - 6 * 60
+    )
+    unsigned = await slack.deliver(
+        hook(chat), slack.envelope(event), headers={"content-type": "application/json"}
+    )
+    for refused in (forged, stale, unsigned):
+        assert refused.status == 401
+        assert json.loads(refused.body)["ok"] is False
+    await settle()
+    assert ollama.requests == [] and slack.messages == []
+
+
+async def test_slacks_url_verification_is_answered_with_the_challenge(
+    chat: RunningServer, slack: SlackStandIn
+) -> None:
+    answered = await slack.deliver(hook(chat), slack.url_verification("c0ffee"))
+    assert (answered.status, answered.body) == (200, b"c0ffee")
+    assert answered.content_type.startswith("text/plain")
