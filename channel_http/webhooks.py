@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from litestar import Request, Response, route
 from litestar.params import FromPath
 
+from bridges.port import BridgeError
 from channel_http.errors import (
     WEBHOOK_STATUSES,
     BadRequest,
@@ -61,7 +62,17 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
     body = await request.body()
     headers = {name.lower(): value for name, value in request.headers.items()}
     query = {name: value for name, value in request.query_params.items()}
-    outcome = await bridge.receive(request.method, query, headers, body)
+    try:
+        outcome = await bridge.receive(request.method, query, headers, body)
+    except BridgeError as error:
+        # A delivery that needs the platform to be read (the bot's own id, say) while the
+        # platform can't be reached: refused before it is taken, so it comes again later.
+        log.warning("a %s delivery could not be checked: %s", platform, error)
+        tr = _translator(request, services)
+        raise Unavailable(
+            tr.gettext("The server is busy; try again in a few seconds."),
+            headers={"retry-after": "5"},
+        ) from None
     verdict = outcome.verdict
     if verdict == "forged":
         log.warning("a %s delivery was refused: %s", platform, outcome.reason or "forged")
