@@ -53,6 +53,7 @@ __all__ = [
     "BOT_USERNAME",
     "ApiCall",
     "Chat",
+    "Delivered",
     "StandInError",
     "StandInTimeoutError",
     "StoredFile",
@@ -212,6 +213,17 @@ class ApiCall:
     token_ok: bool = True
 
 
+@dataclass(frozen=True, kw_only=True)
+class Delivered:
+    """What the webhook answered a delivery."""
+
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
 @dataclass(kw_only=True)
 class _Failure:
     remaining: int
@@ -355,6 +367,18 @@ class TelegramStandIn:
     def file_url(self) -> str:
         """What ``TELEGRAM_FILE_URL`` is set to."""
         return f"{self.url}/file/bot"
+
+    def env(self) -> dict[str, str]:
+        """The environment that turns a server's Telegram bridge on, pointed at the stand-in."""
+        if self.webhook_secret is None:
+            raise StandInError("Give the stand-in a webhook_secret for the server to check.")
+        return {
+            "MERCURY_TELEGRAM": "true",
+            "TELEGRAM_BOT_TOKEN": self.token,
+            "TELEGRAM_WEBHOOK_SECRET": self.webhook_secret,
+            "TELEGRAM_API_URL": self.api_url,
+            "TELEGRAM_FILE_URL": self.file_url,
+        }
 
     def reset(self) -> None:
         """Forget calls, failures and delay (chats, messages and files stay)."""
@@ -623,8 +647,8 @@ class TelegramStandIn:
 
     async def deliver(
         self, update: Mapping[str, Any], *, url: str | None = None, secret: Any = _DEFAULT
-    ) -> int:
-        """POST ``update`` to ``url`` (else the URL setWebhook gave); the answer's status.
+    ) -> Delivered:
+        """POST ``update`` to ``url`` (else the URL setWebhook gave); the webhook's answer.
 
         Awaitable from any event loop: the request runs on the stand-in's own.
         """
@@ -636,11 +660,10 @@ class TelegramStandIn:
             raise StandInError("The Telegram stand-in is not running; start it first.")
         session = self._session
 
-        async def post() -> int:
+        async def post() -> Delivered:
             timeout = aiohttp.ClientTimeout(total=30)
             async with session.post(target, data=body, headers=headers, timeout=timeout) as answer:
-                await answer.read()
-                return answer.status
+                return Delivered(status=answer.status, body=await answer.read())
 
         future = asyncio.run_coroutine_threadsafe(post(), self._loop)
         return await asyncio.wrap_future(future)
