@@ -122,11 +122,17 @@ export class Api {
     return (await response.json()) as T;
   }
 
-  async send<T>(method: "POST" | "PATCH", path: string, body: unknown): Promise<T> {
+  /** A request that changes something; a DELETE sends no body. */
+  async send<T>(
+    method: "POST" | "PATCH" | "PUT" | "DELETE",
+    path: string,
+    body?: unknown,
+  ): Promise<T> {
+    const json = body !== undefined;
     const response = await fetch(this.url(path), {
       method,
-      headers: this.headers(true),
-      body: JSON.stringify(body),
+      headers: this.headers(json),
+      ...(json ? { body: JSON.stringify(body) } : {}),
     });
     if (!response.ok) throw await this.refusal(response);
     return (await response.json()) as T;

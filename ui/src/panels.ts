@@ -1,8 +1,10 @@
 // What the agent keeps of the person, read-only: the wiki, memory, the tool log, pending
-// confirmations and plugins, plus the settings screen (name, language, time zone).
+// confirmations and plugins, plus the settings screen (name, language, time zone) and the
+// shared spaces with their preferences (spaces.ts).
 
 import { type Api, ApiError, type Me } from "./api";
 import { button, clear, h } from "./dom";
+import { SpacesView } from "./spaces";
 import { strings as S } from "./strings";
 
 interface Tab {
@@ -37,8 +39,10 @@ export class Panels {
   });
   private readonly tabs: Tab[];
   private current = "";
+  private readonly spaces: SpacesView;
 
   constructor(private readonly host: PanelsHost) {
+    this.spaces = new SpacesView(host);
     this.tabs = [
       { id: "settings", label: S.settings, render: (panel) => this.settings(panel) },
       { id: "wiki", label: S.wiki, render: (panel) => this.wiki(panel) },
@@ -46,6 +50,7 @@ export class Panels {
       { id: "tool-log", label: S.toolLog, render: (panel) => this.toolLog(panel) },
       { id: "pending", label: S.pending, render: (panel) => this.pending(panel) },
       { id: "plugins", label: S.plugins, render: (panel) => this.plugins(panel) },
+      { id: "spaces", label: S.spaces, render: (panel) => this.spaces.render(panel) },
     ];
     for (const tab of this.tabs) {
       this.tablist.append(

@@ -88,6 +88,38 @@ export const strings = {
   plugins: "Plugins",
   active: " · active",
   inactive: " · inactive",
+  // Spaces and their preferences
+  spaces: "Spaces",
+  noSpaces: "You are in no shared space yet.",
+  space: "Space",
+  roles: { admin: "admin", member: "member" } as Record<string, string>,
+  yourRole: (role: string) => `Your role here: ${role}.`,
+  adminMay: "You can add, change and delete this space's preferences.",
+  memberMay: "You can read this space's preferences; an admin of the space changes them.",
+  cannotReadPreferences: "Your role here doesn't let you read this space's preferences.",
+  preferences: "Preferences",
+  noPreferences: "No preferences yet.",
+  setBy: (who: string, when: string) => `Set by ${who}, ${when}`,
+  changedAt: (when: string) => ` · changed ${when}`,
+  change: "Change",
+  changePreference: (key: string) => `Change ${key}`,
+  delete: "Delete",
+  deletePreference: (key: string) => `Delete ${key}`,
+  addOrChange: "Add or change a preference",
+  key: "Key",
+  keyHelp: 'Lower-case letters, digits, ".", "_" or "-", up to 64, such as tone or report.format.',
+  value: "Value",
+  valueCount: (count: number, most: number) => `${count} of ${most} characters`,
+  save: "Save",
+  badKey:
+    'A key is 1 to 64 lower-case letters, digits, ".", "_" or "-", starting with a letter or ' +
+    "a digit.",
+  emptyValue: "Write a value for this preference.",
+  valueTooLong: (count: number, most: number) =>
+    `A value holds at most ${most} characters; this one has ${count}. Shorten it and save again.`,
+  preferenceAdded: (key: string) => `Preference ${key} added.`,
+  preferenceChanged: (key: string) => `Preference ${key} changed.`,
+  preferenceDeleted: (key: string) => `Preference ${key} deleted.`,
 };
 
 export type Strings = typeof strings;

@@ -1,0 +1,314 @@
+// The Spaces tab: the shared spaces the person is in (GET /spaces) and, for the one chosen, its
+// preferences: every member reads them, a role with prefs.set adds, changes and deletes them.
+// The limits the server holds are checked here first, so nobody sends what it would refuse;
+// when it refuses anyway (a full space, a role taken away meanwhile) its sentence is shown.
+
+import { type Api, ApiError } from "./api";
+import { h } from "./dom";
+import { strings as S } from "./strings";
+
+export interface Space {
+  spaceId: string;
+  platform: string;
+  isDm: boolean;
+  title: string | null;
+  role: "admin" | "member";
+  permissions: string[];
+}
+
+export interface Preference {
+  key: string;
+  value: string;
+  createdBy: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface SpacesHost {
+  api: Api;
+  signOut(message: string): void;
+}
+
+// The server's rules (core/spaces/preferences.py): the key as it is, the value trimmed and
+// counted in characters (code points, as Python counts them), not UTF-16 units.
+const PREFERENCE_KEY = /^[a-z0-9][a-z0-9._-]{0,63}$/;
+const MAX_VALUE_CHARS = 500;
+
+function characters(text: string): number {
+  return [...text].length;
+}
+
+function when(iso: string): string {
+  return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function prefsPath(spaceId: string, key?: string): string {
+  const space = `/spaces/${encodeURIComponent(spaceId)}/prefs`;
+  return key === undefined ? space : `${space}/${encodeURIComponent(key)}`;
+}
+
+export class SpacesView {
+  /** The space last chosen, kept while the person visits the other tabs. */
+  private selected: string | null = null;
+
+  constructor(private readonly host: SpacesHost) {}
+
+  async render(panel: HTMLElement): Promise<void> {
+    const { spaces } = await this.host.api.get<{ spaces: Space[] }>("/spaces");
+    panel.append(h("h2", {}, S.spaces));
+    const first = spaces.find((space) => space.spaceId === this.selected) ?? spaces[0];
+    if (!first) {
+      panel.append(h("p", {}, S.noSpaces));
+      return;
+    }
+    const select = h(
+      "select",
+      { attrs: { id: "space" } },
+      ...spaces.map((space) =>
+        h(
+          "option",
+          { attrs: { value: space.spaceId } },
+          space.title ? `${space.title} (${space.spaceId})` : space.spaceId,
+        ),
+      ),
+    );
+    select.value = first.spaceId;
+    const body = h("div", { class: "space" });
+    select.addEventListener("change", () => {
+      const space = spaces.find((candidate) => candidate.spaceId === select.value);
+      if (space) void this.open(space, body);
+    });
+    panel.append(
+      h("div", { class: "space-picker" }, h("label", { attrs: { for: "space" } }, S.space), select),
+      body,
+    );
+    await this.open(first, body);
+  }
+
+  private async open(space: Space, body: HTMLElement): Promise<void> {
+    this.selected = space.spaceId;
+    const role = S.roles[space.role] ?? space.role;
+    const may = space.permissions.includes("prefs.set") ? S.adminMay : S.memberMay;
+    const intro = h("p", { class: "muted space-intro" }, `${S.yourRole(role)} `, may);
+    if (!space.permissions.includes("prefs.get")) {
+      body.replaceChildren(intro, h("p", {}, S.cannotReadPreferences));
+      return;
+    }
+    const preferences = new SpacePreferences(this.host, space);
+    body.replaceChildren(intro, h("p", { class: "loading" }, S.loading));
+    try {
+      await preferences.reload();
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+      if (this.selected === space.spaceId) {
+        body.replaceChildren(
+          intro,
+          h("p", { class: "error", attrs: { role: "alert" } }, messageOf(error)),
+        );
+      }
+      return;
+    }
+    // The person may have chosen another space while this one loaded.
+    if (this.selected === space.spaceId) body.replaceChildren(intro, preferences.element);
+  }
+}
+
+/** One space's preferences: the list, and for a role with prefs.set the form and deletes. */
+class SpacePreferences {
+  readonly element: HTMLElement;
+  private readonly list = h("ul", { class: "prefs" });
+  private readonly canSet: boolean;
+  private readonly key = h("input", {
+    attrs: {
+      id: "pref-key",
+      autocomplete: "off",
+      autocapitalize: "none",
+      spellcheck: "false",
+      "aria-describedby": "pref-key-help",
+    },
+  });
+  private readonly value = h("textarea", {
+    attrs: { id: "pref-value", rows: "3", "aria-describedby": "pref-value-count" },
+  });
+  private readonly count = h("p", { class: "muted counter", attrs: { id: "pref-value-count" } });
+  private readonly problem = h("p", { class: "error", attrs: { role: "alert" } });
+  private readonly status = h("p", { class: "note", attrs: { role: "status" } });
+  private readonly save = h("button", { class: "primary", attrs: { type: "submit" } }, S.save);
+
+  constructor(
+    private readonly host: SpacesHost,
+    private readonly space: Space,
+  ) {
+    this.canSet = space.permissions.includes("prefs.set");
+    this.element = h("div", {}, h("h3", {}, S.preferences), this.list, this.status);
+    if (this.canSet) this.element.append(this.form());
+  }
+
+  async reload(): Promise<void> {
+    const { preferences } = await this.host.api.get<{ preferences: Preference[] }>(
+      prefsPath(this.space.spaceId),
+    );
+    this.list.replaceChildren(
+      ...(preferences.length === 0
+        ? [h("li", { class: "muted" }, S.noPreferences)]
+        : preferences.map((preference) => this.item(preference))),
+    );
+  }
+
+  private item(preference: Preference): HTMLElement {
+    const created = when(preference.createdAt);
+    const updated = when(preference.updatedAt);
+    const actions = this.canSet
+      ? h(
+          "span",
+          { class: "pref-actions" },
+          h(
+            "button",
+            {
+              attrs: { type: "button", "aria-label": S.changePreference(preference.key) },
+              on: { click: () => this.edit(preference) },
+            },
+            S.change,
+          ),
+          h(
+            "button",
+            {
+              class: "danger",
+              attrs: { type: "button", "aria-label": S.deletePreference(preference.key) },
+              on: { click: () => void this.remove(preference.key) },
+            },
+            S.delete,
+          ),
+        )
+      : null;
+    return h(
+      "li",
+      { class: "pref", attrs: { "data-key": preference.key } },
+      h("div", { class: "pref-head" }, h("code", { class: "pref-key" }, preference.key), actions),
+      h("p", { class: "pref-value" }, preference.value),
+      h(
+        "p",
+        { class: "pref-meta muted" },
+        S.setBy(preference.createdBy, created),
+        updated !== created ? S.changedAt(updated) : null,
+      ),
+    );
+  }
+
+  private form(): HTMLElement {
+    this.value.addEventListener("input", () => this.counted());
+    this.key.addEventListener("input", () => this.key.removeAttribute("aria-invalid"));
+    this.counted();
+    return h(
+      "form",
+      {
+        class: "pref-form",
+        attrs: { novalidate: "", "aria-labelledby": "pref-form-title" },
+        on: {
+          submit: (event) => {
+            event.preventDefault();
+            void this.submit();
+          },
+        },
+      },
+      h("h3", { attrs: { id: "pref-form-title" } }, S.addOrChange),
+      h("label", { attrs: { for: "pref-key" } }, S.key),
+      this.key,
+      h("p", { class: "muted help", attrs: { id: "pref-key-help" } }, S.keyHelp),
+      h("label", { attrs: { for: "pref-value" } }, S.value),
+      this.value,
+      this.count,
+      this.problem,
+      h("div", {}, this.save),
+    );
+  }
+
+  /** The live count under the value, marked once it passes the limit. */
+  private counted(): void {
+    const count = characters(this.value.value.trim());
+    this.count.textContent = S.valueCount(count, MAX_VALUE_CHARS);
+    this.count.classList.toggle("over", count > MAX_VALUE_CHARS);
+    if (count <= MAX_VALUE_CHARS) this.value.removeAttribute("aria-invalid");
+  }
+
+  private edit(preference: Preference): void {
+    this.key.value = preference.key;
+    this.value.value = preference.value;
+    this.counted();
+    this.problem.textContent = "";
+    this.value.focus();
+  }
+
+  /** The form's first fault as a sentence, with its field marked and focused; null if none. */
+  private fault(key: string, value: string): string | null {
+    const count = characters(value);
+    let field: HTMLInputElement | HTMLTextAreaElement = this.value;
+    let sentence: string;
+    if (!PREFERENCE_KEY.test(key)) {
+      field = this.key;
+      sentence = S.badKey;
+    } else if (count === 0) {
+      sentence = S.emptyValue;
+    } else if (count > MAX_VALUE_CHARS) {
+      sentence = S.valueTooLong(count, MAX_VALUE_CHARS);
+    } else {
+      return null;
+    }
+    field.setAttribute("aria-invalid", "true");
+    field.focus();
+    return sentence;
+  }
+
+  private async submit(): Promise<void> {
+    const key = this.key.value.trim();
+    const value = this.value.value.trim();
+    this.status.textContent = "";
+    const fault = this.fault(key, value);
+    this.problem.textContent = fault ?? "";
+    if (fault) return;
+    this.save.disabled = true;
+    try {
+      const { created } = await this.host.api.send<{ created: boolean }>(
+        "PUT",
+        prefsPath(this.space.spaceId, key),
+        { value },
+      );
+      this.key.value = "";
+      this.value.value = "";
+      this.counted();
+      await this.reload();
+      this.status.textContent = created ? S.preferenceAdded(key) : S.preferenceChanged(key);
+      this.key.focus();
+    } catch (error) {
+      this.refused(error);
+    } finally {
+      this.save.disabled = false;
+    }
+  }
+
+  private async remove(key: string): Promise<void> {
+    this.status.textContent = "";
+    this.problem.textContent = "";
+    try {
+      await this.host.api.send("DELETE", prefsPath(this.space.spaceId, key));
+      await this.reload();
+      this.status.textContent = S.preferenceDeleted(key);
+      // The button pressed is gone with its row: focus goes on to the form.
+      this.key.focus();
+    } catch (error) {
+      this.refused(error);
+    }
+  }
+
+  private refused(error: unknown): void {
+    if (error instanceof ApiError && error.status === 401) {
+      this.host.signOut(error.message);
+      return;
+    }
+    this.problem.textContent = messageOf(error);
+  }
+}
