@@ -36,7 +36,7 @@ from core.i18n import choose_language
 from core.people import Admitted
 from core.principal import Person, Principal
 from core.rate_limits import bucket_key
-from core.sessions import Turn, TurnInput
+from core.sessions import SessionLocks, Turn, TurnInput
 from core.spaces import SpaceTurn, area_key, parse_space_id
 from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
@@ -65,6 +65,25 @@ log = logging.getLogger("mercury.bridges")
 MAX_IN_FLIGHT: Final = 1000
 #: What an ambient entry says for a file sent without text.
 _FILE_NOTE: Final = "[sent a file: {names}]"
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A turn started for a message: what sending its answer needs."""
+
+    turn: Turn
+    key: str
+    area: str
+    before: list[StoredFile]
+    translator: Translator
+
+
+def _space_of(bridge: PlatformBridge, message: Received) -> str:
+    """The space a message belongs to, for the order of its routing (never raises)."""
+    try:
+        return bridge.parse_thread(message.thread_id).space_id
+    except Exception:
+        return message.thread_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +134,8 @@ class Pipeline:
         self._typing_tasks: set[asyncio.Task[None]] = set()
         #: The turn running in each conversation here (session key), for ``stop``.
         self._running: dict[str, Turn] = {}
+        #: Each space's messages routed one at a time, in the order they were taken.
+        self._order = SessionLocks()
         #: Per rate-limit bucket, until when its refusal was told (once a window).
         self._told: dict[str, float] = {}
 
@@ -154,9 +175,18 @@ class Pipeline:
         return len(self._tasks) >= self.max_in_flight
 
     async def handle(self, bridge: PlatformBridge, message: Received) -> None:
-        """Route one message; failures are logged, never raised (nobody waits for them)."""
+        """Route one message; failures are logged, never raised (nobody waits for them).
+
+        A space's messages are routed one at a time, in the order they were taken, up to
+        the moment a turn starts: talk said before a mention is always the mention's ambient
+        context, whatever each message waited for on its way. The answer is awaited outside
+        that order, so a long turn holds up nothing but its own conversation.
+        """
         try:
-            await self._route(bridge, message)
+            async with self._order.hold(_space_of(bridge, message)):
+                started = await self._route(bridge, message)
+            if started is not None:
+                await self._finish(bridge, message, started)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -164,7 +194,7 @@ class Pipeline:
 
     # ---------------------------------------------------------------- routing
 
-    async def _route(self, bridge: PlatformBridge, message: Received) -> None:
+    async def _route(self, bridge: PlatformBridge, message: Received) -> _Started | None:
         thread = bridge.parse_thread(message.thread_id)
         space = parse_space_id(thread.space_id)  # the bridge's own: never a message's word
         caller_id = f"{message.platform}:{message.author_id}"
@@ -176,7 +206,7 @@ class Pipeline:
         stores = self._stores
         targets = [caller_id] if person is None else [caller_id, person.key]
         if await stores.mutes.is_muted(space.id, targets):
-            return  # silently: no model call, no reply, not even ambient
+            return None  # silently: no model call, no reply, not even ambient
         trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
         matched = person is not None and trigger.matches(
             message.text,
@@ -191,7 +221,7 @@ class Pipeline:
             await stores.spaces.join(space.id, person.key)
         if not matched or person is None:
             await self._keep_ambient(space.id, caller_id, message)
-            return
+            return None
         language, zone = await self._language_and_zone(person)
         translator = self._catalogs.translator(language)
         key = self._manager.session_key(person, thread.conversation_external_id, space.id)
@@ -206,15 +236,15 @@ class Pipeline:
                 else translator.gettext("Nothing is running here.")
             )
             await self._reply(bridge, message, text)
-            return
+            return None
         if command == "compact":
-            await self._manager.compact(key)
-            await self._reply(
-                bridge,
-                message,
-                translator.gettext("Done: this conversation starts afresh from a summary."),
+            # It waits for the conversation's running turn, never for the space's routing.
+            task = asyncio.get_running_loop().create_task(
+                self._compact(bridge, message, key, translator)
             )
-            return
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return None
         own = self._settings.spaces.get(space.id)
         decision = await self._manager.check_rate(
             person,
@@ -230,9 +260,23 @@ class Pipeline:
                 decision.retry_after_s,
                 translator,
             )
-            return
+            return None
         ingress = await self._normalize(bridge, message, thread.conversation_external_id, space.id)
-        await self._run(bridge, message, ingress, principal, person, language, zone, translator)
+        return await self._start(ingress, principal, person, language, zone, translator)
+
+    async def _compact(
+        self, bridge: PlatformBridge, message: Received, key: str, translator: Translator
+    ) -> None:
+        try:
+            await self._manager.compact(key)
+        except Exception:
+            log.exception("compacting %s failed", message.thread_id)
+            return
+        await self._reply(
+            bridge,
+            message,
+            translator.gettext("Done: this conversation starts afresh from a summary."),
+        )
 
     async def _keep_ambient(self, space_id: str, caller_id: str, message: Received) -> None:
         text = message.text.strip()
@@ -306,17 +350,16 @@ class Pipeline:
             attachments=saved,
         )
 
-    async def _run(
+    async def _start(
         self,
-        bridge: PlatformBridge,
-        message: Received,
         ingress: IngressMessage,
         principal: Principal,
         person: Person,
         language: str,
         zone: str,
         translator: Translator,
-    ) -> None:
+    ) -> _Started:
+        """The turn for ``ingress`` opened, with the space's preferences and ambient talk."""
         stores = self._stores
         space_id = ingress.space_id
         role = await stores.spaces.role(
@@ -351,14 +394,19 @@ class Pipeline:
         )
         key = self._manager.session_key(person, ingress.conversation_external_id, space_id)
         self._running[key] = turn
+        return _Started(turn=turn, key=key, area=area, before=before, translator=translator)
+
+    async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
+        """Wait for the turn's answer and send it, with the files it wrote."""
+        turn, key = started.turn, started.key
         try:
-            text = await self._answer_of(turn, translator)
+            text = await self._answer_of(turn, started.translator)
         finally:
             if self._running.get(key) is turn:
                 del self._running[key]
         if text is None:
             return  # stopped: the stop command answered
-        files = await self._outgoing(area, before)
+        files = await self._outgoing(started.area, started.before)
         await self._reply(bridge, message, text, files)
 
     async def _answer_of(self, turn: Turn, translator: Translator) -> str | None:
