@@ -31,7 +31,9 @@ run there (:meth:`deliver` is awaited from any loop).
 
 Exceptions::
 
-    StandInError    the stand-in was misused (started twice, not started) or failed to start
+    StandInError             the stand-in was misused (started twice, not started) or failed
+    │                        to start
+    └── StandInTimeoutError  a wait helper ran out of time (also a TimeoutError)
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import itertools
 import secrets
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
@@ -67,6 +70,7 @@ __all__ = [
     "GraphCall",
     "Inbound",
     "StandInError",
+    "StandInTimeoutError",
     "StoredMedia",
     "UploadedFile",
     "WhatsAppStandIn",
@@ -85,6 +89,10 @@ _MEDIA_KINDS: Final = frozenset({"image", "document", "audio", "video", "sticker
 
 class StandInError(Exception):
     """The WhatsApp stand-in was misused or could not start."""
+
+
+class StandInTimeoutError(StandInError, TimeoutError):
+    """A wait on the WhatsApp stand-in ran out of time."""
 
 
 @dataclass(frozen=True)
@@ -372,6 +380,19 @@ class WhatsAppStandIn:
             and isinstance(call.answer, dict)
             and "messages" in call.answer
         ]
+
+    async def wait_for_messages(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """The first ``count`` messages the bridge sent, once it has sent that many (polled
+        from the caller's loop)."""
+        deadline = time.monotonic() + timeout
+        while len(sent := self.sent_messages()) < count:
+            if time.monotonic() >= deadline:
+                raise StandInTimeoutError(
+                    f"The bridge sent {len(sent)} WhatsApp messages in {timeout:g} s; "
+                    f"{count} were awaited."
+                )
+            await asyncio.sleep(0.02)
+        return sent[:count]
 
     def typing_indicators(self) -> list[dict[str, Any]]:
         """The bodies of the read receipts with a typing indicator the bridge sent."""

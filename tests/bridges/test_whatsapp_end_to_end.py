@@ -1,0 +1,250 @@
+"""WhatsApp end to end: the Cloud API stand-in delivers signed webhooks to a real server whose
+WhatsApp bridge (httpx on the Graph API) answers through the stand-in; the model is the Ollama
+stand-in. The scenes of tests/bridges/test_pipeline_end_to_end.py through WhatsApp's own wire:
+the callback's verification, mentions and ambient context in a group, replies to the bot,
+DMs, files both ways, re-deliveries, delivery receipts and forged deliveries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import anyio
+import pytest
+
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer
+from tests.support.whatsapp_standin import Inbound, WhatsAppStandIn
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+ANN, BEN, CAT, DEE = "15551230001", "15551230002", "15551230003", "15551230004"
+NAMES = {ANN: "Ann Example", BEN: "Ben Example", CAT: "Cat Example", DEE: "Dee Example"}
+GROUP = "Y2FwaV9ncm91cDoxNzA1NTU1MDEzOToxMjAzNjM0MDQ2OTQyMzM4MjAZD"
+GROUP_SPACE = f"whatsapp:{GROUP}@g.us"
+
+
+@pytest.fixture(scope="module")
+def whatsapp_server() -> Iterator[WhatsAppStandIn]:
+    with WhatsAppStandIn() as standin:
+        yield standin
+
+
+@pytest.fixture
+def whatsapp(whatsapp_server: WhatsAppStandIn) -> Iterator[WhatsAppStandIn]:
+    whatsapp_server.reset()
+    yield whatsapp_server
+    whatsapp_server.reset()
+
+
+@pytest.fixture
+def chat(make_server: Callable[..., RunningServer], whatsapp: WhatsAppStandIn) -> RunningServer:
+    return make_server(MERCURY_CONFIG_FILE="", **whatsapp.env())
+
+
+def hook(chat: RunningServer) -> str:
+    return chat.url + "/webhooks/whatsapp"
+
+
+def said(whatsapp: WhatsAppStandIn, sender: str, text: str, **options: Any) -> Inbound:
+    return whatsapp.text(sender, text, name=NAMES[sender], **options)
+
+
+def mention(whatsapp: WhatsAppStandIn) -> str:
+    """The bot's mention as WhatsApp writes it: its business number."""
+    return f"@{whatsapp.display_phone_number}"
+
+
+async def say(whatsapp: WhatsAppStandIn, chat: RunningServer, *messages: Inbound) -> int:
+    """Deliver ``messages`` in one signed webhook call; how many the server took to run."""
+    with anyio.fail_after(30):
+        delivered = await whatsapp.deliver(hook(chat), whatsapp.event(*messages))
+    assert delivered.status == 200, delivered.answer
+    return int(json.loads(delivered.answer)["taken"])
+
+
+async def settle(seconds: float = 1.0) -> None:
+    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
+    await asyncio.sleep(seconds)
+
+
+def user_contents(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+def system_of(request: dict[str, Any]) -> str:
+    return str(request["messages"][0]["content"])
+
+
+def space_folder(chat: RunningServer, space_id: str) -> Path:
+    vault = Path(chat.services.settings.wiki.vault_path)
+    return vault / "users" / quote("space:" + space_id, safe="")
+
+
+async def test_the_callback_verification_answers_the_challenge_only_for_the_verify_token(
+    chat: RunningServer, whatsapp: WhatsAppStandIn
+) -> None:
+    with anyio.fail_after(30):
+        verified = await whatsapp.verify(hook(chat), challenge="1158201444")
+        refused = await whatsapp.verify(hook(chat), token="a-guess")
+    assert (verified.status, verified.answer) == (200, b"1158201444")
+    assert refused.status == 401
+    assert b"1158201444" not in refused.answer
+
+
+async def test_in_a_group_only_the_mention_runs_and_its_answer_quotes_it(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Lunch is at noon."))
+    await say(whatsapp, chat, said(whatsapp, ANN, "who's up for lunch?", group_id=GROUP))
+    await say(whatsapp, chat, said(whatsapp, BEN, "me, at the usual place", group_id=GROUP))
+    asked = said(whatsapp, CAT, f"{mention(whatsapp)} when is lunch?", group_id=GROUP)
+    assert await say(whatsapp, chat, asked) == 1
+
+    [reply] = await whatsapp.wait_for_messages(1, timeout=40)
+    assert (reply["recipient_type"], reply["to"]) == ("group", GROUP)
+    assert reply["text"]["body"] == "Lunch is at noon."
+    assert reply["context"] == {"message_id": asked.id}
+    [request] = ollama.requests
+    words = user_contents(request)[-1]
+    assert "<ambient" in words and "not addressed to you" in words
+    assert 'author="Ann Example"' in words and "who's up for lunch?" in words
+    assert 'author="Ben Example"' in words and "me, at the usual place" in words
+    assert f'<caller id="whatsapp:{CAT}" name="Cat Example"' in words
+    assert words.endswith("@Mercury when is lunch?")
+    assert f"group chat ({GROUP_SPACE})" in system_of(request)
+    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [asked.id]
+    await settle()
+    assert len(ollama.requests) == 1 and len(whatsapp.sent_messages()) == 1
+
+
+async def test_a_reply_quoting_the_bots_answer_runs_without_a_mention(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("The build is green."), ChatScript.words("Since noon."))
+    await say(whatsapp, chat, said(whatsapp, ANN, f"{mention(whatsapp)} build?", group_id=GROUP))
+    await whatsapp.wait_for_messages(1, timeout=40)
+    [answer_id] = whatsapp.sent_message_ids()
+
+    quoted = (answer_id, whatsapp.display_phone_number)
+    follow_up = said(whatsapp, ANN, "since when?", group_id=GROUP, reply_to=quoted)
+    assert await say(whatsapp, chat, follow_up) == 1
+
+    _, second = await whatsapp.wait_for_messages(2, timeout=40)
+    assert second["text"]["body"] == "Since noon."
+    assert second["context"] == {"message_id": follow_up.id}
+
+
+async def test_a_direct_message_always_runs_and_is_answered_to_the_person(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Hi Dee."))
+    hello = said(whatsapp, DEE, "hello there")
+    assert await say(whatsapp, chat, hello) == 1
+
+    [reply] = await whatsapp.wait_for_messages(1, timeout=40)
+    assert (reply["recipient_type"], reply["to"], reply["text"]["body"]) == (
+        "individual",
+        DEE,
+        "Hi Dee.",
+    )
+    [request] = ollama.requests
+    assert f"direct chat (whatsapp:{DEE})" in system_of(request)
+    assert f'<caller id="whatsapp:{DEE}" name="Dee Example"' in user_contents(request)[-1]
+
+
+async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_as_a_document(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    seen: list[str] = []
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if not seen:
+            seen.append(user_contents(request)[-1])
+            return ChatScript(
+                tool_calls=[
+                    {
+                        "name": "outbox_write",
+                        "arguments": {"filename": "summary.txt", "content": "ann leads"},
+                    }
+                ]
+            )
+        return ChatScript.words("Here is the summary.")
+
+    ollama.responder = respond
+    scores = b"name,score\nann,3\n"
+    asked = whatsapp.media_message(
+        ANN,
+        "document",
+        scores,
+        "text/csv",
+        filename="scores.csv",
+        caption=f"{mention(whatsapp)} summarize",
+        name=NAMES[ANN],
+        group_id=GROUP,
+    )
+    assert await say(whatsapp, chat, asked) == 1
+    text, document = await whatsapp.wait_for_messages(2, timeout=40)
+
+    assert re.search(r"^- inbox/.*scores\.csv$", seen[0], re.MULTILINE), seen[0]
+    media_id = asked.message["document"]["id"]
+    fetched = [(c.path, c.authorized) for c in whatsapp.calls if c.method == "GET"]
+    assert fetched == [(f"/{media_id}", True), (f"/download/{media_id}", True)]
+    inbox = space_folder(chat, GROUP_SPACE) / "inbox"
+    assert [p.read_bytes() for p in inbox.iterdir()] == [scores]
+    assert text["text"]["body"] == "Here is the summary."
+    assert text["context"] == {"message_id": asked.id}
+    assert (document["type"], document["to"]) == ("document", GROUP)
+    assert document["document"]["filename"] == "summary.txt"
+    assert whatsapp.media(document["document"]["id"]).data == b"ann leads"
+    [upload] = [c for c in whatsapp.calls if c.path.endswith("/media")]
+    assert upload.files[0].filename == "summary.txt"
+
+
+async def test_a_message_meta_delivers_again_runs_once(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    payload = whatsapp.event(said(whatsapp, DEE, "count me once"))
+    with anyio.fail_after(30):
+        first = await whatsapp.deliver(hook(chat), payload)
+        again = await whatsapp.redeliver(first)
+    assert (first.status, again.status) == (200, 200)
+    assert (json.loads(first.answer)["taken"], json.loads(again.answer)["taken"]) == (1, 0)
+
+    await whatsapp.wait_for_messages(1, timeout=40)
+    await settle()
+    assert len(ollama.requests) == 1 and len(whatsapp.sent_messages()) == 1
+
+
+async def test_a_forged_or_unsigned_delivery_runs_nothing(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    payload = whatsapp.event(said(whatsapp, DEE, "forged"))
+    with anyio.fail_after(30):
+        forged = await whatsapp.deliver(hook(chat), payload, secret="not-the-app-secret")
+        unsigned = await whatsapp.deliver(hook(chat), payload, signature="")
+
+    assert (forged.status, unsigned.status) == (401, 401)
+    assert json.loads(forged.answer)["ok"] is False
+    await settle()
+    assert ollama.requests == []
+    assert whatsapp.calls == []
+
+
+async def test_delivery_receipts_and_the_bots_own_echo_run_nothing(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    with anyio.fail_after(30):
+        receipt = await whatsapp.deliver(hook(chat), whatsapp.status_event("wamid.x", DEE, "read"))
+    assert (receipt.status, json.loads(receipt.answer)["taken"]) == (200, 0)
+    echo = whatsapp.text(whatsapp.display_phone_number, "Hello!", group_id=GROUP)
+    assert await say(whatsapp, chat, echo) == 0
+    await settle()
+    assert ollama.requests == []
+    assert whatsapp.calls == []
