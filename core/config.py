@@ -701,7 +701,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("slack.signing_secret", "SLACK_SIGNING_SECRET", _Text(raw=True), None,
             "The Slack app's signing secret, which every event is checked against.",
             secret=True),
-    Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api/",
+    Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api",
             "Slack's Web API address."),
     Setting("telegram.enabled", "MERCURY_TELEGRAM", _Bool(), False,
             "Run the Telegram bridge: updates at `POST /webhooks/telegram`."),
