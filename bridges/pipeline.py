@@ -406,7 +406,10 @@ class Pipeline:
                 del self._running[key]
         if text is None:
             return  # stopped: the stop command answered
-        files = await self._outgoing(started.area, started.before)
+        files = [
+            EgressFile(filename=found.name, mime_type=found.mime_type, data=data)
+            for found, data in await self._files.written_since(started.area, started.before)
+        ]
         await self._reply(bridge, message, text, files)
 
     async def _answer_of(self, turn: Turn, translator: Translator) -> str | None:
@@ -437,22 +440,6 @@ class Pipeline:
                 "To confirm, answer with the token (%(choices)s)."
             ) % {"choices": choices}
         return final.text
-
-    async def _outgoing(self, area: str, before: list[StoredFile]) -> list[EgressFile]:
-        """The files the turn wrote to the space's outbox, up to the per-turn limit."""
-        changed = await self._files.changed_since(area, before)
-        budget = self._files.limits.max_turn_bytes
-        out: list[EgressFile] = []
-        for stored in changed:
-            if stored.size_bytes > budget:
-                continue  # stays in the outbox; the per-turn limit holds for replies too
-            try:
-                found, data = await self._files.read(area, stored.name, OUTBOX)
-            except FileError:
-                continue
-            budget -= len(data)
-            out.append(EgressFile(filename=found.name, mime_type=found.mime_type, data=data))
-        return out
 
     # ---------------------------------------------------------------- platform calls
 

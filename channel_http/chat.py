@@ -39,12 +39,9 @@ from core import events
 from core.file_types import describe_size
 from core.files import (
     OUTBOX,
-    FileError,
     FileTooLarge,
     IncomingFile,
     InvalidFileName,
-    PersonFiles,
-    StoredFile,
 )
 from core.i18n import choose_language
 from core.people import Admitted, refusal_message
@@ -262,31 +259,6 @@ async def _run(
             await asyncio.gather(collecting, watching, return_exceptions=True)
 
 
-async def _outgoing(
-    files: PersonFiles, person_key: str, changed: list[StoredFile]
-) -> list[dict[str, Any]]:
-    """The answer's files: those the turn wrote, read back up to the per-turn limit."""
-    out: list[dict[str, Any]] = []
-    budget = files.limits.max_turn_bytes
-    for stored in changed:
-        if stored.size_bytes > budget:
-            continue  # stays in the outbox; the per-turn limit holds for answers too
-        try:
-            found, data = await files.read(person_key, stored.name, OUTBOX)
-        except FileError:
-            continue  # replaced or removed since it was listed
-        budget -= len(data)
-        out.append(
-            {
-                "filename": found.name,
-                "mimeType": found.mime_type,
-                "sizeBytes": len(data),
-                "data": data,
-            }
-        )
-    return out
-
-
 @post("/chat", status_code=200, request_max_body_size=None)
 async def chat(request: AnyRequest) -> Response[Any]:
     caller: Caller = request.scope["state"]["caller"]
@@ -364,11 +336,18 @@ async def chat(request: AnyRequest) -> Response[Any]:
         if turn.failure == "stopping":
             raise Unavailable(message, headers={**headers, "retry-after": "5"})
         raise InternalError(message, headers=headers)  # the engine logged it
-    changed = await files.changed_since(acting.person.key, before)
     content: dict[str, Any] = {
         "ok": True,
         "reply": collected.final.text,
-        "files": await _outgoing(files, acting.person.key, changed),
+        "files": [
+            {
+                "filename": found.name,
+                "mimeType": found.mime_type,
+                "sizeBytes": len(data),
+                "data": data,
+            }
+            for found, data in await files.written_since(acting.person.key, before)
+        ],
     }
     if collected.pending is not None:
         pending = collected.pending

@@ -323,6 +323,24 @@ class PersonFiles:
 
     # -- the outbox ----------------------------------------------------------------------
 
+    async def written_since(
+        self, person_key: str, before: Sequence[StoredFile]
+    ) -> builtins.list[tuple[StoredFile, bytes]]:
+        """The outbox files a turn wrote since ``before`` was listed, read back up to the
+        per-turn limit (what an answer carries); a larger file stays in the outbox."""
+        budget = self.limits.max_turn_bytes
+        out: builtins.list[tuple[StoredFile, bytes]] = []
+        for stored in await self.changed_since(person_key, before):
+            if stored.size_bytes > budget:
+                continue  # the per-turn limit holds for answers too
+            try:
+                found, data = await self.read(person_key, stored.name, OUTBOX)
+            except FileError:
+                continue  # replaced or removed since it was listed
+            budget -= len(data)
+            out.append((found, data))
+        return out
+
     async def write_outbox(self, person_key: str, name: str, data: bytes) -> StoredFile:
         """Write (or replace) ``outbox/<name>`` for the person."""
         name = _strip_folder(name, OUTBOX)

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Final
-from xml.sax.saxutils import escape
 
 import msgspec
 
 from core.codes import from_micros, to_micros
 from core.spaces.ids import parse_space_id
+from core.spaces.turn import escape
 from core.state import Database, Migration, Schema
 
 __all__ = ["AMBIENT_NOTE", "Ambient", "AmbientMessage", "render_ambient"]
@@ -32,7 +32,6 @@ __all__ = ["AMBIENT_NOTE", "Ambient", "AmbientMessage", "render_ambient"]
 #: What the block tells the model its messages are.
 AMBIENT_NOTE: Final = "Messages in this space since your last answer, not addressed to you."
 
-_ATTRIBUTE: Final = {'"': "&quot;"}
 
 _SCHEMA: Final = Schema(
     "space_ambient",
@@ -147,9 +146,9 @@ def render_ambient(messages: Iterable[AmbientMessage]) -> str:
     its time in UTC. Everything is escaped: a message can't close the block or forge another.
     """
     lines = [
-        f'<message author="{escape(m.author_name or m.caller_id, _ATTRIBUTE)}" '
-        f'caller="{escape(m.caller_id, _ATTRIBUTE)}" at="{_stamp(m.at)}">'
-        f"{escape(m.text, _ATTRIBUTE)}</message>"
+        f'<message author="{escape(m.author_name or m.caller_id)}" '
+        f'caller="{escape(m.caller_id)}" at="{_stamp(m.at)}">'
+        f"{escape(m.text)}</message>"
         for m in messages
     ]
     if not lines:

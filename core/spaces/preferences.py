@@ -24,13 +24,13 @@ import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, Literal
-from xml.sax.saxutils import escape
 
 import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
 from core.spaces.ids import parse_space_id
+from core.spaces.turn import escape
 from core.state import Database, Migration, Row, Schema
 
 __all__ = [
@@ -47,7 +47,6 @@ PREFERENCE_KEY: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_VALUE_CHARS: Final = 500
 MAX_PREFERENCES: Final = 50
 
-_ATTRIBUTE: Final = {'"': "&quot;"}
 
 _SCHEMA: Final = Schema(
     "space_preferences",
@@ -230,10 +229,7 @@ def render_preferences(preferences: Iterable[Preference]) -> str:
     Keys and values are escaped, so a value can't close its element or open another: it
     stays text however it is written.
     """
-    lines = [
-        f'<pref key="{escape(p.key, _ATTRIBUTE)}">{escape(p.value, _ATTRIBUTE)}</pref>'
-        for p in preferences
-    ]
+    lines = [f'<pref key="{escape(p.key)}">{escape(p.value)}</pref>' for p in preferences]
     if not lines:
         return ""
     return "<preferences>\n" + "\n".join(lines) + "\n</preferences>"

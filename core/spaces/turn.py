@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
+from xml.sax.saxutils import escape as _escape
 
 import msgspec
 
@@ -11,6 +12,7 @@ from core.spaces.ids import area_key
 __all__ = ["Role", "SpaceTurn", "escape"]
 
 Role = Literal["admin", "member"]
+_QUOTE: Final = {'"': "&quot;"}
 
 
 class SpaceTurn(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +66,4 @@ class SpaceTurn(msgspec.Struct, frozen=True, kw_only=True):
 
 def escape(text: str) -> str:
     """``text`` safe inside an XML element or a double-quoted attribute."""
-    return (
-        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-    )
+    return _escape(text, _QUOTE)
