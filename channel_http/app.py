@@ -399,7 +399,9 @@ async def open_services(
             *builtin_plugins(vault=vault, person_settings=person_settings),
             files_plugin(files, chat_model.accepts_images),
             *memory_plugins,
-            *space_plugins(space_stores.preferences, space_stores.mutes, space_stores.spaces),
+            *space_plugins(
+                space_stores.preferences, space_stores.mutes, space_stores.spaces, people
+            ),
             *plugins,
         ),
         access=settings.access.plugins,

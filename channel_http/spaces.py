@@ -6,8 +6,12 @@ does, so nobody learns which spaces exist; a member without the permission a rou
 (``prefs.get`` for reading preferences, ``prefs.set`` for changing them, ``mute`` for the mutes)
 is refused with 403.
 
+The permission check is the one the agent's tools make (:func:`core.spaces.access.require`).
 Muting over HTTP is two-step, as the agent's tool is: a ``POST`` without ``confirm: true``
-answers the policy reminder and changes nothing; the same request with it applies the mute.
+answers a reminder written for the admin and changes nothing; the same request with it applies
+the mute. The person named is resolved as the tool resolves it
+(:class:`core.spaces.access.MuteTargets`): the mute is kept under their person key, and an
+admin of the space is refused (403) under any of their names.
 """
 
 from __future__ import annotations
@@ -18,13 +22,13 @@ from urllib.parse import unquote
 from litestar import Request, Response, delete, get, post, put
 from litestar.params import FromPath
 
-from channel_http.errors import BadRequest, Forbidden, NotFound
+from channel_http.errors import BadRequest, Forbidden, NotFound, Unavailable
 from channel_http.requests import MuteBody, PreferenceBody, decode_body
 from core.spaces import InvalidSpaceId, parse_space_id
+from core.spaces.access import MuteTargets, NotPermitted, require
 from core.spaces.members import PERMISSIONS, Permission
-from core.spaces.mutes import MuteError, parse_duration
+from core.spaces.mutes import MAX_REASON_CHARS, MuteError, checked_reason, parse_duration
 from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, PreferenceError
-from core.spaces.tools import MUTE_POLICY
 
 if TYPE_CHECKING:
     from channel_http.app import Services
@@ -39,7 +43,6 @@ __all__ = ["space_routes"]
 AnyRequest = Request[Any, Any, Any]
 _NO_STORE: Final = {"cache-control": "no-store"}
 _MAX_PERSON_CHARS: Final = 200
-_MAX_REASON_CHARS: Final = 500
 
 
 def _ok(content: dict[str, Any]) -> Response[Any]:
@@ -67,11 +70,14 @@ async def _role(
     role = await stores.spaces.role(space.id, caller.person.key, (caller.principal.user_key,))
     if role is None:
         raise NotFound(_unknown(space.id, tr))
-    if permission is not None and role not in PERMISSIONS[permission]:
-        raise Forbidden(
-            tr.gettext("Only an admin of %(space)s may do this; your role there is %(role)s.")
-            % {"space": space.id, "role": role}
-        )
+    if permission is not None:
+        try:
+            require(role, permission)  # the check the agent's tools make too
+        except NotPermitted:
+            raise Forbidden(
+                tr.gettext("Only an admin of %(space)s may do this; your role there is %(role)s.")
+                % {"space": space.id, "role": role}
+            ) from None
     return space.id, role
 
 
@@ -90,10 +96,20 @@ def _preference_refusal(error: PreferenceError, tr: Translator) -> str:
             'A preference key is 1 to 64 lower-case letters, digits, ".", "_" or "-", '
             "starting with a letter or a digit."
         )
-    if error.fault == "value":
+    if error.fault == "long":
         return tr.gettext("A preference's value holds at most %(count)d characters.") % {
             "count": MAX_VALUE_CHARS
         }
+    if error.fault == "blank":
+        return tr.gettext(
+            "A preference's value is empty or only blanks; write what the assistant should follow."
+        )
+    if error.fault == "invisible":
+        return tr.gettext(
+            "A preference's value is plain text: control characters (such as NUL) and "
+            "invisible formatting characters (such as U+202E) are refused; tabs and line "
+            "breaks are fine."
+        )
     return tr.gettext(
         "A space holds at most %(count)d preferences; delete one before adding another."
     ) % {"count": MAX_PREFERENCES}
@@ -212,6 +228,43 @@ async def mutes_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]
     return _ok({"spaceId": space_id, "mutes": [_mute(m) for m in mutes]})
 
 
+def _targets(request: AnyRequest) -> MuteTargets:
+    services: Services = request.app.state.services
+    return MuteTargets(_stores(request).spaces, services.people)
+
+
+def _mute_refusal(error: MuteError, person: str, space_id: str, tr: Translator) -> Exception:
+    """The route's answer to a refused mute, in the caller's language."""
+    if error.fault == "admin":
+        return Forbidden(
+            tr.gettext("%(person)s is an admin of %(space)s; an admin can't be muted.")
+            % {"person": person, "space": space_id}
+        )
+    if error.fault == "unchecked":
+        return Unavailable(
+            tr.gettext("Who %(person)s is can't be checked right now; try again in a few minutes.")
+            % {"person": person}
+        )
+    if error.fault == "duration":
+        return BadRequest(
+            tr.gettext('"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.')
+        )
+    if error.fault == "reason":
+        return BadRequest(
+            tr.gettext(
+                '"reason" is plain text of at most %(count)d characters, without control or '
+                "invisible characters."
+            )
+            % {"count": MAX_REASON_CHARS}
+        )
+    return BadRequest(
+        tr.gettext(
+            '"person" names who to mute as the space knows them (slack:U0123), without '
+            "spaces or invisible characters."
+        )
+    )
+
+
 @post("/spaces/{space:str}/mutes", status_code=200)
 async def mutes_post(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
     space_id, _ = await _role(request, space, "mute")
@@ -219,26 +272,24 @@ async def mutes_post(request: AnyRequest, space: FromPath[str]) -> Response[Any]
     tr = caller.translator
     body = decode_body(MuteBody, await request.body(), tr)
     person = body.person.strip()
-    if not person or len(person) > _MAX_PERSON_CHARS:
-        raise BadRequest(
-            tr.gettext('"person" names who to mute, as the space knows them (slack:U0123).')
-        )
+    shown = person[:_MAX_PERSON_CHARS]
     try:
         duration = parse_duration(body.duration)
-    except MuteError:
-        raise BadRequest(
-            tr.gettext('"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.')
-        ) from None
+        reason = checked_reason(body.reason)
+        # The tool's rule: the person behind the name, never an admin under any name (#34).
+        target = await _targets(request).mutable(space_id, person)
+    except MuteError as error:
+        raise _mute_refusal(error, shown, space_id, tr) from None
     if not body.confirm:
-        return _ok(
-            {"spaceId": space_id, "confirmed": False, "reminder": MUTE_POLICY.format(person=person)}
-        )
+        reminder = tr.gettext(
+            "Nothing has changed yet. Muting %(person)s drops everything they write in "
+            "%(space)s, unread and unanswered, until the time you gave runs out. Mute someone "
+            "who was warned and went on being abusive, spamming or trying to get at secrets. "
+            "To mute them, send the same request again with confirm set to true."
+        ) % {"person": shown, "space": space_id}
+        return _ok({"spaceId": space_id, "confirmed": False, "reminder": reminder})
     mute = await _stores(request).mutes.mute(
-        space_id,
-        person,
-        duration,
-        reason=(body.reason or "")[:_MAX_REASON_CHARS] or None,
-        by=caller.person.key,
+        space_id, target.key, duration, reason=reason, by=caller.person.key
     )
     return _ok({"spaceId": space_id, "confirmed": True, "mute": _mute(mute)})
 
@@ -248,14 +299,19 @@ async def mutes_delete(
     request: AnyRequest, space: FromPath[str], person: FromPath[str]
 ) -> Response[Any]:
     space_id, _ = await _role(request, space, "mute")
-    target = unquote(person)
-    if not await _stores(request).mutes.unmute(space_id, target):
-        caller: Caller = request.scope["state"]["caller"]
+    caller: Caller = request.scope["state"]["caller"]
+    given = unquote(person)
+    try:
+        target = await _targets(request).resolve(given)
+    except MuteError as error:
+        raise _mute_refusal(error, given[:_MAX_PERSON_CHARS], space_id, caller.translator) from None
+    mutes = _stores(request).mutes
+    if not any([await mutes.unmute(space_id, name) for name in target.names]):
         raise NotFound(
             caller.translator.gettext("%(person)s is not muted in %(space)s.")
-            % {"person": target[:_MAX_PERSON_CHARS], "space": space_id}
+            % {"person": given[:_MAX_PERSON_CHARS], "space": space_id}
         )
-    return _ok({"spaceId": space_id, "unmuted": target})
+    return _ok({"spaceId": space_id, "unmuted": given})
 
 
 space_routes: Final = (

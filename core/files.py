@@ -47,6 +47,7 @@ __all__ = [
     "PersonFiles",
     "StoredFile",
     "checked_name",
+    "holds_invisible",
 ]
 
 INBOX: Final = "inbox"
@@ -120,6 +121,18 @@ class StoredFile(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.folder}/{self.name}"
 
 
+def holds_invisible(text: str, *, allowed: str = "") -> bool:
+    """Whether ``text`` holds a control, format (U+202E…), private-use, surrogate or line
+    separator character, those in ``allowed`` aside.
+
+    The one rule for text kept and shown again: file names, a space's preferences and mute
+    reasons and targets refuse what it finds (#34).
+    """
+    return any(
+        unicodedata.category(char) in _REFUSED_CATEGORIES and char not in allowed for char in text
+    )
+
+
 def checked_name(name: str) -> str:
     """``name`` when the rule allows it as a file name; :class:`InvalidFileName` otherwise."""
     if not isinstance(name, str) or not name.strip():
@@ -129,7 +142,7 @@ def checked_name(name: str) -> str:
             fault="empty",
         )
     shown = repr(name if len(name) <= 80 else name[:80] + "…")
-    if any(unicodedata.category(char) in _REFUSED_CATEGORIES for char in name):
+    if holds_invisible(name):
         raise InvalidFileName(
             f"The file name {shown} holds control or invisible characters; rename the file.",
             name=name,

@@ -1,5 +1,6 @@
 """Spaces: chats many people share with the assistant, each a memory and settings boundary."""
 
+from core.spaces.access import MuteTarget, MuteTargets, NotPermitted, require
 from core.spaces.ambient import AMBIENT_NOTE, Ambient, AmbientMessage, render_ambient
 from core.spaces.config import SpaceConfig, SpaceTrigger
 from core.spaces.ids import (
@@ -12,13 +13,14 @@ from core.spaces.ids import (
     parse_space_id,
 )
 from core.spaces.members import PERMISSIONS, Permission, Space, Spaces, allows
-from core.spaces.mutes import MAX_MUTE, MIN_MUTE, Mute, MuteError, Mutes, parse_duration
+from core.spaces.mutes import MAX_MUTE, MIN_MUTE, Mute, MuteError, MuteFault, Mutes, parse_duration
 from core.spaces.preferences import (
     MAX_PREFERENCES,
     MAX_VALUE_CHARS,
     PREFERENCE_KEY,
     Preference,
     PreferenceError,
+    PreferenceFault,
     SpacePreferences,
     render_preferences,
 )
@@ -39,11 +41,16 @@ __all__ = [
     "InvalidSpaceId",
     "Mute",
     "MuteError",
+    "MuteFault",
+    "MuteTarget",
+    "MuteTargets",
     "Mutes",
+    "NotPermitted",
     "Permission",
     "Platform",
     "Preference",
     "PreferenceError",
+    "PreferenceFault",
     "Role",
     "Space",
     "SpaceConfig",
@@ -58,4 +65,5 @@ __all__ = [
     "parse_space_id",
     "render_ambient",
     "render_preferences",
+    "require",
 ]

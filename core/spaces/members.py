@@ -163,6 +163,11 @@ class Spaces:
         )
         return row is not None
 
+    def configured_admins(self, space_id: str) -> tuple[str, ...]:
+        """The admins the file names for the space, as written (person keys or identities)."""
+        configured = self._config.get(space_id)
+        return () if configured is None else tuple(configured.admins)
+
     async def role(
         self, space_id: str, person_key: str, identities: Iterable[str] = ()
     ) -> Role | None:

@@ -5,12 +5,15 @@ wasting the group's resources) after a warning; the mute lasts what it was given
 minute to 30 days (:func:`parse_duration`), and then ends by itself: an expired mute is no
 mute, whether or not :meth:`Mutes.purge_expired` has removed it yet. Muting again replaces
 the expiry. A mute names its *target* as the space shows it (a caller id such as
-``slack:U123``) or as a person key; :meth:`Mutes.is_muted` asks for all of a sender's names
-at once, in one lookup, on every message of the space.
+``slack:U123``) or as a person key; the tools and the routes keep it under the person key
+the name resolves to (:class:`core.spaces.access.MuteTargets`), and :meth:`Mutes.is_muted`
+asks for all of a sender's names at once (their id and person key), in one lookup, on every
+message of the space, so a mute catches every account of the person.
 
 Exceptions::
 
-    MuteError (ValueError)        a duration or target was refused; the message says why
+    MuteError (ValueError)        a duration, target or reason was refused; ``fault`` says
+                                  which, the message says the way out
     InvalidSpaceId (ValueError)   the space id is malformed (from core.spaces.ids)
 """
 
@@ -20,21 +23,27 @@ import builtins
 import re
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
+from core.files import holds_invisible
 from core.spaces.ids import parse_space_id
 from core.state import Database, Migration, Row, Schema
 
 __all__ = [
     "MAX_MUTE",
+    "MAX_REASON_CHARS",
+    "MAX_TARGET_CHARS",
     "MIN_MUTE",
     "Mute",
     "MuteError",
+    "MuteFault",
     "Mutes",
+    "checked_reason",
+    "checked_target",
     "parse_duration",
 ]
 
@@ -71,8 +80,17 @@ CREATE INDEX IF NOT EXISTS space_mutes_ends_at ON space_mutes (ends_at);
 )
 
 
+#: What a refused mute got wrong: its duration, its target's shape, its reason's text, or
+#: a target who is an admin of the space; ``unchecked``: who the target is can't be told now.
+MuteFault = Literal["duration", "target", "reason", "admin", "unchecked"]
+
+
 class MuteError(ValueError):
-    """A mute was refused: its duration or its target doesn't fit."""
+    """A mute was refused; ``fault`` says why, the message says the way out."""
+
+    def __init__(self, fault: MuteFault, message: str) -> None:
+        super().__init__(message)
+        self.fault: MuteFault = fault
 
 
 class Mute(msgspec.Struct, frozen=True, kw_only=True):
@@ -89,20 +107,46 @@ def parse_duration(text: str) -> timedelta:
     """How long ``10m``, ``1h``, ``24h`` or ``7d`` is; :class:`MuteError` for anything else."""
     found = _DURATION.fullmatch(text.strip())
     if found is None:
-        raise MuteError(_DURATION_FORMS)
+        raise MuteError("duration", _DURATION_FORMS)
     duration = int(found[1]) * _UNITS[found[2]]
     if not MIN_MUTE <= duration <= MAX_MUTE:
-        raise MuteError(_DURATION_FORMS)
+        raise MuteError("duration", _DURATION_FORMS)
     return duration
 
 
-def _check_target(target: str) -> str:
-    if not target or len(target) > MAX_TARGET_CHARS or any(c.isspace() for c in target):
+def checked_target(target: str) -> str:
+    """``target`` when it can name a person to mute; :class:`MuteError` otherwise.
+
+    1 to :data:`MAX_TARGET_CHARS` characters, none of them a blank, a control or an invisible
+    one (:func:`core.files.holds_invisible`).
+    """
+    if (
+        not target
+        or len(target) > MAX_TARGET_CHARS
+        or any(c.isspace() for c in target)
+        or holds_invisible(target)
+    ):
         raise MuteError(
+            "target",
             "Name the person to mute by their id in the space, such as slack:U0123ABC, "
-            "without spaces."
+            "without spaces or invisible characters.",
         )
     return target
+
+
+def checked_reason(reason: str | None) -> str | None:
+    """``reason`` trimmed (``None`` for none); :class:`MuteError` for a control or invisible
+    character (tabs and line breaks aside) or more than :data:`MAX_REASON_CHARS`."""
+    cleaned = (reason or "").strip()
+    if holds_invisible(cleaned, allowed="\t\n"):
+        raise MuteError(
+            "reason",
+            "A mute's reason is plain text: control and invisible characters (such as NUL or "
+            "U+202E) are refused.",
+        )
+    if len(cleaned) > MAX_REASON_CHARS:
+        raise MuteError("reason", f"A mute's reason holds at most {MAX_REASON_CHARS} characters.")
+    return cleaned or None
 
 
 def _mute(row: Row) -> Mute:
@@ -140,10 +184,10 @@ class Mutes:
     ) -> Mute:
         """Mute ``target`` in the space for ``duration`` from now; a second mute replaces it."""
         parse_space_id(space_id)
-        _check_target(target)
+        checked_target(target)
         if not MIN_MUTE <= duration <= MAX_MUTE:
-            raise MuteError(_DURATION_FORMS)
-        reason = (reason or "").strip()[:MAX_REASON_CHARS] or None
+            raise MuteError("duration", _DURATION_FORMS)
+        reason = checked_reason(reason)
         await self.ensure_schema()
         until = to_micros(self._clock() + duration)
         await self._db.execute(

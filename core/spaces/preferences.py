@@ -3,9 +3,11 @@
 Every conversation of the space shares them (there are no per-person rows), and every run in
 the space reads them in its instructions (:func:`render_preferences`), so a preference set
 now shapes the next answer without the assistant looking it up. Keys are 1 to 64 lower-case
-letters, digits, ``.``, ``_`` or ``-`` (:data:`PREFERENCE_KEY`); a value is plain text of at
-most :data:`MAX_VALUE_CHARS` characters; a space holds at most :data:`MAX_PREFERENCES` keys,
-and changing the value of a key it already holds never counts against that.
+letters, digits, ``.``, ``_`` or ``-`` (:data:`PREFERENCE_KEY`); a value is plain text of 1 to
+:data:`MAX_VALUE_CHARS` characters, without control or invisible characters but tabs and line
+breaks (the rule file names follow, :func:`core.files.holds_invisible`); a space holds at
+most :data:`MAX_PREFERENCES` keys, and changing the value of a key it already holds never
+counts against that.
 
 Who may read or write them is the caller's business (:data:`core.spaces.PERMISSIONS`); the
 store checks only the shape of what it keeps.
@@ -13,14 +15,14 @@ store checks only the shape of what it keeps.
 Exceptions::
 
     PreferenceError (ValueError)    a key, value or space full of preferences was refused;
-                                    ``fault`` says which, the message says the way out
+                                    ``fault`` (:data:`PreferenceFault`) says which, the
+                                    message says the way out
     InvalidSpaceId (ValueError)     the space id is malformed (from core.spaces.ids)
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, Literal
@@ -29,6 +31,7 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
+from core.files import holds_invisible
 from core.spaces.ids import parse_space_id
 from core.spaces.turn import escape
 from core.state import Database, Migration, Row, Schema
@@ -39,6 +42,7 @@ __all__ = [
     "PREFERENCE_KEY",
     "Preference",
     "PreferenceError",
+    "PreferenceFault",
     "SpacePreferences",
     "render_preferences",
 ]
@@ -69,12 +73,17 @@ CREATE TABLE IF NOT EXISTS space_preferences (
 )
 
 
+#: What a refused preference got wrong: its key; its value empty, too long or holding control
+#: or invisible characters; or the space already full.
+PreferenceFault = Literal["key", "blank", "long", "invisible", "full"]
+
+
 class PreferenceError(ValueError):
     """A preference was refused: its key, its value, or a space already full."""
 
-    def __init__(self, fault: Literal["key", "value", "full"], message: str) -> None:
+    def __init__(self, fault: PreferenceFault, message: str) -> None:
         super().__init__(message)
-        self.fault: Literal["key", "value", "full"] = fault
+        self.fault: PreferenceFault = fault
 
 
 class Preference(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,17 +113,21 @@ def _check_key(key: str) -> str:
 def _check_value(value: str) -> str:
     """``value`` trimmed, when it is a valid preference value; :class:`PreferenceError` if not."""
     cleaned = value.strip()
-    if not cleaned or len(cleaned) > MAX_VALUE_CHARS:
+    if holds_invisible(cleaned, allowed="\t\n"):
         raise PreferenceError(
-            "value",
-            f"A preference's value is 1 to {MAX_VALUE_CHARS} characters of text; "
-            f"this one has {len(cleaned)}.",
+            "invisible",
+            "A preference's value is plain text: control and invisible characters (such as "
+            "NUL or U+202E) are refused; tabs and line breaks are fine.",
         )
-    if any(unicodedata.category(c) == "Cc" and c not in "\t\n" for c in cleaned):
+    if not cleaned:
         raise PreferenceError(
-            "value",
-            "A preference's value is plain text: only tabs and line breaks may be among "
-            "its characters beside printable ones.",
+            "blank", "A preference's value is empty or only blanks; write what to follow."
+        )
+    if len(cleaned) > MAX_VALUE_CHARS:
+        raise PreferenceError(
+            "long",
+            f"A preference's value holds at most {MAX_VALUE_CHARS} characters; "
+            f"this one has {len(cleaned)}.",
         )
     return cleaned
 

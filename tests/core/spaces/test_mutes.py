@@ -153,16 +153,35 @@ async def test_a_duration_out_of_range_is_refused_by_the_store_too(
         await mutes.mute(GROUP, SPAMMER, duration, reason=None, by="slack:U01")
 
 
-@pytest.mark.parametrize("target", ["", "slack U0SPAM", "x" * 201])
+@pytest.mark.parametrize(
+    "target", ["", "slack U0SPAM", "x" * 201, "slack:U0SPAM\u202e", "slack:\u200bU0SPAM"]
+)
 async def test_a_target_that_names_nobody_is_refused(mutes: Mutes, target: str) -> None:
-    with pytest.raises(MuteError):
+    with pytest.raises(MuteError) as refused:
         await mutes.mute(GROUP, target, timedelta(hours=1), reason=None, by="slack:U01")
+    assert refused.value.fault == "target"
+    assert await mutes.list(GROUP) == []
 
 
-async def test_a_blank_reason_is_no_reason_and_a_long_one_is_cut(mutes: Mutes) -> None:
+async def test_a_blank_reason_is_no_reason_and_a_long_one_is_refused(mutes: Mutes) -> None:
     assert (await mutes.mute(GROUP, "slack:U0A", MIN_MUTE, reason="  ", by="x")).reason is None
-    long = await mutes.mute(GROUP, "slack:U0B", MIN_MUTE, reason="r" * 600, by="x")
-    assert long.reason == "r" * 500
+    kept = await mutes.mute(GROUP, "slack:U0B", MIN_MUTE, reason="r" * 500, by="x")
+    assert kept.reason == "r" * 500
+    with pytest.raises(MuteError, match="at most 500 characters") as refused:
+        await mutes.mute(GROUP, "slack:U0C", MIN_MUTE, reason="r" * 501, by="x")
+    assert refused.value.fault == "reason"
+
+
+@pytest.mark.parametrize("reason", ["spam\u202etxt.exe", "a\x00b", "zero\u200bwidth", "a\u2028b"])
+async def test_a_reason_with_control_or_invisible_characters_is_refused(
+    mutes: Mutes, reason: str
+) -> None:
+    with pytest.raises(MuteError, match="invisible") as refused:
+        await mutes.mute(GROUP, SPAMMER, MIN_MUTE, reason=reason, by="x")
+    assert refused.value.fault == "reason"
+    assert await mutes.list(GROUP) == []
+    lines = await mutes.mute(GROUP, SPAMMER, MIN_MUTE, reason="one\n\ttwo", by="x")
+    assert lines.reason == "one\n\ttwo"
 
 
 async def test_a_malformed_space_id_is_refused(mutes: Mutes) -> None:

@@ -69,7 +69,8 @@ async def test_preferences_are_listed_by_key(prefs: SpacePreferences) -> None:
 
 
 @pytest.mark.parametrize(
-    "key", ["", "Tone", "-tone", ".tone", "tone!", "to ne", "tone\n", "a" * 65, "tòne"]
+    "key",
+    ["", "Tone", "-tone", ".tone", "tone!", "to ne", "tone\n", "a" * 65, "tòne", "tone\u202e"],
 )
 async def test_a_malformed_key_is_refused_with_what_a_key_is(
     prefs: SpacePreferences, key: str
@@ -95,11 +96,34 @@ async def test_a_value_of_up_to_five_hundred_characters_is_kept_and_a_longer_one
 ) -> None:
     saved, _ = await prefs.set(GROUP, "long", "é" * MAX_VALUE_CHARS, by=ADMIN)
     assert saved.value == "é" * 500
-    for value in ("x" * 501, "", "   ", "one\x00two"):
-        with pytest.raises(PreferenceError) as refused:
-            await prefs.set(GROUP, "other", value, by=ADMIN)
-        assert refused.value.fault == "value"
+    with pytest.raises(PreferenceError, match="at most 500 characters") as refused:
+        await prefs.set(GROUP, "other", "x" * 501, by=ADMIN)
+    assert refused.value.fault == "long"
     assert [p.key for p in await prefs.list(GROUP)] == ["long"]
+
+
+@pytest.mark.parametrize(
+    ("value", "fault"),
+    [
+        ("", "blank"),
+        ("   ", "blank"),
+        ("\t\n ", "blank"),
+        ("one\x00two", "invisible"),
+        ("\x00", "invisible"),
+        ("Answer in \u202eEnglish", "invisible"),
+        ("zero\u200bwidth", "invisible"),
+        ("a\u2028b", "invisible"),
+        ("a\rb", "invisible"),
+    ],
+)
+async def test_a_blank_value_or_one_with_invisible_characters_is_refused_for_what_it_is(
+    prefs: SpacePreferences, value: str, fault: str
+) -> None:
+    with pytest.raises(PreferenceError) as refused:
+        await prefs.set(GROUP, "other", value, by=ADMIN)
+    assert refused.value.fault == fault
+    assert "500" not in str(refused.value)
+    assert await prefs.list(GROUP) == []
 
 
 async def test_a_value_may_span_lines(prefs: SpacePreferences) -> None:
