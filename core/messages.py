@@ -352,13 +352,41 @@ PREFERENCE_KEY_INVALID: Final = N_(
 )
 # Shown: the refusal of a preference value that is too long.
 PREFERENCE_VALUE_TOO_LONG: Final = N_("A preference's value holds at most %(count)d characters.")
+# Shown: the refusal of a preference value that is empty or only blanks.
+PREFERENCE_VALUE_BLANK: Final = N_(
+    "A preference's value is empty or only blanks; write what the assistant should follow."
+)
+# Shown: the refusal of a preference value holding a control or invisible character.
+PREFERENCE_VALUE_INVISIBLE: Final = N_(
+    "A preference's value is plain text: control characters (such as NUL) and invisible "
+    "formatting characters (such as U+202E) are refused; tabs and line breaks are fine."
+)
 # Shown: the refusal of a new preference in a space that holds the most it may.
 PREFERENCES_FULL: Final = N_(
     "A space holds at most %(count)d preferences; delete one before adding another."
 )
 # Shown: the refusal of a mute without a usable person.
 MUTE_PERSON_INVALID: Final = N_(
-    '"person" names who to mute, as the space knows them (slack:U0123).'
+    '"person" names who to mute as the space knows them (slack:U0123), without '
+    "spaces or invisible characters."
+)
+# Shown: the refusal of a mute reason too long or holding control or invisible characters.
+MUTE_REASON_INVALID: Final = N_(
+    '"reason" is plain text of at most %(count)d characters, without control or '
+    "invisible characters."
+)
+# Shown: the refusal of a mute of someone who is an admin of the space, under any name.
+MUTE_ADMIN: Final = N_("%(person)s is an admin of %(space)s; an admin can't be muted.")
+# Shown: the refusal of a mute while the directory can't say who the person is.
+MUTE_UNCHECKED: Final = N_(
+    "Who %(person)s is can't be checked right now; try again in a few minutes."
+)
+# Shown: to an admin who asked to mute someone over HTTP, before the mute is confirmed.
+MUTE_REMINDER: Final = N_(
+    "Nothing has changed yet. Muting %(person)s drops everything they write in "
+    "%(space)s, unread and unanswered, until the time you gave runs out. Mute someone "
+    "who was warned and went on being abusive, spamming or trying to get at secrets. "
+    "To mute them, send the same request again with confirm set to true."
 )
 # Shown: the refusal of a mute duration that isn't minutes, hours or days.
 MUTE_DURATION_INVALID: Final = N_(

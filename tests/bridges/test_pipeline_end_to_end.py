@@ -30,11 +30,13 @@ pytestmark = [pytest.mark.timeout(90)]
 CONFIG = """
 spaces:
   "slack:C1":
-    admins: [static:alice]
+    admins: [static:alice, slack:UADMIN]
     members: [static:bob]
   "slack:C2":
     admins: [static:alice]
     rate_limit: 2
+  "slack:C4":
+    admins: [static:alice, static:bob]
 """
 
 
@@ -209,7 +211,7 @@ def test_a_mute_applied_in_two_steps_silences_the_person_and_an_unmute_lifts_it(
         ChatScript(tool_calls=[{"name": "mute", "arguments": {**mute, "confirm": True}}]),
         ChatScript.words("Muted for ten minutes."),
     )
-    bridge.post(chat, bridge.message("C1", "U1", "@Mercury U6 keeps spamming, mute them"))
+    bridge.post(chat, bridge.message("C1", "UADMIN", "@Mercury U6 keeps spamming, mute them"))
     bridge.wait_for_replies(1)
     tool_answers = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
     assert "confirm" in tool_answers[0]  # the first call only reminded of the policy
@@ -336,3 +338,163 @@ def test_compact_starts_the_conversation_afresh_outside_the_rate_limit(
     bridge.post(chat, bridge.message("C2", "U8", "@Mercury what words?"))
     bridge.wait_for_replies(4)
     assert "apricot" not in json.dumps(ollama.requests[-1])
+
+
+def tool_answers(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+
+
+def link_account(
+    chat: RunningServer, bridge: RecordingBridge, headers: dict[str, str], author: str
+) -> None:
+    """``slack:<author>`` linked to the HTTP caller of ``headers``: the code sent twice in a DM."""
+    code = httpx.post(chat.url + "/link", headers=headers, timeout=10).json()["code"]
+    for _ in range(2):
+        before = len(bridge.replies)
+        bridge.post(chat, bridge.message(f"D{author}", author, code))
+        bridge.wait_for_replies(before + 1)
+    assert bridge.replies[-1].text.startswith("Linked"), bridge.replies[-1].text
+
+
+def mute_over_http(
+    chat: RunningServer, space: str, headers: dict[str, str], **body: Any
+) -> httpx.Response:
+    answered = httpx.post(
+        f"{chat.url}/spaces/{space}/mutes",
+        json={"duration": "1h", **body},
+        headers=headers,
+        timeout=10,
+    )
+    check_response(answered)
+    return answered
+
+
+def test_a_members_request_mutes_nobody_though_the_model_calls_mute_twice(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    """#34: the moderation tools take the caller's mute permission, as the routes do."""
+    assert mute_over_http(chat, "slack:C1", ALICE, person="slack:U9", confirm=True).is_success
+    mute = {"person": "slack:U6", "duration": "30d", "reason": "I said so"}
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "mute", "arguments": mute}]),
+        ChatScript(tool_calls=[{"name": "mute", "arguments": {**mute, "confirm": True}}]),
+        ChatScript(tool_calls=[{"name": "unmute", "arguments": {"person": "slack:U9"}}]),
+        ChatScript(tool_calls=[{"name": "mutes_list", "arguments": {}}]),
+        ChatScript.words("I can't."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury mute U6 for a month, then unmute U9"))
+    bridge.wait_for_replies(1)
+    answers = tool_answers(ollama.requests[-1])
+    assert len(answers) == 4
+    for answer in answers:
+        assert "Only an admin of this space may have someone muted" in answer, answer
+    listed = httpx.get(chat.url + "/spaces/slack:C1/mutes", headers=ALICE, timeout=10)
+    assert [m["person"] for m in listed.json()["mutes"]] == ["slack:U9"]
+    bridge.post(chat, bridge.message("C1", "U6", "@Mercury still heard?"))
+    bridge.wait_for_replies(2)
+
+
+def test_an_admin_can_t_be_muted_under_her_linked_account_by_the_tool_or_the_route(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    """#34: the target is resolved to its person before the "admins can't be muted" check."""
+    link_account(chat, bridge, ALICE, "UALICE")
+    # Over HTTP, bob (an admin of C4 too) can't mute alice under either name, not even ask.
+    for person in ("slack:UALICE", "static:alice"):
+        for confirm in (False, True):
+            refused = mute_over_http(chat, "slack:C4", BOB, person=person, confirm=confirm)
+            assert refused.status_code == 403, refused.text
+            assert "an admin can't be muted" in refused.json()["error"]
+    # Through the tool, in an admin's turn, the model calling mute twice mutes nobody.
+    mute = {"person": "slack:UALICE", "duration": "1h", "reason": "spam"}
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "mute", "arguments": mute}]),
+        ChatScript(tool_calls=[{"name": "mute", "arguments": {**mute, "confirm": True}}]),
+        ChatScript.words("Alice is an admin."),
+    )
+    replies = len(bridge.replies)
+    bridge.post(chat, bridge.message("C1", "UADMIN", "@Mercury mute UALICE"))
+    bridge.wait_for_replies(replies + 1)
+    for answer in tool_answers(ollama.requests[-1]):
+        assert "an admin can't be muted" in answer, answer
+    for space in ("slack:C1", "slack:C4"):
+        listed = httpx.get(f"{chat.url}/spaces/{space}/mutes", headers=ALICE, timeout=10)
+        assert listed.json()["mutes"] == []
+    bridge.post(chat, bridge.message("C1", "UALICE", "@Mercury am I heard?"))
+    bridge.wait_for_replies(replies + 2)
+
+
+def test_a_mute_of_one_account_silences_every_account_linked_to_the_person(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    link_account(chat, bridge, BOB, "UBOB")
+    link_account(chat, bridge, BOB, "UBOB2")
+    muted = mute_over_http(chat, "slack:C2", ALICE, person="slack:UBOB", confirm=True)
+    assert muted.status_code == 200 and muted.json()["mute"]["person"] == "static:bob"
+    requests_before, replies_before = len(ollama.requests), len(bridge.replies)
+    bridge.post(chat, bridge.message("C2", "UBOB2", "@Mercury from my other account"))
+    settle(bridge)
+    assert len(ollama.requests) == requests_before and len(bridge.replies) == replies_before
+    lifted = httpx.delete(
+        chat.url + "/spaces/slack:C2/mutes/slack:UBOB2", headers=ALICE, timeout=10
+    )
+    check_response(lifted)
+    assert lifted.status_code == 200
+    bridge.post(chat, bridge.message("C2", "UBOB2", "@Mercury back?"))
+    bridge.wait_for_replies(replies_before + 1)
+
+
+@pytest.mark.parametrize(
+    ("body", "fault"),
+    [
+        ({"person": "slack:U 6"}, '"person"'),
+        ({"person": "slack:U6\u202e"}, '"person"'),
+        ({"person": "slack:U6", "reason": "spam\u202etxt"}, '"reason"'),
+        ({"person": "slack:U6", "reason": "r" * 501}, '"reason"'),
+    ],
+)
+def test_a_mute_naming_a_person_with_a_space_or_an_invisible_character_is_a_400(
+    chat: RunningServer, body: dict[str, str], fault: str
+) -> None:
+    """#34: whitespace inside the person answered 500."""
+    for confirm in (False, True):
+        refused = mute_over_http(chat, "slack:C1", ALICE, **body, confirm=confirm)
+        assert refused.status_code == 400, refused.text
+        assert fault in refused.json()["error"]
+    listed = httpx.get(chat.url + "/spaces/slack:C1/mutes", headers=ALICE, timeout=10)
+    assert listed.json()["mutes"] == []
+
+
+def test_the_routes_reminder_is_written_for_the_admin_in_her_language(
+    chat: RunningServer,
+) -> None:
+    """#36: the reminder was the model's policy text."""
+    english = mute_over_http(chat, "slack:C1", ALICE, person="slack:U6")
+    reminder = english.json()["reminder"]
+    assert english.json()["confirmed"] is False
+    assert "slack:U6" in reminder and "confirm set to true" in reminder
+    assert "call mute again" not in reminder and "you warned" not in reminder
+    german = mute_over_http(chat, "slack:C1", {**ALICE, "accept-language": "de"}, person="slack:U6")
+    assert german.json()["reminder"] != reminder and "slack:U6" in german.json()["reminder"]
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("one\x00two", "control characters"),
+        ("   ", "empty"),
+        ("Answer in \u202eEnglish", "invisible"),
+    ],
+)
+def test_a_preference_value_refused_over_http_names_its_real_fault(
+    chat: RunningServer, value: str, said: str
+) -> None:
+    """#34: NUL and blanks were told "at most 500 characters"; U+202E was kept."""
+    refused = httpx.put(
+        chat.url + "/spaces/slack:C1/prefs/tone", json={"value": value}, headers=ALICE, timeout=10
+    )
+    check_response(refused)
+    assert refused.status_code == 400, refused.text
+    assert said in refused.json()["error"] and "500" not in refused.json()["error"]
+    read = httpx.get(chat.url + "/spaces/slack:C1/prefs", headers=ALICE, timeout=10)
+    assert read.json()["preferences"] == []
