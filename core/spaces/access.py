@@ -94,14 +94,19 @@ class MuteTargets:
         because one of the file's admin entries of the space is the same person.
         """
         target = await self.resolve(given)
-        admin = await self._spaces.role(space_id, target.key, target.names) == "admin"
-        for entry in self._spaces.configured_admins(space_id):
-            if admin:
-                break
-            admin = entry == target.key or await self._key(entry) == target.key
-        if admin:
+        if await self._is_admin(space_id, target):
             raise MuteError("admin", f"{given} is an admin of this space; an admin can't be muted.")
         return target
+
+    async def _is_admin(self, space_id: str, target: MuteTarget) -> bool:
+        if await self._spaces.role(space_id, target.key, target.names) == "admin":
+            return True
+        for entry in self._spaces.configured_admins(space_id):
+            # An entry may name another account of the same person (the file lists
+            # static:alice, the mute names her linked slack:UALICE): compare people.
+            if entry == target.key or await self._key(entry) == target.key:
+                return True
+        return False
 
     async def _key(self, name: str) -> str:
         provider, _, account = name.partition(":")
