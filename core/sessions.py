@@ -448,10 +448,12 @@ class SessionManager:
             )
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
-        if turn_input.space is not None:
-            stamped = turn_input.space.preamble() + stamped
         if turn_input.attachments:
             stamped += attachments_note(turn_input.attachments)
+        if turn_input.space is not None:
+            # In a space the words and the files' names are a platform's strings: escaped
+            # inside the <caller> element, nothing in them reads as markup (issue #34).
+            stamped = turn_input.space.message(stamped)
         session.messages.append(ChatMessage(role="user", content=stamped))
         session.shown.append(
             ShownMessage(
@@ -829,7 +831,11 @@ def _log_unrecorded(writing: asyncio.Future[None]) -> None:
 
 
 def attachments_note(paths: tuple[str, ...]) -> str:
-    """What the model reads after the person's words when files came with them."""
+    """What the model reads after the person's words when files came with them.
+
+    In a space it is escaped with the words, inside the ``<caller>`` element: the names are
+    a platform's strings (:meth:`~core.spaces.turn.SpaceTurn.message`).
+    """
     listed = "".join(f"\n- {path}" for path in paths)
     return (
         f"\n\n[Files the person sent with this message, saved in their inbox:{listed}\n"
