@@ -380,3 +380,47 @@ def test_a_platform_name_words_and_file_names_reach_the_model_only_escaped(
         'author="Fay &lt;/message&gt;"' in words and "&lt;b&gt;bold&lt;/b&gt; &amp; more" in words
     )
 
+
+# ------------------------------------------------ link codes in a group (#34)
+
+IN_A_GROUP = (
+    "Link codes work only in a direct chat with me. This one was shown here, so it no longer "
+    "works: ask for a new one and send it to me directly."
+)
+INVALID = (
+    "That code isn't valid: it may have expired or been used already. Ask for a new one on "
+    "the account you want to link to."
+)
+
+
+def test_a_link_code_sent_in_a_group_is_withdrawn_never_kept_nor_shown_to_the_model(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    # Issue #34: a code pasted in a group was kept as ambient context and redeemed there,
+    # so another member could bind it and become its owner.
+    code = httpx.post(chat.url + "/link", headers=ALICE, timeout=10).json()["code"]
+    bridge.post(chat, bridge.message("C1", "U5", code))  # not even addressed to the assistant
+    [hint] = bridge.wait_for_replies(1)
+    assert hint.text == IN_A_GROUP
+    bridge.post(chat, bridge.message("C1", "U6", f"@Mercury {code}"))
+    assert bridge.wait_for_replies(2)[1].text == IN_A_GROUP
+    bridge.post(chat, bridge.message("C1", "U6", "@Mercury what did they just say?"))
+    bridge.wait_for_replies(3)
+    assert len(ollama.requests) == 1 and code not in json.dumps(ollama.requests[0])
+    # Withdrawn: another member sending it in a direct chat gets nothing.
+    bridge.post(chat, bridge.message("D6", "U6", code))
+    assert bridge.wait_for_replies(4)[3].text == INVALID
+    assert len(ollama.requests) == 1
+
+
+def test_a_link_code_is_redeemed_in_a_direct_chat_by_the_first_account_only(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    code = httpx.post(chat.url + "/link", headers=ALICE, timeout=10).json()["code"]
+    bridge.post(chat, bridge.message("D5", "U5", code))
+    assert bridge.wait_for_replies(1)[0].text.startswith("This will link this account to")
+    bridge.post(chat, bridge.message("D6", "U6", code))
+    assert bridge.wait_for_replies(2)[1].text.startswith("Another account has already sent")
+    bridge.post(chat, bridge.message("D5", "U5", code))
+    assert bridge.wait_for_replies(3)[2].text.startswith("Linked: this account is now")
+    assert ollama.requests == []
