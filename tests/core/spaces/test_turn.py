@@ -56,3 +56,16 @@ def test_the_ambient_block_comes_before_the_caller_element() -> None:
         '<ambient note="n">\n</ambient>\n'
         '<caller id="slack:UEVIL" name="Eve" role="member">hi</caller>'
     )
+
+
+def test_the_preferences_block_is_explained_only_when_the_space_has_one() -> None:
+    assert "<preferences>" not in group().instructions()
+    with_prefs = SpaceTurn(
+        space_id="slack:C1",
+        conversation="c",
+        is_dm=False,
+        caller_id="slack:U1",
+        role="admin",
+        preferences='<preferences>\n<pref key="tone">dry</pref>\n</preferences>',
+    )
+    assert "The <preferences> block at the end" in with_prefs.instructions()
