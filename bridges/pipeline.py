@@ -3,6 +3,7 @@
 ::
 
     bridge ─► submit (delivery taken once) ─► identify ─► muted? drop, silently
+           ─► a link code in a group: withdrawn, a hint to send codes in a direct chat
            ─► pre-route trigger check (no I/O) ─► typing
            ─► not for the assistant: kept as the space's ambient context
            ─► command (stop, compact): done at once, no rate limit, no queue
@@ -40,7 +41,7 @@ from core.sessions import SessionLocks, Turn, TurnInput
 from core.spaces import SpaceTurn, area_key, parse_space_id
 from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
-from core.spaces.triggers import command_of, trigger_for
+from core.spaces.triggers import command_of, trigger_for, without_trigger
 from core.timezones import choose_zone
 
 if TYPE_CHECKING:
@@ -208,6 +209,11 @@ class Pipeline:
         if await stores.mutes.is_muted(space.id, targets):
             return None  # silently: no model call, no reply, not even ambient
         trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
+        said = without_trigger(message.text, trigger)
+        if not thread.is_dm and self._manager.is_link_code(said):
+            # Everyone in a group saw the code: it is withdrawn, never run nor kept (#34).
+            await self._withdraw_link_code(bridge, message, person, said)
+            return None
         matched = person is not None and trigger.matches(
             message.text,
             is_dm=thread.is_dm,
@@ -278,8 +284,20 @@ class Pipeline:
             translator.gettext("Done: this conversation starts afresh from a summary."),
         )
 
+    async def _withdraw_link_code(
+        self, bridge: PlatformBridge, message: Received, person: Person | None, code: str
+    ) -> None:
+        language = self._settings.defaults.language
+        if person is not None:
+            language, _zone = await self._language_and_zone(person)
+        hint = await self._manager.withdraw_link_code(code, language)
+        if hint is not None and person is not None:  # only people let in are answered
+            await self._reply(bridge, message, hint)
+
     async def _keep_ambient(self, space_id: str, caller_id: str, message: Received) -> None:
         text = message.text.strip()
+        if self._manager.is_link_code(text):
+            return  # never kept, so never shown to the model (issue #34)
         if not text and message.attachments:
             text = _FILE_NOTE.format(names=", ".join(a.name for a in message.attachments))
         if not text:

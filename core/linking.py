@@ -1,11 +1,15 @@
 """Account linking: one person, several accounts, joined by a short-lived code.
 
 A person asks for a code on the account they already use (the *owner*), then sends it from
-another of their accounts, twice. The first send says whom the account would be linked to and
-binds the code to that account (another account sending it takes the binding over); the second
-send from the bound account uses the code up and links the account, unless the directory knows
-that account as someone else. From then on :class:`~core.people.People` identifies the linked
-account as its owner: same person key, same roles, same private area.
+another of their accounts, twice, in a direct chat or over HTTP. The first send says whom the
+account would be linked to and binds the code to that account, which holds it until it
+expires: another account sending it is refused, never bound. The second send from the bound
+account uses the code up and links the account, unless the directory knows that account as
+someone else. From then on :class:`~core.people.People` identifies the linked account as its
+owner: same person key, same roles, same private area.
+
+A code sent where others see it (a group) is known to all of them: it is withdrawn
+(:meth:`Linking.withdraw`), never redeemed (issue #34).
 
 There are no chains: a code started from a linked account belongs to that account's owner, an
 owner that has meanwhile been linked elsewhere makes its code invalid, and accounts linked to
@@ -193,8 +197,9 @@ class Linking:
     async def redeem(self, principal: Principal, text: str, translator: Translator) -> str | None:
         """Answer a message that may be a link code; ``None`` when it hasn't a code's shape.
 
-        The first send from an account previews the link, the second from the same account
-        makes it. The answer is in ``translator``'s language.
+        The first send from an account previews the link and holds the code for it, the
+        second from the same account makes it. The answer is in ``translator``'s language.
+        Only for a direct chat or HTTP: a code sent in a group goes to :meth:`withdraw`.
         """
         if not is_link_code(text):
             return None
@@ -225,10 +230,18 @@ class Linking:
             await self._db.execute("DELETE FROM link_codes WHERE code_hash = ?", (code_hash,))
             return self._invalid(translator)
         if not bound_here:
-            await self._db.execute(
-                "UPDATE link_codes SET bound_identity = ? WHERE code_hash = ?",
-                (account, code_hash),
+            # The first account to send the code holds it: of two sending at once, one binds.
+            bound = await self._db.execute(
+                "UPDATE link_codes SET bound_identity = ? WHERE code_hash = ? "
+                "AND (bound_identity IS NULL OR bound_identity = ?)",
+                (account, code_hash, account),
             )
+            if bound != 1:
+                return translator.gettext(
+                    "Another account has already sent this code, so it can't be used from this "
+                    "one. If that wasn't you, ask for a new code on the account you want to "
+                    "link to: the new one replaces this one."
+                )
             return translator.gettext(
                 "This will link this account to %(name)s: from then on the assistant treats "
                 "them as one person, with %(name)s's private area and roles. Send the same "
@@ -260,6 +273,22 @@ class Linking:
             ) % {"name": name}
         await self._link(account, owner)
         return translator.gettext("Linked: this account is now %(name)s.") % {"name": name}
+
+    async def withdraw(self, text: str, translator: Translator) -> str | None:
+        """Answer a link code sent in a group; ``None`` when ``text`` hasn't a code's shape.
+
+        Everyone there has seen it, so it is never redeemed: a live code stops working at
+        once (its owner asks for a new one). The answer is the same for a live code and any
+        other code-shaped text, so a group learns nothing about which codes exist.
+        """
+        if not is_link_code(text):
+            return None
+        await self.ensure_schema()
+        await self._db.execute("DELETE FROM link_codes WHERE code_hash = ?", (_hash(text.strip()),))
+        return translator.gettext(
+            "Link codes work only in a direct chat with me. This one was shown here, so it no "
+            "longer works: ask for a new one and send it to me directly."
+        )
 
     async def _link(self, account: str, owner: str) -> None:
         linked_at = self._clock().isoformat()

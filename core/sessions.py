@@ -285,6 +285,17 @@ class SessionManager:
             return True
         return self.linking is not None and is_link_code(stripped)
 
+    def is_link_code(self, text: str) -> bool:
+        """Whether ``text`` is a link code this instance answers (linking is on)."""
+        return self.linking is not None and is_link_code(text)
+
+    async def withdraw_link_code(self, text: str, language: str) -> str | None:
+        """A link code sent in a group: withdrawn, never run; the hint to give, in
+        ``language``. ``None`` when ``text`` isn't a link code (or linking is off)."""
+        if self.linking is None:
+            return None
+        return await self.linking.withdraw(text, self.catalogs.translator(language))
+
     def open_turn(self, turn_input: TurnInput) -> Turn:
         """Start a turn in its own task; read its events from ``turn.events``."""
         turn = Turn()
@@ -372,7 +383,11 @@ class SessionManager:
         conversation_id = turn_input.conversation_id
         if self.linking is not None and not turn_input.opening and not turn_input.resume:
             if is_link_code(text):
-                reply = await self.linking.redeem(principal, text, translator)
+                space = turn_input.space
+                if space is not None and not space.is_dm:
+                    reply = await self.linking.withdraw(text, translator)
+                else:
+                    reply = await self.linking.redeem(principal, text, translator)
                 await emit(events.Final(text=reply or ""))
                 return
         # A one-off session's id has a character the conversationId rule refuses, so it
@@ -448,10 +463,12 @@ class SessionManager:
             )
             return
         stamped = stamp(turn_input.text, turn_input.received_at, turn_input.time_zone)
-        if turn_input.space is not None:
-            stamped = turn_input.space.preamble() + stamped
         if turn_input.attachments:
             stamped += attachments_note(turn_input.attachments)
+        if turn_input.space is not None:
+            # In a space the words and the files' names are a platform's strings: escaped
+            # inside the <caller> element, nothing in them reads as markup (issue #34).
+            stamped = turn_input.space.message(stamped)
         session.messages.append(ChatMessage(role="user", content=stamped))
         session.shown.append(
             ShownMessage(
@@ -829,7 +846,11 @@ def _log_unrecorded(writing: asyncio.Future[None]) -> None:
 
 
 def attachments_note(paths: tuple[str, ...]) -> str:
-    """What the model reads after the person's words when files came with them."""
+    """What the model reads after the person's words when files came with them.
+
+    In a space it is escaped with the words, inside the ``<caller>`` element: the names are
+    a platform's strings (:meth:`~core.spaces.turn.SpaceTurn.message`).
+    """
     listed = "".join(f"\n- {path}" for path in paths)
     return (
         f"\n\n[Files the person sent with this message, saved in their inbox:{listed}\n"

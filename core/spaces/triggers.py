@@ -13,7 +13,8 @@ than being kept as ambient context.
   ``media_in_groups``, or as a reply to the assistant.
 
 :func:`command_of` finds the two commands that skip the queue and the rate limit: ``stop``
-and ``compact``, said to the assistant as the whole message.
+and ``compact``, said to the assistant as the whole message; :func:`without_trigger` is what a
+message says once the trigger word is taken out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from core.config import TriggerSettings
     from core.spaces.config import SpaceConfig
 
-__all__ = ["COMMANDS", "Command", "Trigger", "command_of", "trigger_for"]
+__all__ = ["COMMANDS", "Command", "Trigger", "command_of", "trigger_for", "without_trigger"]
 
 Command = Literal["stop", "compact"]
 COMMANDS: Final[tuple[Command, ...]] = ("stop", "compact")
@@ -74,9 +75,13 @@ def trigger_for(
 
 def command_of(text: str, trigger: Trigger) -> Command | None:
     """``stop`` or ``compact`` when that is all the message says (the trigger word aside)."""
-    words = _word(trigger.pattern).sub(" ", text).strip(" \t\n,:;.!").lower()
-    words = words.removeprefix("/")
+    words = without_trigger(text, trigger).lower().removeprefix("/")
     return words if words in COMMANDS else None  # type: ignore[return-value]  # checked
+
+
+def without_trigger(text: str, trigger: Trigger) -> str:
+    """What the message says with the trigger word taken out and the ends trimmed."""
+    return _word(trigger.pattern).sub(" ", text).strip(" \t\n,:;.!")
 
 
 @functools.lru_cache(maxsize=256)

@@ -94,7 +94,7 @@ def test_in_a_thread_only_the_mention_triggers_and_sees_the_others_as_ambient_co
     assert 'author="Alice"' in words and "who's up for lunch?" in words
     assert 'author="Bobby"' in words and "me, at the usual place" in words
     assert f'<caller id="discord:{CAROL.id}" name="carol"' in words
-    assert words.endswith("when is lunch?")
+    assert words.endswith("when is lunch?</caller>")
     assert f"group chat (discord:{GUILD}:{GENERAL}:{THREAD})" in system_of(request)
     [typing] = discord_api.matching(lambda c: c.path.endswith("/typing"))
     assert typing.path == f"/channels/{THREAD}/typing"

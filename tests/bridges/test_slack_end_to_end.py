@@ -109,7 +109,7 @@ async def test_in_a_channel_only_the_mention_runs_and_its_answer_is_threaded_und
     assert "<ambient" in words and "not addressed to you" in words
     assert 'author="Ann"' in words and "who's up for lunch?" in words
     assert 'author="Ben"' in words and "me, at the usual place" in words
-    assert '<caller id="slack:U3" name="Cat"' in words and words.endswith("when is lunch?")
+    assert '<caller id="slack:U3" name="Cat"' in words and words.endswith("when is lunch?</caller>")
     assert "group chat (slack:C1)" in system_of(request)
     await settle()
     assert len(ollama.requests) == 1 and len(slack.messages) == 1

@@ -110,7 +110,7 @@ async def test_in_a_group_only_the_mention_runs_and_its_answer_replies_to_it(
     assert 'author="Ann Example"' in words and "who's up for lunch?" in words
     assert 'author="Ben Example"' in words and "me, at the usual place" in words
     caller = f'<caller id="telegram:{people["Cat"].id}" name="Cat Example"'
-    assert caller in words and words.endswith("when is lunch?")
+    assert caller in words and words.endswith("when is lunch?</caller>")
     assert f"group chat (telegram:{group.id})" in system_of(request)
     [typing] = telegram.calls_to("sendChatAction")
     assert (typing.params["chat_id"], typing.params["action"]) == (group.id, "typing")

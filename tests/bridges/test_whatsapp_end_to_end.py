@@ -117,7 +117,7 @@ async def test_in_a_group_only_the_mention_runs_and_its_answer_quotes_it(
     assert 'author="Ann Example"' in words and "who's up for lunch?" in words
     assert 'author="Ben Example"' in words and "me, at the usual place" in words
     assert f'<caller id="whatsapp:{CAT}" name="Cat Example"' in words
-    assert words.endswith("@Mercury when is lunch?")
+    assert words.endswith("@Mercury when is lunch?</caller>")
     assert f"group chat ({GROUP_SPACE})" in system_of(request)
     assert [t["message_id"] for t in whatsapp.typing_indicators()] == [asked.id]
     await settle()

@@ -67,6 +67,15 @@ def linked(name: str) -> str:
 
 
 OWN_ACCOUNT = "That code is for linking another account to this one."
+HELD_ELSEWHERE = (
+    "Another account has already sent this code, so it can't be used from this one. If that "
+    "wasn't you, ask for a new code on the account you want to link to: the new one replaces "
+    "this one."
+)
+IN_A_GROUP = (
+    "Link codes work only in a direct chat with me. This one was shown here, so it no longer "
+    "works: ask for a new one and send it to me directly."
+)
 CANT_CHECK = (
     "I can't check this account right now. Ask for a new code and try again in a few minutes."
 )
@@ -275,15 +284,52 @@ async def test_a_code_that_expires_between_the_two_sends_links_nothing(closed: W
 
 
 @pytest.mark.anyio
-async def test_another_account_sending_the_code_takes_it_over(closed: World) -> None:
+async def test_the_first_account_to_send_a_code_holds_it_and_another_is_refused(
+    closed: World,
+) -> None:
+    # Issue #34: the code used to bind to whoever sent it last, so someone who saw it could
+    # take it over between the owner's two sends and become the owner's linked account.
     code = await closed.code_for(ALICE)
     assert await closed.send(ALICE_PHONE, code) == preview("Alice Liddell")
-    assert await closed.send(ALICE_TABLET, code) == preview("Alice Liddell")
-    # The phone's second send is a first send again: the tablet had taken the code over.
-    assert await closed.send(ALICE_PHONE, code) == preview("Alice Liddell")
+    assert await closed.send(ALICE_TABLET, code) == HELD_ELSEWHERE
+    assert await closed.send(ALICE_TABLET, code) == HELD_ELSEWHERE  # never bound
     assert await closed.send(ALICE_PHONE, code) == linked("Alice Liddell")
     assert await closed.linking.owner_of("oidc:alice-tablet") is None
     assert await closed.send(ALICE_TABLET, code) == invalid()
+
+
+@pytest.mark.anyio
+async def test_a_new_code_frees_the_owner_from_an_account_that_held_the_old_one(
+    closed: World,
+) -> None:
+    stolen = await closed.code_for(ALICE)
+    assert await closed.send(BOB, stolen) == preview("Alice Liddell")
+    fresh = await closed.code_for(ALICE)
+    assert await closed.send(BOB, stolen) == invalid()
+    assert await closed.send(ALICE_PHONE, fresh) == preview("Alice Liddell")
+    assert await closed.send(ALICE_PHONE, fresh) == linked("Alice Liddell")
+
+
+@pytest.mark.anyio
+async def test_of_two_accounts_sending_a_code_at_once_only_one_holds_it(closed: World) -> None:
+    code = await closed.code_for(ALICE)
+    answers = await asyncio.gather(closed.send(ALICE_PHONE, code), closed.send(BOB, code))
+    assert sorted(answer or "" for answer in answers) == sorted(
+        [preview("Alice Liddell"), HELD_ELSEWHERE]
+    )
+
+
+@pytest.mark.anyio
+async def test_a_code_shown_in_a_group_is_withdrawn_and_no_account_can_redeem_it(
+    closed: World,
+) -> None:
+    code = await closed.code_for(ALICE)
+    assert await closed.linking.withdraw(code, ENGLISH) == IN_A_GROUP
+    assert await closed.send(BOB, code) == invalid()
+    assert await closed.send(ALICE_PHONE, code) == invalid()
+    # Any code-shaped text gets the same answer: a group learns nothing of which are live.
+    assert await closed.linking.withdraw("Ab3d-9xYz-Q7mN", ENGLISH) == IN_A_GROUP
+    assert await closed.linking.withdraw("hello", ENGLISH) is None
 
 
 @pytest.mark.anyio

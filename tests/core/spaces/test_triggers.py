@@ -8,7 +8,7 @@ import pytest
 
 from core.config import TriggerSettings
 from core.spaces import SpaceConfig, SpaceTrigger
-from core.spaces.triggers import Trigger, command_of, trigger_for
+from core.spaces.triggers import Trigger, command_of, trigger_for, without_trigger
 
 MENTION = Trigger(match="mention", pattern="Mercury", media_in_groups=False)
 
@@ -88,3 +88,16 @@ def test_stop_and_compact_are_commands_only_as_the_whole_message(
     text: str, command: str | None
 ) -> None:
     assert command_of(text, MENTION) == command
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("@Mercury Ab3d-9xYz-Q7mN", "Ab3d-9xYz-Q7mN"),
+        ("Ab3d-9xYz-Q7mN, mercury!", "Ab3d-9xYz-Q7mN"),
+        ("  Ab3d-9xYz-Q7mN.\n", "Ab3d-9xYz-Q7mN"),
+        ("mercurial news", "mercurial news"),
+    ],
+)
+def test_without_the_trigger_word_a_message_says_the_rest_trimmed(text: str, said: str) -> None:
+    assert without_trigger(text, MENTION) == said
