@@ -128,6 +128,10 @@ def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
     _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
+    if getattr(arguments, "dev_model", False):
+        from dev_model.command import start_beside_server
+
+        start_beside_server(environ, Path(environ.get("MERCURY_DATA_DIR") or "./data"))
     try:
         settings = load_settings(environ)
     except ConfigurationError as error:
@@ -317,6 +321,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with no auth configured, make and print a development static token",
     )
     serve_parser.add_argument(
+        "--dev-model",
+        action="store_true",
+        help="start the scripted model (see dev-model) in this process and use it, with its "
+        "demo services, instead of a model server",
+    )
+    serve_parser.add_argument(
         "--host",
         help="the address to listen on (overrides HTTP_SURFACE_HOST and the file; default "
         "127.0.0.1, this machine only: 0.0.0.0 listens on every interface)",
@@ -351,8 +361,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     init_parser.add_argument("--output", help="where to write it (default: mercury.yaml)")
     init_parser.add_argument("--force", action="store_true", help="replace an existing file")
+    dev_model_parser = commands.add_parser(
+        "dev-model",
+        help="serve a scripted model on 127.0.0.1 (Ollama's and OpenAI's protocols)",
+        description="Serve a deterministic scripted model on 127.0.0.1, speaking Ollama's "
+        "protocol and OpenAI's (under /v1), to try Mercury without a model server. It echoes "
+        "messages; '/demo' in a message lists the events it produces on demand (reasoning, "
+        "tools, confirmations, sign-ins, displays, a slow stream, an error, a stalled stream).",
+    )
+    dev_model_parser.add_argument(
+        "--port", type=int, default=11434, help="the port (default 11434; 0 picks a free one)"
+    )
+    dev_model_parser.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="another model name to answer to (repeatable); it always answers to the default "
+        "chat and embedding models",
+    )
     chat_client.add_command(commands)
     arguments = parser.parse_args(argv)
+    if arguments.command == "dev-model":
+        from dev_model.command import run as run_dev_model
+
+        return run_dev_model(arguments)
     if arguments.command == "chat":
         return chat_client.run(arguments)
     if arguments.command in ("check-config", "init"):
