@@ -50,6 +50,8 @@ PRESENT_TOOL: Final = "present"
 
 _DEMO: Final = re.compile(r"/demo(?:\s+([a-z]+))?", re.IGNORECASE)
 _WORDS: Final = re.compile(r"\s*\S+\s*")
+_STAMP: Final = re.compile(r"^\[[^\]\n]{1,80}\]\s*")
+"""What the server puts before a message (its time) or a tool result (its call id)."""
 _ENCODER: Final = msgspec.json.Encoder()
 
 _HELP: Final = "I am Mercury's scripted development model. Say one of these for an example:\n\n" + (
@@ -116,11 +118,11 @@ def respond(request: dict[str, Any]) -> ChatScript:
         summary = {"summary": "A conversation with the scripted model.", "facts": []}
         return ChatScript(content=[_ENCODER.encode(summary).decode()])
     if messages and messages[-1].get("role") == "tool":
-        result = " ".join(str(messages[-1].get("content") or "").split())
+        result = " ".join(_STAMP.sub("", str(messages[-1].get("content") or "")).split())
         shown = result if len(result) <= 160 else result[:159] + "…"
         return _say(f"The tool answered: {shown}", thinking="The tool has answered.")
     last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-    text = str(last.get("content") or "")
+    text = _STAMP.sub("", str(last.get("content") or ""))
     asked = _DEMO.search(text)
     if asked is None:
         return _say(
