@@ -12,3 +12,9 @@ imports it but the command line.
 - :mod:`dev_model.demo`: the ``/demo`` answers, the demo services, both protocols on one port
 - :mod:`dev_model.command`: the command and the start beside ``serve``
 """
+
+from __future__ import annotations
+
+from dev_model.demo import DEMOS, DevModel, respond, services_yaml
+
+__all__ = ["DEMOS", "DevModel", "respond", "services_yaml"]
