@@ -210,6 +210,31 @@ def test_serve_dev_model_lists_the_demos_and_echoes_a_message(
     listed = post_turn(base, token, "/demo", "help")
     for name in DEMOS:
         assert f"/demo {name}" in listed.text
+    ready = httpx.get(f"{base}/readyz", timeout=30)
+    assert ready.status_code == 200 and ready.json()["checks"]["model"] is True
+
+
+def test_a_server_on_openais_protocol_runs_the_demos_against_the_command(start: Any) -> None:
+    command = start("dev-model", "--port", "0")
+    url = command.wait_for(r"Ollama's protocol on (http://127\.0\.0\.1:\d+),").group(1)
+    port = free_port()
+    env = {
+        "MERCURY_MODEL_PROVIDER": "openai",
+        "OPENAI_BASE_URL": f"{url}/v1",
+        "OPENAI_MODEL": "llama3.2",
+        "OPENAI_EMBEDDING_MODEL": "nomic-embed-text",
+    }
+    server = start("serve", "--dev", "--port", str(port), env=env)
+    token = server.wait_for(r"Bearer (dev-[\w-]+)'").group(1)
+    server.wait_for(r"mercury-http: listening on")
+    base = f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{base}/readyz", timeout=30).json()["checks"]["model"] is True
+    tool = post_turn(base, token, "/demo tool", "openai-tool")
+    assert "reasoning" in tool.names()
+    assert [t["name"] for t in tool.of("tool")] == ["wiki_list"]
+    assert tool.names()[-1] == "final" and tool.text.startswith("The tool answered:")
+    error = post_turn(base, token, "/demo error", "openai-error")
+    assert error.names()[-1] == "error"
 
 
 def test_each_demo_yields_its_events_through_a_real_server(
