@@ -33,7 +33,8 @@ __all__ = ["DEMOS", "DevModel", "respond", "services_yaml"]
 DEMOS: Final[dict[str, str]] = {
     "reasoning": "a long reasoning (thinking events), then the answer",
     "tool": "a tool call (wiki_list: a tool event), then an answer about its result",
-    "confirm": "a tool that needs the person's confirmation: a pending event with its choices",
+    "confirm": "a tool that needs the person's confirmation: a pending event (one choice)",
+    "choices": "a note written, then overwritten: a pending event with two labelled choices",
     "login": "a tool that needs signing in to a service: a login event with its link",
     "present": "a display (present): a table shown after the answer",
     "markdown": "an answer in Markdown: a heading, a list, a table, code",
@@ -46,6 +47,8 @@ CONFIRM_TOOL: Final = "demo_archive"
 LOGIN_TOOL: Final = "demo_account_whoami"
 NOTES_TOOL: Final = "demo_notes"
 WIKI_TOOL: Final = "wiki_list"
+WRITE_TOOL: Final = "wiki_write"
+DEMO_NOTE: Final = "personal/notes/dev-model-demo.md"
 PRESENT_TOOL: Final = "present"
 
 _DEMO: Final = re.compile(r"/demo(?:\s+([a-z]+))?", re.IGNORECASE)
@@ -117,13 +120,17 @@ def respond(request: dict[str, Any]) -> ChatScript:
     if request.get("stream") is False:  # a memory capture: a summary, and nothing to remember
         summary = {"summary": "A conversation with the scripted model.", "facts": []}
         return ChatScript(content=[_ENCODER.encode(summary).decode()])
-    if messages and messages[-1].get("role") == "tool":
+    asking = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    text = _STAMP.sub("", str(messages[asking].get("content") or "")) if asking >= 0 else ""
+    asked = _DEMO.search(text)
+    results = sum(1 for m in messages[asking + 1 :] if m.get("role") == "tool")
+    if asked is not None and (asked.group(1) or "").lower() == "choices" and results == 1:
+        # The note exists now: writing it again without a mode asks how (two choices).
+        return _call(WRITE_TOOL, {"path": DEMO_NOTE, "content": "Second version."}, "Again.")
+    if results:
         result = " ".join(_STAMP.sub("", str(messages[-1].get("content") or "")).split())
         shown = result if len(result) <= 160 else result[:159] + "…"
         return _say(f"The tool answered: {shown}", thinking="The tool has answered.")
-    last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-    text = _STAMP.sub("", str(last.get("content") or ""))
-    asked = _DEMO.search(text)
     if asked is None:
         return _say(
             f"You said: {text.strip()}\n\n(Say `/demo` to see what this model can show.)",
@@ -143,6 +150,11 @@ def _demo(name: str, offered: set[str]) -> ChatScript:
         if CONFIRM_TOOL not in offered:
             return _unavailable(CONFIRM_TOOL)
         return _call(CONFIRM_TOOL, {"note": "old-ideas"}, "Archiving needs a yes first.")
+    if name == "choices":
+        if WRITE_TOOL not in offered:
+            return _unavailable(WRITE_TOOL)
+        arguments = {"path": DEMO_NOTE, "content": "First version.", "mode": "replace"}
+        return _call(WRITE_TOOL, arguments, "First I write the note, then I write it again.")
     if name == "login":
         if LOGIN_TOOL not in offered:
             return _unavailable(LOGIN_TOOL)

@@ -255,6 +255,11 @@ def test_each_demo_yields_its_events_through_a_real_server(
     [pending] = confirm.of("pending")
     assert pending["choices"] and "Archive a demo note" in pending["command"]
 
+    choices = post_turn(base, token, "/demo choices", "choices")
+    assert [t["name"] for t in choices.of("tool")] == ["wiki_write", "wiki_write"]
+    [pending] = choices.of("pending")
+    assert [c["label"] for c in pending["choices"]] == ["Replace the note", "Append to the note"]
+
     present = post_turn(base, token, "/demo present", "present")
     assert [t["name"] for t in present.of("tool")] == ["present"]
     assert "Mercury | 58.6" in json.dumps(present.events)
