@@ -21,8 +21,8 @@ from typing import Any, Final
 import uvloop
 
 from channel_http import collector
-from tests.support.ollama_standin import ChatScript, OllamaStandIn, echo_script
-from tests.support.openai_standin import CompletionScript, OpenAIStandIn, completion_echo
+from dev_model.ollama import ChatScript, OllamaStandIn, echo_script
+from dev_model.openai import CompletionScript, OpenAIStandIn, completion_echo
 
 _scripts: dict[str, ChatScript] = {}
 _openai = False

@@ -37,9 +37,10 @@ log = logging.getLogger("mercury.http")
 class _Server(uvicorn.Server):
     """uvicorn, plus: on SIGTERM/SIGINT every open turn ends with an ``error`` event."""
 
-    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+    def __init__(self, config: uvicorn.Config, app: Any, *, announce: bool = True) -> None:
         super().__init__(config)
         self._app = app
+        self._announce = announce
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._acceptors: list[GreedyAccept] = []
@@ -50,6 +51,8 @@ class _Server(uvicorn.Server):
         if not self.should_exit:
             # New clients are let in all at once, not one per loop iteration (accept.py).
             self._acceptors = accept_greedily(self)
+            if self._announce:
+                _announce(self.servers)
             collector.settle()  # the app is up: what lives now lives as long as the process
             switching.hand_over_sooner()  # threads answering the loop get their turn sooner
 
@@ -67,6 +70,15 @@ class _Server(uvicorn.Server):
     def _stop_turns(self, loop: asyncio.AbstractEventLoop, services: Any) -> None:
         # Kept: the task waits for the turns to unwind, and a task nobody holds may vanish.
         self._stopping = loop.create_task(services.manager.stop_turns())
+
+
+def _announce(servers: Sequence[Any]) -> None:
+    """Print where the server listens, as bound: the address is never a surprise (#36)."""
+    for server in servers:
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            print(f"mercury-http: listening on http://{shown}:{port}", flush=True)
 
 
 def _dev_token(environ: dict[str, str]) -> str | None:
@@ -116,9 +128,10 @@ def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
     _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
-    if token is not None and "HTTP_SURFACE_HOST" not in environ:
-        # Development mode stays on this machine unless a host is asked for explicitly.
-        environ["HTTP_SURFACE_HOST"] = "127.0.0.1"
+    if getattr(arguments, "dev_model", False):
+        from dev_model.command import start_beside_server
+
+        start_beside_server(environ, Path(environ.get("MERCURY_DATA_DIR") or "./data"))
     try:
         settings = load_settings(environ)
     except ConfigurationError as error:
@@ -176,7 +189,7 @@ def _serve_one(
         server_header=False,
         **server_options(settings),
     )
-    server = _Server(config, app)
+    server = _Server(config, app, announce=sockets is None)
     server.run(sockets=sockets)
     return 0
 
@@ -240,7 +253,12 @@ def _serve_workers(settings: Settings, environ: dict[str, str], token: str | Non
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc.name
     if token is not None:
         _print_dev_token(settings, token)
-    print(f"mercury-http: {settings.http.workers} workers on port {port}", flush=True)
+    shown = f"[{settings.http.host}]" if ":" in settings.http.host else settings.http.host
+    print(
+        f"mercury-http: listening on http://{shown}:{port} "
+        f"({settings.http.workers} worker processes)",
+        flush=True,
+    )
     children: list[int] = []
     for _ in range(settings.http.workers):
         pid = os.fork()
@@ -300,11 +318,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve_parser.add_argument(
         "--dev",
         action="store_true",
-        help="with no auth configured, make and print a development static token, and "
-        "listen on 127.0.0.1 only unless --host or HTTP_SURFACE_HOST says otherwise",
+        help="with no auth configured, make and print a development static token",
     )
     serve_parser.add_argument(
-        "--host", help="the address to listen on (overrides HTTP_SURFACE_HOST and the file)"
+        "--dev-model",
+        action="store_true",
+        help="start the scripted model (see dev-model) in this process and use it, with its "
+        "demo services, instead of a model server",
+    )
+    serve_parser.add_argument(
+        "--host",
+        help="the address to listen on (overrides HTTP_SURFACE_HOST and the file; default "
+        "127.0.0.1, this machine only: 0.0.0.0 listens on every interface)",
     )
     serve_parser.add_argument(
         "--port", type=int, help="the port (overrides HTTP_SURFACE_PORT and the file)"
@@ -336,8 +361,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     init_parser.add_argument("--output", help="where to write it (default: mercury.yaml)")
     init_parser.add_argument("--force", action="store_true", help="replace an existing file")
+    dev_model_parser = commands.add_parser(
+        "dev-model",
+        help="serve a scripted model on 127.0.0.1 (Ollama's and OpenAI's protocols)",
+        description="Serve a deterministic scripted model on 127.0.0.1, speaking Ollama's "
+        "protocol and OpenAI's (under /v1), to try Mercury without a model server. It echoes "
+        "messages; '/demo' in a message lists the events it produces on demand (reasoning, "
+        "tools, confirmations, sign-ins, displays, a slow stream, an error, a stalled stream).",
+    )
+    dev_model_parser.add_argument(
+        "--port", type=int, default=11434, help="the port (default 11434; 0 picks a free one)"
+    )
+    dev_model_parser.add_argument(
+        "--model",
+        action="append",
+        metavar="NAME",
+        help="another model name to answer to (repeatable); it always answers to the default "
+        "chat and embedding models",
+    )
     chat_client.add_command(commands)
     arguments = parser.parse_args(argv)
+    if arguments.command == "dev-model":
+        from dev_model.command import run as run_dev_model
+
+        return run_dev_model(arguments)
     if arguments.command == "chat":
         return chat_client.run(arguments)
     if arguments.command in ("check-config", "init"):

@@ -504,7 +504,7 @@ _SECONDS: Final = _Float(0, inclusive=False)
 # fmt: off
 SETTINGS: Final[tuple[Setting, ...]] = (
     # path, environment variable, kind, default, doc
-    Setting("http.host", "HTTP_SURFACE_HOST", _Text(), "0.0.0.0",  # noqa: S104
+    Setting("http.host", "HTTP_SURFACE_HOST", _Text(), "127.0.0.1",
             "The address to listen on."),
     Setting("http.port", "HTTP_SURFACE_PORT", _PORT, 4100,
             "The port; 0 picks a free one."),

@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "package", ["core", "core.model", "core.spaces", "channel_http", "auth_providers", "bridges"]
+    "package",
+    ["core", "core.model", "core.spaces", "channel_http", "auth_providers", "bridges", "dev_model"],
 )
 def test_every_package_exports_a_sorted_all_of_real_names(package: str) -> None:
     module = importlib.import_module(package)

@@ -101,6 +101,16 @@ def test_the_wheel_builds_and_installs_into_a_clean_venv(tmp_path: Path) -> None
         check=True,
     )
     assert version.stdout.strip() == "mercury-http 0.1.0"
+    scripted = subprocess.run(  # noqa: S603 - the venv's python: the scripted model shipped
+        [str(target / "python"), "-c", "import dev_model.command; print(dev_model.DEMOS)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+        check=False,
+    )
+    assert scripted.returncode == 0 and "confirm" in scripted.stdout, scripted.stderr
     _serves_the_contract_and_the_ui_from_the_wheel(target, tmp_path, env)
 
 

@@ -165,3 +165,101 @@ def test_serve_dev_prints_a_token_and_a_curl_line_that_works(
         assert process.wait(20) in (0, -signal.SIGTERM)
         if process.stdout is not None:
             process.stdout.close()
+
+
+def listening_line(env: dict[str, str], *args: str) -> str:
+    """Start ``serve`` with ``env``, return its "listening on" line, then stop it."""
+    process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "channel_http", "serve", *args],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "MERCURY_CONFIG_FILE": "", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 45
+        while not any(line.startswith("mercury-http: listening on") for line in lines):
+            assert time.monotonic() < deadline and process.poll() is None, lines
+            lines.append(process.stdout.readline())
+        return next(line for line in lines if line.startswith("mercury-http: listening on"))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) in (0, -signal.SIGTERM)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def bound_hosts(port: int) -> set[str]:
+    """The local addresses listening on ``port`` (IPv4, from /proc/net/tcp)."""
+    hosts = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            hosts.add(socket.inet_ntoa(int(address, 16).to_bytes(4, "little")))
+    return hosts
+
+
+@pytest.mark.parametrize("dev", [False, True], ids=["auth-configured", "development-token"])
+def test_serve_listens_on_this_machine_only_unless_a_host_is_given(
+    tmp_path: Path, ollama: OllamaStandIn, dev: bool
+) -> None:
+    """Issue #36: with or without auth configured, 127.0.0.1 unless told, said at start."""
+    env = {
+        "MERCURY_DATA_DIR": str(tmp_path / "data"),
+        "OLLAMA_HOST": ollama.url,
+        "MERCURY_MEMORY_STORE": "off",
+    }
+    if not dev:
+        env |= {"MERCURY_AUTH": "static", "AUTH_STATIC_TOKENS": '{"t": {"id": "a"}}'}
+    flags = ("--dev",) if dev else ()
+    port = free_port()
+    line = listening_line(env | {"HTTP_SURFACE_PORT": str(port)}, *flags)
+    assert line.strip() == f"mercury-http: listening on http://127.0.0.1:{port}"
+    port = free_port()
+    line = listening_line(env | {"HTTP_SURFACE_PORT": str(port)}, *flags, "--host", "0.0.0.0")  # noqa: S104
+    assert line.strip() == f"mercury-http: listening on http://0.0.0.0:{port}"
+    port = free_port()
+    line = listening_line(
+        env | {"HTTP_SURFACE_PORT": str(port), "HTTP_SURFACE_HOST": "0.0.0.0"},  # noqa: S104
+        *flags,
+    )
+    assert line.strip() == f"mercury-http: listening on http://0.0.0.0:{port}"
+
+
+def test_the_announced_address_is_the_bound_one(tmp_path: Path, ollama: OllamaStandIn) -> None:
+    env = {
+        "MERCURY_DATA_DIR": str(tmp_path / "data"),
+        "OLLAMA_HOST": ollama.url,
+        "MERCURY_MEMORY_STORE": "off",
+        "MERCURY_AUTH": "static",
+        "AUTH_STATIC_TOKENS": '{"t": {"id": "a"}}',
+        "HTTP_SURFACE_PORT": "0",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "channel_http", "serve"],
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], "MERCURY_CONFIG_FILE": "", **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 45
+        line = ""
+        while not line.startswith("mercury-http: listening on"):
+            assert time.monotonic() < deadline and process.poll() is None
+            line = process.stdout.readline()
+        announced = re.fullmatch(r"mercury-http: listening on http://([\d.]+):(\d+)", line.strip())
+        assert announced is not None, line
+        assert announced.group(1) == "127.0.0.1"
+        assert bound_hosts(int(announced.group(2))) == {"127.0.0.1"}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) in (0, -signal.SIGTERM)
+        if process.stdout is not None:
+            process.stdout.close()

@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 START = "<!-- settings-reference:start -->"
 END = "<!-- settings-reference:end -->"
 SECRET = "hunter2-do-not-show"
-ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - the default host, compared, not bound
+LOOPBACK = "127.0.0.1"  # the default host
 
 
 def write(directory: Path, text: str, name: str = "mercury.yaml") -> Path:
@@ -54,7 +54,7 @@ def test_with_no_file_and_no_variables_every_default_applies(tmp_path: Path) -> 
     settings = load(tmp_path)
 
     assert settings.config_file is None
-    assert settings.http.host == ALL_INTERFACES
+    assert settings.http.host == LOOPBACK
     assert settings.http.port == 4100
     assert settings.http.cors_origin == ("*",)
     assert settings.http.public_url is None
@@ -134,7 +134,7 @@ def test_an_empty_or_null_value_in_the_file_means_the_default(tmp_path: Path) ->
     settings = load(tmp_path, 'http:\n  port:\n  host: ""\nwiki:\n')
 
     assert settings.http.port == 4100
-    assert settings.http.host == ALL_INTERFACES
+    assert settings.http.host == LOOPBACK
 
 
 def test_raw_settings_are_kept_exactly(tmp_path: Path) -> None:

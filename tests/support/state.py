@@ -9,6 +9,7 @@ test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Literal
@@ -16,7 +17,8 @@ from typing import Literal
 import pytest
 
 from core.state import Database, connect
-from tests.support.postgres import PostgresServer, running_postgres
+from tests.support.postgres import PostgresServer, PostgresUnavailable, running_postgres
+from tests.support.system import missing
 
 Backend = Literal["sqlite", "postgresql"]
 BACKENDS: tuple[Backend, ...] = ("sqlite", "postgresql")
@@ -55,7 +57,11 @@ class StateBackend:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    with running_postgres() as server:
+    with contextlib.ExitStack() as stack:
+        try:
+            server = stack.enter_context(running_postgres())
+        except PostgresUnavailable as error:
+            missing(str(error))
         yield server
 
 

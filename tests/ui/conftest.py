@@ -22,6 +22,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.server import RunningServer
+from tests.support.system import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "ui" / "node_modules" / "axe-core" / "axe.min.js"
@@ -42,6 +43,11 @@ FLAGS = [
 
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        missing(
+            f"Chromium isn't at {CHROMIUM}; run scripts/test as root (it installs Debian's "
+            "chromium), apt-get install -y chromium, or set MERCURY_CHROMIUM."
+        )
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
         yield browser
