@@ -162,7 +162,7 @@ def test_a_tool_turn_is_shown_live_at_each_step(
     # one line once it ended, the tool's spinner, its ✓, then the answer as Markdown.
     steps_seen = [
         seen.index("Let me check the room."),
-        seen.index("▸ Thought for 5 words"),
+        re.search(r"▸ Thought for \d\.\d s", seen).start(),  # type: ignore[union-attr]
         re.search(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] Looking the room up… B12", seen).start(),  # type: ignore[union-attr]
         seen.index("✓ Looking the room up… B12"),
         seen.index("Room **B12** is *free*."),  # the text as it streamed
