@@ -62,7 +62,8 @@ class _ToolLine:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         if self.outcome is None:
-            mark = self.spinner.render(console.get_time())
+            frame = self.spinner.render(console.get_time())  # a Text: the spinner has no text
+            mark = frame if isinstance(frame, Text) else Text("…")
         else:
             symbol, style = _MARKS.get(self.outcome, ("•", ""))
             mark = Text(symbol, style=style)

@@ -350,7 +350,8 @@ def test_each_exit_status(tmp_path: Path, server: RunningServer, ollama: OllamaS
     # 4: refused.
     refused = piped({**env, "MERCURY_TOKEN": "wrong"}, "hi")
     assert refused.returncode == 4
-    assert "doesn't recognize the token" in refused.stderr
+    assert "The server doesn't recognize this token" in refused.stderr
+    assert "The token came from MERCURY_TOKEN or the config file." in refused.stderr
     assert "Traceback" not in refused.stderr + failed.stderr + waiting.stderr
 
 
