@@ -20,6 +20,7 @@ from typing import Any, Final, Protocol, TextIO
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown
+from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
@@ -72,6 +73,24 @@ class _ToolLine:
         line.overflow = "ellipsis"
         line.truncate(options.max_width, overflow="ellipsis")
         yield line
+
+
+class _Bottom:
+    """What fits the terminal's height, from the bottom: a long answer streams in view.
+
+    Rich's live region shows the top of what is taller than the terminal, cut with an
+    ellipsis; the newest streamed words are at the bottom, so that is the part kept.
+    """
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = console.render_lines(self.renderable, options, pad=False)
+        height = max(1, options.size.height - 1)  # the last row is the cursor's
+        for line in lines[-height:]:
+            yield from line
+            yield Segment.line()
 
 
 @dataclass
@@ -138,11 +157,14 @@ class LiveView:
     def _refresh(self) -> None:
         if self.live is None:
             self.live = Live(
-                self._render(), console=self.console, refresh_per_second=12, transient=True
+                _Bottom(self._render()),
+                console=self.console,
+                refresh_per_second=12,
+                transient=True,
             )
             self.live.start()
         else:
-            self.live.update(self._render())
+            self.live.update(_Bottom(self._render()))
 
     def _settle(self) -> None:
         """Clear the live region and print what it showed, once, for good."""

@@ -34,7 +34,7 @@ class Terminal:
     """The client in a pseudo-terminal, every byte it writes drawn on a pyte screen."""
 
     def __init__(self, env: Mapping[str, str], *args: str, rows: int = 24, cols: int = 80):
-        self.screen = pyte.Screen(cols, rows)
+        self.screen = pyte.HistoryScreen(cols, rows, history=1000)
         self.stream = pyte.Stream(self.screen)
         self.child = pexpect.spawn(
             sys.executable,
@@ -61,6 +61,14 @@ class Terminal:
         while shown and not shown[-1]:
             shown.pop()
         return shown
+
+    def scrolled_and_shown(self) -> list[str]:
+        """The lines scrolled off the top, then the screen."""
+        columns = self.screen.columns
+        scrolled = [
+            "".join(row[x].data for x in range(columns)).rstrip() for row in self.screen.history.top
+        ]
+        return scrolled + self.lines()
 
     def wait_for(self, text: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -220,6 +228,21 @@ def test_a_resize_while_the_answer_streams_leaves_it_once(
     assert shown[0] == "Conversation scr-3 (continue it with --conversation scr-3)"
     assert text.split() == [w.strip() for w in words] + ["done"]
     assert "**" not in text
+
+
+def test_an_answer_taller_than_the_terminal_streams_in_view_and_prints_once(
+    tmp_path: Path, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = make_server()
+    items = [f"- item {n}\n" for n in range(1, 41)]
+    ollama.enqueue(ChatScript(content=items, delay_s=0.05))
+    terminal = Terminal(client_env(tmp_path, server), "--conversation", "scr-4", "list")
+    terminal.wait_for("item 30")
+    # While it streams, the newest lines are in view (rich alone shows the top and "...").
+    assert "- item 30" in terminal.lines()
+    assert terminal.finish() == 0
+    everything = terminal.scrolled_and_shown()
+    assert [line for line in everything if "item" in line] == [f" • item {n}" for n in range(1, 41)]
 
 
 @pytest.mark.parametrize(
