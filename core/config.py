@@ -440,8 +440,8 @@ class Settings(_Group, frozen=True, kw_only=True):
             elif setting.path == "spaces" and self.spaces:
                 # One line per space, as the file writes it (flow YAML), not a Python repr.
                 lines.extend(
-                    f"spaces.{json.dumps(space_id)} = {_flow_yaml(_given(config))}"
-                    for space_id, config in self.spaces.items()
+                    f"spaces.{json.dumps(space, ensure_ascii=False)} = {_flow_yaml(_given(given))}"
+                    for space, given in self.spaces.items()
                 )
                 continue
             else:
