@@ -229,12 +229,13 @@ def thought_for(seconds: float) -> str:
     """How long the model thought, as a person says it: "Thought for 4.2 s", "for 1 min 5 s"."""
     if seconds < 0.1:
         return "Thought for a moment"
-    if seconds < 10:
+    if seconds < 9.95:
         return f"Thought for {seconds:.1f} s"
-    if seconds < 60:
-        return f"Thought for {round(seconds)} s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"Thought for {minutes} min {rest} s"
+    whole = round(seconds)
+    if whole < 60:
+        return f"Thought for {whole} s"
+    minutes, rest = divmod(whole, 60)
+    return f"Thought for {minutes} min {rest} s" if rest else f"Thought for {minutes} min"
 
 
 class PlainView:

@@ -251,6 +251,8 @@ def test_an_answer_taller_than_the_terminal_streams_in_view_and_prints_once(
         (0.04, "Thought for a moment"),
         (4.24, "Thought for 4.2 s"),
         (16.4, "Thought for 16 s"),
+        (9.97, "Thought for 10 s"),
+        (59.7, "Thought for 1 min"),
         (65.2, "Thought for 1 min 5 s"),
     ],
 )
