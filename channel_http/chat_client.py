@@ -171,8 +171,8 @@ def _refusal(response: httpx.Response) -> ChatProblem:
         message = response.text.strip()[:300] or response.reason_phrase
     status = response.status_code
     if status in (401, 403, 429):
-        if status == 401 and message == "unauthorized":
-            message = "The server doesn't recognize the token (MERCURY_TOKEN or the config file)."
+        if status == 401:  # the server's sentence, then where this command took the token
+            message += " The token came from MERCURY_TOKEN or the config file."
         return ChatProblem(message, Exit.REFUSED)
     if 400 <= status < 500:
         return ChatProblem(message, Exit.USAGE)

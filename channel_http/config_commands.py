@@ -1,7 +1,9 @@
 """``mercury-http check-config`` and ``mercury-http init``: the settings, shown and started.
 
 ``check-config`` prints the effective settings (secrets only as "set"/"not set") and every
-problem it finds, and exits 1 on any. ``init`` writes a ``mercury.yaml`` naming every setting
+problem it finds, and exits 1 on any; a rule between settings that doesn't hold (a bridge
+on without its secret) is a problem printed after the settings, not instead of them.
+``init`` writes a ``mercury.yaml`` naming every setting
 the file may hold at its default, each with its meaning as a comment.
 """
 
@@ -19,10 +21,17 @@ import yaml
 from channel_http.app import HttpChannel, build_auth, build_directory
 from channel_http.probes import fetch_hint, missing_models, model_names, model_server
 from core.channels import admits
-from core.config import SETTINGS, ConfigurationError, Setting, load_settings
+from core.config import SETTINGS, ConfigurationError, Setting, read_settings
 
 #: The file ``init`` writes when none is named.
 INIT_FILE: Final = "mercury.yaml"
+#: No auth configured is what the quickstart starts with: ``serve --dev`` makes a token.
+DEV_MODE_NOTE: Final = (
+    "No auth provider is configured. Development mode (scripts/serve, or mercury-http serve "
+    "--dev) makes a static token for you, kept in {token}; plain "
+    "mercury-http serve refuses to start. To let other people in, set MERCURY_AUTH "
+    "and its settings (docs/auth.md)."
+)
 
 
 def check_config(arguments: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -32,17 +41,23 @@ def check_config(arguments: argparse.Namespace, out: TextIO | None = None) -> in
     if arguments.config is not None:
         environ["MERCURY_CONFIG_FILE"] = arguments.config
     try:
-        settings = load_settings(environ)
-    except ConfigurationError as error:
+        settings, problems = read_settings(environ)
+    except ConfigurationError as error:  # a value that can't be read: no settings to show
         print(f"Problem: {error}", file=out)
         return 1
     print(settings.redacted(), file=out)
-    problems: list[str] = []
-    for build in (build_auth, build_directory):
+    notes: list[str] = []
+    if not settings.auth.providers and not environ.get("AUTH_STATIC_TOKENS"):
+        notes.append(DEV_MODE_NOTE.format(token=settings.data_dir / "dev-token"))
+    else:
         try:
-            build(settings)
+            build_auth(settings)
         except ConfigurationError as error:
             problems.append(str(error))
+    try:
+        build_directory(settings)
+    except ConfigurationError as error:
+        problems.append(str(error))
     if not admits(HttpChannel()):
         problems.append("The core does not run this channel's contract version; upgrade both.")
     names = model_names(settings, memory_on=settings.memory.store != "off")
@@ -54,6 +69,8 @@ def check_config(arguments: argparse.Namespace, out: TextIO | None = None) -> in
     elif missing:
         problems.append(f"{server} lacks {', '.join(missing)}; {fetch_hint(settings, missing)}")
     print("", file=out)
+    for note in notes:
+        print(f"Note: {note}", file=out)
     if not problems:
         print("No problems found.", file=out)
         return 0

@@ -23,7 +23,7 @@ from channel_http.access_log import mark
 from channel_http.errors import BadRequest, send_envelope
 from core.config import AUTH_PROVIDERS
 from core.i18n import choose_language, negotiate
-from core.messages import UNAUTHORIZED
+from core.messages import TOKEN_MISSING, TOKEN_REFUSED
 from core.people import Admitted, refusal_message
 from core.timezones import choose_zone
 
@@ -178,11 +178,12 @@ class CallerMiddleware(ASGIMiddleware):
         if metrics is not None:
             count_auth(metrics, principal, "authorization" in headers)
         if principal is None:
-            challenge = 'Bearer error="invalid_token"' if "authorization" in headers else "Bearer"
+            presented = "authorization" in headers
+            challenge = 'Bearer error="invalid_token"' if presented else "Bearer"
             await send_envelope(
                 send,
                 401,
-                translator.gettext(UNAUTHORIZED),
+                translator.gettext(TOKEN_REFUSED if presented else TOKEN_MISSING),
                 {"www-authenticate": challenge, "content-language": language},
             )
             return

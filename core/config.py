@@ -31,6 +31,7 @@ Exception tree::
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import textwrap
 from collections.abc import Mapping
@@ -106,6 +107,7 @@ __all__ = [
     "WikiSettings",
     "help_text",
     "load_settings",
+    "read_settings",
     "service_secret_variable",
     "settings_reference",
 ]
@@ -435,6 +437,13 @@ class Settings(_Group, frozen=True, kw_only=True):
                 shown = _presence(value)
             elif setting.path == "services":
                 shown = ", ".join(_describe_service(s) for s in self.services) or "none"
+            elif setting.path == "spaces" and self.spaces:
+                # One line per space, as the file writes it (flow YAML), not a Python repr.
+                lines.extend(
+                    f"spaces.{json.dumps(space, ensure_ascii=False)} = {_flow_yaml(_given(given))}"
+                    for space, given in self.spaces.items()
+                )
+                continue
             else:
                 shown = _plain(value)
             lines.append(f"{setting.path} = {shown}")
@@ -764,6 +773,21 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
     directory). Raises :class:`ConfigurationError` on the first thing that is wrong.
     Reads the disk: call it at start-up, before the event loop runs, or in a thread.
     """
+    settings, problems = read_settings(environ, cwd)
+    if problems:
+        raise ConfigurationError(problems[0])
+    return settings
+
+
+def read_settings(
+    environ: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> tuple[Settings, list[str]]:
+    """The settings as :func:`load_settings` reads them, and what is wrong across them.
+
+    A value that can't be read still raises :class:`ConfigurationError`; a rule between
+    settings that doesn't hold (a bridge on without its secrets, workers on SQLite) is a
+    problem in the list, the settings built anyway, so ``check-config`` can show both.
+    """
     env: Mapping[str, str] = os.environ if environ is None else environ
     base = (Path.cwd() if cwd is None else cwd).absolute()
     config_file = _config_file(env, base)
@@ -785,6 +809,16 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
         msgspec.structs.replace(service, client_secret=_service_secret(service, env))
         for service in values["services"]
     )
+    problems: list[str] = []
+    for check in (_check_state_url, _check_workers, _check_memory, _check_model, _check_bridges):
+        try:
+            check(values)
+        except ConfigurationError as error:
+            problems.append(str(error))
+    return Settings(**_build("", Settings, values), config_file=config_file), problems
+
+
+def _check_state_url(values: Mapping[str, Any]) -> None:
     state_url = values["state.url"]
     if state_url is not None and not state_url.startswith(("postgresql://", "postgres://")):
         # Never quoted: the URL carries a password.
@@ -793,27 +827,30 @@ def load_settings(environ: Mapping[str, str] | None = None, cwd: Path | None = N
             "postgresql://user:password@host:port/database; unset it to keep the state in "
             "SQLite under the data directory."
         )
-    if values["http.workers"] > 1:
-        _check_workers(values)
+
+
+def _check_memory(values: Mapping[str, Any]) -> None:
     if values["memory.store"] == "qdrant" and values["memory.qdrant_url"] is None:
         raise ConfigurationError(
             'The memory store is "qdrant", which needs QDRANT_URL (memory.qdrant_url in the '
             "file); set it, or set MERCURY_MEMORY_STORE to edge or off."
         )
-    if values["model.provider"] == "openai":
-        if values["openai.model"] is None:
-            raise ConfigurationError(
-                'The model provider is "openai", which needs OPENAI_MODEL (openai.model in the '
-                "file), the model's name as the server lists it under /v1/models; set it."
-            )
-        if values["openai.embedding_model"] is None and values["memory.store"] != "off":
-            raise ConfigurationError(
-                'The model provider is "openai" and memory is on, which needs '
-                "OPENAI_EMBEDDING_MODEL (openai.embedding_model in the file) to embed it; "
-                "set it, or set MERCURY_MEMORY_STORE to off."
-            )
-    _check_bridges(values)
-    return Settings(**_build("", Settings, values), config_file=config_file)
+
+
+def _check_model(values: Mapping[str, Any]) -> None:
+    if values["model.provider"] != "openai":
+        return
+    if values["openai.model"] is None:
+        raise ConfigurationError(
+            'The model provider is "openai", which needs OPENAI_MODEL (openai.model in the '
+            "file), the model's name as the server lists it under /v1/models; set it."
+        )
+    if values["openai.embedding_model"] is None and values["memory.store"] != "off":
+        raise ConfigurationError(
+            'The model provider is "openai" and memory is on, which needs '
+            "OPENAI_EMBEDDING_MODEL (openai.embedding_model in the file) to embed it; "
+            "set it, or set MERCURY_MEMORY_STORE to off."
+        )
 
 
 #: Per bridge, the secrets it can't run without, by environment variable.
@@ -862,6 +899,8 @@ def _check_bridges(values: Mapping[str, Any]) -> None:
 def _check_workers(values: Mapping[str, Any]) -> None:
     """Several processes share only what lives outside them: refuse the embedded stores."""
     workers = values["http.workers"]
+    if workers <= 1:
+        return
     if values["state.url"] is None:
         raise ConfigurationError(
             f"HTTP_SURFACE_WORKERS is {workers}, but the state is in SQLite under the data "
@@ -1128,6 +1167,25 @@ def _plain(value: object) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+def _given(group: _Group) -> dict[str, object]:
+    """What a settings group holds beyond its defaults, nested groups included."""
+    given: dict[str, object] = {}
+    for name in group.__struct_fields__:
+        value = getattr(group, name)
+        if isinstance(value, _Group):
+            value = _given(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        if value not in (None, [], {}):
+            given[name] = value
+    return given
+
+
+def _flow_yaml(value: object) -> str:
+    text: str = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=False)
+    return text.removesuffix("\n...\n").strip()
 
 
 def _describe_service(service: RestService) -> str:

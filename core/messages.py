@@ -18,8 +18,14 @@ from core.i18n import N_, N_plural
 
 # --- Refusals of a request that can't be served as sent ---------------------------------------
 
-# Shown: the refusal of a request without valid credentials.
-UNAUTHORIZED: Final = N_("unauthorized")
+# Shown: the refusal (401) of a request that carries no token.
+TOKEN_MISSING: Final = N_(
+    "Sign in first: this request carries no token (an Authorization: Bearer header)."
+)
+# Shown: the refusal (401) of a token no auth provider recognizes, e.g. at the UI's sign-in.
+TOKEN_REFUSED: Final = N_(
+    "The server doesn't recognize this token; check it, or ask whoever runs the server for one."
+)
 # Shown: the refusal of a request whose body isn't JSON.
 BODY_NOT_JSON: Final = N_("The request body must be JSON.")
 # Shown: the refusal of a request whose JSON body isn't an object.

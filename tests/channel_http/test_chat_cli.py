@@ -162,7 +162,7 @@ def test_a_tool_turn_is_shown_live_at_each_step(
     # one line once it ended, the tool's spinner, its ✓, then the answer as Markdown.
     steps_seen = [
         seen.index("Let me check the room."),
-        seen.index("▸ Thought for 5 words"),
+        re.search(r"▸ Thought for \d\.\d s", seen).start(),  # type: ignore[union-attr]
         re.search(r"[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] Looking the room up… B12", seen).start(),  # type: ignore[union-attr]
         seen.index("✓ Looking the room up… B12"),
         seen.index("Room **B12** is *free*."),  # the text as it streamed
@@ -350,7 +350,8 @@ def test_each_exit_status(tmp_path: Path, server: RunningServer, ollama: OllamaS
     # 4: refused.
     refused = piped({**env, "MERCURY_TOKEN": "wrong"}, "hi")
     assert refused.returncode == 4
-    assert "doesn't recognize the token" in refused.stderr
+    assert "The server doesn't recognize this token" in refused.stderr
+    assert "The token came from MERCURY_TOKEN or the config file." in refused.stderr
     assert "Traceback" not in refused.stderr + failed.stderr + waiting.stderr
 
 

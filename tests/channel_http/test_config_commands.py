@@ -65,11 +65,65 @@ def test_check_config_prints_the_settings_with_secrets_masked_and_exits_0(
 def test_check_config_lists_every_problem_and_exits_1(
     environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["check-config"]) == 1  # no auth, and the stand-in has no model
+    environment.setenv("MERCURY_AUTH", "oidc")  # without OIDC_ISSUER
+    assert main(["check-config"]) == 1  # and the stand-in has no model
     problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Pro")]
     assert len(problems) == 2
-    assert "MERCURY_AUTH" in problems[0]
+    assert "OIDC" in problems[0]
     assert problems[1].endswith("run: ollama pull llama3.2")
+
+
+def test_check_config_right_after_the_quickstart_says_development_mode_makes_a_token(
+    environment: pytest.MonkeyPatch, ollama: OllamaStandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ollama.models = ["llama3.2"]
+    try:
+        assert main(["check-config"]) == 0  # no auth configured: what scripts/serve starts on
+    finally:
+        ollama.models = None
+    out = capsys.readouterr().out
+    assert "Problem" not in out
+    assert "Note: No auth provider is configured. Development mode (scripts/serve" in out
+    assert str(Path("data", "dev-token")) in out
+    assert out.rstrip().endswith("No problems found.")
+
+
+def test_check_config_prints_the_settings_with_a_missing_bridge_secret(
+    environment: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environment.setenv("MERCURY_AUTH", "static")
+    environment.setenv("AUTH_STATIC_TOKENS", json.dumps(TOKENS))
+    environment.setenv("MERCURY_SLACK", "true")
+    environment.setenv("SLACK_BOT_TOKEN", "xoxb-secret")
+    assert main(["check-config"]) == 1
+    out = capsys.readouterr().out
+    assert "http.port = 4100" in out and "slack.enabled = true" in out
+    assert "slack.bot_token = (set)" in out and "xoxb-secret" not in out
+    problems = [line for line in out.splitlines() if line.startswith("Problem: ")]
+    assert "SLACK_SIGNING_SECRET is not set" in problems[0]
+    assert out.index("http.port = ") < out.index("Problem: ")
+
+
+def test_check_config_prints_the_spaces_as_the_file_writes_them(
+    environment: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "spaces.yaml").write_text(
+        "spaces:\n"
+        '  "slack:C0123ABC":\n'
+        "    admins: [people:alice]\n"
+        "    rate_limit: 5\n"
+        '    trigger: {match: prefix, pattern: "!m"}\n'
+        '  "telegram:-100200":\n'
+        "    members: [telegram:42]\n"
+    )
+    main(["check-config", "--config", "spaces.yaml"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "SpaceConfig" not in "\n".join(lines)
+    assert [line for line in lines if line.startswith("spaces")] == [
+        "spaces.\"slack:C0123ABC\" = {admins: ['people:alice'], rate_limit: 5, trigger: "
+        "{match: prefix, pattern: '!m'}}",
+        "spaces.\"telegram:-100200\" = {members: ['telegram:42']}",
+    ]
 
 
 def test_check_config_names_a_bad_file(

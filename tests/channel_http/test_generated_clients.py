@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from core.memory.edge import EdgeStore
+from core.messages import TOKEN_MISSING
 from core.tools import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -182,7 +183,7 @@ async def test_the_generated_python_client_reads_me_conversations_and_confirms(
         refused = get_me.sync_detailed(client=session)
     assert refused.status_code == 401
     assert isinstance(refused.parsed, models.Failure)
-    assert refused.parsed.error == "unauthorized"
+    assert refused.parsed.error == TOKEN_MISSING
 
 
 TS_PROGRAM = """\

@@ -13,6 +13,7 @@ import pytest
 from channel_http.app import CHANNEL_API_VERSION, HttpChannel
 from core.channels import admits
 from core.config import ConfigurationError
+from core.messages import TOKEN_MISSING
 from core.version import CHANNEL_API_VERSION as CORE_CHANNEL_API_VERSION
 from core.version import __version__
 from tests.conftest import ALICE
@@ -42,7 +43,7 @@ def test_every_authenticated_route_answers_401_before_reading_the_body(
 ) -> None:
     response = httpx.request(method, server.url + path, content=b"not json {")
     assert response.status_code == 401
-    assert response.json() == {"ok": False, "error": "unauthorized"}
+    assert response.json() == {"ok": False, "error": TOKEN_MISSING}
     assert response.headers["www-authenticate"] == "Bearer"
     assert response.headers["access-control-allow-origin"] == "*"
 
@@ -126,9 +127,24 @@ def test_refusals_before_the_caller_is_known_speak_the_requested_language(
     italian = {"accept-language": "it-CH, en;q=0.5"}
     unauthorized = httpx.get(server.url + "/me", headers=italian)
     assert unauthorized.status_code == 401
-    assert unauthorized.json() == {"ok": False, "error": "non autorizzato"}
+    assert unauthorized.json() == {
+        "ok": False,
+        "error": "Accedi prima: questa richiesta non porta alcun token "
+        "(un'intestazione Authorization: Bearer).",
+    }
     assert unauthorized.headers["content-language"] == "it"
     assert unauthorized.headers["www-authenticate"] == "Bearer"
+    # A token sent and refused: a sentence in the asked language too, and RFC 6750's challenge.
+    refused = httpx.get(
+        server.url + "/me", headers={**italian, "authorization": "Bearer not-a-token"}
+    )
+    assert refused.status_code == 401
+    assert refused.json()["error"] == (
+        "Il server non riconosce questo token; controllalo, o chiedine uno a chi gestisce il "
+        "server."
+    )
+    assert refused.headers["content-language"] == "it"
+    assert refused.headers["www-authenticate"] == 'Bearer error="invalid_token"'
     missing = httpx.get(server.url + "/nope", headers={"accept-language": "de"})
     assert missing.status_code == 404
     assert missing.headers["content-language"] == "de"
@@ -140,7 +156,7 @@ def test_refusals_before_the_caller_is_known_speak_the_requested_language(
         "This route does not accept the DELETE method."
     )
     plain = httpx.get(server.url + "/me")
-    assert plain.json() == {"ok": False, "error": "unauthorized"}
+    assert plain.json() == {"ok": False, "error": TOKEN_MISSING}
     assert plain.headers["content-language"] == "en"
 
 

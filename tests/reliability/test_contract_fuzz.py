@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
 from schemathesis.specs.openapi import checks as openapi_checks
 
+from core.messages import TOKEN_MISSING, TOKEN_REFUSED
 from core.version import core_version  # noqa: F401 - the app's import graph, loaded up front
 from tests.conftest import ALICE
 from tests.reliability.support import ROOT
@@ -244,5 +245,6 @@ def test_no_route_the_contract_secures_answers_without_a_valid_token(
                 operation.method.upper(), fuzzed.url + operation.path, headers=headers, timeout=10
             )
             assert response.status_code == 401, (operation.label, headers, response.text)
-            assert response.json() == {"ok": False, "error": "unauthorized"}
+            refusal = TOKEN_REFUSED if headers else TOKEN_MISSING
+            assert response.json() == {"ok": False, "error": refusal}
     assert secured >= 14

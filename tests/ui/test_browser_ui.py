@@ -11,6 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from core.messages import TOKEN_REFUSED
 from tests.conftest import ALICE, BOB
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
@@ -301,7 +302,7 @@ def test_a_refused_token_goes_back_to_sign_in(page: Page, server: RunningServer)
     page.goto(server.url + "/ui/")
     page.fill("#token", "not-a-token")
     page.click("button[type=submit]")
-    expect(page.get_by_role("alert")).to_have_text("unauthorized")
+    expect(page.get_by_role("alert")).to_have_text(TOKEN_REFUSED)
     expect(page.locator("#token")).to_be_visible()
     sign_in(page, server, "alice-token")
     page.evaluate("sessionStorage.setItem('mercury.token', 'revoked')")
