@@ -1164,7 +1164,7 @@ def main() -> None:
     parser.add_argument(
         "--gc-thresholds",
         metavar="YOUNG,MIDDLE",
-        help="the server's collector thresholds once settled (50000,10: before stop 15)",
+        help="the server's collector thresholds once settled (50000,10: before ff0c536)",
     )
     parser.add_argument(
         "--accept-uvloop",

@@ -17,7 +17,7 @@ garbage cycle waits at most one young pass, or one middle pass once it has outli
 A young pass traverses what was allocated since the last one and is still alive, and 500
 streams starting within a second leave ~170 live objects each: at a threshold of 50,000 the
 two passes of such a ramp held the loop 13-34 ms each (no garbage found), at 10,000 the ten
-passes 3-6 ms each, for the same CPU per event (docs/benchmarks.md, stop 15). The middle
+passes 3-6 ms each, for the same CPU per event (docs/benchmarks.md; ff0c536). The middle
 generation's threshold goes from 10 to :data:`MIDDLE_THRESHOLD` young passes, so its passes,
 which traverse every object that survived a young one, come as rarely as before.
 """

@@ -150,7 +150,7 @@ async def _send_opening(
     """The first frame from the response's task, right behind the headers.
 
     A task of its own would wait one more turn of the loop, which is milliseconds beside
-    hundreds of streams (docs/benchmarks.md, stop 14). If it can't be sent, the body is
+    hundreds of streams (docs/benchmarks.md; 458b4e3). If it can't be sent, the body is
     closed at once, so its own clean-up (the turn's cancel) runs now.
     """
     direct = send if sink is None else sink.send

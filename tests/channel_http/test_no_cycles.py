@@ -2,7 +2,7 @@
 
 Anything of a request left in a reference cycle waits for the collector's middle-generation
 pass, which then traverses every such request since the last one: 147-183 ms of a held
-event loop after a few thousand streams (docs/benchmarks.md, stop 15), felt by every stream
+event loop after a few thousand streams (docs/benchmarks.md; da5e990), felt by every stream
 open at that moment. The server's own objects must never be part of a cycle's garbage.
 """
 
