@@ -52,6 +52,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from bridges.json_body import decode
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -179,7 +180,7 @@ class TelegramBridge:
                 verdict="malformed", reason=f"Telegram POSTs updates, not {method}"
             )
         try:
-            data = _DECODER.decode(body)
+            data = decode(_DECODER, body)
         except msgspec.DecodeError:
             return WebhookOutcome(verdict="malformed", reason="the update is not a JSON object")
         if not isinstance(data.get("update_id"), int):

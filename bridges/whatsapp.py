@@ -37,6 +37,7 @@ import httpx
 import msgspec
 
 from bridges import whatsapp_wire as wire
+from bridges.json_body import decode
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -133,7 +134,7 @@ class WhatsAppBridge:
                 verdict="forged", reason="X-Hub-Signature-256 is missing or does not match"
             )
         try:
-            delivery = wire.DELIVERY.decode(body)
+            delivery = decode(wire.DELIVERY, body)
         except msgspec.DecodeError as exc:
             return WebhookOutcome(verdict="malformed", reason=f"unreadable event: {exc}")
         return self._outcome(delivery)
@@ -247,7 +248,7 @@ class WhatsAppBridge:
             raise _too_large(attachment.name, attachment.size_bytes, max_bytes)
         answer = await self._call("GET", urllib.parse.quote(attachment.ref, safe=""), "find a file")
         try:
-            info = wire.MEDIA_INFO.decode(answer)
+            info = decode(wire.MEDIA_INFO, answer)
             size = None if info.file_size is None else int(info.file_size)
         except (msgspec.DecodeError, ValueError) as exc:
             raise BridgeError(
@@ -309,7 +310,7 @@ class WhatsAppBridge:
             body["context"] = quote
         answer = await self._call("POST", f"{self._phone_number_id}/messages", what, json=body)
         try:
-            sent = wire.SEND_ANSWER.decode(answer).messages
+            sent = decode(wire.SEND_ANSWER, answer).messages
         except msgspec.DecodeError:
             sent = []  # sent all the same; only the reply-to-bot memory misses it
         for item in sent:
@@ -329,7 +330,7 @@ class WhatsAppBridge:
             files={"file": (file.filename, file.data, file.mime_type)},
         )
         try:
-            media_id = wire.UPLOAD_ANSWER.decode(answer).id
+            media_id = decode(wire.UPLOAD_ANSWER, answer).id
         except msgspec.DecodeError as exc:
             raise BridgeError(
                 f"WhatsApp's answer to the upload of {file.filename} could not be read: {exc}."
@@ -463,7 +464,7 @@ def _failure(response: httpx.Response, what: str) -> BridgeError:
     """The error a Graph answer other than 2xx comes to, quoting Graph's own message."""
     status = response.status_code
     try:
-        error: wire.GraphErrorBody | None = wire.GRAPH_ERROR.decode(response.content).error
+        error: wire.GraphErrorBody | None = decode(wire.GRAPH_ERROR, response.content).error
     except msgspec.DecodeError:
         error = None
     said = ""

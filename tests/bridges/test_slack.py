@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -167,6 +168,32 @@ async def test_a_delivery_dated_six_minutes_ahead_is_forged(
     ahead = int((clock() + timedelta(minutes=6)).timestamp())
     body, headers = slack.signed(slack.envelope(slack.message("C1", "U1", "hi")), timestamp=ahead)
     assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
+
+
+async def test_a_signature_with_a_non_ascii_byte_is_forged_not_a_crash(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # Adversarial review (#34): slack_sdk compared the signatures as text, and a non-ASCII
+    # character raised TypeError: the webhook answered 500 with a traceback.
+    body, headers = slack.signed(slack.envelope(slack.message("C1", "U1", "hi")))
+    headers["x-slack-signature"] = "v0=" + "\xe9" * 64
+    assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
+
+
+async def test_a_signed_delivery_nested_too_deeply_is_malformed(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    depth = 100_000
+    envelope = slack.envelope(slack.message("C1", "U1", "hi"))
+    event = b'{"type":"message","deep":' + b"[" * depth + b"]" * depth + b"}"
+    around = json.dumps({**envelope, "event": None}).encode().replace(b"null", event, 1)
+    body, headers = slack.signed(around)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.verdict == "malformed"
+    deep_envelope = b'{"type":"event_callback","x":' + b"[" * depth + b"]" * depth + b"}"
+    body, headers = slack.signed(deep_envelope)
+    assert (await bridge.receive("POST", {}, headers, body)).verdict == "malformed"
 
 
 # -- the URL check, unreadable and unwanted deliveries --------------------------------------

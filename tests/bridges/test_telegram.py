@@ -100,6 +100,18 @@ async def test_an_update_with_the_right_secret_is_accepted(
     assert outcome.messages[0].text == "hello"
 
 
+async def test_an_update_nested_too_deeply_is_malformed(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    headers, _ = telegram.delivery({"update_id": 1})
+    depth = 100_000
+    body = b'{"update_id":1,"deep":' + b"[" * depth + b"]" * depth + b"}"
+    lowered = {k.lower(): v for k, v in headers.items()}
+    outcome = await bridge.receive("POST", {}, lowered, body)
+    assert outcome.verdict == "malformed"
+
+
 async def test_an_update_without_the_secret_header_is_forged(
     bridge: TelegramBridge, telegram: TelegramStandIn
 ) -> None:

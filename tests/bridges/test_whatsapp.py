@@ -79,6 +79,16 @@ async def test_a_delivery_signed_with_the_app_secret_is_accepted(
     assert [m.delivery_id for m in outcome.messages] == [sent.id]
 
 
+async def test_a_signed_delivery_nested_too_deeply_is_malformed(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    depth = 100_000
+    body = b'{"object":"whatsapp_business_account","deep":' + b"[" * depth + b"]" * depth + b"}"
+    outcome = await bridge.receive("POST", {}, whatsapp.signed_headers(body), body)
+    assert outcome.verdict == "malformed"
+
+
 async def test_a_delivery_signed_with_a_rotated_out_app_secret_is_forged(
     bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
 ) -> None:
