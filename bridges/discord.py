@@ -226,6 +226,8 @@ class DiscordBridge:
             is_dm=thread_id.startswith(f"{PLATFORM}:{DM_GUILD}:"),
             is_reply_to_bot=await self._replies_to(message, me.id),
             attachments=attachments,
+            # From the message's snowflake id: when Discord took it.
+            sent_at=message.created_at,
         )
 
     def _readable(self, message: discord.Message, bot_id: int) -> str:

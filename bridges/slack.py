@@ -48,6 +48,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from bridges.freshness import epoch
 from bridges.json_body import decode
 from bridges.port import (
     Attachment,
@@ -126,6 +127,8 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     challenge: str | None = None
     event_id: str | None = None
+    #: When Slack says the event happened (epoch seconds): the message's age.
+    event_time: int | None = None
     # Read in a second step: events we don't handle may carry fields (``user`` as an object
     # in ``user_change``) that the message's shape would call malformed.
     event: msgspec.Raw = msgspec.Raw(b"")  # empty: the envelope has no event
@@ -242,7 +245,9 @@ class SlackBridge:
             return WebhookOutcome(verdict="ignored", reason=f"an envelope of type {envelope.type}")
         if not envelope.event or not envelope.event_id:
             return WebhookOutcome(verdict="malformed", reason="an event_callback without its event")
-        return await self._read_event(envelope.event_id, envelope.event, envelope.authorizations)
+        return await self._read_event(
+            envelope.event_id, envelope.event, envelope.authorizations, envelope.event_time
+        )
 
     def _is_signed(self, headers: Mapping[str, str], body: bytes) -> bool:
         signature = headers.get("x-slack-signature")
@@ -260,7 +265,11 @@ class SlackBridge:
             return False
 
     async def _read_event(
-        self, event_id: str, raw: msgspec.Raw, authorizations: Sequence[_Authorization]
+        self,
+        event_id: str,
+        raw: msgspec.Raw,
+        authorizations: Sequence[_Authorization],
+        event_time: int | None = None,
     ) -> WebhookOutcome:
         try:
             kind = decode(_EVENT_KIND, raw).type
@@ -310,6 +319,7 @@ class SlackBridge:
                 # A file deleted or hidden by the plan's limits comes without a URL.
                 if file.url_private
             ),
+            sent_at=epoch(event_time) if event_time is not None else epoch(message.ts),
         )
         return WebhookOutcome(verdict="accepted", messages=(received,))
 

@@ -234,6 +234,7 @@ class TelegramBridge:
             is_dm=message.chat.type == ChatType.PRIVATE,
             is_reply_to_bot=_replies_to(message, me),
             attachments=_attachments(message),
+            sent_at=message.date,
         )
 
     def _with_mentions(self, text: str, mentions: dict[MessageEntity, str], me: _Identity) -> str:

@@ -37,6 +37,7 @@ import httpx
 import msgspec
 
 from bridges import whatsapp_wire as wire
+from bridges.freshness import epoch
 from bridges.json_body import decode
 from bridges.port import (
     Attachment,
@@ -227,6 +228,7 @@ class WhatsAppBridge:
             is_dm=is_dm,
             is_reply_to_bot=is_reply_to_bot,
             attachments=attachments,
+            sent_at=epoch(message.timestamp),
         )
         return received, ""
 

@@ -90,7 +90,7 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
         )
     taken = 0
     for message in outcome.messages:
-        taken += await bridging.pipeline.submit(bridge, message)
+        taken += await bridging.take(bridge, message)
     return Response(
         {"ok": True, "taken": taken}, status_code=WEBHOOK_STATUSES[verdict], headers=_NO_STORE
     )

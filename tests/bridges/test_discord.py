@@ -11,6 +11,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
@@ -255,6 +256,12 @@ async def test_cancelling_run_leaves_the_gateway(
 
 
 # -- parsing -------------------------------------------------------------------------------
+
+
+async def test_a_message_carries_the_time_its_snowflake_says(connected: Connected) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    received = await connected.post(GENERAL, ALICE, "hello", sent_at=1_262_304_000.0)
+    assert received.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
 
 
 async def test_a_mention_of_the_bot_reads_as_its_name_and_other_mentions_stay_readable(

@@ -196,6 +196,21 @@ async def test_a_signed_delivery_nested_too_deeply_is_malformed(
     assert (await bridge.receive("POST", {}, headers, body)).verdict == "malformed"
 
 
+async def test_a_message_carries_when_slack_says_it_happened(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    envelope = slack.envelope(slack.message("C1", "U1", "hi", ts="1700000000.000100"))
+    envelope["event_time"] = 1_262_304_000
+    body, headers = slack.signed(envelope)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.messages[0].sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+    del envelope["event_time"]  # without it, the message's own ts
+    body, headers = slack.signed(envelope)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.messages[0].sent_at == datetime.fromtimestamp(1_700_000_000.0001, UTC)
+
+
 # -- the URL check, unreadable and unwanted deliveries --------------------------------------
 
 
@@ -315,6 +330,7 @@ async def test_a_channel_message_mentioning_the_bot_reads_at_the_bots_name(
         author_name=None,
         text="@Mercury what's up?",
         is_dm=False,
+        sent_at=message.sent_at,  # the envelope's event_time: see the stale-message tests
     )
 
 

@@ -6,6 +6,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -110,6 +111,18 @@ async def test_an_update_nested_too_deeply_is_malformed(
     lowered = {k.lower(): v for k, v in headers.items()}
     outcome = await bridge.receive("POST", {}, lowered, body)
     assert outcome.verdict == "malformed"
+
+
+async def test_a_message_carries_the_date_telegram_gave_it(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    alice = telegram.user("Alice")
+    update = telegram.message(
+        telegram.private_chat(alice), alice, "hello", extra={"date": 1_262_304_000}
+    )
+    message = await one_message(bridge, telegram, update)
+    assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
 
 
 async def test_an_update_without_the_secret_header_is_forged(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -87,6 +88,15 @@ async def test_a_signed_delivery_nested_too_deeply_is_malformed(
     body = b'{"object":"whatsapp_business_account","deep":' + b"[" * depth + b"]" * depth + b"}"
     outcome = await bridge.receive("POST", {}, whatsapp.signed_headers(body), body)
     assert outcome.verdict == "malformed"
+
+
+async def test_a_message_carries_the_timestamp_meta_gave_it(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    sent = whatsapp.inbound(ANN, "text", {"body": "hello"}, timestamp=1_262_304_000)
+    message = await one_message(bridge, whatsapp, whatsapp.event(sent))
+    assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
 
 
 async def test_a_delivery_signed_with_a_rotated_out_app_secret_is_forged(

@@ -483,12 +483,14 @@ class WhatsAppStandIn:
         group_id: str | None = None,
         reply_to: tuple[str, str] | None = None,
         message_id: str | None = None,
+        timestamp: float | None = None,
     ) -> Inbound:
-        """Any message: ``content`` goes under the key named ``kind``."""
+        """Any message: ``content`` goes under the key named ``kind``; sent now, or at
+        ``timestamp`` (epoch seconds)."""
         message: dict[str, Any] = {
             "from": sender,
             "id": message_id or self.message_id(),
-            "timestamp": str(1_739_321_024 + next(self._ids)),
+            "timestamp": str(int(time.time() if timestamp is None else timestamp)),
             "type": kind,
             kind: content,
         }
@@ -521,7 +523,7 @@ class WhatsAppStandIn:
                 {
                     "id": message_id,
                     "status": status,
-                    "timestamp": "1739321100",
+                    "timestamp": str(int(time.time())),
                     "recipient_id": recipient,
                 }
             ],
