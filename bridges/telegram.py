@@ -204,6 +204,13 @@ class TelegramBridge:
             received = self._received(str(update.update_id), message, author, me)
         except Exception:  # entities or media the SDK read but that make no sense
             return WebhookOutcome(verdict="malformed", reason="the message could not be read")
+        try:
+            self.parse_thread(received.thread_id)
+        except ValueError:
+            # Refused before it is taken: past the answer the pipeline could only fail on it.
+            return WebhookOutcome(
+                verdict="malformed", reason="a chat or topic id that can't be a space id"
+            )
         if not received.text and not received.attachments:
             return WebhookOutcome(verdict="ignored", reason="a message with nothing to read")
         return WebhookOutcome(verdict="accepted", messages=(received,))

@@ -180,7 +180,15 @@ class WhatsAppBridge:
                 names = {c.wa_id: c.profile.name for c in value.contacts if c.profile}
                 only_name = value.contacts[0].profile if len(value.contacts) == 1 else None
                 for message in value.messages:
-                    parsed, why = self._parse(message, business, names)
+                    try:
+                        parsed, why = self._parse(message, business, names)
+                    except InvalidSpaceId:
+                        # Refused before it is taken: past the answer the pipeline could only
+                        # fail on it, and Meta signs no such id.
+                        return WebhookOutcome(
+                            verdict="malformed",
+                            reason="a chat or sender id that can't be a space id",
+                        )
                     if parsed is None:
                         skipped.append(why)
                         continue
@@ -195,6 +203,8 @@ class WhatsAppBridge:
     def _parse(
         self, message: wire.Message, business: str, names: Mapping[str, str | None]
     ) -> tuple[Received | None, str]:
+        """The message as the pipeline takes it, or None and why it is skipped; raises
+        :class:`InvalidSpaceId` for a chat or sender id that can't be a space's."""
         author = message.sender.removeprefix("+")
         if (business and _digits(author) == business) or message.id in self._sent_set:
             return None, "the bot's own message"
@@ -206,10 +216,10 @@ class WhatsAppBridge:
             thread_id = f"whatsapp:{message.group_id}{_GROUP_SUFFIX}"
         else:
             thread_id = f"whatsapp:{author}"
-        try:
-            is_dm = parse_space_id(thread_id).is_dm
-        except InvalidSpaceId:
-            return None, "a chat whose id is not a space id"
+        # The sender is a person of a space (whatsapp:<id>) as well as, in a DM, the chat:
+        # both must be ids a space can have (InvalidSpaceId otherwise).
+        parse_space_id(f"whatsapp:{author}")
+        is_dm = parse_space_id(thread_id).is_dm
         if business:
             text = _MENTION.sub(lambda m: f"@{self._bot_name}" if m[1] == business else m[0], text)
         context = message.context

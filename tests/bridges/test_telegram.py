@@ -125,6 +125,27 @@ async def test_a_message_carries_the_date_telegram_gave_it(
     assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"chat": {"id": -(10**24), "type": "supergroup", "title": "Huge"}},
+        {"message_thread_id": -5, "is_topic_message": True},
+    ],
+    ids=["chat id past 20 digits", "negative topic"],
+)
+async def test_a_chat_or_topic_that_cant_be_a_space_is_malformed_before_it_is_taken(
+    bridge: TelegramBridge, telegram: TelegramStandIn, fields: dict[str, Any]
+) -> None:
+    # Adversarial review (#34): such an update was accepted, then failed in the pipeline
+    # after the answer, with a traceback and the message lost.
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.group("Team"), alice, "hello")
+    update["message"].update(fields)
+    outcome = await receive(bridge, telegram, update)
+    assert outcome.verdict == "malformed"
+    assert "space id" in outcome.reason
+
+
 async def test_an_update_without_the_secret_header_is_forged(
     bridge: TelegramBridge, telegram: TelegramStandIn
 ) -> None:

@@ -99,6 +99,22 @@ async def test_a_message_carries_the_timestamp_meta_gave_it(
     assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(
+    ("sender", "group_id"),
+    [("../../etc", GROUP), ("1555 123", None), (ANN, "x" * 80), ("", None)],
+    ids=["group sender", "dm sender", "group id too long", "no sender"],
+)
+async def test_a_chat_or_sender_that_cant_be_a_space_id_is_malformed_before_it_is_taken(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn, sender: str, group_id: str | None
+) -> None:
+    # Adversarial review (#34): such a delivery was accepted (or silently dropped), and
+    # what was accepted failed in the pipeline after the answer, the message lost.
+    sent = whatsapp.inbound(sender, "text", {"body": "hello"}, group_id=group_id)
+    outcome = await receive(bridge, whatsapp, whatsapp.event(sent))
+    assert outcome.verdict == "malformed"
+    assert "space id" in outcome.reason
+
+
 async def test_a_delivery_signed_with_a_rotated_out_app_secret_is_forged(
     bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
 ) -> None:
