@@ -49,6 +49,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from bridges.freshness import epoch
+from bridges.hosts import on_platform
 from bridges.json_body import decode
 from bridges.port import (
     Attachment,
@@ -444,13 +445,7 @@ class SlackBridge:
             ) from exc
 
     def _may_carry_token(self, url: str) -> bool:
-        target, api = urlsplit(url), urlsplit(self._api_url)
-        if (target.scheme, target.netloc) == (api.scheme, api.netloc):
-            return True
-        host = target.hostname or ""
-        return target.scheme == "https" and any(
-            host == domain or host.endswith("." + domain) for domain in _FILE_DOMAINS
-        )
+        return on_platform(url, api_url=self._api_url, domains=_FILE_DOMAINS)
 
     # -- replies -----------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ import msgspec
 
 from bridges import whatsapp_wire as wire
 from bridges.freshness import epoch
+from bridges.hosts import on_platform
 from bridges.json_body import decode
 from bridges.port import (
     Attachment,
@@ -62,6 +63,8 @@ MAX_DOCUMENT_BYTES: Final = 100 * 1024 * 1024
 SENT_IDS_KEPT: Final = 1024
 
 _GROUP_SUFFIX: Final = "@g.us"
+#: Hosts the access token may be sent to for a media download, besides the Graph API's own.
+_MEDIA_DOMAINS: Final = ("fbsbx.com", "facebook.com", "whatsapp.net")
 _IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png"})
 _MEDIA_KINDS: Final = ("image", "document", "audio", "video", "voice", "sticker")
 _MENTION: Final = re.compile(r"@\+?(\d{5,15})\b")
@@ -102,6 +105,7 @@ class WhatsAppBridge:
         self._app_secret = app_secret.encode()
         self._verify_token = verify_token.encode()
         self._phone_number_id = phone_number_id
+        self._api_url = settings.api_url
         self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(
             base_url=settings.api_url + "/",
@@ -268,8 +272,15 @@ class WhatsAppBridge:
             ) from exc
         if size is not None and size > max_bytes:
             raise _too_large(attachment.name, size, max_bytes)
+        if not on_platform(info.url, api_url=self._api_url, domains=_MEDIA_DOMAINS):
+            raise BridgeError(
+                f"The WhatsApp bridge does not send its access token to "
+                f"{urllib.parse.urlsplit(info.url).netloc[:80]!r} for the file "
+                f"{attachment.name}; Meta serves media from lookaside.fbsbx.com."
+            )
         what = f"download the file {attachment.name}"
         try:
+            # httpx follows no redirect: the token goes to the checked host alone.
             async with self._client.stream("GET", info.url) as response:
                 if response.status_code >= 300:
                     await response.aread()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -356,6 +357,45 @@ async def test_a_thread_is_its_own_space_and_conversation(bridge: WhatsAppBridge
 
 
 # --- downloads -----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def stranger() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A host that is not Meta's, on 127.0.0.1: its URL, and the headers of each request."""
+    seen: list[dict[str, str]] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(body=b"stolen")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", anything)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        try:
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
+        finally:
+            await runner.cleanup()
+
+
+async def test_the_access_token_goes_to_no_host_but_metas_a_media_answer_names(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Adversarial review (#34): the token went wherever Graph's media answer pointed.
+    sent = whatsapp.media_message(ANN, "document", b"%PDF-1.7", "application/pdf", filename="a.pdf")
+    message = await one_message(bridge, whatsapp, whatsapp.event(sent))
+    async with stranger() as (url, seen):
+        for base in (url, "https://lookaside.fbsbx.com.evil.example", "http://lookaside.fbsbx.com"):
+            whatsapp.media_url_base = base
+            with pytest.raises(BridgeError, match="does not send its access token") as caught:
+                await bridge.download(message.attachments[0], max_bytes=1024)
+            assert not isinstance(caught.value, PlatformUnavailable)
+    assert seen == []
+    whatsapp.media_url_base = None
+    assert await bridge.download(message.attachments[0], max_bytes=1024) == b"%PDF-1.7"
 
 
 async def test_a_download_looks_the_media_up_then_fetches_it_with_the_access_token(

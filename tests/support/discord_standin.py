@@ -306,6 +306,8 @@ class DiscordStandIn:
         self._failures: deque[Failure] = deque()
         self._files: dict[str, tuple[bytes, str]] = {}
         self._cdn_key = secrets.token_bytes(16)
+        #: Where the CDN redirects every download to, when set (a CDN gone astray).
+        self.cdn_redirect: str | None = None
         self._sessions: list[_Session] = []
         self._resumable: dict[str, _Session] = {}
         self._ids = 0
@@ -722,6 +724,8 @@ class DiscordStandIn:
         return _json(payload)
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        if self.cdn_redirect is not None:
+            return web.Response(status=302, headers={"Location": self.cdn_redirect})
         path = request.path
         stored = self._files.get(path)
         expected = self._signature(path)
