@@ -129,7 +129,7 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     challenge: str | None = None
     event_id: str | None = None
     #: When Slack says the event happened (epoch seconds): the message's age.
-    event_time: int | None = None
+    event_time: int | float | None = None
     # Read in a second step: events we don't handle may carry fields (``user`` as an object
     # in ``user_change``) that the message's shape would call malformed.
     event: msgspec.Raw = msgspec.Raw(b"")  # empty: the envelope has no event
@@ -270,7 +270,7 @@ class SlackBridge:
         event_id: str,
         raw: msgspec.Raw,
         authorizations: Sequence[_Authorization],
-        event_time: int | None = None,
+        event_time: int | float | None = None,
     ) -> WebhookOutcome:
         try:
             kind = decode(_EVENT_KIND, raw).type
