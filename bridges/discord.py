@@ -39,6 +39,7 @@ from typing import Any, Final
 import aiohttp
 import yarl
 
+from bridges.hosts import on_platform
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -79,6 +80,11 @@ _PERSON_TYPES: Final = frozenset({discord.MessageType.default, discord.MessageTy
 _FIRST_RETRY_S: Final = 1.0
 _LAST_RETRY_S: Final = 60.0
 _KNOWN_PARENTS: Final = 1024
+#: Where Discord serves attachments (cdn.discordapp.com, media.discordapp.net), besides
+#: DISCORD_API_URL's host.
+_CDN_DOMAINS: Final = ("discordapp.com", "discordapp.net", "discord.com")
+_REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
+_REDIRECTS_FOLLOWED: Final = 3
 
 
 class DiscordBridge:
@@ -226,6 +232,8 @@ class DiscordBridge:
             is_dm=thread_id.startswith(f"{PLATFORM}:{DM_GUILD}:"),
             is_reply_to_bot=await self._replies_to(message, me.id),
             attachments=attachments,
+            # From the message's snowflake id: when Discord took it.
+            sent_at=message.created_at,
         )
 
     def _readable(self, message: discord.Message, bot_id: int) -> str:
@@ -336,32 +344,47 @@ class DiscordBridge:
     # -- calls to Discord ------------------------------------------------------------------
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
-        """The attachment from Discord's CDN (its link is signed; no token goes with it)."""
+        """The attachment from Discord's CDN (its link is signed; no token goes with it).
+
+        Only Discord's hosts (or ``DISCORD_API_URL``'s) are asked, a redirect included: a
+        link or a redirect to any other host is a :class:`BridgeError`.
+        """
         if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
             raise BridgeError(_too_large(attachment.name, max_bytes, attachment.size_bytes))
-        url = yarl.URL(attachment.ref)
-        if url.scheme not in ("https", "http") or not url.host:
-            raise BridgeError(
-                f"The attachment {attachment.name!r} has no Discord CDN link ({url.scheme!r}); "
-                "it cannot be downloaded."
-            )
         if self._downloads is None or self._downloads.closed:
             self._downloads = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         what = f"the attachment {attachment.name!r}"
-        async with (
-            self._platform_call(what),
-            self._downloads.get(url, allow_redirects=True) as response,
-        ):
-            if response.status != 200:
-                raise _status_error(what, response.status, response.reason or "")
-            if response.content_length is not None and response.content_length > max_bytes:
-                raise BridgeError(_too_large(attachment.name, max_bytes, response.content_length))
-            data = bytearray()
-            async for chunk in response.content.iter_chunked(64 * 1024):
-                data += chunk
-                if len(data) > max_bytes:
-                    raise BridgeError(_too_large(attachment.name, max_bytes, None))
-            return bytes(data)
+        url = attachment.ref
+        for _ in range(_REDIRECTS_FOLLOWED + 1):
+            if not on_platform(url, api_url=self._api_url, domains=_CDN_DOMAINS):
+                raise BridgeError(
+                    f"The attachment {attachment.name!r} is not on Discord's CDN "
+                    f"({yarl.URL(url).host or url[:80]!r}); it was not downloaded."
+                )
+            async with (
+                self._platform_call(what),
+                self._downloads.get(yarl.URL(url), allow_redirects=False) as response,
+            ):
+                if response.status in _REDIRECTS:
+                    location = response.headers.get("Location", "")
+                    url = str(response.url.join(yarl.URL(location))) if location else ""
+                    continue
+                if response.status != 200:
+                    raise _status_error(what, response.status, response.reason or "")
+                if response.content_length is not None and response.content_length > max_bytes:
+                    raise BridgeError(
+                        _too_large(attachment.name, max_bytes, response.content_length)
+                    )
+                data = bytearray()
+                async for chunk in response.content.iter_chunked(64 * 1024):
+                    data += chunk
+                    if len(data) > max_bytes:
+                        raise BridgeError(_too_large(attachment.name, max_bytes, None))
+                return bytes(data)
+        raise BridgeError(
+            f"Discord redirected the download of {attachment.name!r} more than "
+            f"{_REDIRECTS_FOLLOWED} times; it was not downloaded."
+        )
 
     async def start_typing(self, message: Received) -> None:
         """Discord shows "<bot> is typing…" for ten seconds, or until the bot's next message."""

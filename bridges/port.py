@@ -24,6 +24,7 @@ Exception tree::
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -74,7 +75,9 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     conversation. A reply goes where the bridge decides from the whole message (Slack
     threads a channel message's answer under it). ``delivery_id`` is what the platform
     re-sends a retried delivery under (Slack's ``event_id``, Telegram's ``update_id``, a
-    WhatsApp message id, Discord's message id), so a retry runs nothing twice.
+    WhatsApp message id, Discord's message id), so a retry runs nothing twice. ``sent_at``
+    is when the platform says the message was sent (aware, UTC), None where it says nothing:
+    a message older than the configured window runs nothing (:mod:`bridges.freshness`).
     """
 
     platform: str
@@ -87,6 +90,7 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     is_dm: bool
     is_reply_to_bot: bool = False
     attachments: tuple[Attachment, ...] = ()
+    sent_at: datetime | None = None
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -48,6 +48,9 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from bridges.freshness import epoch
+from bridges.hosts import on_platform
+from bridges.json_body import decode
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -125,6 +128,8 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     challenge: str | None = None
     event_id: str | None = None
+    #: When Slack says the event happened (epoch seconds): the message's age.
+    event_time: int | float | None = None
     # Read in a second step: events we don't handle may carry fields (``user`` as an object
     # in ``user_change``) that the message's shape would call malformed.
     event: msgspec.Raw = msgspec.Raw(b"")  # empty: the envelope has no event
@@ -224,7 +229,7 @@ class SlackBridge:
                 verdict="malformed", reason=f"Slack delivers by POST, not {method}"
             )
         try:
-            envelope = _ENVELOPE.decode(body)
+            envelope = decode(_ENVELOPE, body)
         except msgspec.DecodeError as exc:
             return WebhookOutcome(
                 verdict="malformed", reason=f"the body is no Events API JSON: {exc}"
@@ -241,29 +246,40 @@ class SlackBridge:
             return WebhookOutcome(verdict="ignored", reason=f"an envelope of type {envelope.type}")
         if not envelope.event or not envelope.event_id:
             return WebhookOutcome(verdict="malformed", reason="an event_callback without its event")
-        return await self._read_event(envelope.event_id, envelope.event, envelope.authorizations)
+        return await self._read_event(
+            envelope.event_id, envelope.event, envelope.authorizations, envelope.event_time
+        )
 
     def _is_signed(self, headers: Mapping[str, str], body: bytes) -> bool:
+        signature = headers.get("x-slack-signature")
+        if signature is not None and not signature.isascii():
+            # The SDK compares the signatures as text, which refuses non-ASCII with a
+            # TypeError: a signature Slack never writes is simply not Slack's.
+            return False
         try:
             return self._verifier.is_valid(
                 body=body,
                 timestamp=headers.get("x-slack-request-timestamp"),
-                signature=headers.get("x-slack-signature"),
+                signature=signature,
             )
         except ValueError:  # a timestamp that isn't a number, a body that isn't UTF-8
             return False
 
     async def _read_event(
-        self, event_id: str, raw: msgspec.Raw, authorizations: Sequence[_Authorization]
+        self,
+        event_id: str,
+        raw: msgspec.Raw,
+        authorizations: Sequence[_Authorization],
+        event_time: int | float | None = None,
     ) -> WebhookOutcome:
         try:
-            kind = _EVENT_KIND.decode(raw).type
+            kind = decode(_EVENT_KIND, raw).type
             if kind != "message":
                 # A mention in a channel arrives twice, as ``app_mention`` and as ``message``;
                 # only the latter also covers DMs and unmentioned talk (ambient context), so
                 # taking messages alone runs each message once.
                 return WebhookOutcome(verdict="ignored", reason=f"a {kind} event")
-            message = _MESSAGE.decode(raw)
+            message = decode(_MESSAGE, raw)
         except msgspec.DecodeError as exc:
             return WebhookOutcome(verdict="malformed", reason=f"the event is unreadable: {exc}")
         if message.subtype not in _HUMAN_SUBTYPES:
@@ -304,6 +320,7 @@ class SlackBridge:
                 # A file deleted or hidden by the plan's limits comes without a URL.
                 if file.url_private
             ),
+            sent_at=epoch(event_time) if event_time is not None else epoch(message.ts),
         )
         return WebhookOutcome(verdict="accepted", messages=(received,))
 
@@ -428,13 +445,7 @@ class SlackBridge:
             ) from exc
 
     def _may_carry_token(self, url: str) -> bool:
-        target, api = urlsplit(url), urlsplit(self._api_url)
-        if (target.scheme, target.netloc) == (api.scheme, api.netloc):
-            return True
-        host = target.hostname or ""
-        return target.scheme == "https" and any(
-            host == domain or host.endswith("." + domain) for domain in _FILE_DOMAINS
-        )
+        return on_platform(url, api_url=self._api_url, domains=_FILE_DOMAINS)
 
     # -- replies -----------------------------------------------------------------------------
 

@@ -52,6 +52,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from bridges.json_body import decode
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -179,7 +180,7 @@ class TelegramBridge:
                 verdict="malformed", reason=f"Telegram POSTs updates, not {method}"
             )
         try:
-            data = _DECODER.decode(body)
+            data = decode(_DECODER, body)
         except msgspec.DecodeError:
             return WebhookOutcome(verdict="malformed", reason="the update is not a JSON object")
         if not isinstance(data.get("update_id"), int):
@@ -203,6 +204,13 @@ class TelegramBridge:
             received = self._received(str(update.update_id), message, author, me)
         except Exception:  # entities or media the SDK read but that make no sense
             return WebhookOutcome(verdict="malformed", reason="the message could not be read")
+        try:
+            self.parse_thread(received.thread_id)
+        except ValueError:
+            # Refused before it is taken: past the answer the pipeline could only fail on it.
+            return WebhookOutcome(
+                verdict="malformed", reason="a chat or topic id that can't be a space id"
+            )
         if not received.text and not received.attachments:
             return WebhookOutcome(verdict="ignored", reason="a message with nothing to read")
         return WebhookOutcome(verdict="accepted", messages=(received,))
@@ -233,6 +241,7 @@ class TelegramBridge:
             is_dm=message.chat.type == ChatType.PRIVATE,
             is_reply_to_bot=_replies_to(message, me),
             attachments=_attachments(message),
+            sent_at=message.date,
         )
 
     def _with_mentions(self, text: str, mentions: dict[MessageEntity, str], me: _Identity) -> str:

@@ -37,6 +37,9 @@ import httpx
 import msgspec
 
 from bridges import whatsapp_wire as wire
+from bridges.freshness import epoch
+from bridges.hosts import on_platform
+from bridges.json_body import decode
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -60,6 +63,8 @@ MAX_DOCUMENT_BYTES: Final = 100 * 1024 * 1024
 SENT_IDS_KEPT: Final = 1024
 
 _GROUP_SUFFIX: Final = "@g.us"
+#: Hosts the access token may be sent to for a media download, besides the Graph API's own.
+_MEDIA_DOMAINS: Final = ("fbsbx.com", "facebook.com", "whatsapp.net")
 _IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png"})
 _MEDIA_KINDS: Final = ("image", "document", "audio", "video", "voice", "sticker")
 _MENTION: Final = re.compile(r"@\+?(\d{5,15})\b")
@@ -100,6 +105,7 @@ class WhatsAppBridge:
         self._app_secret = app_secret.encode()
         self._verify_token = verify_token.encode()
         self._phone_number_id = phone_number_id
+        self._api_url = settings.api_url
         self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(
             base_url=settings.api_url + "/",
@@ -133,7 +139,7 @@ class WhatsAppBridge:
                 verdict="forged", reason="X-Hub-Signature-256 is missing or does not match"
             )
         try:
-            delivery = wire.DELIVERY.decode(body)
+            delivery = decode(wire.DELIVERY, body)
         except msgspec.DecodeError as exc:
             return WebhookOutcome(verdict="malformed", reason=f"unreadable event: {exc}")
         return self._outcome(delivery)
@@ -178,7 +184,15 @@ class WhatsAppBridge:
                 names = {c.wa_id: c.profile.name for c in value.contacts if c.profile}
                 only_name = value.contacts[0].profile if len(value.contacts) == 1 else None
                 for message in value.messages:
-                    parsed, why = self._parse(message, business, names)
+                    try:
+                        parsed, why = self._parse(message, business, names)
+                    except InvalidSpaceId:
+                        # Refused before it is taken: past the answer the pipeline could only
+                        # fail on it, and Meta signs no such id.
+                        return WebhookOutcome(
+                            verdict="malformed",
+                            reason="a chat or sender id that can't be a space id",
+                        )
                     if parsed is None:
                         skipped.append(why)
                         continue
@@ -193,6 +207,8 @@ class WhatsAppBridge:
     def _parse(
         self, message: wire.Message, business: str, names: Mapping[str, str | None]
     ) -> tuple[Received | None, str]:
+        """The message as the pipeline takes it, or None and why it is skipped; raises
+        :class:`InvalidSpaceId` for a chat or sender id that can't be a space's."""
         author = message.sender.removeprefix("+")
         if (business and _digits(author) == business) or message.id in self._sent_set:
             return None, "the bot's own message"
@@ -204,10 +220,10 @@ class WhatsAppBridge:
             thread_id = f"whatsapp:{message.group_id}{_GROUP_SUFFIX}"
         else:
             thread_id = f"whatsapp:{author}"
-        try:
-            is_dm = parse_space_id(thread_id).is_dm
-        except InvalidSpaceId:
-            return None, "a chat whose id is not a space id"
+        # The sender is a person of a space (whatsapp:<id>) as well as, in a DM, the chat:
+        # both must be ids a space can have (InvalidSpaceId otherwise).
+        parse_space_id(f"whatsapp:{author}")
+        is_dm = parse_space_id(thread_id).is_dm
         if business:
             text = _MENTION.sub(lambda m: f"@{self._bot_name}" if m[1] == business else m[0], text)
         context = message.context
@@ -226,6 +242,7 @@ class WhatsAppBridge:
             is_dm=is_dm,
             is_reply_to_bot=is_reply_to_bot,
             attachments=attachments,
+            sent_at=epoch(message.timestamp),
         )
         return received, ""
 
@@ -247,7 +264,7 @@ class WhatsAppBridge:
             raise _too_large(attachment.name, attachment.size_bytes, max_bytes)
         answer = await self._call("GET", urllib.parse.quote(attachment.ref, safe=""), "find a file")
         try:
-            info = wire.MEDIA_INFO.decode(answer)
+            info = decode(wire.MEDIA_INFO, answer)
             size = None if info.file_size is None else int(info.file_size)
         except (msgspec.DecodeError, ValueError) as exc:
             raise BridgeError(
@@ -255,8 +272,15 @@ class WhatsAppBridge:
             ) from exc
         if size is not None and size > max_bytes:
             raise _too_large(attachment.name, size, max_bytes)
+        if not on_platform(info.url, api_url=self._api_url, domains=_MEDIA_DOMAINS):
+            raise BridgeError(
+                f"The WhatsApp bridge does not send its access token to "
+                f"{urllib.parse.urlsplit(info.url).netloc[:80]!r} for the file "
+                f"{attachment.name}; Meta serves media from lookaside.fbsbx.com."
+            )
         what = f"download the file {attachment.name}"
         try:
+            # httpx follows no redirect: the token goes to the checked host alone.
             async with self._client.stream("GET", info.url) as response:
                 if response.status_code >= 300:
                     await response.aread()
@@ -309,7 +333,7 @@ class WhatsAppBridge:
             body["context"] = quote
         answer = await self._call("POST", f"{self._phone_number_id}/messages", what, json=body)
         try:
-            sent = wire.SEND_ANSWER.decode(answer).messages
+            sent = decode(wire.SEND_ANSWER, answer).messages
         except msgspec.DecodeError:
             sent = []  # sent all the same; only the reply-to-bot memory misses it
         for item in sent:
@@ -329,7 +353,7 @@ class WhatsAppBridge:
             files={"file": (file.filename, file.data, file.mime_type)},
         )
         try:
-            media_id = wire.UPLOAD_ANSWER.decode(answer).id
+            media_id = decode(wire.UPLOAD_ANSWER, answer).id
         except msgspec.DecodeError as exc:
             raise BridgeError(
                 f"WhatsApp's answer to the upload of {file.filename} could not be read: {exc}."
@@ -463,7 +487,7 @@ def _failure(response: httpx.Response, what: str) -> BridgeError:
     """The error a Graph answer other than 2xx comes to, quoting Graph's own message."""
     status = response.status_code
     try:
-        error: wire.GraphErrorBody | None = wire.GRAPH_ERROR.decode(response.content).error
+        error: wire.GraphErrorBody | None = decode(wire.GRAPH_ERROR, response.content).error
     except msgspec.DecodeError:
         error = None
     said = ""

@@ -107,6 +107,8 @@ class Interactive(msgspec.Struct):
 class Message(msgspec.Struct):
     id: str
     sender: str = msgspec.field(name="from")
+    #: When the person sent it, in epoch seconds (Meta writes a string).
+    timestamp: str | int | None = None
     type: str = ""
     group_id: str | None = None
     context: Context | None = None

@@ -1,9 +1,10 @@
 """The outermost layer: one log line per request, the request counter and ``Server-Timing``.
 
-A request line carries the method, the route template (never the raw path or query, which
-may hold the login callback's code and state), the status, the duration, the body bytes
-sent, the turn's outcome on ``/turn`` and the person key, never a token. Nothing of the body
-is read, so link codes and confirmation tokens sent as ``/turn`` text never reach the log.
+A request line carries the method, the route template (``/webhooks/{platform}``, never the
+raw path or query, which may hold the login callback's code and state), the status, the
+duration, the body bytes sent, the turn's outcome on ``/turn`` and the person key, never a
+token. Nothing of the body is read, so link codes and confirmation tokens sent as ``/turn``
+text never reach the log.
 
 ``Server-Timing`` goes on every response with what was measured before its first byte: the
 layers inside record ``auth``, ``admission``, ``settings``, ``body`` and, on ``/turn``,
@@ -19,15 +20,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 from litestar.enums import ScopeType
 
+from channel_http.paths import UNMATCHED
+
 if TYPE_CHECKING:
     from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
+    from channel_http.paths import RouteTemplates
     from core.metrics import Metrics
 
 log = logging.getLogger("mercury.http.requests")
 
-#: The route label of a path no route serves (its text is the caller's, so never a label).
-UNMATCHED: Final = "unmatched"
+__all__ = ["UNMATCHED", "BodySink", "RequestLog", "body_sink", "mark", "server_timing"]
+
 _TIMING: Final = "timing"
 
 
@@ -73,7 +77,7 @@ def server_timing(steps: list[tuple[str, float, str]]) -> bytes:
 class RequestLog:
     """Logs and counts every request once it has ended, and adds ``Server-Timing``."""
 
-    def __init__(self, app: ASGIApp, routes: frozenset[str], metrics: Metrics | None) -> None:
+    def __init__(self, app: ASGIApp, routes: RouteTemplates, metrics: Metrics | None) -> None:
         self.app = app
         self.routes = routes
         self.metrics = metrics
@@ -114,7 +118,7 @@ class RequestLog:
     ) -> None:
         path = scope["path"]
         method: str = scope["method"]  # type: ignore[typeddict-item]
-        route = path if path in self.routes else UNMATCHED
+        route = self.routes.label(path)
         caller = state.get("caller")
         turn = state.get("turn")
         fields: dict[str, Any] = {

@@ -29,7 +29,7 @@ from channel_http.bridging import Bridging, open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.middleware import CorsMiddleware
-from channel_http.paths import CanonicalPaths
+from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.probes import (
     MetricsServer,
     fetch_hint,
@@ -308,9 +308,8 @@ def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
     bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
-    routes = frozenset(route.path for route in app.routes)
-    paths = routes - bare
-    cors = CorsMiddleware(app, settings.http.cors_origin, paths, bare=bare)
+    routes = RouteTemplates(route.path for route in app.routes)
+    cors = CorsMiddleware(app, settings.http.cors_origin, routes, bare=bare)
     logged = RequestLog(cors, routes, getattr(app.state, "metrics", None))
     return CanonicalPaths(traced(logged, routes))
 

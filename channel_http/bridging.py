@@ -13,18 +13,20 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from bridges.deliveries import Deliveries
+from bridges.freshness import staleness
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import GatewayBridge, PlatformBridge, Received, WebhookBridge
+from core.clock import Clock
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
 from core.spaces.mutes import Mutes
 from core.spaces.preferences import SpacePreferences
 
 if TYPE_CHECKING:
-    from core.clock import Clock
     from core.config import Settings
     from core.files import PersonFiles
     from core.i18n import Catalogs
@@ -49,7 +51,28 @@ class Bridging:
     pipeline: Pipeline
     bridges: Sequence[PlatformBridge]
     webhooks: Mapping[str, WebhookBridge]
+    #: How old a message may be and still run (``bridges.max_message_age_s``).
+    max_message_age: timedelta
+    clock: Clock
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def take(self, bridge: PlatformBridge, message: Received) -> bool:
+        """Hand ``message`` to the pipeline unless it is stale; True when it was taken.
+
+        The one place every platform's messages pass, webhook and gateway alike, so the
+        stale-message window (:mod:`bridges.freshness`) holds on every path. A stale message
+        is answered as handled (the platform must not send it again) and logged.
+        """
+        why = staleness(message.sent_at, self.clock(), self.max_message_age)
+        if why is not None:
+            log.warning(
+                "a %s message (delivery %s) was dropped as stale: %s",
+                message.platform,
+                message.delivery_id[:80],
+                why,
+            )
+            return False
+        return await self.pipeline.submit(bridge, message)
 
     async def close(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
@@ -110,20 +133,27 @@ def start_bridging(
         clock=clock,
     )
     webhooks = {b.platform: b for b in bridges if isinstance(b, WebhookBridge)}
-    bridging = Bridging(stores=stores, pipeline=pipeline, bridges=bridges, webhooks=webhooks)
+    bridging = Bridging(
+        stores=stores,
+        pipeline=pipeline,
+        bridges=bridges,
+        webhooks=webhooks,
+        max_message_age=timedelta(seconds=settings.bridges.max_message_age_s),
+        clock=clock,
+    )
     loop = asyncio.get_running_loop()
     for bridge in bridges:
         if isinstance(bridge, GatewayBridge):
-            bridging._tasks.append(loop.create_task(_connected(bridge, pipeline)))
+            bridging._tasks.append(loop.create_task(_connected(bridge, bridging)))
     bridging._tasks.append(loop.create_task(_sweep(stores)))
     if bridges:
         log.info("Chat bridges on: %s.", ", ".join(b.platform for b in bridges))
     return bridging
 
 
-async def _connected(bridge: GatewayBridge, pipeline: Pipeline) -> None:
+async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
     async def deliver(message: Received) -> None:
-        await pipeline.deliver(bridge, message)
+        await bridging.take(bridge, message)
 
     try:
         await bridge.run(deliver)

@@ -38,12 +38,13 @@ if TYPE_CHECKING:
         Send,
     )
 
+    from channel_http.paths import RouteTemplates
     from core.i18n import Translator
     from core.metrics import Metrics
     from core.person_settings import SavedSettings
     from core.principal import Person, Principal
 
-ALLOW_METHODS: Final = "GET, POST, PATCH, OPTIONS"
+ALLOW_METHODS: Final = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOW_HEADERS: Final = "content-type, authorization, accept-language, x-time-zone"
 #: The response headers a browser UI reads beyond the safelisted ones: the challenge of
 #: a 401, the wait of a 429 or 503, the language of a refusal or stream, timings.
@@ -54,7 +55,8 @@ MAX_AGE_S: Final = 7200
 
 
 class CorsMiddleware:
-    """CORS headers on every response; 204 for every preflight on a known path.
+    """CORS headers on every response; 204 for every preflight on a path a route serves
+    (``/spaces/slack:C1/mutes`` as well as ``/turn``: ``routes`` matches the templates).
 
     ``origins`` is ``("*",)`` (any origin, answered ``*``) or exact origins: a request
     whose ``Origin`` is one of them is answered with that origin, any other gets no
@@ -65,12 +67,12 @@ class CorsMiddleware:
         self,
         app: ASGIApp,
         origins: Sequence[str],
-        paths: frozenset[str],
+        routes: RouteTemplates,
         *,
         bare: frozenset[str],
     ) -> None:
         self.app = app
-        self.paths = paths
+        self.routes = routes
         self.bare = bare  # the plain-text login pages carry no CORS
         self.any_origin = tuple(origins) == ("*",)
         self.origins = frozenset(o.encode("latin-1") for o in origins if o != "*")
@@ -96,7 +98,8 @@ class CorsMiddleware:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
-        if scope["method"] == "OPTIONS" and scope["path"] in self.paths:
+        path = scope["path"]
+        if scope["method"] == "OPTIONS" and path not in self.bare and self.routes.template(path):
             start: HTTPResponseStartEvent = {
                 "type": "http.response.start",
                 "status": 204,
@@ -110,7 +113,7 @@ class CorsMiddleware:
             await send(start)
             await send(end)
             return
-        if scope["path"] in self.bare:
+        if path in self.bare:
             await self.app(scope, receive, send)
             return
         extra = [*self._allow_origin(scope), *self.headers]

@@ -19,6 +19,8 @@ from opentelemetry import trace
 if TYPE_CHECKING:
     from litestar.types import ASGIApp
 
+    from channel_http.paths import RouteTemplates
+
 log = logging.getLogger("mercury.http")
 
 
@@ -79,7 +81,7 @@ def configure_tracing(environ: Mapping[str, str]) -> bool:
     return True
 
 
-def traced(app: ASGIApp, routes: frozenset[str]) -> ASGIApp:
+def traced(app: ASGIApp, routes: RouteTemplates) -> ASGIApp:
     """``app`` inside the ASGI instrumentation when tracing is on, else ``app`` itself."""
     if not sdk_installed():
         return app
@@ -87,14 +89,14 @@ def traced(app: ASGIApp, routes: frozenset[str]) -> ASGIApp:
 
     def details(scope: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         path = scope.get("path", "")
-        route = path if path in routes else "unmatched"
+        route = routes.label(path)
         return f"{scope.get('method', 'HTTP')} {route}", {"http.route": route}
 
     def without_query(span: Any, scope: dict[str, Any]) -> None:
         # The login callback's code and state travel in the query: keep them out of traces.
         if span is not None and span.is_recording():
             path = scope.get("path", "")
-            route = path if path in routes else "unmatched"
+            route = routes.label(path)
             for key in ("http.target", "url.path"):
                 span.set_attribute(key, route)
             for key in ("http.url", "url.full"):

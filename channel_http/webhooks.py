@@ -4,13 +4,18 @@ These routes carry no bearer token: each delivery is checked by its platform's o
 signature or secret, in the bridge (:meth:`bridges.port.WebhookBridge.receive`), before
 anything else is read. The answer comes as soon as the delivery is checked and taken (Slack
 waits 3 seconds at most); the turn runs afterwards in the pipeline's own task. A retried
-delivery already taken, on any instance, is answered 200 and runs nothing.
+delivery already taken, on any instance, is answered 200 and runs nothing. A delivery that
+gives a header or query key twice (two signatures, two ``hub.verify_token``) is refused
+with 400 before the bridge sees it: a dict would keep the last one, so which one was
+checked would be a guess. Only the forwarding headers a proxy adds (``Forwarded``, ``Via``,
+``X-Forwarded-*``) may repeat; the bridges never read them and they are not handed on.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
 
 from litestar import Request, Response, route
 from litestar.params import FromPath
@@ -24,6 +29,7 @@ from channel_http.errors import (
     Unavailable,
 )
 from core.i18n import negotiate
+from core.messages import DELIVERY_REPEATED, DELIVERY_UNCHECKED
 
 if TYPE_CHECKING:
     from channel_http.app import Services
@@ -59,9 +65,18 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
             tr.gettext("The server is busy; try again in a few seconds."),
             headers={"retry-after": "5"},
         )
+    try:
+        headers = _once(
+            (key.decode("latin-1").lower(), value.decode("latin-1"))
+            for key, value in request.scope["headers"]
+            if key.lower() not in _FORWARDING and not key.lower().startswith(b"x-forwarded-")
+        )
+        query = _once(request.query_params.multi_items())
+    except _Repeated as repeated:
+        log.warning("a %s delivery was refused: %r is given twice", platform, repeated.name[:60])
+        tr = _translator(request, services)
+        raise BadRequest(tr.gettext(DELIVERY_REPEATED) % {"name": repeated.name[:60]}) from None
     body = await request.body()
-    headers = {name.lower(): value for name, value in request.headers.items()}
-    query = {name: value for name, value in request.query_params.items()}
     try:
         outcome = await bridge.receive(request.method, query, headers, body)
     except BridgeError as error:
@@ -69,10 +84,7 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
         # platform can't be reached: refused before it is taken, so it comes again later.
         log.warning("a %s delivery could not be checked: %s", platform, error)
         tr = _translator(request, services)
-        raise Unavailable(
-            tr.gettext("The server is busy; try again in a few seconds."),
-            headers={"retry-after": "5"},
-        ) from None
+        raise Unavailable(tr.gettext(DELIVERY_UNCHECKED), headers={"retry-after": "5"}) from None
     verdict = outcome.verdict
     if verdict == "forged":
         log.warning("a %s delivery was refused: %s", platform, outcome.reason or "forged")
@@ -90,10 +102,34 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
         )
     taken = 0
     for message in outcome.messages:
-        taken += await bridging.pipeline.submit(bridge, message)
+        taken += await bridging.take(bridge, message)
     return Response(
         {"ok": True, "taken": taken}, status_code=WEBHOOK_STATUSES[verdict], headers=_NO_STORE
     )
 
 
 _NO_STORE = {"cache-control": "no-store"}
+
+#: Headers a proxy on the way may add once more (besides ``X-Forwarded-*``): no bridge reads
+#: them, so they may repeat.
+_FORWARDING: Final = frozenset({b"forwarded", b"via"})
+
+
+class _Repeated(Exception):
+    """A header or query key a delivery gives more than once."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _once(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``pairs`` as a dict; :class:`_Repeated` for a name given twice: a dict would keep
+    only the last one, and which signature or token counts must not be a guess (the bearer
+    check refuses two ``Authorization`` headers alike)."""
+    found: dict[str, str] = {}
+    for name, value in pairs:
+        if name in found:
+            raise _Repeated(name)
+        found[name] = value
+    return found

@@ -79,6 +79,7 @@ __all__ = [
     "AccessSettings",
     "AmbientSettings",
     "AuthSettings",
+    "BridgesSettings",
     "ChatSettings",
     "ConfigurationError",
     "DefaultsSettings",
@@ -332,6 +333,12 @@ class AmbientSettings(_Group, frozen=True, kw_only=True):
     max_chars: int
 
 
+class BridgesSettings(_Group, frozen=True, kw_only=True):
+    """What every chat bridge shares."""
+
+    max_message_age_s: int
+
+
 class SlackSettings(_Group, frozen=True, kw_only=True):
     """The Slack bridge (Events API webhook, Web API replies)."""
 
@@ -416,6 +423,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     oidc: OidcSettings
     trigger: TriggerSettings
     ambient: AmbientSettings
+    bridges: BridgesSettings
     slack: SlackSettings
     telegram: TelegramSettings
     discord: DiscordSettings
@@ -470,6 +478,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "oidc": OidcSettings,
     "trigger": TriggerSettings,
     "ambient": AmbientSettings,
+    "bridges": BridgesSettings,
     "slack": SlackSettings,
     "telegram": TelegramSettings,
     "discord": DiscordSettings,
@@ -703,6 +712,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Untriggered messages of a space kept for its next triggered run; 0 keeps none."),
     Setting("ambient.max_chars", "MERCURY_AMBIENT_MAX_CHARS", _Int(0, 100_000), 4000,
             "Characters of untriggered talk a space keeps for its next triggered run."),
+    Setting("bridges.max_message_age_s", "BRIDGE_MAX_MESSAGE_AGE_S", _Int(60, 604_800), 86_400,
+            "Seconds a platform message may be old (by the time the platform stamped it) and "
+            "still run; an older one, or one stamped more than five minutes ahead, is "
+            "acknowledged and dropped. At most 7 days, so that a replay de-duplication has "
+            "forgotten is refused as stale.", default_doc="`86400` (1 day)"),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
@@ -1222,6 +1236,7 @@ _SECTION_TITLES: Final = {
     "oidc": "OIDC provider",
     "trigger": "Triggers in shared spaces",
     "ambient": "Ambient context",
+    "bridges": "Every chat bridge",
     "slack": "Slack bridge",
     "telegram": "Telegram bridge",
     "discord": "Discord bridge",

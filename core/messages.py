@@ -340,6 +340,17 @@ NO_SUCH_BRIDGE: Final = N_('No "%(platform)s" bridge runs on this server.')
 DELIVERY_FORGED: Final = N_("The delivery's signature or secret doesn't match: nothing was run.")
 # Shown: the refusal of a signed webhook delivery that can't be read.
 DELIVERY_MALFORMED: Final = N_("The delivery could not be read: nothing was run.")
+# Shown: the refusal of a webhook delivery that gives a header or query key (a signature,
+# a verify token) twice; name is the header or key as sent.
+DELIVERY_REPEATED: Final = N_(
+    'The delivery gives "%(name)s" more than once, so which one counts would be a guess: '
+    "nothing was run."
+)
+# Shown (to the platform, and in its logs): a webhook delivery that could not be checked
+# because the platform itself (asked who the bot is, say) did not answer.
+DELIVERY_UNCHECKED: Final = N_(
+    "The platform could not be reached to check this delivery; send it again in a few seconds."
+)
 # Shown: the refusal of a malformed space id in a /spaces path.
 SPACE_ID_INVALID: Final = N_(
     "A space id is a platform and its ids, such as slack:C0123ABC, telegram:-1001234, "

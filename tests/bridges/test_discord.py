@@ -8,11 +8,14 @@ test has the stand-in send; its replies, typing and downloads are the stand-in's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
+from aiohttp import web
 
 from bridges.discord import DiscordBridge
 from bridges.port import (
@@ -257,6 +260,12 @@ async def test_cancelling_run_leaves_the_gateway(
 # -- parsing -------------------------------------------------------------------------------
 
 
+async def test_a_message_carries_the_time_its_snowflake_says(connected: Connected) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    received = await connected.post(GENERAL, ALICE, "hello", sent_at=1_262_304_000.0)
+    assert received.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+
+
 async def test_a_mention_of_the_bot_reads_as_its_name_and_other_mentions_stay_readable(
     connected: Connected,
 ) -> None:
@@ -447,6 +456,50 @@ async def test_a_cdn_link_with_a_wrong_signature_is_a_bridge_error(
     with pytest.raises(BridgeError, match="404") as caught:
         await bridge.download(Attachment(name="a.txt", ref=forged), max_bytes=1024)
     assert not isinstance(caught.value, PlatformUnavailable)
+
+
+@contextlib.asynccontextmanager
+async def stranger() -> AsyncIterator[tuple[str, list[str]]]:
+    """A host that is not Discord's, on 127.0.0.1: its URL, and the paths it was asked."""
+    seen: list[str] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.Response(body=b"from elsewhere")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", anything)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        try:
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
+        finally:
+            await runner.cleanup()
+
+
+async def test_a_link_or_a_redirect_off_discords_hosts_is_not_followed(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    # Adversarial review (#34): the download followed redirects to any host.
+    payload = discord_api.add_file(GENERAL, "a.txt", b"a", "text/plain")
+    async with stranger() as (url, seen):
+        with pytest.raises(BridgeError, match="not on Discord's CDN"):
+            await bridge.download(Attachment(name="a.txt", ref=url + "/a.txt"), max_bytes=1024)
+        discord_api.cdn_redirect = url + "/elsewhere"
+        try:
+            with pytest.raises(BridgeError, match=r"not on Discord's CDN \('127.0.0.1'\)"):
+                await bridge.download(Attachment(name="a.txt", ref=payload["url"]), max_bytes=1024)
+            # A redirect within Discord's own host is followed (here the stand-in's).
+            discord_api.cdn_redirect = payload["url"].replace(discord_api.url, "")
+            with pytest.raises(BridgeError, match="redirected the download"):
+                await bridge.download(Attachment(name="a.txt", ref=payload["url"]), max_bytes=1024)
+        finally:
+            discord_api.cdn_redirect = None
+    assert seen == []
+    assert await bridge.download(Attachment(name="a.txt", ref=payload["url"]), max_bytes=9) == b"a"
 
 
 async def test_a_cdn_that_answers_503_is_platform_unavailable(

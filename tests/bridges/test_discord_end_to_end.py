@@ -170,3 +170,18 @@ def test_files_come_in_to_the_spaces_inbox_and_go_out_in_the_reply(
     space = f"space%3Adiscord%3A{GUILD}%3A{GENERAL}"
     inbox = Path(chat.services.settings.wiki.vault_path) / "users" / space / "inbox"
     assert [p.read_bytes() for p in inbox.iterdir()] == [b"name,score\nann,3\n"]
+
+
+def test_a_stale_message_from_the_gateway_runs_nothing(
+    chat: RunningServer, discord_api: DiscordStandIn, ollama: OllamaStandIn
+) -> None:
+    # Adversarial review (#34): a message's own time was never checked; the gateway's
+    # messages pass the same window as the webhooks'.
+    discord_api.post_message(DM_ALICE, ALICE, "from 2010", sent_at=1_262_304_000.0)
+    ollama.enqueue(ChatScript.words("Hi Alice."))
+    discord_api.post_message(DM_ALICE, ALICE, "hello now")
+    [reply] = replies(discord_api, 1)
+    assert reply.content == "Hi Alice."
+    settle()
+    assert len(ollama.requests) == 1
+    assert user_contents(ollama.requests[0])[-1].endswith("hello now")

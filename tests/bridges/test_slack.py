@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -169,6 +170,47 @@ async def test_a_delivery_dated_six_minutes_ahead_is_forged(
     assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
 
 
+async def test_a_signature_with_a_non_ascii_byte_is_forged_not_a_crash(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # Adversarial review (#34): slack_sdk compared the signatures as text, and a non-ASCII
+    # character raised TypeError: the webhook answered 500 with a traceback.
+    body, headers = slack.signed(slack.envelope(slack.message("C1", "U1", "hi")))
+    headers["x-slack-signature"] = "v0=" + "\xe9" * 64
+    assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
+
+
+async def test_a_signed_delivery_nested_too_deeply_is_malformed(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    depth = 100_000
+    envelope = slack.envelope(slack.message("C1", "U1", "hi"))
+    event = b'{"type":"message","deep":' + b"[" * depth + b"]" * depth + b"}"
+    around = json.dumps({**envelope, "event": None}).encode().replace(b"null", event, 1)
+    body, headers = slack.signed(around)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.verdict == "malformed"
+    deep_envelope = b'{"type":"event_callback","x":' + b"[" * depth + b"]" * depth + b"}"
+    body, headers = slack.signed(deep_envelope)
+    assert (await bridge.receive("POST", {}, headers, body)).verdict == "malformed"
+
+
+async def test_a_message_carries_when_slack_says_it_happened(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    envelope = slack.envelope(slack.message("C1", "U1", "hi", ts="1700000000.000100"))
+    envelope["event_time"] = 1_262_304_000
+    body, headers = slack.signed(envelope)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.messages[0].sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+    del envelope["event_time"]  # without it, the message's own ts
+    body, headers = slack.signed(envelope)
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.messages[0].sent_at == datetime.fromtimestamp(1_700_000_000.0001, UTC)
+
+
 # -- the URL check, unreadable and unwanted deliveries --------------------------------------
 
 
@@ -288,6 +330,7 @@ async def test_a_channel_message_mentioning_the_bot_reads_at_the_bots_name(
         author_name=None,
         text="@Mercury what's up?",
         is_dm=False,
+        sent_at=message.sent_at,  # the envelope's event_time: see the stale-message tests
     )
 
 

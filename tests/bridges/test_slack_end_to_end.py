@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -222,6 +223,51 @@ async def test_a_forged_or_stale_delivery_runs_nothing(
     for refused in (forged, stale, unsigned):
         assert refused.status == 401
         assert json.loads(refused.body)["ok"] is False
+    await settle()
+    assert ollama.requests == [] and slack.messages == []
+
+
+async def test_a_stale_event_is_acknowledged_and_runs_nothing(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    # Adversarial review (#34): a message's own time was never checked.
+    envelope = slack.envelope(slack.message("D9", "U4", "from 2010"))
+    envelope["event_time"] = 1_262_304_000
+    stale = await slack.deliver(hook(chat), envelope)
+    assert stale.status == 200 and json.loads(stale.body) == {"ok": True, "taken": 0}
+    await settle()
+    assert ollama.requests == [] and slack.messages == []
+
+
+async def test_repeated_non_ascii_or_deeply_nested_deliveries_are_refused_not_a_500(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    # Adversarial review (#34): a second X-Slack-Signature won over the first; a non-ASCII
+    # signature and a signed body nested 100,000 deep answered 500 with a traceback.
+    body, headers = slack.signed(slack.envelope(slack.message("D9", "U4", "run me")))
+    forged = {**headers, "x-slack-signature": "v0=" + "0" * 64}
+    async with httpx.AsyncClient(timeout=10) as client:
+        twice = await client.post(
+            hook(chat),
+            content=body,
+            headers=[*forged.items(), ("x-slack-signature", headers["x-slack-signature"])],
+        )
+        non_ascii = await client.post(
+            hook(chat),
+            content=body,
+            headers=[
+                *((k, v) for k, v in headers.items() if k != "x-slack-signature"),
+                ("x-slack-signature", "v0=\xe9".encode("latin-1")),
+            ],
+        )
+        depth = 100_000
+        deep, deep_headers = slack.signed(
+            b'{"type":"event_callback","x":' + b"[" * depth + b"]" * depth + b"}"
+        )
+        nested = await client.post(hook(chat), content=deep, headers=deep_headers)
+    assert twice.status_code == 400 and "x-slack-signature" in twice.json()["error"]
+    assert non_ascii.status_code == 401 and non_ascii.json()["ok"] is False
+    assert nested.status_code == 400 and nested.json()["ok"] is False
     await settle()
     assert ollama.requests == [] and slack.messages == []
 

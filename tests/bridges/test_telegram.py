@@ -6,6 +6,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -98,6 +99,51 @@ async def test_an_update_with_the_right_secret_is_accepted(
 
     assert outcome.verdict == "accepted"
     assert outcome.messages[0].text == "hello"
+
+
+async def test_an_update_nested_too_deeply_is_malformed(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    headers, _ = telegram.delivery({"update_id": 1})
+    depth = 100_000
+    body = b'{"update_id":1,"deep":' + b"[" * depth + b"]" * depth + b"}"
+    lowered = {k.lower(): v for k, v in headers.items()}
+    outcome = await bridge.receive("POST", {}, lowered, body)
+    assert outcome.verdict == "malformed"
+
+
+async def test_a_message_carries_the_date_telegram_gave_it(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    alice = telegram.user("Alice")
+    update = telegram.message(
+        telegram.private_chat(alice), alice, "hello", extra={"date": 1_262_304_000}
+    )
+    message = await one_message(bridge, telegram, update)
+    assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"chat": {"id": -(10**24), "type": "supergroup", "title": "Huge"}},
+        {"message_thread_id": -5, "is_topic_message": True},
+    ],
+    ids=["chat id past 20 digits", "negative topic"],
+)
+async def test_a_chat_or_topic_that_cant_be_a_space_is_malformed_before_it_is_taken(
+    bridge: TelegramBridge, telegram: TelegramStandIn, fields: dict[str, Any]
+) -> None:
+    # Adversarial review (#34): such an update was accepted, then failed in the pipeline
+    # after the answer, with a traceback and the message lost.
+    alice = telegram.user("Alice")
+    update = telegram.message(telegram.group("Team"), alice, "hello")
+    update["message"].update(fields)
+    outcome = await receive(bridge, telegram, update)
+    assert outcome.verdict == "malformed"
+    assert "space id" in outcome.reason
 
 
 async def test_an_update_without_the_secret_header_is_forged(

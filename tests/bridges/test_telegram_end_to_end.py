@@ -262,3 +262,20 @@ async def test_an_edit_and_a_bots_message_run_nothing(
     await settle()
     assert ollama.requests == []
     assert telegram.calls_to("sendMessage") == []
+
+
+async def test_a_stale_message_is_acknowledged_and_a_chat_no_space_can_have_refused(
+    chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
+) -> None:
+    # Adversarial review (#34): a message dated 2010 ran; a chat id no space can have was
+    # taken, then failed in the pipeline after the answer.
+    dm = telegram.private_chat(people["Dee"])
+    old = telegram.message(dm, people["Dee"], "from 2010", extra={"date": 1_262_304_000})
+    assert await say(telegram, chat, old) == {"ok": True, "taken": 0}
+    huge = telegram.message(dm, people["Dee"], "hello")
+    huge["message"]["chat"] = {"id": 10**24, "type": "private", "first_name": "Dee"}
+    with anyio.fail_after(30):
+        refused = await telegram.deliver(huge, url=hook(chat))
+    assert refused.status == 400
+    await settle()
+    assert ollama.requests == []

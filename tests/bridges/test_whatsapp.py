@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -77,6 +79,41 @@ async def test_a_delivery_signed_with_the_app_secret_is_accepted(
     outcome = await receive(bridge, whatsapp, whatsapp.event(sent))
     assert outcome.verdict == "accepted"
     assert [m.delivery_id for m in outcome.messages] == [sent.id]
+
+
+async def test_a_signed_delivery_nested_too_deeply_is_malformed(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Adversarial review (#34): msgspec's RecursionError reached the route as a 500.
+    depth = 100_000
+    body = b'{"object":"whatsapp_business_account","deep":' + b"[" * depth + b"]" * depth + b"}"
+    outcome = await bridge.receive("POST", {}, whatsapp.signed_headers(body), body)
+    assert outcome.verdict == "malformed"
+
+
+async def test_a_message_carries_the_timestamp_meta_gave_it(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # #34: a message's own time is what the stale-message window is checked against.
+    sent = whatsapp.inbound(ANN, "text", {"body": "hello"}, timestamp=1_262_304_000)
+    message = await one_message(bridge, whatsapp, whatsapp.event(sent))
+    assert message.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("sender", "group_id"),
+    [("../../etc", GROUP), ("1555 123", None), (ANN, "x" * 80), ("", None)],
+    ids=["group sender", "dm sender", "group id too long", "no sender"],
+)
+async def test_a_chat_or_sender_that_cant_be_a_space_id_is_malformed_before_it_is_taken(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn, sender: str, group_id: str | None
+) -> None:
+    # Adversarial review (#34): such a delivery was accepted (or silently dropped), and
+    # what was accepted failed in the pipeline after the answer, the message lost.
+    sent = whatsapp.inbound(sender, "text", {"body": "hello"}, group_id=group_id)
+    outcome = await receive(bridge, whatsapp, whatsapp.event(sent))
+    assert outcome.verdict == "malformed"
+    assert "space id" in outcome.reason
 
 
 async def test_a_delivery_signed_with_a_rotated_out_app_secret_is_forged(
@@ -320,6 +357,45 @@ async def test_a_thread_is_its_own_space_and_conversation(bridge: WhatsAppBridge
 
 
 # --- downloads -----------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def stranger() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A host that is not Meta's, on 127.0.0.1: its URL, and the headers of each request."""
+    seen: list[dict[str, str]] = []
+
+    async def anything(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(body=b"stolen")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", anything)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        try:
+            yield f"http://127.0.0.1:{sock.getsockname()[1]}", seen
+        finally:
+            await runner.cleanup()
+
+
+async def test_the_access_token_goes_to_no_host_but_metas_a_media_answer_names(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Adversarial review (#34): the token went wherever Graph's media answer pointed.
+    sent = whatsapp.media_message(ANN, "document", b"%PDF-1.7", "application/pdf", filename="a.pdf")
+    message = await one_message(bridge, whatsapp, whatsapp.event(sent))
+    async with stranger() as (url, seen):
+        for base in (url, "https://lookaside.fbsbx.com.evil.example", "http://lookaside.fbsbx.com"):
+            whatsapp.media_url_base = base
+            with pytest.raises(BridgeError, match="does not send its access token") as caught:
+                await bridge.download(message.attachments[0], max_bytes=1024)
+            assert not isinstance(caught.value, PlatformUnavailable)
+    assert seen == []
+    whatsapp.media_url_base = None
+    assert await bridge.download(message.attachments[0], max_bytes=1024) == b"%PDF-1.7"
 
 
 async def test_a_download_looks_the_media_up_then_fetches_it_with_the_access_token(

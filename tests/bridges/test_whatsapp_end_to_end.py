@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import anyio
+import httpx
 import pytest
 
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -220,6 +221,36 @@ async def test_a_message_meta_delivers_again_runs_once(
     await whatsapp.wait_for_messages(1, timeout=40)
     await settle()
     assert len(ollama.requests) == 1 and len(whatsapp.sent_messages()) == 1
+
+
+async def test_a_verify_token_given_twice_is_refused_whichever_comes_last(
+    chat: RunningServer, whatsapp: WhatsAppStandIn
+) -> None:
+    # Adversarial review (#34): the last hub.verify_token of the query was the one checked.
+    token = whatsapp.settings().verify_token
+    async with httpx.AsyncClient(timeout=10) as client:
+        for tokens in (["a-guess", token], [token, "a-guess"]):
+            answer = await client.get(
+                hook(chat),
+                params=[
+                    ("hub.mode", "subscribe"),
+                    ("hub.challenge", "1158201444"),
+                    *(("hub.verify_token", t) for t in tokens),
+                ],
+            )
+            assert answer.status_code == 400
+            assert "hub.verify_token" in answer.json()["error"]
+            assert b"1158201444" not in answer.content
+
+
+async def test_a_stale_message_is_acknowledged_and_runs_nothing(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    # Adversarial review (#34): a message stamped 2010 ran.
+    old = whatsapp.inbound(DEE, "text", {"body": "from 2010"}, timestamp=1_262_304_000)
+    assert await say(whatsapp, chat, old) == 0
+    await settle()
+    assert ollama.requests == [] and whatsapp.calls == []
 
 
 async def test_a_forged_or_unsigned_delivery_runs_nothing(

@@ -154,6 +154,37 @@ async def test_labels_stay_bounded_whoever_calls_and_whatever_they_send(
         assert "no-such-route" not in label
 
 
+async def test_a_parameterized_route_is_labelled_with_its_template(
+    server: RunningServer,
+) -> None:
+    # Issue 36: /webhooks/slack and every /spaces/{space}/... request were counted (and
+    # logged) as "unmatched".
+    async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+        assert (await client.post("/webhooks/slack", content=b"{}")).status_code == 404
+        await client.get("/spaces/slack:C1/mutes", headers=ALICE)
+        await client.get("/spaces/slack:C2/mutes", headers=ALICE)
+        await client.get("/no-such-route", headers=ALICE)
+        samples = await scrape(client)
+    routes = {
+        dict(pairs)["route"]: count
+        for (name, pairs), count in samples.items()
+        if name == "mercury_http_requests_total"
+    }
+    assert "/webhooks/{platform}" in routes
+    assert "/spaces/{space}/mutes" in routes
+    assert not any("slack:" in route or "/webhooks/slack" == route for route in routes)
+    assert (
+        value(
+            samples,
+            "mercury_http_requests_total",
+            method="POST",
+            route="/webhooks/{platform}",
+            status="404",
+        )
+        == 1
+    )
+
+
 async def test_a_metrics_port_serves_them_without_auth_and_the_surface_none(
     make_server: Callable[..., RunningServer],
 ) -> None:

@@ -215,6 +215,41 @@ def test_every_route_answers_a_preflight_with_204_without_auth(
     assert "POST" in response.headers["access-control-allow-methods"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/spaces/slack:C1/prefs"),
+        ("PUT", "/spaces/slack:C1/prefs/tone"),
+        ("DELETE", "/spaces/slack:C1/prefs/tone"),
+        ("POST", "/spaces/telegram:-100123/mutes"),
+        ("DELETE", "/spaces/telegram:-100123/mutes/slack:U1"),
+        ("DELETE", "/spaces/discord:1:2"),
+    ],
+)
+def test_a_preflight_to_a_parameterized_route_is_answered_with_its_method(
+    server: RunningServer, method: str, path: str
+) -> None:
+    # Adversarial review (#34): the preflight matched literal paths only, so every
+    # /spaces/{space}/... route answered 401, and PUT and DELETE were not allowed.
+    response = httpx.options(
+        server.url + path,
+        headers={"origin": "https://ui.example", "access-control-request-method": method},
+    )
+    assert response.status_code == 204
+    assert response.headers["access-control-allow-origin"] == "*"
+    allowed = {m.strip() for m in response.headers["access-control-allow-methods"].split(",")}
+    assert method in allowed
+
+
+def test_a_preflight_to_a_path_no_route_serves_is_not_answered(server: RunningServer) -> None:
+    for path in ("/spaces/slack:C1/nothing", "/no-such-route", "/spaces/a/prefs/b/c"):
+        response = httpx.options(
+            server.url + path,
+            headers={"origin": "https://ui.example", "access-control-request-method": "GET"},
+        )
+        assert response.status_code != 204, path
+
+
 @pytest.mark.parametrize("path", ["/turn/", "//turn", "/turn//", "//me/"])
 def test_a_path_variant_the_routes_serve_gets_the_same_preflight_and_answer(
     server: RunningServer, path: str

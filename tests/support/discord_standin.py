@@ -306,6 +306,8 @@ class DiscordStandIn:
         self._failures: deque[Failure] = deque()
         self._files: dict[str, tuple[bytes, str]] = {}
         self._cdn_key = secrets.token_bytes(16)
+        #: Where the CDN redirects every download to, when set (a CDN gone astray).
+        self.cdn_redirect: str | None = None
         self._sessions: list[_Session] = []
         self._resumable: dict[str, _Session] = {}
         self._ids = 0
@@ -393,6 +395,7 @@ class DiscordStandIn:
         webhook_id: int | None = None,
         message_type: int | None = None,
         announce: bool = True,
+        sent_at: float | None = None,
         timeout: float = 5.0,
     ) -> dict[str, Any]:
         """Have ``author`` post in ``channel_id``: store it, dispatch MESSAGE_CREATE; its payload.
@@ -401,6 +404,7 @@ class DiscordStandIn:
         ``referenced_message`` out, as Discord does when it did not look the message up.
         ``message_type`` overrides the type (7: a member joined, a system message).
         ``announce=False`` only stores it: a message from before the client connected.
+        ``sent_at`` (epoch seconds) dates its snowflake id, as a message sent then has.
         """
         channel = self._channel(channel_id)
         payload = self._message_payload(
@@ -412,6 +416,7 @@ class DiscordStandIn:
             attachments=list(attachments),
             reply_to=reply_to,
             resolve_reply=resolve_reply,
+            sent_at=sent_at,
         )
         if webhook_id is not None:
             payload["webhook_id"] = str(webhook_id)
@@ -719,6 +724,8 @@ class DiscordStandIn:
         return _json(payload)
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        if self.cdn_redirect is not None:
+            return web.Response(status=302, headers={"Location": self.cdn_redirect})
         path = request.path
         stored = self._files.get(path)
         expected = self._signature(path)
@@ -741,8 +748,9 @@ class DiscordStandIn:
         attachments: list[dict[str, Any]],
         reply_to: int | None,
         resolve_reply: bool,
+        sent_at: float | None = None,
     ) -> dict[str, Any]:
-        message_id = self._snowflake()
+        message_id = self._snowflake(sent_at)
         in_guild = channel.guild_id is not None
         payload: dict[str, Any] = {
             "id": str(message_id),
@@ -788,9 +796,9 @@ class DiscordStandIn:
             raise StandInError(f"The Discord stand-in has no channel {channel_id}.")
         return channel
 
-    def _snowflake(self) -> int:
+    def _snowflake(self, at: float | None = None) -> int:
         self._ids += 1
-        now_ms = int(time.time() * 1000)
+        now_ms = int((time.time() if at is None else at) * 1000)
         return ((now_ms - DISCORD_EPOCH_MS) << 22) | (self._ids & 0x3FFFFF)
 
     def _signature(self, path: str) -> str:

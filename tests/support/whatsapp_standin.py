@@ -190,6 +190,8 @@ class WhatsAppStandIn:
         self.display_phone_number = display_phone_number
         #: Omit ``file_size`` from media answers and stream downloads without a length.
         self.hide_media_size = False
+        #: The address media answers name instead of the stand-in's own (a host gone astray).
+        self.media_url_base: str | None = None
         self._media: dict[str, StoredMedia] = {}
         self._calls: list[GraphCall] = []
         self._scripts: deque[_Script] = deque()
@@ -352,6 +354,7 @@ class WhatsAppStandIn:
             self._scripts.clear()
             self._media.clear()
         self.hide_media_size = False
+        self.media_url_base = None
 
     @property
     def calls(self) -> list[GraphCall]:
@@ -483,12 +486,14 @@ class WhatsAppStandIn:
         group_id: str | None = None,
         reply_to: tuple[str, str] | None = None,
         message_id: str | None = None,
+        timestamp: float | None = None,
     ) -> Inbound:
-        """Any message: ``content`` goes under the key named ``kind``."""
+        """Any message: ``content`` goes under the key named ``kind``; sent now, or at
+        ``timestamp`` (epoch seconds)."""
         message: dict[str, Any] = {
             "from": sender,
             "id": message_id or self.message_id(),
-            "timestamp": str(1_739_321_024 + next(self._ids)),
+            "timestamp": str(int(time.time() if timestamp is None else timestamp)),
             "type": kind,
             kind: content,
         }
@@ -521,7 +526,7 @@ class WhatsAppStandIn:
                 {
                     "id": message_id,
                     "status": status,
-                    "timestamp": "1739321100",
+                    "timestamp": str(int(time.time())),
                     "recipient_id": recipient,
                 }
             ],
@@ -760,7 +765,8 @@ class WhatsAppStandIn:
         media = self.media(media_id)
         answer: dict[str, Any] = {
             "messaging_product": "whatsapp",
-            "url": f"{self.url}/whatsapp_business/attachments/?mid={media_id}&ext=1739321024"
+            "url": f"{self.media_url_base or self.url}/whatsapp_business/attachments/"
+            f"?mid={media_id}&ext=1739321024"
             f"&hash={media.sha256[:16]}",
             "mime_type": media.mime_type,
             "sha256": media.sha256,
