@@ -184,4 +184,4 @@ def test_a_stale_message_from_the_gateway_runs_nothing(
     assert reply.content == "Hi Alice."
     settle()
     assert len(ollama.requests) == 1
-    assert user_contents(ollama.requests[0])[-1].endswith("hello now")
+    assert user_contents(ollama.requests[0])[-1].endswith("hello now</caller>")
