@@ -37,12 +37,7 @@ from channel_http.errors import (
 from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
 from core.file_types import describe_size
-from core.files import (
-    OUTBOX,
-    FileTooLarge,
-    IncomingFile,
-    InvalidFileName,
-)
+from core.files import FileTooLarge, IncomingFile, InvalidFileName, refusal_text
 from core.i18n import choose_language
 from core.people import Admitted, refusal_message
 from core.principal import Principal
@@ -119,24 +114,7 @@ def _printable(name: str) -> str:
 
 
 def _name_refusal(error: InvalidFileName, tr: Translator) -> BadRequest:
-    name = {"name": _printable(error.name)}
-    messages = {
-        "empty": tr.gettext("A file has no name; give every file a name such as notes.txt."),
-        "invisible": tr.gettext(
-            'The file name "%(name)s" holds control or invisible characters; rename the file.'
-        ),
-        "path": tr.gettext(
-            'The file name "%(name)s" is a path; send the file\'s own name, without folders.'
-        ),
-        "hidden": tr.gettext(
-            'The file name "%(name)s" starts with a dot (a hidden file); rename the file.'
-        ),
-        "spaces": tr.gettext(
-            'The file name "%(name)s" starts or ends with a space; rename the file.'
-        ),
-        "long": tr.gettext('The file name "%(name)s" is too long; shorten it.'),
-    }
-    return BadRequest(messages[error.fault] % name)
+    return BadRequest(refusal_text(error, tr))
 
 
 def _size_refusal(error: FileTooLarge, name: str, tr: Translator) -> PayloadTooLarge:
@@ -308,7 +286,6 @@ async def chat(request: AnyRequest) -> Response[Any]:
     except FileTooLarge as error:
         largest = max(incoming, key=lambda f: len(f.data))
         raise _size_refusal(error, largest.name, tr) from None
-    before = await files.list(acting.person.key, OUTBOX)
     turn = manager.open_turn(
         TurnInput(
             principal=acting.principal,
@@ -346,7 +323,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
                 "sizeBytes": len(data),
                 "data": data,
             }
-            for found, data in await files.written_since(acting.person.key, before)
+            for found, data in await files.written(acting.person.key, turn.written)
         ],
     }
     if collected.pending is not None:
