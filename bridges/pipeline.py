@@ -18,8 +18,8 @@ manager, across instances on a shared store.
 
 A delivery is marked handled only once it came to something (a reply sent, ambient context
 kept, a deliberate drop); one taken by an instance that died runs again on another
-(:meth:`Pipeline.recover`, :mod:`bridges.deliveries`): at least once, never on two
-instances at once.
+(:meth:`Pipeline.recover`, :mod:`bridges.deliveries`): at least once, and taken over only
+once the holder's lease lapsed, which a live instance renews however long its turns take.
 
 Nothing of one space reaches another: the space id comes from the platform's own thread,
 never from the message, and every store (memory, files, wiki, ambient, preferences, mutes)

@@ -375,6 +375,35 @@ def test_a_delivery_a_dead_instance_took_and_never_handled_runs_once_here(
     assert chat.call(dead.take(orphan)) is False
 
 
+def test_a_turn_longer_than_the_lease_keeps_its_delivery_from_another_instance(
+    make_server: Callable[..., RunningServer],
+    bridge: RecordingBridge,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    chat = make_server(
+        {"bridges": [bridge]},
+        MERCURY_CONFIG_FILE=str(config),
+        MERCURY_CONVERSATION_LEASE_S="2",
+    )
+    ollama.enqueue(ChatScript(content=["slow ", "but ", "sure"], delay_s=2.0))
+    message = bridge.message("D6", "U6", "take your time", delivery_id="Ev-long")
+    assert bridge.post(chat, message).json()["taken"] == 1
+    other = Deliveries(chat.services.db, lease_s=2.0, holder="another-instance")
+    # Three leases long, this instance's renewals keep it from the other and from a retry.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        assert chat.call(other.stale(["slack"])) == []
+        assert bridge.post(chat, message).json()["taken"] == 0
+        time.sleep(0.5)
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "slow but sure"
+    settle(bridge, 2.5)
+    assert len(bridge.replies) == 1 and len(ollama.requests) == 1
+
+
 def test_only_the_author_or_an_admin_stops_a_turn(
     chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
 ) -> None:
