@@ -38,7 +38,15 @@ from typing import TYPE_CHECKING, Final
 
 from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
 from core import events
-from core.files import FileError, IncomingFile, InvalidFileName, checked_name, refusal_text
+from core.file_types import describe_size
+from core.files import (
+    FileError,
+    IncomingFile,
+    InvalidFileName,
+    checked_name,
+    printable_name,
+    refusal_text,
+)
 from core.i18n import choose_language
 from core.people import Admitted
 from core.principal import Person, Principal
@@ -388,7 +396,7 @@ class Pipeline:
         translator: Translator,
     ) -> tuple[IngressMessage, tuple[str, ...]]:
         """The message for the core: its media downloaded into the space's inbox; and a
-        sentence for each file refused by name (the others are kept all the same)."""
+        sentence for each file refused by name or not fetched (the others are kept)."""
         saved: tuple[str, ...] = ()
         notes: list[str] = []
         if message.attachments:
@@ -401,10 +409,18 @@ class Pipeline:
                 except InvalidFileName as error:
                     notes.append(refusal_text(error, translator))
                     continue
+                cap = min(limits.max_file_bytes, budget)
                 try:
-                    data = await bridge.download(attachment, min(limits.max_file_bytes, budget))
+                    data = await bridge.download(attachment, cap)
                 except BridgeError as error:
                     log.warning("a %s attachment was not fetched: %s", message.platform, error)
+                    notes.append(
+                        translator.gettext(
+                            'The file "%(name)s" was not kept: it is larger than %(limit)s, '
+                            "or the platform did not send it."
+                        )
+                        % {"name": printable_name(attachment.name), "limit": describe_size(cap)}
+                    )
                     continue
                 budget -= len(data)
                 incoming.append(IncomingFile(attachment.name, data))

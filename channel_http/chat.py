@@ -37,7 +37,13 @@ from channel_http.errors import (
 from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
 from core.file_types import describe_size
-from core.files import FileTooLarge, IncomingFile, InvalidFileName, refusal_text
+from core.files import (
+    FileTooLarge,
+    IncomingFile,
+    InvalidFileName,
+    printable_name,
+    refusal_text,
+)
 from core.i18n import choose_language
 from core.people import Admitted, refusal_message
 from core.principal import Principal
@@ -108,11 +114,6 @@ async def _read_body(request: AnyRequest, limit: int, turn_limit: int, tr: Trans
     return b"".join(parts)
 
 
-def _printable(name: str) -> str:
-    shown = "".join("?" if not c.isprintable() else c for c in name)
-    return shown if len(shown) <= 80 else shown[:80] + "…"
-
-
 def _name_refusal(error: InvalidFileName, tr: Translator) -> BadRequest:
     return BadRequest(refusal_text(error, tr))
 
@@ -122,7 +123,7 @@ def _size_refusal(error: FileTooLarge, name: str, tr: Translator) -> PayloadTooL
     if error.per == "file":
         return PayloadTooLarge(
             tr.gettext('The file "%(name)s" is larger than the limit of %(limit)s per file.')
-            % {"name": _printable(name), "limit": limit}
+            % {"name": printable_name(name), "limit": limit}
         )
     return PayloadTooLarge(
         tr.gettext("The files are larger together than the limit of %(limit)s per turn.")

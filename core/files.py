@@ -50,6 +50,7 @@ __all__ = [
     "PersonFiles",
     "StoredFile",
     "checked_name",
+    "printable_name",
     "refusal_text",
 ]
 
@@ -167,11 +168,16 @@ def checked_name(name: str) -> str:
     return name
 
 
+def printable_name(name: str) -> str:
+    """A file name as a sentence quotes it: unprintable characters as ``?``, 80 at most."""
+    shown = "".join("?" if not c.isprintable() else c for c in name)
+    return shown if len(shown) <= 80 else shown[:80] + "…"
+
+
 def refusal_text(error: InvalidFileName, translator: Translator) -> str:
     """Why a file name was refused, in the person's language: one sentence for every
     channel (``POST /chat`` answers it, a chat bridge adds it to the reply)."""
-    shown = "".join("?" if not c.isprintable() else c for c in error.name)
-    name = {"name": shown if len(shown) <= 80 else shown[:80] + "…"}
+    name = {"name": printable_name(error.name)}
     tr = translator
     messages = {
         "empty": tr.gettext("A file has no name; give every file a name such as notes.txt."),

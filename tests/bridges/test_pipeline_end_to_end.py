@@ -449,6 +449,7 @@ def test_a_refused_file_name_keeps_the_other_files_and_the_reply_says_why(
     attachments = (
         Attachment(name="notes.txt", ref="F1", mime_type="text/plain", size_bytes=9),
         Attachment(name="../evil.txt", ref="F2", mime_type="text/plain", size_bytes=8),
+        Attachment(name="gone.pdf", ref="F404", mime_type="application/pdf"),
     )
     bridge.post(
         chat, bridge.message("D5", "U5", "look at these", attachments=attachments, name="Eve")
@@ -460,6 +461,9 @@ def test_a_refused_file_name_keeps_the_other_files_and_the_reply_says_why(
     assert reply.text == (
         "I read notes.txt.\n\n"
         'The file name "../evil.txt" is a path; send the file\'s own name, without folders.'
+        "\n\n"
+        'The file "gone.pdf" was not kept: it is larger than 10 MiB, or the platform did not '
+        "send it."
     )
     inbox = Path(chat.services.settings.wiki.vault_path) / "users" / "space%3Aslack%3AD5"
     assert [p.read_bytes() for p in (inbox / "inbox").iterdir()] == [b"good data"]
