@@ -2,18 +2,25 @@
 
 ::
 
-    bridge ─► submit (delivery taken once) ─► identify ─► muted? drop, silently
+    bridge ─► submit (delivery taken, under a lease) ─► identify ─► muted? drop, silently
            ─► a link code in a group: withdrawn, a hint to send codes in a direct chat
            ─► pre-route trigger check (no I/O) ─► typing
            ─► not for the assistant: kept as the space's ambient context
-           ─► command (stop, compact): done at once, no rate limit, no queue
+           ─► command (stop, compact): done at once, no rate limit, no queue;
+              its answer told once a window per person
            ─► rate limit (space:person, the space's own limit) ─► refused: told once a window
-           ─► normalize (media into the space's inbox) ─► run the turn ─► reply with files
+           ─► normalize (media into the space's inbox; a refused file named in the reply)
+           ─► run the turn ─► reply with the files this turn wrote ─► delivery handled
 
 A webhook answers the platform as soon as the delivery is checked and taken; the rest runs in
 a task of the pipeline's own (:meth:`Pipeline.submit`), so Slack's 3-second deadline holds
 whatever the model takes. Turns of one conversation queue behind each other in the session
 manager, across instances on a shared store.
+
+A delivery is marked handled only once it came to something (a reply sent, ambient context
+kept, a deliberate drop); one taken by an instance that died runs again on another
+(:meth:`Pipeline.recover`, :mod:`bridges.deliveries`): at least once, and taken over only
+once the holder's lease lapsed, which a live instance renews however long its turns take.
 
 Nothing of one space reaches another: the space id comes from the platform's own thread,
 never from the message, and every store (memory, files, wiki, ambient, preferences, mutes)
@@ -26,13 +33,21 @@ import asyncio
 import contextlib
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
 from core import events
-from core.files import OUTBOX, FileError, IncomingFile, StoredFile
+from core.file_types import describe_size
+from core.files import (
+    FileError,
+    IncomingFile,
+    InvalidFileName,
+    checked_name,
+    printable_name,
+    refusal_text,
+)
 from core.i18n import choose_language
 from core.people import Admitted
 from core.principal import Person, Principal
@@ -45,6 +60,8 @@ from core.spaces.triggers import command_of, trigger_for, without_trigger
 from core.timezones import choose_zone
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from bridges.deliveries import Deliveries
     from core.clock import Clock
     from core.config import Settings
@@ -66,6 +83,17 @@ log = logging.getLogger("mercury.bridges")
 MAX_IN_FLIGHT: Final = 1000
 #: What an ambient entry says for a file sent without text.
 _FILE_NOTE: Final = "[sent a file: {names}]"
+#: Seconds within which a person's second command in a space is done without an answer:
+#: commands skip the rate limit, so 40 ``stop`` messages must not make 40 posts.
+COMMAND_REPLY_WINDOW_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Running:
+    """A turn running in a conversation here, and whose it is (for ``stop``)."""
+
+    turn: Turn
+    author: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +103,17 @@ class _Started:
     turn: Turn
     key: str
     area: str
-    before: list[StoredFile]
+    translator: Translator
+    #: Sentences for the person about files of the message that were refused.
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Compact:
+    """A ``compact`` to do once the space's routing has let go of the message."""
+
+    key: str
+    bucket: str
     translator: Translator
 
 
@@ -134,26 +172,44 @@ class Pipeline:
         #: Typing indicators being started (not messages: they don't count towards full).
         self._typing_tasks: set[asyncio.Task[None]] = set()
         #: The turn running in each conversation here (session key), for ``stop``.
-        self._running: dict[str, Turn] = {}
+        self._running: dict[str, _Running] = {}
         #: Each space's messages routed one at a time, in the order they were taken.
         self._order = SessionLocks()
-        #: Per rate-limit bucket, until when its refusal was told (once a window).
+        #: Per rate-limit bucket or command bucket, until when it was told (once a window).
         self._told: dict[str, float] = {}
 
     # ---------------------------------------------------------------- intake
 
     async def submit(self, bridge: PlatformBridge, message: Received) -> bool:
-        """Take ``message`` once (on any instance) and handle it in the background.
+        """Take ``message`` (on one instance) and handle it in the background.
 
-        False for a delivery already taken: a platform's retry, answered and dropped.
+        False for a delivery handled already, or being handled by a live instance: a
+        platform's retry, answered and dropped.
         """
-        if not await self._stores.deliveries.first(message.platform, message.delivery_id):
+        if not await self._stores.deliveries.take(message):
             log.info("%s delivery %s taken already", message.platform, message.delivery_id)
             return False
+        self._spawn(bridge, message)
+        return True
+
+    def _spawn(self, bridge: PlatformBridge, message: Received) -> None:
         task = asyncio.get_running_loop().create_task(self.handle(bridge, message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return True
+
+    async def recover(self, bridges: Mapping[str, PlatformBridge]) -> int:
+        """Run again what a dead instance took and never handled (its lease lapsed), with
+        the bridges of their platforms here; returns how many were taken over."""
+        room = self.max_in_flight - len(self._tasks)
+        messages = await self._stores.deliveries.stale(bridges.keys(), limit=min(room, 100))
+        for message in messages:
+            log.info(
+                "%s delivery %s runs again: it was taken and never handled",
+                message.platform,
+                message.delivery_id,
+            )
+            self._spawn(bridges[message.platform], message)
+        return len(messages)
 
     async def deliver(self, bridge: PlatformBridge, message: Received) -> None:
         """For a gateway bridge: what :meth:`submit` does, without an answer to give."""
@@ -183,19 +239,25 @@ class Pipeline:
         context, whatever each message waited for on its way. The answer is awaited outside
         that order, so a long turn holds up nothing but its own conversation.
         """
+        deliveries = self._stores.deliveries
         try:
             async with self._order.hold(_space_of(bridge, message)):
                 started = await self._route(bridge, message)
-            if started is not None:
+            if isinstance(started, _Started):
                 await self._finish(bridge, message, started)
+            elif isinstance(started, _Compact):
+                await self._compact(bridge, message, started)
+            await deliveries.handled(message)
         except asyncio.CancelledError:
-            raise
+            raise  # a shutdown: the lease lapses, another instance runs it again
         except Exception:
             log.exception("handling a %s message failed", message.platform)
+            with contextlib.suppress(Exception):
+                await deliveries.release(message)
 
     # ---------------------------------------------------------------- routing
 
-    async def _route(self, bridge: PlatformBridge, message: Received) -> _Started | None:
+    async def _route(self, bridge: PlatformBridge, message: Received) -> _Started | _Compact | None:
         thread = bridge.parse_thread(message.thread_id)
         space = parse_space_id(thread.space_id)  # the bridge's own: never a message's word
         caller_id = f"{message.platform}:{message.author_id}"
@@ -232,25 +294,28 @@ class Pipeline:
         translator = self._catalogs.translator(language)
         key = self._manager.session_key(person, thread.conversation_external_id, space.id)
         command = command_of(message.text, trigger)
+        bucket = f"{command}|{bucket_key(space.id, person.key)}"
         if command == "stop":
             running = self._running.get(key)
-            if running is not None:
-                running.cancel()
-            text = (
-                translator.gettext("Stopped.")
-                if running is not None
-                else translator.gettext("Nothing is running here.")
-            )
-            await self._reply(bridge, message, text)
+            if running is None:
+                text = translator.gettext("Nothing is running here.")
+            elif (
+                running.author == person.key
+                or await stores.spaces.role(space.id, person.key, (caller_id, principal.user_key))
+                == "admin"
+            ):
+                running.turn.cancel()
+                text = translator.gettext("Stopped.")
+            else:
+                text = translator.gettext(
+                    "Only the person who asked, or an admin of this space, can stop this turn."
+                )
+            if self._once(bucket, COMMAND_REPLY_WINDOW_S):
+                await self._reply(bridge, message, text)
             return None
         if command == "compact":
             # It waits for the conversation's running turn, never for the space's routing.
-            task = asyncio.get_running_loop().create_task(
-                self._compact(bridge, message, key, translator)
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            return None
+            return _Compact(key=key, bucket=bucket, translator=translator)
         own = self._settings.spaces.get(space.id)
         decision = await self._manager.check_rate(
             person,
@@ -267,22 +332,24 @@ class Pipeline:
                 translator,
             )
             return None
-        ingress = await self._normalize(bridge, message, thread.conversation_external_id, space.id)
-        return await self._start(ingress, principal, person, language, zone, translator)
+        ingress, notes = await self._normalize(
+            bridge, message, thread.conversation_external_id, space.id, translator
+        )
+        started = await self._start(ingress, principal, person, language, zone, translator)
+        return replace(started, notes=notes)
 
-    async def _compact(
-        self, bridge: PlatformBridge, message: Received, key: str, translator: Translator
-    ) -> None:
+    async def _compact(self, bridge: PlatformBridge, message: Received, compact: _Compact) -> None:
         try:
-            await self._manager.compact(key)
+            await self._manager.compact(compact.key)
         except Exception:
             log.exception("compacting %s failed", message.thread_id)
             return
-        await self._reply(
-            bridge,
-            message,
-            translator.gettext("Done: this conversation starts afresh from a summary."),
-        )
+        if self._once(compact.bucket, COMMAND_REPLY_WINDOW_S):
+            await self._reply(
+                bridge,
+                message,
+                compact.translator.gettext("Done: this conversation starts afresh from a summary."),
+            )
 
     async def _withdraw_link_code(
         self, bridge: PlatformBridge, message: Received, person: Person | None, code: str
@@ -321,32 +388,57 @@ class Pipeline:
         translator: Translator,
     ) -> None:
         """Tell the person they are over the limit, once per window, never per message."""
+        if self._once(bucket, retry_after_s):
+            await self._reply(
+                bridge, message, translator.gettext("Rate limit exceeded. Try again shortly.")
+            )
+
+    def _once(self, bucket: str, window_s: float) -> bool:
+        """True once per ``window_s`` for ``bucket``: whether to tell the person now."""
         now = self._clock().timestamp()
         if self._told.get(bucket, 0.0) > now:
-            return
+            return False
         if len(self._told) > 10_000:
             self._told = {b: until for b, until in self._told.items() if until > now}
-        self._told[bucket] = now + retry_after_s
-        await self._reply(
-            bridge, message, translator.gettext("Rate limit exceeded. Try again shortly.")
-        )
+        self._told[bucket] = now + window_s
+        return True
 
     # ---------------------------------------------------------------- the run
 
     async def _normalize(
-        self, bridge: PlatformBridge, message: Received, conversation: str, space_id: str
-    ) -> IngressMessage:
-        """The message for the core: its media downloaded into the space's inbox."""
+        self,
+        bridge: PlatformBridge,
+        message: Received,
+        conversation: str,
+        space_id: str,
+        translator: Translator,
+    ) -> tuple[IngressMessage, tuple[str, ...]]:
+        """The message for the core: its media downloaded into the space's inbox; and a
+        sentence for each file refused by name or not fetched (the others are kept)."""
         saved: tuple[str, ...] = ()
+        notes: list[str] = []
         if message.attachments:
             limits = self._files.limits
             incoming: list[IncomingFile] = []
             budget = limits.max_turn_bytes
             for attachment in message.attachments:
                 try:
-                    data = await bridge.download(attachment, min(limits.max_file_bytes, budget))
+                    checked_name(attachment.name)
+                except InvalidFileName as error:
+                    notes.append(refusal_text(error, translator))
+                    continue
+                cap = min(limits.max_file_bytes, budget)
+                try:
+                    data = await bridge.download(attachment, cap)
                 except BridgeError as error:
                     log.warning("a %s attachment was not fetched: %s", message.platform, error)
+                    notes.append(
+                        translator.gettext(
+                            'The file "%(name)s" was not kept: it is larger than %(limit)s, '
+                            "or the platform did not send it."
+                        )
+                        % {"name": printable_name(attachment.name), "limit": describe_size(cap)}
+                    )
                     continue
                 budget -= len(data)
                 incoming.append(IncomingFile(attachment.name, data))
@@ -356,7 +448,7 @@ class Pipeline:
                 log.warning("a %s message's files were not saved: %s", message.platform, error)
                 stored = []
             saved = tuple(f.path for f in stored)
-        return IngressMessage(
+        ingress = IngressMessage(
             platform=message.platform,
             space_id=space_id,
             conversation_external_id=conversation,
@@ -367,6 +459,7 @@ class Pipeline:
             is_reply_to_bot=message.is_reply_to_bot,
             attachments=saved,
         )
+        return ingress, tuple(notes)
 
     async def _start(
         self,
@@ -396,7 +489,6 @@ class Pipeline:
             ambient=ambient,
         )
         area = space.area
-        before = await self._files.list(area, OUTBOX)
         turn = self._manager.open_turn(
             TurnInput(
                 principal=principal,
@@ -411,8 +503,8 @@ class Pipeline:
             )
         )
         key = self._manager.session_key(person, ingress.conversation_external_id, space_id)
-        self._running[key] = turn
-        return _Started(turn=turn, key=key, area=area, before=before, translator=translator)
+        self._running[key] = _Running(turn=turn, author=person.key)
+        return _Started(turn=turn, key=key, area=area, translator=translator)
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
         """Wait for the turn's answer and send it, with the files it wrote."""
@@ -420,14 +512,18 @@ class Pipeline:
         try:
             text = await self._answer_of(turn, started.translator)
         finally:
-            if self._running.get(key) is turn:
+            running = self._running.get(key)
+            if running is not None and running.turn is turn:
                 del self._running[key]
         if text is None:
             return  # stopped: the stop command answered
+        # This turn's own files: another conversation of the space writes to the same outbox.
         files = [
             EgressFile(filename=found.name, mime_type=found.mime_type, data=data)
-            for found, data in await self._files.written_since(started.area, started.before)
+            for found, data in await self._files.written(started.area, turn.written)
         ]
+        if started.notes:
+            text = "\n\n".join((text, *started.notes))
         await self._reply(bridge, message, text, files)
 
     async def _answer_of(self, turn: Turn, translator: Translator) -> str | None:

@@ -2,8 +2,10 @@
 
 :func:`open_bridging` builds the space stores on the state store, the pipeline on the session
 manager, and the bridges the settings turn on (or those given, for tests), starts each
-gateway bridge's connection, and keeps the expired state swept; :meth:`Bridging.close`
-stops the connections, lets the messages being handled finish, and closes the bridges.
+gateway bridge's connection, keeps the leases of the deliveries in hand renewed and runs
+again what a dead instance took and never handled, and keeps the expired state swept;
+:meth:`Bridging.close` stops the connections, lets the messages being handled finish, and
+closes the bridges.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ async def open_space_stores(db: Database, settings: Settings, clock: Clock) -> P
             max_messages=settings.ambient.max_messages,
             max_chars=settings.ambient.max_chars,
         ),
-        deliveries=Deliveries(db, clock=clock),
+        deliveries=Deliveries(db, lease_s=settings.state.lease_s, clock=clock),
     )
     await stores.spaces.ensure_schema()
     await stores.preferences.ensure_schema()
@@ -147,6 +149,9 @@ def start_bridging(
             bridging._tasks.append(loop.create_task(_connected(bridge, bridging)))
     bridging._tasks.append(loop.create_task(_sweep(stores)))
     if bridges:
+        platforms = {b.platform: b for b in bridges}
+        bridging._tasks.append(loop.create_task(_keep_deliveries(stores, pipeline, platforms)))
+    if bridges:
         log.info("Chat bridges on: %s.", ", ".join(b.platform for b in bridges))
     return bridging
 
@@ -171,3 +176,20 @@ async def _sweep(stores: PipelineStores) -> None:
             await stores.deliveries.purge()
         except Exception:
             log.exception("sweeping expired mutes and delivery ids failed")
+
+
+async def _keep_deliveries(
+    stores: PipelineStores, pipeline: Pipeline, bridges: Mapping[str, PlatformBridge]
+) -> None:
+    """Renew the leases of the deliveries in hand (one statement for all), and run again
+    what a dead instance took and never handled: at start, then every third of a lease."""
+    deliveries = stores.deliveries
+    while True:
+        try:
+            await deliveries.renew()
+            await pipeline.recover(bridges)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("renewing or recovering the bridges' deliveries failed")
+        await asyncio.sleep(deliveries.lease_s / 3)

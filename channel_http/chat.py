@@ -38,10 +38,11 @@ from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
 from core.file_types import describe_size
 from core.files import (
-    OUTBOX,
     FileTooLarge,
     IncomingFile,
     InvalidFileName,
+    printable_name,
+    refusal_text,
 )
 from core.i18n import choose_language
 from core.people import Admitted, refusal_message
@@ -113,30 +114,8 @@ async def _read_body(request: AnyRequest, limit: int, turn_limit: int, tr: Trans
     return b"".join(parts)
 
 
-def _printable(name: str) -> str:
-    shown = "".join("?" if not c.isprintable() else c for c in name)
-    return shown if len(shown) <= 80 else shown[:80] + "…"
-
-
 def _name_refusal(error: InvalidFileName, tr: Translator) -> BadRequest:
-    name = {"name": _printable(error.name)}
-    messages = {
-        "empty": tr.gettext("A file has no name; give every file a name such as notes.txt."),
-        "invisible": tr.gettext(
-            'The file name "%(name)s" holds control or invisible characters; rename the file.'
-        ),
-        "path": tr.gettext(
-            'The file name "%(name)s" is a path; send the file\'s own name, without folders.'
-        ),
-        "hidden": tr.gettext(
-            'The file name "%(name)s" starts with a dot (a hidden file); rename the file.'
-        ),
-        "spaces": tr.gettext(
-            'The file name "%(name)s" starts or ends with a space; rename the file.'
-        ),
-        "long": tr.gettext('The file name "%(name)s" is too long; shorten it.'),
-    }
-    return BadRequest(messages[error.fault] % name)
+    return BadRequest(refusal_text(error, tr))
 
 
 def _size_refusal(error: FileTooLarge, name: str, tr: Translator) -> PayloadTooLarge:
@@ -144,7 +123,7 @@ def _size_refusal(error: FileTooLarge, name: str, tr: Translator) -> PayloadTooL
     if error.per == "file":
         return PayloadTooLarge(
             tr.gettext('The file "%(name)s" is larger than the limit of %(limit)s per file.')
-            % {"name": _printable(name), "limit": limit}
+            % {"name": printable_name(name), "limit": limit}
         )
     return PayloadTooLarge(
         tr.gettext("The files are larger together than the limit of %(limit)s per turn.")
@@ -308,7 +287,6 @@ async def chat(request: AnyRequest) -> Response[Any]:
     except FileTooLarge as error:
         largest = max(incoming, key=lambda f: len(f.data))
         raise _size_refusal(error, largest.name, tr) from None
-    before = await files.list(acting.person.key, OUTBOX)
     turn = manager.open_turn(
         TurnInput(
             principal=acting.principal,
@@ -346,7 +324,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
                 "sizeBytes": len(data),
                 "data": data,
             }
-            for found, data in await files.written_since(acting.person.key, before)
+            for found, data in await files.written(acting.person.key, turn.written)
         ],
     }
     if collected.pending is not None:

@@ -576,7 +576,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The most PostgreSQL connections one instance opens at once."),
     Setting("state.lease_s", "MERCURY_CONVERSATION_LEASE_S", _Int(2, 30), 15,
             "Seconds after which a turn of an instance that stopped answering (it died) "
-            "lets the conversation's next turn run on another instance."),
+            "lets the conversation's next turn run on another instance, and a chat message "
+            "it took and never answered runs again on another."),
     Setting("state.busy_timeout_s", "MERCURY_STATE_BUSY_TIMEOUT_S", _SECONDS, 10.0,
             "Seconds a write to the SQLite file waits for another process's lock on it "
             "before it is refused (503 with Retry-After)."),

@@ -93,6 +93,8 @@ def files_plugin(files: PersonFiles, accepts_images: AcceptsImages) -> Plugin:
             stored = await files.write_outbox(context.area, str(arguments["filename"]), data)
         except FileError as error:
             raise ToolError(str(error)) from None
+        if context.written is not None:
+            context.written.append(stored.name)
         return msgspec.json.encode(
             {"written": stored.path, "type": stored.mime_type, "size": stored.size_bytes}
         ).decode()

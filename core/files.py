@@ -28,12 +28,15 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
 from core.file_types import describe_size, sniff
 from core.wiki import person_folder
+
+if TYPE_CHECKING:
+    from core.i18n import Translator
 
 __all__ = [
     "INBOX",
@@ -48,6 +51,8 @@ __all__ = [
     "StoredFile",
     "checked_name",
     "holds_invisible",
+    "printable_name",
+    "refusal_text",
 ]
 
 INBOX: Final = "inbox"
@@ -174,6 +179,36 @@ def checked_name(name: str) -> str:
             fault="long",
         )
     return name
+
+
+def printable_name(name: str) -> str:
+    """A file name as a sentence quotes it: unprintable characters as ``?``, 80 at most."""
+    shown = "".join("?" if not c.isprintable() else c for c in name)
+    return shown if len(shown) <= 80 else shown[:80] + "…"
+
+
+def refusal_text(error: InvalidFileName, translator: Translator) -> str:
+    """Why a file name was refused, in the person's language: one sentence for every
+    channel (``POST /chat`` answers it, a chat bridge adds it to the reply)."""
+    name = {"name": printable_name(error.name)}
+    tr = translator
+    messages = {
+        "empty": tr.gettext("A file has no name; give every file a name such as notes.txt."),
+        "invisible": tr.gettext(
+            'The file name "%(name)s" holds control or invisible characters; rename the file.'
+        ),
+        "path": tr.gettext(
+            'The file name "%(name)s" is a path; send the file\'s own name, without folders.'
+        ),
+        "hidden": tr.gettext(
+            'The file name "%(name)s" starts with a dot (a hidden file); rename the file.'
+        ),
+        "spaces": tr.gettext(
+            'The file name "%(name)s" starts or ends with a space; rename the file.'
+        ),
+        "long": tr.gettext('The file name "%(name)s" is too long; shorten it.'),
+    }
+    return messages[error.fault] % name
 
 
 def check_sizes(files: Sequence[IncomingFile], limits: FileLimits) -> None:
@@ -336,20 +371,22 @@ class PersonFiles:
 
     # -- the outbox ----------------------------------------------------------------------
 
-    async def written_since(
-        self, person_key: str, before: Sequence[StoredFile]
+    async def written(
+        self, person_key: str, names: Sequence[str]
     ) -> builtins.list[tuple[StoredFile, bytes]]:
-        """The outbox files a turn wrote since ``before`` was listed, read back up to the
-        per-turn limit (what an answer carries); a larger file stays in the outbox."""
+        """The outbox files a turn wrote (``names``, as its tools recorded them, in order),
+        read back up to the per-turn limit (what an answer carries); a larger file stays
+        in the outbox. Only the turn's own: another turn of the same area (a space's other
+        conversation) may be writing to the same outbox at the same time (#34)."""
         budget = self.limits.max_turn_bytes
         out: builtins.list[tuple[StoredFile, bytes]] = []
-        for stored in await self.changed_since(person_key, before):
-            if stored.size_bytes > budget:
-                continue  # the per-turn limit holds for answers too
+        for name in dict.fromkeys(names):  # a file written twice goes once, where first
             try:
-                found, data = await self.read(person_key, stored.name, OUTBOX)
+                found, data = await self.read(person_key, name, OUTBOX)
             except FileError:
-                continue  # replaced or removed since it was listed
+                continue  # removed since, or over the per-file limit
+            if len(data) > budget:
+                continue  # the per-turn limit holds for answers too
             budget -= len(data)
             out.append((found, data))
         return out

@@ -154,6 +154,8 @@ class Turn:
         self.outcome: TurnOutcome | None = None
         #: Why the turn ended with an ``error`` event, for a channel that answers at once.
         self.failure: TurnFailure | None = None
+        #: The outbox files this turn's tools wrote, by name: what its answer carries.
+        self.written: list[str] = []
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -381,6 +383,7 @@ class SessionManager:
         text = turn_input.text.strip()
         principal, person = turn_input.principal, turn_input.person
         conversation_id = turn_input.conversation_id
+        written = None if turn is None else turn.written
         if self.linking is not None and not turn_input.opening and not turn_input.resume:
             if is_link_code(text):
                 space = turn_input.space
@@ -396,7 +399,7 @@ class SessionManager:
             person, conversation_id or f"{ONE_OFF_PREFIX}{uuid.uuid4().hex}", _space_id(turn_input)
         )
         if not turn_input.opening and not turn_input.resume and is_token(text):
-            await self._confirm_in_turn(turn_input, key, text, translator, emit)
+            await self._confirm_in_turn(turn_input, key, text, translator, emit, written)
             return
         waiting_since = time.perf_counter()
         async with self._hold(key, conversation_id) as held:
@@ -405,7 +408,7 @@ class SessionManager:
                 turn.admitted.set()
             session = await self._session(key, person, conversation_id, held, turn_input.space)
             try:
-                await self._turn(session, turn_input, translator, emit, held)
+                await self._turn(session, turn_input, translator, emit, held, written)
             finally:
                 await self._record(session, held)
         if conversation_id is None:
@@ -418,12 +421,19 @@ class SessionManager:
         translator: Translator,
         emit: _Emit,
         held: HeldTurn | None,
+        written: list[str] | None = None,
     ) -> None:
         """One turn of a session the caller holds: resumed, opening, or the person's words."""
         principal, person = turn_input.principal, turn_input.person
         key, conversation_id = session.key, session.conversation_id
         context = ToolCallContext(
-            principal, person, key, conversation_id, translator, space=turn_input.space
+            principal,
+            person,
+            key,
+            conversation_id,
+            translator,
+            space=turn_input.space,
+            written=written,
         )
         if turn_input.resume:
             slot = await self.resume_slots.take(key)
@@ -705,6 +715,7 @@ class SessionManager:
         token: str,
         translator: Translator,
         emit: _Emit,
+        written: list[str] | None = None,
     ) -> None:
         """A bare token as turn text: run the staged action, never the model first."""
         context = ToolCallContext(
@@ -714,6 +725,7 @@ class SessionManager:
             turn_input.conversation_id,
             translator,
             space=turn_input.space,
+            written=written,
         )
         reply, handed_back, login = await self.confirmer.resolve(context, token)
         if login is not None:

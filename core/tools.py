@@ -55,7 +55,9 @@ class ToolCallContext:
 
     ``displays`` collects what the turn shows the person verbatim (``present``); None
     where nothing can be shown (a confirmation answered outside a turn). ``space`` is the
-    shared space the turn runs in, None for a person's own conversation.
+    shared space the turn runs in, None for a person's own conversation. ``written``
+    collects the outbox files the turn's tools wrote, by name, for its answer to carry
+    (only its own, whatever other turns of the area write meanwhile); None outside a turn.
     """
 
     principal: Principal
@@ -65,6 +67,7 @@ class ToolCallContext:
     translator: Translator
     displays: Displays | None = None
     space: SpaceTurn | None = None
+    written: list[str] | None = None
 
     @property
     def area(self) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bridges.deliveries import Deliveries
 from bridges.port import Attachment
 from tests.conftest import ALICE, BOB
 from tests.support.contract import check_response
@@ -586,3 +587,160 @@ def test_a_link_code_is_redeemed_in_a_direct_chat_by_the_first_account_only(
     bridge.post(chat, bridge.message("D5", "U5", code))
     assert bridge.wait_for_replies(3)[2].text.startswith("Linked: this account is now")
     assert ollama.requests == []
+
+
+# -- #34: at least once, who may stop, files refused one by one, each turn's own files ------
+
+
+def test_a_delivery_a_dead_instance_took_and_never_handled_runs_once_here(
+    make_server: Callable[..., RunningServer],
+    bridge: RecordingBridge,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    chat = make_server(
+        {"bridges": [bridge]},
+        MERCURY_CONFIG_FILE=str(config),
+        MERCURY_CONVERSATION_LEASE_S="2",
+    )
+    # Another instance took two deliveries, with the messages, and died before handling
+    # them: its lease (no time at all here) has lapsed.
+    dead = Deliveries(chat.services.db, lease_s=0.0, holder="dead-instance")
+    retried = bridge.message("D7", "U7", "hello from the retry", delivery_id="Ev-dead-1")
+    orphan = bridge.message("D8", "U8", "hello from nobody", delivery_id="Ev-dead-2")
+    assert chat.call(dead.take(retried)) and chat.call(dead.take(orphan))
+
+    # The platform's retry of a taken-but-unhandled delivery runs, once.
+    assert bridge.post(chat, retried).json()["taken"] == 1
+    assert bridge.post(chat, retried).json()["taken"] == 0
+    # The one nobody retries is found and run by this instance on its own.
+    replies = bridge.wait_for_replies(2, timeout=30)
+    settle(bridge, 2.5)  # past another look for stale deliveries
+    assert sorted(r.to.delivery_id for r in bridge.replies) == ["Ev-dead-1", "Ev-dead-2"]
+    assert len(ollama.requests) == 2 and len(replies) == 2
+    # Handled now: a retry is a duplicate, and the dead holder can't take it back.
+    assert bridge.post(chat, orphan).json()["taken"] == 0
+    assert chat.call(dead.take(orphan)) is False
+
+
+def test_a_turn_longer_than_the_lease_keeps_its_delivery_from_another_instance(
+    make_server: Callable[..., RunningServer],
+    bridge: RecordingBridge,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    chat = make_server(
+        {"bridges": [bridge]},
+        MERCURY_CONFIG_FILE=str(config),
+        MERCURY_CONVERSATION_LEASE_S="2",
+    )
+    ollama.enqueue(ChatScript(content=["slow ", "but ", "sure"], delay_s=2.0))
+    message = bridge.message("D6", "U6", "take your time", delivery_id="Ev-long")
+    assert bridge.post(chat, message).json()["taken"] == 1
+    other = Deliveries(chat.services.db, lease_s=2.0, holder="another-instance")
+    # Three leases long, this instance's renewals keep it from the other and from a retry.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        assert chat.call(other.stale(["slack"])) == []
+        assert bridge.post(chat, message).json()["taken"] == 0
+        time.sleep(0.5)
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "slow but sure"
+    settle(bridge, 2.5)
+    assert len(bridge.replies) == 1 and len(ollama.requests) == 1
+
+
+def test_only_the_author_or_an_admin_stops_a_turn(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury write an essay", thread="6.6"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+    # A member who did not ask can't stop it.
+    bridge.post(chat, bridge.message("C1", "U2", "@Mercury stop", thread="6.6"))
+    [refused] = bridge.wait_for_replies(1)
+    assert refused.text == (
+        "Only the person who asked, or an admin of this space, can stop this turn."
+    )
+    settle(bridge, 0.5)
+    assert ollama.open_streams == 1
+    # An admin of the space can.
+    bridge.post(chat, bridge.message("C1", "UADMIN", "@Mercury stop", thread="6.6"))
+    [_, stopped] = bridge.wait_for_replies(2)
+    assert stopped.text == "Stopped."
+    ollama.wait_for_closed(1, timeout=20)
+    settle(bridge)
+    assert len(bridge.replies) == 2  # the stopped turn says nothing more
+
+
+def test_forty_commands_of_one_person_make_one_post_not_forty(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    for _ in range(40):
+        bridge.post(chat, bridge.message("C1", "U3", "@Mercury stop", thread="6.7"))
+    bridge.post(chat, bridge.message("C1", "U4", "@Mercury stop", thread="6.7"))
+    bridge.wait_for_replies(2)
+    settle(bridge)
+    assert sorted(r.to.author_id for r in bridge.replies) == ["U3", "U4"]
+    assert {r.text for r in bridge.replies} == {"Nothing is running here."}
+    assert not ollama.requests
+
+
+def test_a_refused_file_name_keeps_the_other_files_and_the_reply_says_why(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    bridge.media["F1"] = b"good data"
+    bridge.media["F2"] = b"bad name"
+    ollama.enqueue(ChatScript.words("I read notes.txt."))
+    attachments = (
+        Attachment(name="notes.txt", ref="F1", mime_type="text/plain", size_bytes=9),
+        Attachment(name="../evil.txt", ref="F2", mime_type="text/plain", size_bytes=8),
+        Attachment(name="gone.pdf", ref="F404", mime_type="application/pdf"),
+    )
+    bridge.post(
+        chat, bridge.message("D5", "U5", "look at these", attachments=attachments, name="Eve")
+    )
+    [reply] = bridge.wait_for_replies(1)
+    words = user_contents(ollama.requests[0])[-1]
+    assert re.search(r"^- inbox/.*notes\.txt$", words, re.MULTILINE), words
+    assert "evil" not in words
+    assert reply.text == (
+        "I read notes.txt.\n\n"
+        'The file name "../evil.txt" is a path; send the file\'s own name, without folders.'
+        "\n\n"
+        'The file "gone.pdf" was not kept: it is larger than 10 MiB, or the platform did not '
+        "send it."
+    )
+    inbox = Path(chat.services.settings.wiki.vault_path) / "users" / "space%3Aslack%3AD5"
+    assert [p.read_bytes() for p in (inbox / "inbox").iterdir()] == [b"good data"]
+
+
+def test_each_reply_carries_only_the_files_its_own_turn_wrote(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    def respond(request: dict[str, Any]) -> ChatScript:
+        words = user_contents(request)[-1]
+        mine = "a.txt" if "first" in words else "b.txt"
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            call = {"name": "outbox_write", "arguments": {"filename": mine, "content": mine}}
+            return ChatScript(tool_calls=[call])
+        # The first conversation answers slowly: the second writes its file meanwhile.
+        return ChatScript(content=["Here ", mine], delay_s=1.5 if mine == "a.txt" else 0.0)
+
+    ollama.responder = respond
+    outbox = (
+        Path(chat.services.settings.wiki.vault_path) / "users" / "space%3Aslack%3AC1" / "outbox"
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury first", thread="1.1"))
+    deadline = time.monotonic() + 20
+    while not (outbox / "a.txt").exists():
+        assert time.monotonic() < deadline, "the first turn wrote no a.txt"
+        time.sleep(0.02)
+    bridge.post(chat, bridge.message("C1", "U2", "@Mercury second", thread="2.2"))
+    replies = bridge.wait_for_replies(2)
+    files = {r.to.thread_id: [f.filename for f in r.files] for r in replies}
+    assert files == {"slack:C1:1.1": ["a.txt"], "slack:C1:2.2": ["b.txt"]}

@@ -8,6 +8,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,32 @@ def test_a_file_goes_in_and_a_file_comes_out_with_equal_bytes(
     area = private_area(server, "static:alice")
     assert (area / paths[0]).read_bytes() == b"line one\nline two\n"
     assert (area / "outbox" / "result.bin").read_bytes() == produced
+
+
+def test_each_answer_carries_only_its_own_turns_files_not_a_parallel_turns(
+    server: RunningServer, ollama: OllamaStandIn
+) -> None:
+    """#34: two conversations of one person share the outbox; neither answer carries the
+    other's file, however their turns interleave."""
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        words = [m["content"] for m in request["messages"] if m["role"] == "user"][-1]
+        mine = "a.txt" if "first" in words else "b.txt"
+        if not any(m["role"] == "tool" for m in request["messages"]):
+            return call("outbox_write", filename=mine, content=mine)
+        return ChatScript(content=["done"], delay_s=1.5 if mine == "a.txt" else 0.0)
+
+    ollama.responder = respond
+    outbox = private_area(server, "static:alice") / "outbox"
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(post, server, {"text": "first", "conversationId": "one"})
+        deadline = time.monotonic() + 20
+        while not (outbox / "a.txt").exists():
+            assert time.monotonic() < deadline, "the first turn wrote no a.txt"
+            time.sleep(0.02)
+        second = post(server, {"text": "second", "conversationId": "two"}).json()
+        assert [f["filename"] for f in second["files"]] == ["b.txt"]
+        assert [f["filename"] for f in first.result().json()["files"]] == ["a.txt"]
 
 
 def test_older_outbox_files_are_kept_and_never_sent_again(
