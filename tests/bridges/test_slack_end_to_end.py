@@ -156,6 +156,33 @@ async def test_a_direct_message_always_runs_and_is_answered_unthreaded(
     assert '<caller id="slack:U4" name="Dee"' in user_contents(ollama.requests[0])[-1]
 
 
+@pytest.mark.parametrize("channel_type", ["group", "private_channel", "mpim"])
+async def test_a_g_channel_is_a_group_where_only_a_mention_runs_and_nobody_is_admin_by_speaking(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, channel_type: str
+) -> None:
+    # Issue #34: a legacy private channel (or a group DM) was taken for a DM: every message
+    # ran, and whoever spoke first became its admin.
+    ollama.enqueue(ChatScript.words("Noted."))
+    await say(slack, chat, slack.message("G7", "U1", "first!", channel_type=channel_type))
+    asked = slack.message(
+        "G7",
+        "U1",
+        mention(slack, "who am I here?"),
+        ts="1700000500.000100",
+        channel_type=channel_type,
+    )
+    await say(slack, chat, asked)
+    await replies(slack, 1)
+    await settle()
+    [request] = ollama.requests
+    assert "group chat (slack:G7)" in system_of(request)
+    words = user_contents(request)[-1]
+    assert "first!" in words.partition("<caller")[0]  # ambient context, not a turn
+    assert '<caller id="slack:U1" name="Ann" role="member"/>' in words
+    [posted] = slack.messages
+    assert (posted.channel, posted.thread_ts) == ("G7", "1700000500.000100")
+
+
 async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_by_upload(
     chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
 ) -> None:
