@@ -80,7 +80,7 @@ def message_to(channel: str, ts: str, thread: str | None = None) -> Received:
         author_id="U1",
         author_name=None,
         text="hi",
-        is_dm=channel[0] in "DG",
+        is_dm=channel[0] == "D",
     )
 
 
@@ -401,8 +401,8 @@ async def test_a_thread_parent_is_a_top_level_message(
     assert (await received(bridge, slack, event)).thread_id == "slack:C1"
 
 
-@pytest.mark.parametrize(("channel", "is_dm"), [("D1", True), ("G1", True), ("C1", False)])
-async def test_direct_and_group_direct_messages_are_dms_channels_are_not(
+@pytest.mark.parametrize(("channel", "is_dm"), [("D1", True), ("G1", False), ("C1", False)])
+async def test_direct_messages_are_dms_group_dms_and_channels_are_not(
     bridge: SlackBridge, slack: SlackStandIn, channel: str, is_dm: bool
 ) -> None:
     message = await received(bridge, slack, slack.message(channel, "U1", "hi"))
