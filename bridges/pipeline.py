@@ -29,7 +29,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
+from bridges.port import (
+    BridgeError,
+    CompletingBridge,
+    EgressFile,
+    IngressMessage,
+    PlatformBridge,
+    Received,
+)
 from core import events
 from core.files import OUTBOX, FileError, IncomingFile, StoredFile
 from core.i18n import choose_language
@@ -184,6 +191,8 @@ class Pipeline:
         """
         try:
             async with self._order.hold(_space_of(bridge, message)):
+                if isinstance(bridge, CompletingBridge):  # names learned after the ack (#34)
+                    message = await bridge.complete(message)
                 started = await self._route(bridge, message)
             if started is not None:
                 await self._finish(bridge, message, started)

@@ -31,6 +31,7 @@ import msgspec
 __all__ = [
     "Attachment",
     "BridgeError",
+    "CompletingBridge",
     "EgressFile",
     "GatewayBridge",
     "IngressMessage",
@@ -156,6 +157,20 @@ class PlatformBridge(Protocol):
 
     async def close(self) -> None:
         """Release the bridge's clients."""
+        ...
+
+
+@runtime_checkable
+class CompletingBridge(PlatformBridge, Protocol):
+    """A bridge that learns some of a message after the platform was answered (#34).
+
+    A webhook's answer never waits for a platform call, so what a delivery does not say (an
+    author's name, the bot's own username) is asked in the background and filled in here.
+    """
+
+    async def complete(self, message: Received) -> Received:
+        """``message`` with what was learned since it was received; waits a bounded time,
+        never raises (what the platform can't tell in time is left out)."""
         ...
 
 

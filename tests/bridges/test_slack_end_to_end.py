@@ -253,6 +253,37 @@ async def test_a_forged_or_stale_delivery_runs_nothing(
     assert ollama.requests == [] and slack.messages == []
 
 
+async def test_deliveries_are_acknowledged_without_waiting_for_a_slow_slack(
+    chat: RunningServer, slack: SlackStandIn
+) -> None:
+    # Issue #34: after a start the bridge asked auth.test under one lock with the API's full
+    # timeout, and users.info for each unknown author, before answering: with Slack slow,
+    # four deliveries were acknowledged at 17, 33, 49 and 65 s (Slack retries after 3 s).
+    slack.delay_s = 20.0
+    events = [
+        slack.envelope(
+            slack.message("C1", f"UNEW{n}", f"hello from {n}"),
+            # Half name no bot user: the bot's id is then asked in the background too.
+            authorizations=None if n % 2 else [],
+        )
+        for n in range(8)
+    ]
+    began = time.monotonic()
+
+    async def one(envelope: dict[str, Any]) -> float:
+        delivered = await slack.deliver(hook(chat), envelope, timeout=60)
+        assert delivered.status == 200, delivered.body
+        assert json.loads(delivered.body)["taken"] == 1
+        return time.monotonic() - began
+
+    acknowledged = await asyncio.gather(*(one(envelope) for envelope in events))
+    # Every one long before Slack answers a single call (a quarter of its delay: generous).
+    assert max(acknowledged) < slack.delay_s / 4, acknowledged
+    await slack.wait_until(
+        lambda: bool(slack.calls_of("users.info")), timeout=10, what="a name looked up"
+    )
+
+
 async def test_slacks_url_verification_is_answered_with_the_challenge(
     chat: RunningServer, slack: SlackStandIn
 ) -> None:
