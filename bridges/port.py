@@ -2,7 +2,8 @@
 
 The pipeline (:mod:`bridges.pipeline`) runs every platform the same way::
 
-    platform ─► bridge.receive / gateway ─► Received ─► pre-route (cheap, no I/O)
+    platform ─► bridge.receive / gateway ─► Received ─► (answered) ─► bridge.complete
+             ─► pre-route (cheap, no I/O)
              ─► bridge.normalize (media into the space's inbox) ─► IngressMessage
              ─► route (mute, trigger, command, rate limit) ─► queue ─► run
              ─► bridge.send_reply(text, files)
