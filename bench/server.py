@@ -15,6 +15,7 @@ Served by uvicorn (uvloop, httptools), pinned to one core::
 
     python -m bench.server --port P --ollama http://127.0.0.1:Q --data DIR [--cpu 0]
         [--state-url postgresql://…] [--memory edge] [--gc-log PATH]
+        [--slack API_URL]   (the Slack bridge on, against the stand-in at API_URL)
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ from core.events import Text
 from core.model import ChatChunk, OllamaModel
 
 USERS = 64
+#: The Slack app the ingestion benchmark's stand-in plays (bench/ingest.py signs with these).
+SLACK_BOT_TOKEN = "xoxb-bench-0000-bot-token"
+SLACK_SIGNING_SECRET = "bench-signing-secret"
 TOKEN = "bench-token-%d"
 FRAME = sse.frame(Text(chunk="tok "))
 _decode = msgspec.json.Decoder(ChatChunk).decode
@@ -178,6 +182,12 @@ def main() -> None:
     parser.add_argument(
         "--gc-log", type=Path, help="append each collector pass to PATH (bench/collector_log.py)"
     )
+    parser.add_argument(
+        "--slack",
+        metavar="API_URL",
+        help="turn the Slack bridge on against the Slack stand-in's Web API at API_URL "
+        "(its token and signing secret: bench/ingest.py)",
+    )
     args = parser.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -201,6 +211,15 @@ def main() -> None:
     }
     if args.state_url:
         env["MERCURY_STATE_URL"] = args.state_url
+    if args.slack:
+        env.update(
+            {
+                "MERCURY_SLACK": "true",
+                "SLACK_BOT_TOKEN": SLACK_BOT_TOKEN,
+                "SLACK_SIGNING_SECRET": SLACK_SIGNING_SECRET,
+                "SLACK_API_URL": args.slack,
+            }
+        )
     settings = load_settings(env, cwd=Path(args.data))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
     _relay["client"] = httpx.AsyncClient(base_url=args.ollama, timeout=60.0, limits=limits)

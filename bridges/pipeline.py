@@ -37,7 +37,14 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
+from bridges.port import (
+    BridgeError,
+    CompletingBridge,
+    EgressFile,
+    IngressMessage,
+    PlatformBridge,
+    Received,
+)
 from core import events
 from core.file_types import describe_size
 from core.files import (
@@ -242,6 +249,8 @@ class Pipeline:
         deliveries = self._stores.deliveries
         try:
             async with self._order.hold(_space_of(bridge, message)):
+                if isinstance(bridge, CompletingBridge):  # names learned after the ack (#34)
+                    message = await bridge.complete(message)
                 started = await self._route(bridge, message)
             if isinstance(started, _Started):
                 await self._finish(bridge, message, started)

@@ -2,7 +2,8 @@
 
 The pipeline (:mod:`bridges.pipeline`) runs every platform the same way::
 
-    platform ─► bridge.receive / gateway ─► Received ─► pre-route (cheap, no I/O)
+    platform ─► bridge.receive / gateway ─► Received ─► (answered) ─► bridge.complete
+             ─► pre-route (cheap, no I/O)
              ─► bridge.normalize (media into the space's inbox) ─► IngressMessage
              ─► route (mute, trigger, command, rate limit) ─► queue ─► run
              ─► bridge.send_reply(text, files)
@@ -32,6 +33,7 @@ import msgspec
 __all__ = [
     "Attachment",
     "BridgeError",
+    "CompletingBridge",
     "EgressFile",
     "GatewayBridge",
     "IngressMessage",
@@ -160,6 +162,20 @@ class PlatformBridge(Protocol):
 
     async def close(self) -> None:
         """Release the bridge's clients."""
+        ...
+
+
+@runtime_checkable
+class CompletingBridge(PlatformBridge, Protocol):
+    """A bridge that learns some of a message after the platform was answered (#34).
+
+    A webhook's answer never waits for a platform call, so what a delivery does not say (an
+    author's name, the bot's own username) is asked in the background and filled in here.
+    """
+
+    async def complete(self, message: Received) -> Received:
+        """``message`` with what was learned since it was received; waits a bounded time,
+        never raises (what the platform can't tell in time is left out)."""
         ...
 
 

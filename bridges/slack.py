@@ -32,9 +32,12 @@ Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.co
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -66,15 +69,25 @@ from core.spaces.ids import InvalidSpaceId, parse_space_id
 
 __all__ = ["MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]
 
+log = logging.getLogger("mercury.bridges.slack")
+
 #: Slack truncates a message's text past 40,000 characters and advises under 4,000; we cut
 #: at 3,500 so that a few escaped ``&<>`` never push a part over.
 MAX_MESSAGE_CHARS: Final = 3_500
 #: Seconds a Web API call may take in all (connect, send, answer).
 _CALL_TIMEOUT_S: Final = 15.0
-#: Seconds ``receive`` waits for a name lookup; Slack retries a delivery not answered in 3 s.
+#: Seconds :meth:`SlackBridge.complete` waits for an author's name, counted from the moment
+#: the lookup began at receive time (the acknowledgement never waits for one).
 _LOOKUP_TIMEOUT_S: Final = 1.5
+#: Seconds an author whose lookup failed is not looked up again (Slack slow or down).
+_LOOKUP_BACKOFF_S: Final = 60.0
+#: Name lookups under way at once; past this an unknown author stays unnamed (a flood).
+_LOOKUPS_AT_ONCE: Final = 64
 #: People whose display names are kept (least recently used forgotten first).
 _NAMES_KEPT: Final = 4_096
+#: Messages read before the bot's own user id was known, kept to be read again by
+#: :meth:`SlackBridge.complete` (oldest forgotten first).
+_UNRESOLVED_KEPT: Final = 1_024
 #: Message subtypes that are a person writing: plain (no subtype), a message with files, and
 #: a thread reply also sent to the channel (``thread_broadcast``, a person's own words too).
 #: Edits, deletions, joins and bots' messages are not.
@@ -177,8 +190,13 @@ class SlackBridge:
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
         self._bot_user_id: str | None = None
-        self._identity_lock = asyncio.Lock()
+        self._identity_task: asyncio.Task[None] | None = None
         self._names: OrderedDict[str, str] = OrderedDict()
+        #: Name lookups under way: the task and when (loop time) it began.
+        self._lookups: dict[str, tuple[asyncio.Task[None], float]] = {}
+        #: Until when (loop time) an author whose lookup failed is not looked up again.
+        self._unnamed: dict[str, float] = {}
+        self._unresolved: OrderedDict[str, _Message] = OrderedDict()
 
     @property
     def platform(self) -> str:
@@ -216,8 +234,10 @@ class SlackBridge:
         """Check one Events API delivery's signature, then read the message it carries.
 
         A retry (``X-Slack-Retry-Num``) carries the same ``event_id`` and is parsed again:
-        the pipeline's de-duplication runs it once. Raises only when Slack cannot tell who
-        the bot is (``auth.test`` failing and the delivery naming no bot user).
+        the pipeline's de-duplication runs it once. Nothing here waits for Slack: the bot's
+        user id comes from the delivery's ``authorizations``, the author's name from the event
+        or from what is known; what is missing is learned in the background and filled in by
+        :meth:`complete`, after the acknowledgement.
         """
         if not self._is_signed(headers, body):
             return WebhookOutcome(
@@ -288,27 +308,47 @@ class SlackBridge:
             return WebhookOutcome(verdict="ignored", reason="a bot's message")
         if not message.channel or not message.ts:
             return WebhookOutcome(verdict="malformed", reason="a message without channel or ts")
-        bot_user_id = await self._bot_identity(authorizations)
-        if message.user == bot_user_id:
+        bot_user_id = self._bot_identity(authorizations)
+        if bot_user_id is not None and message.user == bot_user_id:
             return WebhookOutcome(verdict="ignored", reason="the bot's own message")
-        in_thread = message.thread_ts is not None and message.thread_ts != message.ts
-        thread_id = f"slack:{message.channel}" + (f":{message.thread_ts}" if in_thread else "")
         try:
-            is_dm = self.parse_thread(thread_id).is_dm
+            sent_at = epoch(event_time) if event_time is not None else epoch(message.ts)
+            received = self._received(event_id, message, message.user, bot_user_id, sent_at)
         except ValueError:
             return WebhookOutcome(verdict="malformed", reason="a channel id Slack never writes")
-        received = Received(
+        if bot_user_id is None:
+            self._unresolved[event_id] = message
+            while len(self._unresolved) > _UNRESOLVED_KEPT:
+                self._unresolved.popitem(last=False)
+        return WebhookOutcome(verdict="accepted", messages=(received,))
+
+    def _received(
+        self,
+        event_id: str,
+        message: _Message,
+        author: str,
+        bot_user_id: str | None,
+        sent_at: datetime | None,
+    ) -> Received:
+        """``message`` as the pipeline takes it; :class:`ValueError` for a channel id Slack
+        never writes."""
+        assert message.channel is not None and message.ts is not None  # noqa: S101 - checked
+        in_thread = message.thread_ts is not None and message.thread_ts != message.ts
+        thread_id = f"slack:{message.channel}" + (f":{message.thread_ts}" if in_thread else "")
+        return Received(
             platform="slack",
             thread_id=thread_id,
             delivery_id=event_id,
             message_id=message.ts,
-            author_id=message.user,
-            author_name=await self._author_name(message.user, message.user_profile),
+            author_id=author,
+            author_name=self._author_name(author, message.user_profile),
             text=self._readable(message.text or "", bot_user_id),
-            is_dm=is_dm,
+            is_dm=self.parse_thread(thread_id).is_dm,
             # Only a thread the bot itself started; the bot answers under people's messages,
             # so a thread it replied in is started by a person and not detected (see docs).
-            is_reply_to_bot=in_thread and message.parent_user_id == bot_user_id,
+            is_reply_to_bot=(
+                in_thread and bot_user_id is not None and message.parent_user_id == bot_user_id
+            ),
             attachments=tuple(
                 Attachment(
                     name=file.name or file.title or file.id,
@@ -320,46 +360,124 @@ class SlackBridge:
                 # A file deleted or hidden by the plan's limits comes without a URL.
                 if file.url_private
             ),
-            sent_at=epoch(event_time) if event_time is not None else epoch(message.ts),
+            sent_at=sent_at,
         )
-        return WebhookOutcome(verdict="accepted", messages=(received,))
 
     # -- who is who --------------------------------------------------------------------------
 
-    async def _bot_identity(self, authorizations: Sequence[_Authorization] = ()) -> str:
-        """The bot's user id, from ``auth.test`` once; the delivery's word when Slack is down."""
+    async def complete(self, message: Received) -> Received:
+        """``message`` with what its delivery did not say, learned after the acknowledgement.
+
+        The pipeline calls this when it handles the message. A message read before the bot's
+        user id was known is read again once ``auth.test`` answers (its ``<@UBOT>`` becomes
+        ``@<bot_name>``); an author without a name gets the one ``users.info`` gave, waiting
+        at most :data:`_LOOKUP_TIMEOUT_S` from the moment the lookup began. Never raises:
+        what Slack can't tell in time is left out.
+        """
+        unresolved = self._unresolved.pop(message.delivery_id, None)
+        if unresolved is not None and unresolved.user == message.author_id:
+            bot_user_id = await self._learned_identity()
+            if bot_user_id is not None:
+                with contextlib.suppress(ValueError):
+                    message = self._received(
+                        message.delivery_id,
+                        unresolved,
+                        message.author_id,
+                        bot_user_id,
+                        message.sent_at,
+                    )
+        if message.author_name is not None:
+            return message
+        under_way = self._lookups.get(message.author_id)
+        if under_way is not None:
+            task, began = under_way
+            left = began + _LOOKUP_TIMEOUT_S - asyncio.get_running_loop().time()
+            if left > 0:
+                await asyncio.wait({task}, timeout=left)  # never cancels the shared lookup
+        name = self._names.get(message.author_id)
+        return message if name is None else msgspec.structs.replace(message, author_name=name)
+
+    # -- who is who --------------------------------------------------------------------------
+
+    def _bot_identity(self, authorizations: Sequence[_Authorization] = ()) -> str | None:
+        """The bot's user id as far as known now, without a call to Slack.
+
+        The delivery's own ``authorizations`` (signed with the rest) name the bot user Slack
+        delivers the event to; when they don't, ``auth.test`` is asked in the background and
+        ``None`` read for now.
+        """
         if self._bot_user_id is not None:
             return self._bot_user_id
-        async with self._identity_lock:
-            if self._bot_user_id is None:
-                try:
-                    answer = await self._call("auth.test", self._client.auth_test)
-                except BridgeError:
-                    for authorization in authorizations:
-                        if authorization.is_bot and authorization.user_id:
-                            return authorization.user_id
-                    raise
-                self._bot_user_id = str(answer["user_id"])
+        for authorization in authorizations:
+            if authorization.is_bot and authorization.user_id:
+                self._bot_user_id = authorization.user_id
+                return self._bot_user_id
+        self._ask_identity()
+        return None
+
+    def _ask_identity(self) -> None:
+        """``auth.test`` in the background, once at a time."""
+        if self._identity_task is None or self._identity_task.done():
+            self._identity_task = asyncio.get_running_loop().create_task(self._auth_test())
+
+    async def _auth_test(self) -> None:
+        try:
+            answer = await self._call("auth.test", self._client.auth_test)
+        except BridgeError as error:
+            log.warning("Slack's auth.test failed (%s); the bot's id is read later.", error)
+            return
+        if self._bot_user_id is None:
+            self._bot_user_id = str(answer["user_id"])
+
+    async def _learned_identity(self) -> str | None:
+        """The bot's user id, waiting for ``auth.test`` (after the acknowledgement)."""
+        for _ in range(2):  # the call under way (it may fail), then one more
+            if self._bot_user_id is not None:
+                break
+            self._ask_identity()
+            if self._identity_task is not None:
+                await asyncio.wait({self._identity_task}, timeout=_CALL_TIMEOUT_S)
         return self._bot_user_id
 
-    async def _author_name(self, user_id: str, profile: _Profile | None) -> str | None:
+    def _author_name(self, user_id: str, profile: _Profile | None) -> str | None:
+        """The author's name if the event or the cache has it; else a lookup is begun."""
         if profile is not None and (name := _name_of(profile)):
             self._remember(user_id, name)
             return name
         if (known := self._names.get(user_id)) is not None:
             self._names.move_to_end(user_id)
             return known
+        self._look_up(user_id)
+        return None
+
+    def _look_up(self, user_id: str) -> None:
+        """``users.info`` for ``user_id`` in the background, unless one is under way, it
+        failed lately, or too many are under way."""
+        if user_id in self._lookups or len(self._lookups) >= _LOOKUPS_AT_ONCE:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._unnamed.get(user_id, 0.0) > now:
+            return
+        self._unnamed.pop(user_id, None)
+        task = loop.create_task(self._users_info(user_id))
+        self._lookups[user_id] = (task, now)
+        task.add_done_callback(lambda _: self._lookups.pop(user_id, None))
+
+    async def _users_info(self, user_id: str) -> None:
         try:
-            async with asyncio.timeout(_LOOKUP_TIMEOUT_S):
-                answer = await self._call(
-                    "users.info", partial(self._client.users_info, user=user_id)
-                )
-        except (BridgeError, TimeoutError):
-            return None  # a name is a nicety; the message runs without it
-        name = _name_in(answer.get("user"))
+            answer = await self._call("users.info", partial(self._client.users_info, user=user_id))
+            name = _name_in(answer.get("user"))
+        except BridgeError:
+            name = None
         if name:
             self._remember(user_id, name)
-        return name
+            return
+        # A name is a nicety: the message runs without it, and Slack is not asked again soon.
+        now = asyncio.get_running_loop().time()
+        if len(self._unnamed) >= _NAMES_KEPT:
+            self._unnamed = {user: until for user, until in self._unnamed.items() if until > now}
+        self._unnamed[user_id] = now + _LOOKUP_BACKOFF_S
 
     def _remember(self, user_id: str, name: str) -> None:
         self._names[user_id] = name
@@ -367,7 +485,7 @@ class SlackBridge:
         while len(self._names) > _NAMES_KEPT:
             self._names.popitem(last=False)
 
-    def _readable(self, text: str, bot_user_id: str) -> str:
+    def _readable(self, text: str, bot_user_id: str | None) -> str:
         """Slack's markup as a person reads it: ``<@UBOT>`` → ``@<bot_name>``, and so on."""
 
         def one(found: re.Match[str]) -> str:
@@ -520,8 +638,16 @@ class SlackBridge:
             ) from exc
 
     async def close(self) -> None:
-        """Close the HTTP session (the SDK client holds nothing else)."""
+        """Stop the lookups under way and close the HTTP session (the SDK client holds
+        nothing else)."""
         self._closed = True
+        tasks = [task for task, _ in self._lookups.values()]
+        if self._identity_task is not None:
+            tasks.append(self._identity_task)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         http, self._http = self._http, None
         self._client.session = None
         if http is not None:

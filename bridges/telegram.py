@@ -16,7 +16,10 @@ place by configuration alone. How Telegram maps onto the port:
 * a reply is plain text (no parse mode) split at 4,096 UTF-16 units, answering the triggering
   message in a group, in its topic; files follow as documents.
 
-The bot's own id and username come from ``getMe`` on first need and are kept.
+The bot's own id is the digits before the token's colon; its username comes from ``getMe``,
+asked in the background on the first update and kept. A webhook's answer never waits for
+Telegram: an update read before ``getMe`` answered is read again with the username by
+:meth:`TelegramBridge.complete`, which the pipeline calls after the acknowledgement.
 
 Exceptions (the port's)::
 
@@ -31,6 +34,7 @@ import hmac
 import logging
 import mimetypes
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -75,6 +79,8 @@ SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a heade
 _PLATFORM: Final = "telegram"
 _DECODER: Final = msgspec.json.Decoder(dict[str, Any])
 _T = TypeVar("_T")
+#: Messages kept to be read again once the bot's username is known (a restart's first minute).
+_UNRESOLVED_KEPT: Final = 1_024
 
 log = logging.getLogger("mercury.bridges.telegram")
 
@@ -143,6 +149,10 @@ class TelegramBridge:
         )
         self._identity: _Identity | None = None
         self._identity_lock = asyncio.Lock()
+        self._identity_task: asyncio.Task[None] | None = None
+        #: Messages read before the bot's username was known, to be read again by
+        #: :meth:`complete` (oldest forgotten first).
+        self._unresolved: OrderedDict[str, tuple[Message, User]] = OrderedDict()
         self._downloads: httpx.AsyncClient | None = None
         self._redaction = _TokenRedaction(self._token)
         logging.getLogger("httpx").addFilter(self._redaction)
@@ -199,7 +209,7 @@ class TelegramBridge:
         author = message.from_user
         if author is None:
             return WebhookOutcome(verdict="ignored", reason="a message without an author")
-        me = await self._known_identity()
+        me = self._identity_now()
         try:
             received = self._received(str(update.update_id), message, author, me)
         except Exception:  # entities or media the SDK read but that make no sense
@@ -213,6 +223,10 @@ class TelegramBridge:
             )
         if not received.text and not received.attachments:
             return WebhookOutcome(verdict="ignored", reason="a message with nothing to read")
+        if me.username is None:
+            self._unresolved[received.delivery_id] = (message, author)
+            while len(self._unresolved) > _UNRESOLVED_KEPT:
+                self._unresolved.popitem(last=False)
         return WebhookOutcome(verdict="accepted", messages=(received,))
 
     def _received(
@@ -266,18 +280,42 @@ class TelegramBridge:
         pieces.append(encoded[at:].decode("utf-16-le", "replace"))
         return "".join(pieces)
 
-    async def _known_identity(self) -> _Identity:
-        """The bot's identity for reading an update; when getMe fails, the id from the token.
+    async def complete(self, message: Received) -> Received:
+        """``message`` read again with the bot's username, if it came before ``getMe``
+        answered (after the acknowledgement: the pipeline calls this when it handles it).
 
-        A webhook answer can't wait for Telegram to come back, so the update is read with
-        what is known: replies to the bot still count, ``@username`` mentions do not.
+        Waits for ``getMe`` at most the API's timeout; when Telegram can't tell, the message
+        stays as it was read (replies to the bot count, ``@username`` mentions do not).
         """
+        unresolved = self._unresolved.pop(message.delivery_id, None)
+        if unresolved is None:
+            return message
         try:
-            return await self._me()
+            me = await self._me()
         except BridgeError as exc:
-            log.warning("Telegram's getMe failed (%s); reading the update without it.", exc)
-            prefix = self._token.partition(":")[0]
-            return _Identity(id=int(prefix) if prefix.isdigit() else None, username=None)
+            log.warning("Telegram's getMe failed (%s); the update is read without it.", exc)
+            return message
+        try:
+            return self._received(message.delivery_id, *unresolved, me)
+        except Exception:  # read once already: this can't fail differently, but never raise
+            return message
+
+    def _identity_now(self) -> _Identity:
+        """The bot's identity as known now, without a call: until ``getMe`` has answered, the
+        id from the token (the digits before its colon) and no username, while ``getMe`` is
+        asked in the background. A webhook's answer never waits for Telegram (#34)."""
+        if self._identity is not None:
+            return self._identity
+        if self._identity_task is None or self._identity_task.done():
+            self._identity_task = asyncio.get_running_loop().create_task(self._learn_identity())
+        prefix = self._token.partition(":")[0]
+        return _Identity(id=int(prefix) if prefix.isdigit() else None, username=None)
+
+    async def _learn_identity(self) -> None:
+        try:
+            await self._me()
+        except BridgeError as exc:
+            log.warning("Telegram's getMe failed (%s); it is asked again later.", exc)
 
     async def _me(self) -> _Identity:
         async with self._identity_lock:
@@ -358,6 +396,10 @@ class TelegramBridge:
 
     async def close(self) -> None:
         """Shut the Bot API clients and the download client."""
+        task, self._identity_task = self._identity_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         try:
             await self._bot.shutdown()
             for request in self._requests:

@@ -2,7 +2,8 @@
 
 A space is named by its platform and the platform's own ids, as the bridges make them:
 
-* ``slack:<channel>`` (a DM channel starts with ``D``, a group DM with ``G``);
+* ``slack:<channel>`` (only a DM's channel, ``D…``, is a direct message: a ``C…`` or ``G…``
+  channel, private or a group DM of several people, is a group);
 * ``telegram:<chatId>[:<threadId>]`` (a group's chat id is negative; a forum topic is a thread);
 * ``discord:<guild>:<channel>[:<thread>]`` (a DM's guild is ``@me``);
 * ``whatsapp:<jid>`` (a group's jid ends in ``@g.us``).
@@ -73,7 +74,9 @@ def parse_space_id(text: str) -> SpaceRef:
             "discord:<guild>:<channel> or whatsapp:<jid>."
         )
     if platform == "slack":
-        is_dm = found["channel"][0] in "DG"
+        # Slack's one-to-one DMs alone start with D (``channel_type`` "im"); a G… channel is a
+        # legacy private channel or a group DM ("mpim"): several people, a group (#34).
+        is_dm = found["channel"].startswith("D")
     elif platform == "telegram":
         is_dm = not found["chat"].startswith("-")
     elif platform == "discord":

@@ -91,7 +91,9 @@ def _space(row: Row) -> Space:
     return Space(
         id=row["id"],
         platform=row["platform"],
-        is_dm=bool(row["is_dm"]),
+        # From the id, as every rule reads it: a row written when Slack's G… channels were
+        # taken for DMs (before #34) says so no more.
+        is_dm=parse_space_id(row["id"]).is_dm,
         title=row["title"],
         created_at=from_micros(int(row["created_at"])),
     )
@@ -186,9 +188,8 @@ class Spaces:
                 return "member"
         if ref.is_dm:
             await self.ensure_schema()
-            # A group DM has several people: the one who opened it (the first to speak) is
-            # its admin, as the one person of a plain DM is; ties go by key, the same on
-            # every instance.
+            # A direct message has one person besides the bot (a group DM is a group): the
+            # first to speak is its admin; ties go by key, the same on every instance.
             first = await self._db.fetch_one(
                 "SELECT person_key FROM space_members WHERE space_id = ? "
                 "ORDER BY joined_at, person_key LIMIT 1",

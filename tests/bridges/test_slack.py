@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 from aiohttp import web
 
@@ -64,11 +66,20 @@ async def deliver(
     return await bridge.receive("POST", {}, headers, body)
 
 
-async def received(bridge: SlackBridge, slack: SlackStandIn, event: dict[str, Any]) -> Received:
-    outcome = await deliver(bridge, slack, event)
+async def received(
+    bridge: SlackBridge, slack: SlackStandIn, event: dict[str, Any], **envelope: Any
+) -> Received:
+    outcome = await deliver(bridge, slack, event, **envelope)
     assert outcome.verdict == "accepted", outcome.reason
     (message,) = outcome.messages
     return message
+
+
+async def completed(bridge: SlackBridge, slack: SlackStandIn, event: dict[str, Any]) -> Received:
+    """The event's message as the pipeline handles it: received, then completed."""
+    message = await received(bridge, slack, event)
+    with anyio.fail_after(10):
+        return await bridge.complete(message)
 
 
 def message_to(channel: str, ts: str, thread: str | None = None) -> Received:
@@ -81,7 +92,7 @@ def message_to(channel: str, ts: str, thread: str | None = None) -> Received:
         author_id="U1",
         author_name=None,
         text="hi",
-        is_dm=channel[0] in "DG",
+        is_dm=channel[0] == "D",
     )
 
 
@@ -359,7 +370,7 @@ async def test_a_mention_of_someone_already_seen_shows_their_name(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     slack.add_user("U777", "ada", display_name="Ada")
-    await received(bridge, slack, slack.message("C1", "U777", "hello"))
+    await completed(bridge, slack, slack.message("C1", "U777", "hello"))
     message = await received(bridge, slack, slack.message("C1", "U1", "thanks <@U777>"))
     assert message.text == "thanks @Ada"
 
@@ -368,8 +379,8 @@ async def test_the_author_name_is_looked_up_once_with_users_info(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     slack.add_user("U5", "grace.h", real_name="Grace Hopper")
-    first = await received(bridge, slack, slack.message("C1", "U5", "one"))
-    second = await received(bridge, slack, slack.message("C1", "U5", "two"))
+    first = await completed(bridge, slack, slack.message("C1", "U5", "one"))
+    second = await completed(bridge, slack, slack.message("C1", "U5", "two"))
     assert first.author_name == second.author_name == "Grace Hopper"
     assert len(slack.calls_of("users.info")) == 1
     assert slack.calls_of("users.info")[0].params == {"user": "U5"}
@@ -392,36 +403,51 @@ async def test_the_author_name_in_the_events_user_profile_needs_no_call(
 async def test_an_author_slack_does_not_know_has_no_name(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
-    message = await received(bridge, slack, slack.message("C1", "U404", "hi"))
+    message = await completed(bridge, slack, slack.message("C1", "U404", "hi"))
     assert message.author_name is None
+    await completed(bridge, slack, slack.message("C1", "U404", "again"))
+    assert len(slack.calls_of("users.info")) == 1  # not asked again soon
 
 
-async def test_a_slow_name_lookup_leaves_the_author_unnamed_rather_than_keep_slack_waiting(
+async def test_a_slow_name_lookup_leaves_the_author_unnamed_and_never_delays_the_answer(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     slack.add_user("U5", "grace")
-    await received(bridge, slack, slack.message("C1", "U1", "learn who the bot is first"))
-    slack.delay_s = 3.0
+    slack.delay_s = 4.0
+    began = time.monotonic()
     message = await received(bridge, slack, slack.message("C1", "U5", "hi"))
+    assert time.monotonic() - began < 1.0  # receive asked Slack nothing it waited for
     assert message.author_name is None
+    with anyio.fail_after(10):
+        completed_message = await bridge.complete(message)
+    assert completed_message.author_name is None  # given up after the lookup's own bound
+    assert time.monotonic() - began < 3.5
 
 
-async def test_the_bot_identity_is_asked_of_slack_once(
+async def test_the_bot_identity_comes_from_the_delivery_so_slack_is_not_asked(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     for n in range(3):
-        await received(bridge, slack, slack.message("C1", "U1", f"message {n}"))
-    assert len(slack.calls_of("auth.test")) == 1
+        message = await completed(
+            bridge, slack, slack.message("C1", "U1", f"<@{slack.bot_user_id}> {n}")
+        )
+        assert message.text == f"@Mercury {n}"
+    assert slack.calls_of("auth.test") == []
 
 
-async def test_when_auth_test_fails_the_deliverys_bot_user_stands_in(
+async def test_a_delivery_naming_no_bot_user_is_read_again_once_auth_test_answers(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     slack.fail_next(1, method="auth.test")
-    message = await received(bridge, slack, slack.message("C1", "U1", f"<@{slack.bot_user_id}>"))
-    assert message.text == "@Mercury"
-    await received(bridge, slack, slack.message("C1", "U1", "again"))
-    assert len(slack.calls_of("auth.test")) == 2  # the fallback is not remembered
+    event = slack.message("C1", "U1", f"<@{slack.bot_user_id}> hi")
+    first = await received(bridge, slack, event, authorizations=[])
+    assert first.text == f"@{slack.bot_user_id} hi"  # unknown yet: nothing waited for Slack
+    with anyio.fail_after(10):
+        assert (await bridge.complete(first)).text == "@Mercury hi"
+    assert len(slack.calls_of("auth.test")) == 2  # the failure in the background, then again
+    later = await received(bridge, slack, event, authorizations=[])
+    assert later.text == "@Mercury hi"
+    assert len(slack.calls_of("auth.test")) == 2
 
 
 async def test_a_message_in_a_thread_carries_the_thread_in_its_thread_id(
@@ -444,8 +470,8 @@ async def test_a_thread_parent_is_a_top_level_message(
     assert (await received(bridge, slack, event)).thread_id == "slack:C1"
 
 
-@pytest.mark.parametrize(("channel", "is_dm"), [("D1", True), ("G1", True), ("C1", False)])
-async def test_direct_and_group_direct_messages_are_dms_channels_are_not(
+@pytest.mark.parametrize(("channel", "is_dm"), [("D1", True), ("G1", False), ("C1", False)])
+async def test_direct_messages_are_dms_group_dms_and_channels_are_not(
     bridge: SlackBridge, slack: SlackStandIn, channel: str, is_dm: bool
 ) -> None:
     message = await received(bridge, slack, slack.message(channel, "U1", "hi"))

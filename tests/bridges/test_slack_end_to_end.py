@@ -157,6 +157,33 @@ async def test_a_direct_message_always_runs_and_is_answered_unthreaded(
     assert '<caller id="slack:U4" name="Dee"' in user_contents(ollama.requests[0])[-1]
 
 
+@pytest.mark.parametrize("channel_type", ["group", "private_channel", "mpim"])
+async def test_a_g_channel_is_a_group_where_only_a_mention_runs_and_nobody_is_admin_by_speaking(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, channel_type: str
+) -> None:
+    # Issue #34: a legacy private channel (or a group DM) was taken for a DM: every message
+    # ran, and whoever spoke first became its admin.
+    ollama.enqueue(ChatScript.words("Noted."))
+    await say(slack, chat, slack.message("G7", "U1", "first!", channel_type=channel_type))
+    asked = slack.message(
+        "G7",
+        "U1",
+        mention(slack, "who am I here?"),
+        ts="1700000500.000100",
+        channel_type=channel_type,
+    )
+    await say(slack, chat, asked)
+    await replies(slack, 1)
+    await settle()
+    [request] = ollama.requests
+    assert "group chat (slack:G7)" in system_of(request)
+    words = user_contents(request)[-1]
+    assert "first!" in words.partition("<caller")[0]  # ambient context, not a turn
+    assert '<caller id="slack:U1" name="Ann" role="member"/>' in words
+    [posted] = slack.messages
+    assert (posted.channel, posted.thread_ts) == ("G7", "1700000500.000100")
+
+
 async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_by_upload(
     chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
 ) -> None:
@@ -270,6 +297,37 @@ async def test_repeated_non_ascii_or_deeply_nested_deliveries_are_refused_not_a_
     assert nested.status_code == 400 and nested.json()["ok"] is False
     await settle()
     assert ollama.requests == [] and slack.messages == []
+
+
+async def test_deliveries_are_acknowledged_without_waiting_for_a_slow_slack(
+    chat: RunningServer, slack: SlackStandIn
+) -> None:
+    # Issue #34: after a start the bridge asked auth.test under one lock with the API's full
+    # timeout, and users.info for each unknown author, before answering: with Slack slow,
+    # four deliveries were acknowledged at 17, 33, 49 and 65 s (Slack retries after 3 s).
+    slack.delay_s = 20.0
+    events = [
+        slack.envelope(
+            slack.message("C1", f"UNEW{n}", f"hello from {n}"),
+            # Half name no bot user: the bot's id is then asked in the background too.
+            authorizations=None if n % 2 else [],
+        )
+        for n in range(8)
+    ]
+    began = time.monotonic()
+
+    async def one(envelope: dict[str, Any]) -> float:
+        delivered = await slack.deliver(hook(chat), envelope, timeout=60)
+        assert delivered.status == 200, delivered.body
+        assert json.loads(delivered.body)["taken"] == 1
+        return time.monotonic() - began
+
+    acknowledged = await asyncio.gather(*(one(envelope) for envelope in events))
+    # Every one long before Slack answers a single call (a quarter of its delay: generous).
+    assert max(acknowledged) < slack.delay_s / 4, acknowledged
+    await slack.wait_until(
+        lambda: bool(slack.calls_of("users.info")), timeout=10, what="a name looked up"
+    )
 
 
 async def test_slacks_url_verification_is_answered_with_the_challenge(

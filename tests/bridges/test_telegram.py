@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -75,10 +77,12 @@ async def receive(
 async def one_message(
     bridge: TelegramBridge, telegram: TelegramStandIn, update: dict[str, Any]
 ) -> Received:
+    """The update's one message as the pipeline handles it: received, then completed."""
     outcome = await receive(bridge, telegram, update)
     assert outcome.verdict == "accepted", outcome.reason
     [message] = outcome.messages
-    return message
+    with anyio.fail_after(10):
+        return await bridge.complete(message)
 
 
 # -- the webhook's secret ----------------------------------------------------------------
@@ -380,7 +384,7 @@ async def test_mentions_are_read_again_once_get_me_answers_after_failing(
 ) -> None:
     alice = telegram.user("Alice")
     group = telegram.group("Ops")
-    telegram.fail_next(1, status=500, method="getMe")
+    telegram.fail_next(2, status=500, method="getMe")  # in the background, then completing
 
     during = await one_message(
         bridge, telegram, telegram.message(group, alice, "@mercury_test_bot hi")
@@ -391,7 +395,27 @@ async def test_mentions_are_read_again_once_get_me_answers_after_failing(
 
     assert during.text == "@mercury_test_bot hi"  # read, not lost, while getMe failed
     assert after.text == "@Mercury hi"
-    assert [c.status for c in telegram.calls_to("getMe")] == [500, 200]
+    assert [c.status for c in telegram.calls_to("getMe")] == [500, 500, 200]
+
+
+async def test_an_update_is_answered_without_waiting_for_get_me_and_completed_after(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # Issue #34: each update waited for getMe under one lock, with the API's full timeout.
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    telegram.delay_s = 3.0
+    update = telegram.message(group, alice, "@mercury_test_bot hi")
+    began = time.monotonic()
+    outcomes = await asyncio.gather(*(receive(bridge, telegram, update) for _ in range(4)))
+    answered_s = time.monotonic() - began
+    assert answered_s < 1.0  # a third of one getMe: nothing waited for Telegram
+    [message] = outcomes[0].messages
+    assert message.text == "@mercury_test_bot hi"  # the username isn't known yet
+    with anyio.fail_after(10):
+        completed = await bridge.complete(message)
+    assert completed.text == "@Mercury hi"
+    assert len(telegram.calls_to("getMe")) == 1
 
 
 # -- threads -----------------------------------------------------------------------------

@@ -354,8 +354,22 @@ class SlackStandIn:
         event.update(fields)
         return event
 
-    def envelope(self, event: Mapping[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
-        """The ``event_callback`` envelope around ``event``."""
+    def envelope(
+        self,
+        event: Mapping[str, Any],
+        *,
+        event_id: str | None = None,
+        authorizations: Sequence[Mapping[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The ``event_callback`` envelope around ``event``; its ``authorizations`` name the
+        bot user unless given (``[]``: an envelope naming none)."""
+        bot = {
+            "enterprise_id": None,
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "is_bot": True,
+            "is_enterprise_install": False,
+        }
         return {
             "token": "deprecated-verification-token",
             "team_id": self.team_id,
@@ -364,15 +378,7 @@ class SlackStandIn:
             "type": "event_callback",
             "event_id": event_id or self._new_id("Ev"),
             "event_time": int(time.time()),
-            "authorizations": [
-                {
-                    "enterprise_id": None,
-                    "team_id": self.team_id,
-                    "user_id": self.bot_user_id,
-                    "is_bot": True,
-                    "is_enterprise_install": False,
-                }
-            ],
+            "authorizations": [bot] if authorizations is None else list(authorizations),
             "is_ext_shared_channel": False,
         }
 

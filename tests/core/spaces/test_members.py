@@ -97,7 +97,7 @@ async def test_the_person_of_a_direct_message_is_its_admin(
     assert await spaces.role(DM, "people:gina") is None
     await spaces.join(DM, "people:gina")
     assert await spaces.role(DM, "people:gina") == "admin"
-    # In a group DM, whoever came later is a member.
+    # Should another ever join (it can't on any platform), whoever came later is a member.
     clock.advance(timedelta(minutes=1))
     await spaces.join(DM, "people:hal")
     assert await spaces.role(DM, "people:hal") == "member"
@@ -107,6 +107,18 @@ async def test_the_person_of_a_direct_message_is_its_admin(
 async def test_the_first_to_speak_in_a_group_is_no_admin(spaces: Spaces) -> None:
     await spaces.join(OTHER, "people:ivan")
     assert await spaces.role(OTHER, "people:ivan") == "member"
+
+
+@pytest.mark.parametrize("space_id", ["slack:G0PRIVATE", "slack:C0PUBLIC"])
+async def test_a_slack_channel_but_a_d_one_is_a_group_where_speaking_first_makes_no_admin(
+    spaces: Spaces, space_id: str
+) -> None:
+    # Issue #34: G… (a legacy private channel or a group DM of several people) was a DM.
+    assert parse_space_id(space_id).is_dm is False
+    assert parse_space_id("slack:D0DIRECT").is_dm is True
+    assert (await spaces.open(parse_space_id(space_id))).is_dm is False
+    await spaces.join(space_id, "people:ivan")
+    assert await spaces.role(space_id, "people:ivan") == "member"
 
 
 def test_members_read_preferences_and_only_admins_change_them_or_mute() -> None:
