@@ -179,7 +179,7 @@ async def test_a_g_channel_is_a_group_where_only_a_mention_runs_and_nobody_is_ad
     assert "group chat (slack:G7)" in system_of(request)
     words = user_contents(request)[-1]
     assert "first!" in words.partition("<caller")[0]  # ambient context, not a turn
-    assert '<caller id="slack:U1" name="Ann" role="member"/>' in words
+    assert '<caller id="slack:U1" name="Ann" role="member">' in words
     [posted] = slack.messages
     assert (posted.channel, posted.thread_ts) == ("G7", "1700000500.000100")
 
