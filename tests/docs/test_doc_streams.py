@@ -117,28 +117,35 @@ def start_server(home: Path, env: dict[str, str], *arguments: str, shown_model: 
     """``mercury-http serve --dev`` in ``home`` (no mercury.yaml there), once it listens."""
     port = free_port()
     home.mkdir()
-    process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-        [sys.executable, "-m", "channel_http", "serve", "--dev", "--port", str(port), *arguments],
-        cwd=home,
-        env={
-            "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(ROOT),
-            "MERCURY_DATA_DIR": str(home / "data"),
-            "MERCURY_MEMORY_STORE": "off",
-            "TZ": "UTC",
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    lines: list[str] = []
+    log = home / "server.log"  # a file, not a pipe: a pipe nobody reads fills and blocks
+    with log.open("w") as out:
+        process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [
+                sys.executable,
+                "-m",
+                "channel_http",
+                "serve",
+                "--dev",
+                "--port",
+                str(port),
+                *arguments,
+            ],
+            cwd=home,
+            env={
+                "PATH": os.environ["PATH"],
+                "PYTHONPATH": str(ROOT),
+                "MERCURY_DATA_DIR": str(home / "data"),
+                "MERCURY_MEMORY_STORE": "off",
+                **env,
+            },
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     deadline = time.monotonic() + 90
-    while not any("mercury-http: listening on" in line for line in lines):
-        assert time.monotonic() < deadline and process.poll() is None, "".join(lines)
-        lines.append(process.stdout.readline())
-    output = "".join(lines)
+    while "mercury-http: listening on" not in (output := log.read_text()):
+        assert time.monotonic() < deadline and process.poll() is None, output
+        time.sleep(0.1)
     token = re.search(r"Bearer (dev-[\w-]+)'", output)
     assert token is not None, output
     model = re.search(
@@ -168,8 +175,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
         for server in started.values():
             server.process.send_signal(signal.SIGTERM)
             server.process.wait(20)
-            if server.process.stdout is not None:
-                server.process.stdout.close()
 
 
 # --- capturing and normalizing ----------------------------------------------------------
