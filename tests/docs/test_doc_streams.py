@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -63,6 +63,8 @@ class Scenario:
     shorten: bool = True
     server: str = "dev-model"
     """``dev-model``: ``serve --dev-model``; ``no-model``: a server whose model isn't there."""
+    answers: str | None = None
+    """An earlier scenario whose first token this one sends as its text."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -80,6 +82,7 @@ SCENARIOS: dict[str, Scenario] = {
         "demo-choices",
         keep=frozenset({"tool", "tool_finish", "pending", "final"}),
     ),
+    "confirm-token": Scenario("<token1>", "demo-confirm", answers="pending"),
     "login": Scenario(
         "/demo login", "demo-login", keep=frozenset({"tool", "tool_finish", "login", "final"})
     ),
@@ -307,14 +310,21 @@ def left_out_line(names: list[str]) -> str:
     return ": " + ", ".join(parts) + " left out"
 
 
-def capture(scenario: Scenario, server: Server) -> str:
-    """The block's text: the curl line, then the answer as the docs show it."""
+def capture(
+    scenario: Scenario, server: Server, earlier: Placeholders | None = None
+) -> tuple[str, Placeholders]:
+    """The block's text (the curl line, then the answer as the docs show it), and the
+    volatile values met in it."""
+    names = Placeholders()
+    if earlier is not None:  # the token the earlier turn staged, under the same name
+        token = next(value for value, name in earlier.names.items() if name == "<token1>")
+        names.add(token, "token")
+        scenario = replace(scenario, text=token)
     headers = {"authorization": f"Bearer {server.token}"}
     url = server.url + scenario.route
     with httpx.stream("POST", url, json=body_of(scenario), headers=headers, timeout=60) as answer:
         raw = answer.read().decode("utf-8")
     assert answer.status_code == 200, raw
-    names = Placeholders()
     if scenario.route == "/chat":
         names.found_in(json.loads(raw))
         shown = raw
@@ -329,7 +339,7 @@ def capture(scenario: Scenario, server: Server) -> str:
             for part in shown_frames(frames, scenario)
         ]
         shown = "\n\n".join(parts)
-    return command(scenario) + "\n" + addresses(names.apply(shown), server)
+    return names.apply(command(scenario)) + "\n" + addresses(names.apply(shown), server), names
 
 
 # --- the docs' blocks -------------------------------------------------------------------
@@ -379,10 +389,12 @@ def test_every_marked_block_names_a_scenario_and_every_scenario_is_shown() -> No
 
 def test_the_docs_show_the_streams_a_real_server_sends(servers: dict[str, Server]) -> None:
     # In SCENARIOS' order, whatever the docs' order: a turn may change what a later one sees
-    # (the choices demo writes a note, which the tool demo would then list).
-    captured = {
-        name: capture(scenario, servers[scenario.server]) for name, scenario in SCENARIOS.items()
-    }
+    # (the choices demo writes a note, which the tool demo would then list), or answer it.
+    captured: dict[str, str] = {}
+    met: dict[str, Placeholders] = {}
+    for name, scenario in SCENARIOS.items():
+        earlier = met[scenario.answers] if scenario.answers else None
+        captured[name], met[name] = capture(scenario, servers[scenario.server], earlier)
     if UPDATE:
         for path in DOCS:
             if blocks_in(path):
