@@ -36,7 +36,7 @@ def last_user_text(request: dict[str, Any]) -> str:
 
 
 def test_enter_while_the_opening_turn_streams_queues_the_message_until_the_turn_ends(
-    page: Page, server: RunningServer, ollama: OllamaStandIn
+    page: Page, server: RunningServer, ollama: OllamaStandIn, shots: Any
 ) -> None:
     def respond(request: dict[str, Any]) -> ChatScript:
         if QUESTION in last_user_text(request):
@@ -59,6 +59,7 @@ def test_enter_while_the_opening_turn_streams_queues_the_message_until_the_turn_
     # A second one, cancelled: it leaves the queue and comes back to the empty box.
     send(page, "Never mind")
     expect(queued).to_have_count(2)
+    shots(page, "queued")
     assert axe_violations(page) == []
     queued.nth(1).get_by_role("button", name="Cancel").click()
     expect(queued).to_have_count(1)
