@@ -173,8 +173,9 @@ export class Conversation {
 
   /** Sends the oldest queued message, once the turn before it has ended. */
   private sendQueued(): void {
+    if (this.disposed || this.controller) return;
     const next = this.waiting.shift();
-    if (!next || this.disposed || this.controller) return;
+    if (!next) return;
     next.element.remove();
     void this.run({ text: next.text, conversationId: this.id }, next.text);
   }
