@@ -468,6 +468,7 @@ async def conversations(request: AnyRequest) -> dict[str, Any]:
                 "conversationId": item.session_key[len(prefix) :],
                 "lastTimestamp": item.last_timestamp,
                 "preview": item.preview,
+                "title": item.title,
             }
             for item in found
             if item.session_key.startswith(prefix)

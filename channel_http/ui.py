@@ -34,6 +34,7 @@ _TYPES: Final = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
     ".txt": "text/plain; charset=utf-8",
+    ".svg": "image/svg+xml",
 }
 
 

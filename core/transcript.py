@@ -20,7 +20,15 @@ from typing import Final, Literal
 
 import msgspec
 
-from core.memory import ArchivedMessage, ConversationSummary, InvalidCursor, Page, preview_of
+from core.memory import (
+    ArchivedMessage,
+    ConversationSummary,
+    InvalidCursor,
+    Listed,
+    Page,
+    list_conversations,
+    titled,
+)
 from core.state import Database, Transaction
 
 __all__ = ["ShownMessage", "Transcript", "write_shown"]
@@ -91,23 +99,34 @@ class Transcript:
         ]
         return Page(items, items[-1].id if len(rows) > limit and items else None)
 
-    async def conversations(self, person_key: str, *, limit: int) -> list[ConversationSummary]:
+    async def conversations(
+        self, person_key: str, *, limit: int, scan: int = _SCAN
+    ) -> list[ConversationSummary]:
         """The person's conversations, most recently active first, among their newest messages."""
         if limit <= 0:
             return []
         rows = await self._db.fetch_all(
-            "SELECT session_key, content, timestamp FROM conversation_messages "
+            "SELECT session_key, role, content, timestamp FROM conversation_messages "
             "WHERE person_key = ? ORDER BY seq DESC LIMIT ?",
-            (person_key, _SCAN),
+            (person_key, scan),
         )
-        seen: dict[str, ConversationSummary] = {}
-        for row in rows:
-            key = row["session_key"]
-            if key not in seen:
-                seen[key] = ConversationSummary(key, row["timestamp"], preview_of(row["content"]))
-                if len(seen) == limit:
-                    break
-        return list(seen.values())
+        summaries, questions = list_conversations(
+            (Listed(r["session_key"], r["role"], r["content"], r["timestamp"]) for r in rows),
+            limit=limit,
+        )
+        if len(rows) == scan and summaries:
+            # Older messages may exist: each session's first question, in one indexed read.
+            keys = [item.session_key for item in summaries]
+            marks = ", ".join("?" * len(keys))
+            firsts = await self._db.fetch_all(
+                "SELECT m.session_key, m.content FROM conversation_messages m JOIN ("  # noqa: S608 - fixed text
+                "SELECT session_key, MIN(seq) AS first_seq FROM conversation_messages "
+                f"WHERE person_key = ? AND role = 'user' AND session_key IN ({marks}) "
+                "GROUP BY session_key) f ON m.seq = f.first_seq",
+                (person_key, *keys),
+            )
+            questions.update((row["session_key"], row["content"]) for row in firsts)
+        return titled(summaries, questions)
 
 
 def _cursor(after: str | None) -> int:

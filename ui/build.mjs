@@ -22,4 +22,4 @@ await build({
   legalComments: "linked",
   logLevel: "warning",
 });
-copyFileSync(join(here, "index.html"), join(out, "index.html"));
+for (const file of ["index.html", "favicon.svg"]) copyFileSync(join(here, file), join(out, file));

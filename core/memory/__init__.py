@@ -22,6 +22,7 @@ from core.memory.port import (
     Episode,
     Fact,
     InvalidCursor,
+    Listed,
     MemoryPoint,
     MemoryStore,
     MemoryStoreError,
@@ -32,7 +33,10 @@ from core.memory.port import (
     Scope,
     ScoredRecord,
     StoreUnavailable,
+    list_conversations,
     preview_of,
+    title_of,
+    titled,
 )
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "Episode",
     "Fact",
     "InvalidCursor",
+    "Listed",
     "MemoryPoint",
     "MemoryStore",
     "MemoryStoreError",
@@ -58,5 +63,8 @@ __all__ = [
     "Scope",
     "ScoredRecord",
     "StoreUnavailable",
+    "list_conversations",
     "preview_of",
+    "title_of",
+    "titled",
 ]

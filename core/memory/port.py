@@ -22,12 +22,13 @@ Exceptions::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import math
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Generic, Literal, Protocol, TypeVar, get_args
 
 import msgspec
@@ -40,6 +41,9 @@ VECTOR_NAME: Final = "content"
 """The one named vector of every collection."""
 
 PREVIEW_CHARS: Final = 120
+#: How many of a session's first messages are looked through for its first question (an
+#: opening turn's greeting may come before it).
+_FIRST_MESSAGES: Final = 4
 _RECENT_BATCH: Final = 64
 
 T = TypeVar("T")
@@ -134,11 +138,16 @@ class Fact(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class ConversationSummary(msgspec.Struct, frozen=True):
-    """One of a person's sessions as the conversation list shows it."""
+    """One of a person's sessions as the conversation list shows it.
+
+    ``preview`` is the newest message; ``title`` the person's first question, on one line
+    (empty while they have asked nothing, as after an opening turn alone).
+    """
 
     session_key: str
     last_timestamp: str
     preview: str
+    title: str = ""
 
 
 class Page(msgspec.Struct, Generic[T], frozen=True):
@@ -259,6 +268,51 @@ def preview_of(content: str) -> str:
     return content[:PREVIEW_CHARS] + "…"
 
 
+def title_of(content: str) -> str:
+    """A question as the conversation list's title: one line, cut like :func:`preview_of`."""
+    return preview_of(" ".join(content.split()))
+
+
+class Listed(msgspec.Struct, frozen=True, rename="camel"):
+    """One archived message as :func:`list_conversations` reads it."""
+
+    session_key: str
+    role: str
+    content: str
+    timestamp: str
+
+
+def list_conversations(
+    newest_first: Iterable[Listed], *, limit: int
+) -> tuple[list[ConversationSummary], dict[str, str]]:
+    """The first ``limit`` sessions of ``newest_first``, and the oldest question seen of each.
+
+    The questions are the titles when the messages read hold each session's beginning; a
+    caller that read only the newest of the person's messages looks the first ones up.
+    """
+    seen: dict[str, ConversationSummary] = {}
+    questions: dict[str, str] = {}
+    for message in newest_first:
+        key = message.session_key
+        if key not in seen:
+            if len(seen) == limit:
+                continue
+            seen[key] = ConversationSummary(key, message.timestamp, preview_of(message.content))
+        if message.role == "user":
+            questions[key] = message.content
+    return list(seen.values()), questions
+
+
+def titled(
+    summaries: Sequence[ConversationSummary], questions: dict[str, str]
+) -> list[ConversationSummary]:
+    """``summaries`` with their first questions as titles."""
+    return [
+        msgspec.structs.replace(item, title=title_of(questions.get(item.session_key, "")))
+        for item in summaries
+    ]
+
+
 def _ts(point: RawPoint) -> float:
     return float(point.payload["ts"])
 
@@ -349,16 +403,26 @@ class PointStoreBase(ABC):
         page = await self._page(
             "verbatim", Scope(person_key=person_key), limit=scan, after=None, descending=True
         )
-        seen: dict[str, ConversationSummary] = {}
-        for point in page.items:
-            message = _as(ArchivedMessage, point)
-            if message.session_key not in seen:
-                seen[message.session_key] = ConversationSummary(
-                    message.session_key, message.timestamp, preview_of(message.content)
-                )
-                if len(seen) == limit:
-                    break
-        return list(seen.values())
+        summaries, questions = list_conversations(
+            (_as(Listed, point) for point in page.items), limit=limit
+        )
+        if page.next_cursor is not None:
+            # Older messages exist: a session's beginning may lie before the ones read.
+            firsts = await asyncio.gather(
+                *(self._first_question(person_key, s.session_key) for s in summaries)
+            )
+            for item, first in zip(summaries, firsts, strict=True):
+                if first is not None:
+                    questions[item.session_key] = first
+        return titled(summaries, questions)
+
+    async def _first_question(self, person_key: str, session_key: str) -> str | None:
+        scope = Scope(person_key=person_key, session_key=session_key)
+        page = await self._page(
+            "verbatim", scope, limit=_FIRST_MESSAGES, after=None, descending=False
+        )
+        listed = (_as(Listed, point) for point in page.items)
+        return next((m.content for m in listed if m.role == "user"), None)
 
     async def recent_messages(
         self, person_key: str, session_key: str, *, max_chars: int

@@ -234,7 +234,9 @@ async def test_what_the_person_saw_reads_back_in_order_a_page_at_a_time_through_
     # Another person's key reads nothing, even with the right session key.
     assert (await read.conversation("bob", "alice:c1", limit=10)).items == []
     listed = await read.conversations("alice", limit=10)
-    assert [(c.session_key, c.preview) for c in listed] == [("alice:c1", "a2")]
+    assert [(c.session_key, c.preview, c.title) for c in listed] == [("alice:c1", "a2", "q0")]
+    # Reading only the newest messages, the first question is still looked up (#36).
+    assert [c.title for c in await read.conversations("alice", limit=10, scan=2)] == ["q0"]
     with pytest.raises(InvalidCursor):
         await read.conversation("alice", "alice:c1", limit=4, after="not-a-cursor")
 

@@ -326,6 +326,36 @@ async def test_conversations_are_deduplicated_newest_first_with_a_cut_preview(
 
 
 @pytest.mark.anyio
+async def test_a_conversations_title_is_its_first_question_on_one_line(
+    store: PointStoreBase,
+) -> None:
+    await store.upsert(
+        "verbatim",
+        [
+            message("alice", "alice:a", "Hi, what should I call you?", T0, role="assistant"),
+            message("alice", "alice:a", "Call me\n  Alice", T0 + 1),
+            message("alice", "alice:a", "**Hello**, Alice.", T0 + 2, role="assistant"),
+            message("alice", "alice:b", "Only a greeting.", T0 + 3, role="assistant"),
+            message("alice", "alice:a", "y" * 130, T0 + 4),
+            message("alice", "alice:a", "An answer.", T0 + 5, role="assistant"),
+        ],
+    )
+
+    whole = await store.conversations("alice", limit=10)
+    assert [(s.session_key, s.title) for s in whole] == [
+        ("alice:a", "Call me Alice"),
+        ("alice:b", ""),
+    ]
+    assert whole[0].preview == "An answer."
+    # The newest two messages alone don't hold the first question: it is looked up.
+    assert [s.title for s in await store.conversations("alice", limit=10, scan=2)] == [
+        "Call me Alice"
+    ]
+    await store.upsert("verbatim", [message("alice", "alice:c", "z" * 130, T0 + 6)])
+    assert (await store.conversations("alice", limit=1))[0].title == "z" * 120 + "…"
+
+
+@pytest.mark.anyio
 async def test_recent_messages_are_the_newest_that_fit_the_budget_in_chronological_order(
     store: PointStoreBase,
 ) -> None:

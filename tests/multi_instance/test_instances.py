@@ -177,6 +177,7 @@ async def test_a_conversation_continued_through_each_instance_reads_back_whole_t
             )
         assert listed.json()["conversations"][0]["conversationId"] == "story"
         assert listed.json()["conversations"][0]["preview"] == answers[-1]
+        assert listed.json()["conversations"][0]["title"] == "line 0"
     # Another person reads nothing of it, through any instance.
     assert await read_back(cluster["c"].url, "judy", "story", limit=3) == []
 

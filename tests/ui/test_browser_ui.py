@@ -204,7 +204,7 @@ def test_stop_closes_the_model_request(
 
 
 def test_the_transcript_survives_a_reload_and_a_second_conversation_is_listed(
-    page: Page, memory_server: RunningServer, ollama: OllamaStandIn, shots: Shots
+    page: Page, memory_server: RunningServer, ollama: OllamaStandIn
 ) -> None:
     ollama.responder = tool_loop(ChatScript.words("First answer."), ChatScript.words("Second one."))
     sign_in(page, memory_server, "alice-token")
@@ -223,7 +223,6 @@ def test_the_transcript_survives_a_reload_and_a_second_conversation_is_listed(
     send(page, "Another topic")
     expect(last_answer(page).locator("[data-final]")).to_have_text("Second one.")
     expect(page.locator(".conversation-link")).to_have_count(2)
-    shots(page, "conversations")
 
 
 def test_the_panels_show_this_persons_data_only(

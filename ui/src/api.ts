@@ -41,6 +41,8 @@ export interface ConversationSummary {
   conversationId: string;
   lastTimestamp: string;
   preview: string;
+  /** The person's first question, on one line; empty while they have asked nothing. */
+  title?: string;
 }
 
 export interface TranscriptMessage {

@@ -1,6 +1,7 @@
 // A conversation: its transcript (paged from /conversation as the reader scrolls), the composer,
 // and the turns it runs. A turn is a POST /turn read as a stream; Stop aborts the fetch, which
-// closes the connection, which cancels the model (the contract's rule).
+// closes the connection, which cancels the model (the contract's rule). A message written while
+// an answer streams waits in a queue, shown and cancellable, and is sent when the turn ends.
 
 import {
   type Api,
@@ -26,6 +27,9 @@ export class Conversation {
   private readonly history = h("div", { class: "history" });
   private readonly sentinel = h("div", { class: "sentinel", attrs: { "aria-hidden": "true" } });
   private readonly live = h("div", { class: "live" });
+  private readonly queue = h("div", { class: "queue" });
+  private readonly waiting: { text: string; element: HTMLElement }[] = [];
+  private disposed = false;
   private readonly log: HTMLElement;
   private readonly input: HTMLTextAreaElement;
   private readonly sendButton: HTMLButtonElement;
@@ -48,6 +52,7 @@ export class Conversation {
       this.history,
       this.sentinel,
       this.live,
+      this.queue,
     );
     this.input = h("textarea", {
       attrs: {
@@ -107,6 +112,8 @@ export class Conversation {
   }
 
   dispose(): void {
+    this.disposed = true;
+    this.waiting.length = 0;
     this.observer?.disconnect();
     this.controller?.abort();
   }
@@ -135,9 +142,42 @@ export class Conversation {
 
   private submit(): void {
     const text = this.input.value.trim();
-    if (!text || this.controller) return;
+    if (!text) return;
     this.input.value = "";
-    void this.run({ text, conversationId: this.id }, text);
+    if (this.controller) this.enqueue(text);
+    else void this.run({ text, conversationId: this.id }, text);
+  }
+
+  /** Holds a message written while an answer streams until the turn ends. */
+  private enqueue(text: string): void {
+    const element = h(
+      "article",
+      { class: "message user queued", attrs: { "aria-label": S.queuedMessage } },
+      h("div", { class: "body" }, text),
+    );
+    const item = { text, element };
+    const cancel = button(S.cancel, () => {
+      const at = this.waiting.indexOf(item);
+      if (at >= 0) this.waiting.splice(at, 1);
+      element.remove();
+      if (!this.input.value.trim()) this.input.value = text;
+      this.host.announce(S.queuedCancelled);
+      this.input.focus();
+    });
+    element.append(h("div", { class: "queued-note" }, h("span", {}, S.queuedNote), cancel));
+    this.waiting.push(item);
+    this.queue.append(element);
+    this.host.announce(S.queuedNote);
+    this.scrollToEnd();
+  }
+
+  /** Sends the oldest queued message, once the turn before it has ended. */
+  private sendQueued(): void {
+    if (this.disposed || this.controller) return;
+    const next = this.waiting.shift();
+    if (!next) return;
+    next.element.remove();
+    void this.run({ text: next.text, conversationId: this.id }, next.text);
   }
 
   stop(): void {
@@ -195,6 +235,7 @@ export class Conversation {
       this.busy(false);
       if (body.opening && answer.isEmpty()) answer.element.remove();
       this.host.changed();
+      this.sendQueued();
     }
   }
 
@@ -274,7 +315,7 @@ export class Conversation {
   }
 
   private busy(running: boolean): void {
-    this.sendButton.hidden = running;
+    // Send stays: while an answer streams it queues the message.
     this.stopButton.hidden = !running;
     this.log.setAttribute("aria-busy", String(running));
     if (!running) this.input.focus();

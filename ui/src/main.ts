@@ -11,6 +11,7 @@ import {
 } from "./auth";
 import { Conversation } from "./conversation";
 import { button, h } from "./dom";
+import { plainText } from "./markdown";
 import { Panels } from "./panels";
 import { strings as S } from "./strings";
 
@@ -194,13 +195,20 @@ class App {
       const shown =
         current && !conversations.some((item) => item.conversationId === current)
           ? [
-              { conversationId: current, lastTimestamp: "", preview: S.newConversation },
+              {
+                conversationId: current,
+                lastTimestamp: "",
+                preview: "",
+                title: S.newConversation,
+              },
               ...conversations,
             ]
           : conversations;
       this.list.replaceChildren(
-        ...shown.map((item) =>
-          h(
+        ...shown.map((item) => {
+          // The first question, else the newest message as plain words (an answer is Markdown).
+          const title = item.title || plainText(item.preview) || item.conversationId;
+          return h(
             "li",
             {},
             h(
@@ -209,15 +217,16 @@ class App {
                 class: "conversation-link",
                 attrs: {
                   type: "button",
+                  title,
                   "data-id": item.conversationId,
                   "aria-current": String(item.conversationId === this.conversation?.id),
                 },
                 on: { click: () => void this.open(item.conversationId, false) },
               },
-              item.preview || item.conversationId,
+              h("span", { class: "conversation-title" }, title),
             ),
-          ),
-        ),
+          );
+        }),
       );
       return conversations;
     } catch (error) {

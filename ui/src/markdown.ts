@@ -4,6 +4,7 @@
 
 import DOMPurify from "dompurify";
 import { Marked, type Tokens } from "marked";
+import { h } from "./dom";
 
 const SAFE_LINK = /^(https?:|mailto:)/i;
 
@@ -43,9 +44,22 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
 /** The answer as a sanitized fragment, ready to append. */
 export function renderMarkdown(text: string): DocumentFragment {
   const html = marked.parse(text, { async: false });
-  return DOMPurify.sanitize(html, {
+  const fragment = DOMPurify.sanitize(html, {
     RETURN_DOM_FRAGMENT: true,
     FORBID_TAGS: ["img", "style", "form", "input", "iframe", "svg", "math"],
     FORBID_ATTR: ["style"],
   });
+  // A wide table scrolls sideways in a box of its own (reachable from the keyboard) rather
+  // than widening the answer.
+  for (const table of fragment.querySelectorAll("table")) {
+    const box = h("div", { class: "table-scroll", attrs: { tabindex: "0" } });
+    table.replaceWith(box);
+    box.append(table);
+  }
+  return fragment;
+}
+
+/** Markdown as the words it shows, on one line: for a label, never for an answer. */
+export function plainText(text: string): string {
+  return (renderMarkdown(text).textContent ?? "").replace(/\s+/g, " ").trim();
 }
