@@ -37,6 +37,8 @@ spaces:
     rate_limit: 2
   "slack:C4":
     admins: [static:alice, static:bob]
+  "slack:C5":
+    admins: [slack:UBOBADMIN]
 """
 
 
@@ -442,6 +444,20 @@ def test_a_mute_of_one_account_silences_every_account_linked_to_the_person(
     assert lifted.status_code == 200
     bridge.post(chat, bridge.message("C2", "UBOB2", "@Mercury back?"))
     bridge.wait_for_replies(replies_before + 1)
+
+
+def test_the_file_s_entry_for_one_account_makes_every_linked_account_of_hers_the_role(
+    chat: RunningServer, bridge: RecordingBridge
+) -> None:
+    """#34 follow-up: roles matched a file's entry only against the caller's own ids."""
+    mutes = chat.url + "/spaces/slack:C5/mutes"
+    assert httpx.get(mutes, headers=BOB, timeout=10).status_code == 404
+    link_account(chat, bridge, BOB, "UBOBADMIN")
+    # Bob over HTTP (static:bob) is the admin the file names by his Slack account.
+    listed = httpx.get(mutes, headers=BOB, timeout=10)
+    assert listed.status_code == 200, listed.text
+    spaces = httpx.get(chat.url + "/spaces", headers=BOB, timeout=10).json()["spaces"]
+    assert {s["spaceId"]: s["role"] for s in spaces}.get("slack:C5") == "admin"
 
 
 @pytest.mark.parametrize(
