@@ -46,6 +46,7 @@ from core.model import (
 from core.principal import Person, Principal
 from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
+from core.spaces.turn import memory_block
 from core.timezones import stamp
 from core.tools import ToolCallContext, ToolRegistry, headline
 from core.transcript import ShownMessage
@@ -541,6 +542,10 @@ class SessionManager:
             session = Session(key=key, person_key=area, conversation_id=conversation_id)
             if self.capture is not None:
                 primer = await self.capture.primer(area)
+                if primer and space is not None:
+                    # A space's memory is drawn from its people's words: data, escaped in
+                    # its element as every platform string is (#34 follow-up).
+                    primer = memory_block(primer)
                 if primer:
                     session.messages.append(ChatMessage(role="system", content=primer))
             if key in self._compacted:
