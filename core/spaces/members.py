@@ -212,11 +212,13 @@ class Spaces:
         muted) must not be waved through while the directory is down.
         """
         ref = parse_space_id(space_id)
+        names = {person_key, *identities}
         configured = self._config.get(space_id)
-        if configured is not None and await self._named(
-            configured.admins, person_key, {person_key, *identities}, strict=True
-        ):
-            return True
+        if configured is not None:
+            if await self._named(configured.admins, person_key, names, strict=True):
+                return True
+            if await self._named(configured.members, person_key, names, strict=False):
+                return False  # the file's word comes before the direct message's rule
         return ref.is_dm and await self._opened(space_id, person_key)
 
     async def _named(

@@ -255,3 +255,25 @@ async def test_an_entry_the_directory_can_t_place_counts_as_written_but_is_no_su
         await spaces.is_admin(GROUP, "people:alice", ["slack:UALICE"])
     directory.down = False  # a failure isn't kept: the next message asks again
     assert await spaces.role(GROUP, "people:alice", ["slack:UALICE"]) == "admin"
+
+
+async def test_is_admin_agrees_with_role_on_every_rule(db: Database, clock: ManualClock) -> None:
+    config = {**CONFIG, DM: SpaceConfig(members=("people:hal",))}
+    spaces = Spaces(db, config, clock=clock)
+    await spaces.join(DM, "people:hal")  # he opened the DM, but the file calls him a member
+    await spaces.join(GROUP, "people:erin")
+    cases = [
+        (GROUP, "people:alice", ()),
+        (GROUP, "people:dave", ("slack:U01ADMIN",)),
+        (GROUP, "people:bob", ("slack:U02BOB",)),
+        (GROUP, "people:erin", ()),
+        (DM, "people:hal", ()),
+        (OTHER, "people:nobody", ()),
+    ]
+    for space_id, key, identities in cases:
+        role = await spaces.role(space_id, key, identities)
+        assert await spaces.is_admin(space_id, key, identities) == (role == "admin"), key
+    clock.advance(timedelta(minutes=1))
+    gina = Spaces(db, {}, clock=clock)
+    await gina.join("slack:D0GINA", "people:gina")
+    assert await gina.is_admin("slack:D0GINA", "people:gina")
