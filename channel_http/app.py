@@ -353,7 +353,7 @@ async def open_services(
         clock=clock,
     )
     resume_slots = ResumeSlots(db, dict[str, str], clock=clock)
-    space_stores = await open_space_stores(db, settings, clock)
+    space_stores = await open_space_stores(db, settings, people, clock)
     # The schemas are migrated now, before the first request, whichever instance is first.
     await person_settings.ensure_schema()
     await linking.ensure_schema()
@@ -398,9 +398,7 @@ async def open_services(
             *builtin_plugins(vault=vault, person_settings=person_settings),
             files_plugin(files, chat_model.accepts_images),
             *memory_plugins,
-            *space_plugins(
-                space_stores.preferences, space_stores.mutes, space_stores.spaces, people
-            ),
+            *space_plugins(space_stores.preferences, space_stores.mutes, space_stores.spaces),
             *plugins,
         ),
         access=settings.access.plugins,

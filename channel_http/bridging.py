@@ -90,10 +90,12 @@ class Bridging:
                 log.exception("closing the %s bridge failed", bridge.platform)
 
 
-async def open_space_stores(db: Database, settings: Settings, clock: Clock) -> PipelineStores:
-    """The space stores, their schemas migrated."""
+async def open_space_stores(
+    db: Database, settings: Settings, people: People, clock: Clock
+) -> PipelineStores:
+    """The space stores, their schemas migrated; roles resolve the file's names by ``people``."""
     stores = PipelineStores(
-        spaces=Spaces(db, settings.spaces, clock=clock),
+        spaces=Spaces(db, settings.spaces, people=people, clock=clock),
         preferences=SpacePreferences(db, clock=clock),
         mutes=Mutes(db, clock=clock),
         ambient=Ambient(

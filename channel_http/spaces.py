@@ -229,8 +229,7 @@ async def mutes_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]
 
 
 def _targets(request: AnyRequest) -> MuteTargets:
-    services: Services = request.app.state.services
-    return MuteTargets(_stores(request).spaces, services.people)
+    return MuteTargets(_stores(request).spaces)
 
 
 def _mute_refusal(error: MuteError, person: str, space_id: str, tr: Translator) -> Exception:

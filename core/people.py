@@ -147,6 +147,17 @@ class People:
         return self._directory is not None
 
     @property
+    def ttl(self) -> timedelta:
+        """How long an answer is kept: a revoked role or a new directory entry takes this long."""
+        return self._ttl
+
+    @property
+    def generation(self) -> int:
+        """Moves on whenever the cached answers are forgotten (a link was made, here or on
+        another instance); whoever keeps answers of its own drops those of older ones."""
+        return self._generation
+
+    @property
     def cache_size(self) -> int:
         """How many answers the cache holds, expired ones not yet swept included."""
         return len(self._cache)

@@ -46,8 +46,9 @@ from core.model import (
 from core.principal import Person, Principal
 from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
+from core.spaces.turn import memory_block
 from core.timezones import stamp
-from core.tools import ToolCallContext, ToolRegistry, cap
+from core.tools import ToolCallContext, ToolRegistry, headline
 from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
 
@@ -500,7 +501,7 @@ class SessionManager:
             received_at=turn_input.received_at,
         )
         if conversation_id is not None:
-            await self._capture_after_turn(session, context, emit)
+            await self._capture_after_turn(session, context, emit, turn_input.text)
 
     @contextlib.asynccontextmanager
     async def _hold(self, key: str, conversation_id: str | None) -> AsyncIterator[HeldTurn | None]:
@@ -551,6 +552,10 @@ class SessionManager:
             session = Session(key=key, person_key=area, conversation_id=conversation_id)
             if self.capture is not None:
                 primer = await self.capture.primer(area)
+                if primer and space is not None:
+                    # A space's memory is drawn from its people's words: data, escaped in
+                    # its element as every platform string is (#34 follow-up).
+                    primer = memory_block(primer)
                 if primer:
                     session.messages.append(ChatMessage(role="system", content=primer))
             if key in self._compacted:
@@ -600,9 +605,12 @@ class SessionManager:
     # ------------------------------------------------------------------ memory
 
     async def _capture_after_turn(
-        self, session: Session, context: ToolCallContext, emit: _Emit
+        self, session: Session, context: ToolCallContext, emit: _Emit, words: str
     ) -> None:
         """Capture once enough new messages exist; the stream shows it as a nameless tool.
+
+        Its detail is the head of the person's ``words`` (the message of the turn that set
+        it off): one short line, never the answer, which the client has just rendered.
 
         The capture runs in a task of its own, so a client leaving after ``final`` doesn't
         cancel it; the turn waits for it (holding the session) while its client stays.
@@ -617,7 +625,7 @@ class SessionManager:
         await emit(
             events.Tool(
                 label=translator.gettext("Noting something important…"),
-                detail=cap(said[-1].content.rsplit("] ", 1)[-1]),
+                detail=headline(words),
                 tool_call_id=call_id,
             )
         )

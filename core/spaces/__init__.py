@@ -14,6 +14,7 @@ from core.spaces.ids import (
 )
 from core.spaces.members import PERMISSIONS, Permission, Space, Spaces, allows
 from core.spaces.mutes import MAX_MUTE, MIN_MUTE, Mute, MuteError, MuteFault, Mutes, parse_duration
+from core.spaces.names import Names
 from core.spaces.preferences import (
     MAX_PREFERENCES,
     MAX_VALUE_CHARS,
@@ -45,6 +46,7 @@ __all__ = [
     "MuteTarget",
     "MuteTargets",
     "Mutes",
+    "Names",
     "NotPermitted",
     "Permission",
     "Platform",

@@ -7,7 +7,8 @@ model and a route answers with 403 (#34: the tools used to check nothing).
 
 :class:`MuteTargets` turns the name a mute is given (``slack:U0123``, ``static:alice``,
 ``people:alice``) into the person behind it, linked accounts and the directory included,
-exactly as :class:`~core.people.People` identifies a sender. A mute is kept under that
+exactly as :class:`~core.people.People` identifies a sender and by the resolution the
+space's roles use (:class:`~core.spaces.names.Names`). A mute is kept under that
 person's key, which the pipeline checks on every message beside the sender's own id, so it
 catches every account of theirs; and an admin of the space can't be muted under any of
 their names (#34: an admin configured as ``static:alice`` was muted as her linked
@@ -25,18 +26,12 @@ Exceptions::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import msgspec
 
-from core.people import Admitted
-from core.principal import Principal
+from core.directory import DirectoryUnavailable
 from core.spaces.members import Permission, Spaces, allows
 from core.spaces.mutes import MuteError, checked_target
 from core.spaces.turn import Role
-
-if TYPE_CHECKING:
-    from core.people import People
 
 __all__ = ["MuteTarget", "MuteTargets", "NotPermitted", "require"]
 
@@ -75,50 +70,45 @@ class MuteTarget(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class MuteTargets:
-    """Resolves the names mutes are given, and refuses admins under any of their names."""
+    """Resolves the names mutes are given, and refuses admins under any of their names.
 
-    def __init__(self, spaces: Spaces, people: People) -> None:
+    The resolution is the space's own (:attr:`Spaces.names`), the one its roles use, so a
+    mute and a role never disagree about who a name is.
+    """
+
+    def __init__(self, spaces: Spaces) -> None:
         self._spaces = spaces
-        self._people = people
 
     async def resolve(self, given: str) -> MuteTarget:
         """The person ``given`` names; :class:`MuteError` for a malformed name, or when the
         directory can't be asked (``unchecked``)."""
         checked_target(given)
-        return MuteTarget(given=given, key=await self._key(given))
+        key = await self._spaces.names.person(given)
+        if key is None:
+            raise _unchecked(given)
+        return MuteTarget(given=given, key=key)
 
     async def mutable(self, space_id: str, given: str) -> MuteTarget:
         """:meth:`resolve`, refusing (``admin``) an admin of the space under any name.
 
-        An admin is one by the space's role rule for the person's key and the name given, or
-        because one of the file's admin entries of the space is the same person.
+        An admin is one by the space's role rule (:meth:`Spaces.is_admin`), for the person's
+        key and the name given: an admin entry of the file naming another account of the
+        same person counts (the file lists static:alice, the mute names her linked
+        slack:UALICE).
         """
         target = await self.resolve(given)
-        if await self._is_admin(space_id, target):
+        try:
+            admin = await self._spaces.is_admin(space_id, target.key, target.names)
+        except DirectoryUnavailable:
+            raise _unchecked(given) from None
+        if admin:
             raise MuteError("admin", f"{given} is an admin of this space; an admin can't be muted.")
         return target
 
-    async def _is_admin(self, space_id: str, target: MuteTarget) -> bool:
-        if await self._spaces.role(space_id, target.key, target.names) == "admin":
-            return True
-        for entry in self._spaces.configured_admins(space_id):
-            # An entry may name another account of the same person (the file lists
-            # static:alice, the mute names her linked slack:UALICE): compare people.
-            if entry == target.key or await self._key(entry) == target.key:
-                return True
-        return False
 
-    async def _key(self, name: str) -> str:
-        provider, _, account = name.partition(":")
-        if not provider or not account or provider == "none":
-            return name  # not an account's user key: a person key or a bare name
-        identified = await self._people.identify(Principal(id=account, provider=provider))
-        if isinstance(identified, Admitted):
-            return identified.person.key
-        if identified.reason == "unavailable":
-            raise MuteError(
-                "unchecked",
-                f"Who {name} is can't be checked right now (the directory doesn't answer); "
-                "try again in a few minutes.",
-            )
-        return name  # someone the instance doesn't talk to: known by this name alone
+def _unchecked(name: str) -> MuteError:
+    return MuteError(
+        "unchecked",
+        f"Who {name} is can't be checked right now (the directory doesn't answer); "
+        "try again in a few minutes.",
+    )

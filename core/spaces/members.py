@@ -6,7 +6,9 @@ in a space comes, in this order, from:
 
 1. the file's ``spaces:`` section (:class:`~core.spaces.config.SpaceConfig`): ``admins``,
    then ``members``, whose entries are person keys (``people:alice``) or identities
-   (``slack:U0123ABC``), matched against either;
+   (``slack:U0123ABC``), matched against the person's key and ids, and against the person
+   each entry belongs to (:class:`~core.spaces.names.Names`: linked accounts and the
+   directory), so any of a person's accounts holds the role the file gives another;
 2. in a direct message, the person who opened it, its admin;
 3. having spoken in the space: a member.
 
@@ -14,7 +16,10 @@ Anyone else has no role there (``None``). What a role allows is :data:`PERMISSIO
 
 Exceptions::
 
-    InvalidSpaceId (ValueError)   the space id is malformed (from core.spaces.ids)
+    InvalidSpaceId (ValueError)         the space id is malformed (from core.spaces.ids)
+    DirectoryUnavailable (Exception)    (from core.directory, :meth:`Spaces.is_admin` only)
+                                        whether an entry of the file is the person can't be
+                                        checked right now
 """
 
 from __future__ import annotations
@@ -23,16 +28,21 @@ import builtins
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
+from core.directory import DirectoryUnavailable
 from core.spaces.config import SpaceConfig
 from core.spaces.ids import Platform, SpaceRef, parse_space_id
+from core.spaces.names import Names
 from core.spaces.turn import Role
 from core.state import Database, Migration, Row, Schema
+
+if TYPE_CHECKING:
+    from core.people import People
 
 __all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
 
@@ -100,19 +110,25 @@ def _space(row: Row) -> Space:
 
 
 class Spaces:
-    """The spaces and their members, in the state store, with the file's word on roles."""
+    """The spaces and their members, in the state store, with the file's word on roles.
+
+    ``people`` says whose the file's entries are (without it, each entry is only itself);
+    :attr:`names` is that resolution, which mutes share.
+    """
 
     def __init__(
         self,
         db: Database,
         config: Mapping[str, SpaceConfig],
         *,
+        people: People | None = None,
         clock: Clock = system_clock,
     ) -> None:
         self._db = db
         self._config = config
         self._clock = clock
         self._ready = False
+        self.names: Final = Names(people, clock=clock)
 
     async def ensure_schema(self) -> None:
         """Create the tables if needed; done lazily by every call, idempotent."""
@@ -165,46 +181,87 @@ class Spaces:
         )
         return row is not None
 
-    def configured_admins(self, space_id: str) -> tuple[str, ...]:
-        """The admins the file names for the space, as written (person keys or identities)."""
-        configured = self._config.get(space_id)
-        return () if configured is None else tuple(configured.admins)
-
     async def role(
         self, space_id: str, person_key: str, identities: Iterable[str] = ()
     ) -> Role | None:
         """``person_key``'s role in the space (known also by ``identities``); ``None``: none.
 
-        The file decides first (admins, then members); then a direct message's first person
-        is its admin; then whoever took part is a member.
+        The file decides first (admins, then members), an entry naming any account of the
+        person; then a direct message's first person is its admin; then whoever took part
+        is a member. An entry the directory can't place right now counts only as written.
         """
         ref = parse_space_id(space_id)
         names = {person_key, *identities}
         configured = self._config.get(space_id)
         if configured is not None:
-            if names.intersection(configured.admins):
+            if await self._named(configured.admins, person_key, names, strict=False):
                 return "admin"
-            if names.intersection(configured.members):
+            if await self._named(configured.members, person_key, names, strict=False):
                 return "member"
-        if ref.is_dm:
-            await self.ensure_schema()
-            # A direct message has one person besides the bot (a group DM is a group): the
-            # first to speak is its admin; ties go by key, the same on every instance.
-            first = await self._db.fetch_one(
-                "SELECT person_key FROM space_members WHERE space_id = ? "
-                "ORDER BY joined_at, person_key LIMIT 1",
-                (space_id,),
-            )
-            if first is not None and first[0] == person_key:
-                return "admin"
+        if ref.is_dm and await self._opened(space_id, person_key):
+            return "admin"
         if await self._joined(space_id, person_key):
             return "member"
         return None
 
+    async def is_admin(
+        self, space_id: str, person_key: str, identities: Iterable[str] = ()
+    ) -> bool:
+        """Whether :meth:`role` makes ``person_key`` an admin of the space, surely.
+
+        Where :meth:`role` reads an admin entry the directory can't place as written, this
+        raises :class:`DirectoryUnavailable`: a refusal that rests on it (an admin can't be
+        muted) must not be waved through while the directory is down.
+        """
+        ref = parse_space_id(space_id)
+        names = {person_key, *identities}
+        configured = self._config.get(space_id)
+        if configured is not None:
+            if await self._named(configured.admins, person_key, names, strict=True):
+                return True
+            if await self._named(configured.members, person_key, names, strict=False):
+                return False  # the file's word comes before the direct message's rule
+        return ref.is_dm and await self._opened(space_id, person_key)
+
+    async def _named(
+        self, entries: Iterable[str], person_key: str, names: set[str], *, strict: bool
+    ) -> bool:
+        """Whether one of the file's ``entries`` names the person: as written, or an
+        account of theirs."""
+        entries = tuple(entries)
+        if names.intersection(entries):
+            return True  # the common case costs no lookup
+        unplaced: str | None = None
+        for entry in entries:
+            owner = await self.names.person(entry)
+            if owner == person_key:
+                return True
+            if owner is None:
+                unplaced = entry
+        if strict and unplaced is not None:
+            raise DirectoryUnavailable(
+                f"Whose account {unplaced} is can't be checked right now (the directory "
+                "doesn't answer)."
+            )
+        return False
+
+    async def _opened(self, space_id: str, person_key: str) -> bool:
+        """Whether ``person_key`` opened the direct message ``space_id`` (spoke first)."""
+        await self.ensure_schema()
+        # A direct message has one person besides the bot (a group DM is a group): the
+        # first to speak is its admin; ties go by key, the same on every instance.
+        first = await self._db.fetch_one(
+            "SELECT person_key FROM space_members WHERE space_id = ? "
+            "ORDER BY joined_at, person_key LIMIT 1",
+            (space_id,),
+        )
+        return first is not None and first[0] == person_key
+
     async def spaces_of(
         self, person_key: str, identities: Iterable[str] = ()
     ) -> builtins.list[Space]:
-        """The spaces ``person_key`` took part in or the file names them in, by id.
+        """The spaces ``person_key`` took part in or the file names them in (under any
+        account of theirs), by id.
 
         A space the file names that never spoke to the assistant is made now, as
         :meth:`open` would.
@@ -218,8 +275,8 @@ class Spaces:
         )
         found = {space.id: space for space in map(_space, rows)}
         for space_id, configured in self._config.items():
-            if space_id not in found and names.intersection(
-                (*configured.admins, *configured.members)
+            if space_id not in found and await self._named(
+                (*configured.admins, *configured.members), person_key, names, strict=False
             ):
                 found[space_id] = await self.open(parse_space_id(space_id))
         return [found[space_id] for space_id in sorted(found)]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
 
@@ -34,9 +34,6 @@ from core.spaces.preferences import MAX_VALUE_CHARS, PreferenceError, SpacePrefe
 from core.spaces.turn import SpaceTurn
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
-
-if TYPE_CHECKING:
-    from core.people import People
 
 __all__ = [
     "CONFIRM_WINDOW",
@@ -250,13 +247,11 @@ class _Reminders:
             del self._until[key]
 
 
-def moderation_plugin(
-    mutes: Mutes, spaces: Spaces, people: People, *, clock: Clock = system_clock
-) -> Plugin:
+def moderation_plugin(mutes: Mutes, spaces: Spaces, *, clock: Clock = system_clock) -> Plugin:
     """``mute`` (two calls), ``unmute`` and ``mutes_list`` over ``mutes``; each needs the
     ``mute`` permission of the person whose turn it is, as the routes do."""
     reminders = _Reminders(clock)
-    targets = MuteTargets(spaces, people)
+    targets = MuteTargets(spaces)
 
     async def mute(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
         space = _space(context, "mute")
@@ -365,9 +360,8 @@ def space_plugins(
     prefs: SpacePreferences,
     mutes: Mutes,
     spaces: Spaces,
-    people: People,
     *,
     clock: Clock = system_clock,
 ) -> tuple[Plugin, ...]:
     """The plugins of shared spaces: ``prefs`` and ``moderation``."""
-    return (prefs_plugin(prefs), moderation_plugin(mutes, spaces, people, clock=clock))
+    return (prefs_plugin(prefs), moderation_plugin(mutes, spaces, clock=clock))

@@ -164,7 +164,7 @@ def test_a_tool_after_final_shows_below_the_answer_printed_once(
         "",
         " • one",
         " • two",
-        "✓ Noting something important… Room **B12** is *free*. - one - two",
+        "✓ Noting something important… is B12 free?",
     ]
 
 

@@ -269,6 +269,32 @@ async def test_capture_after_enough_messages_shows_a_nameless_tool_and_stores_me
     assert "Lisbon" not in json.dumps(ollama.requests[-1]["messages"])
 
 
+async def test_the_capture_line_shows_the_head_of_the_person_s_message_never_the_answer(
+    make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
+) -> None:
+    """#36 follow-up: the detail was the whole answer, its raw Markdown shown after final."""
+    server = make_server({"memory": store_factory()}, SESSION_CAPTURE_MESSAGE_THRESHOLD="2")
+    answer = "**Lisbon** in May:\n\n- flights\n- a hotel] by the sea"
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        return (
+            summary_responder(request)
+            if request.get("stream") is False
+            else (ChatScript(content=[answer]))
+        )
+
+    ollama.responder = respond
+    said = "Plan [a trip] to Lisbon in May, " + "with flights and a hotel by the sea " * 3
+    got = await post_turn(
+        server, {"text": f"{said}\nand a day in Sintra", "conversationId": "c1"}, ALICE
+    )
+    assert got.names()[-3:] == ["final", "tool", "tool_finish"]
+    detail = got.of("tool")[0]["detail"]
+    assert detail == said[:79].rstrip() + "…" and len(detail) <= 80
+    short = await post_turn(server, {"text": "  ok, book it  ", "conversationId": "c1"}, ALICE)
+    assert short.of("tool")[0]["detail"] == "ok, book it"
+
+
 async def test_after_a_restart_the_first_turn_gets_its_primer_before_memory_is_ensured(
     make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
 ) -> None:

@@ -51,16 +51,17 @@ class _DownDirectory:
 async def test_a_target_the_directory_can_t_place_is_refused_not_guessed(
     db: Database, clock: ManualClock
 ) -> None:
-    spaces = Spaces(db, {GROUP: SpaceConfig(admins=("static:alice",))}, clock=clock)
-    targets = MuteTargets(spaces, People(_DownDirectory(), access_unknown="allow", clock=clock))
+    people = People(_DownDirectory(), access_unknown="allow", clock=clock)
+    spaces = Spaces(db, {GROUP: SpaceConfig(admins=("static:alice",))}, people=people, clock=clock)
+    targets = MuteTargets(spaces)
     with pytest.raises(MuteError) as refused:
         await targets.mutable(GROUP, "slack:UALICE")
     assert refused.value.fault == "unchecked"
 
 
 async def test_a_name_that_is_no_account_is_its_own_key(db: Database, clock: ManualClock) -> None:
-    spaces = Spaces(db, {}, clock=clock)
-    targets = MuteTargets(spaces, People(None, access_unknown="allow", clock=clock))
+    people = People(None, access_unknown="allow", clock=clock)
+    targets = MuteTargets(Spaces(db, {}, people=people, clock=clock))
     for name in ("people:alice", "slack:U0SPAM", "bare", "none:x"):
         target = await targets.mutable(GROUP, name)
         assert (target.key, target.names) == (name, (name,))

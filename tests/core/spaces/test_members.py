@@ -5,6 +5,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from core.clock import ManualClock
+from core.directory import DirectoryPerson, DirectoryUnavailable
+from core.directory_static import StaticDirectory
+from core.i18n import Catalogs
+from core.linking import Linking
+from core.people import People
+from core.principal import Person, Principal
 from core.spaces import (
     PERMISSIONS,
     InvalidSpaceId,
@@ -175,3 +181,111 @@ async def test_a_malformed_space_id_is_refused(spaces: Spaces) -> None:
         await spaces.join("slack:lower", "people:alice")
     with pytest.raises(InvalidSpaceId):
         await spaces.role("nowhere", "people:alice")
+
+
+ALICE = DirectoryPerson(id="alice", identities=("static:alice", "slack:UALICE"))
+
+
+class _CountingDirectory:
+    """The static directory of Alice, counting how often it is asked; down when told."""
+
+    name = "people"
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.down = False
+        self._found = StaticDirectory({name: ALICE for name in ALICE.identities})
+
+    async def resolve(self, user_key: str) -> DirectoryPerson | None:
+        self.asked += 1
+        if self.down:
+            raise DirectoryUnavailable("The directory is down.")
+        return await self._found.resolve(user_key)
+
+
+async def test_an_entry_of_the_file_gives_its_role_to_every_account_the_directory_gives_her(
+    db: Database, clock: ManualClock
+) -> None:
+    people = People(_CountingDirectory(), access_unknown="allow", clock=clock)
+    config = {
+        GROUP: SpaceConfig(admins=("static:alice",)),
+        OTHER: SpaceConfig(members=("static:alice",)),
+    }
+    spaces = Spaces(db, config, people=people, clock=clock)
+    # Alice speaks on Slack: the pipeline passes her person key and the ids she spoke by.
+    assert await spaces.role(GROUP, "people:alice", ["slack:UALICE"]) == "admin"
+    assert await spaces.role(OTHER, "people:alice", ["slack:UALICE"]) == "member"
+    assert await spaces.is_admin(GROUP, "people:alice", ["slack:UALICE"])
+    assert [s.id for s in await spaces.spaces_of("people:alice", ["slack:UALICE"])] == [
+        GROUP,
+        OTHER,
+    ]
+    assert await spaces.role(GROUP, "people:bob", ["slack:U02BOB"]) is None
+
+
+async def test_an_entry_of_the_file_gives_its_role_to_the_account_it_is_linked_to(
+    db: Database, clock: ManualClock
+) -> None:
+    people = People(None, access_unknown="allow", clock=clock)
+    linking = Linking(db, people, clock=clock)
+    spaces = Spaces(db, {GROUP: SpaceConfig(admins=("slack:UALICE",))}, people=people, clock=clock)
+    assert await spaces.role(GROUP, "static:alice", ["static:alice"]) is None
+    code = await linking.start(Principal(id="alice", provider="static"), Person(key="static:alice"))
+    translator = Catalogs.load().translator("en")
+    for _ in range(2):
+        await linking.redeem(Principal(id="UALICE", provider="slack"), code.code, translator)
+    # Over HTTP she is static:alice; the file names her Slack account, now linked to it.
+    assert await spaces.role(GROUP, "static:alice", ["static:alice"]) == "admin"
+
+
+async def test_a_role_asks_the_directory_once_per_entry_and_time_to_live_not_per_message(
+    db: Database, clock: ManualClock
+) -> None:
+    directory = _CountingDirectory()
+    people = People(directory, access_unknown="allow", clock=clock)
+    config = {GROUP: SpaceConfig(admins=("static:alice",), members=("slack:U02BOB",))}
+    spaces = Spaces(db, config, people=people, clock=clock)
+    await spaces.join(GROUP, "people:carol")
+    for _ in range(50):
+        assert await spaces.role(GROUP, "people:carol", ["slack:UCAROL"]) == "member"
+    assert directory.asked == 2  # each entry once
+    clock.advance(people.ttl)
+    assert await spaces.role(GROUP, "people:carol", ["slack:UCAROL"]) == "member"
+    assert directory.asked == 4  # asked again once their time is up
+
+
+async def test_an_entry_the_directory_can_t_place_counts_as_written_but_is_no_sure_no(
+    db: Database, clock: ManualClock
+) -> None:
+    directory = _CountingDirectory()
+    directory.down = True
+    people = People(directory, access_unknown="allow", clock=clock)
+    spaces = Spaces(db, {GROUP: SpaceConfig(admins=("static:alice",))}, people=people, clock=clock)
+    assert await spaces.role(GROUP, "static:alice") == "admin"
+    assert await spaces.role(GROUP, "people:alice", ["slack:UALICE"]) is None
+    with pytest.raises(DirectoryUnavailable):
+        await spaces.is_admin(GROUP, "people:alice", ["slack:UALICE"])
+    directory.down = False  # a failure isn't kept: the next message asks again
+    assert await spaces.role(GROUP, "people:alice", ["slack:UALICE"]) == "admin"
+
+
+async def test_is_admin_agrees_with_role_on_every_rule(db: Database, clock: ManualClock) -> None:
+    config = {**CONFIG, DM: SpaceConfig(members=("people:hal",))}
+    spaces = Spaces(db, config, clock=clock)
+    await spaces.join(DM, "people:hal")  # he opened the DM, but the file calls him a member
+    await spaces.join(GROUP, "people:erin")
+    cases = [
+        (GROUP, "people:alice", ()),
+        (GROUP, "people:dave", ("slack:U01ADMIN",)),
+        (GROUP, "people:bob", ("slack:U02BOB",)),
+        (GROUP, "people:erin", ()),
+        (DM, "people:hal", ()),
+        (OTHER, "people:nobody", ()),
+    ]
+    for space_id, key, identities in cases:
+        role = await spaces.role(space_id, key, identities)
+        assert await spaces.is_admin(space_id, key, identities) == (role == "admin"), key
+    clock.advance(timedelta(minutes=1))
+    gina = Spaces(db, {}, clock=clock)
+    await gina.join("slack:D0GINA", "people:gina")
+    assert await gina.is_admin("slack:D0GINA", "people:gina")

@@ -50,14 +50,14 @@ def make_stores(
 ) -> Stores:
     prefs = SpacePreferences(db, clock=clock)
     mutes = Mutes(db, clock=clock)
-    spaces = Spaces(db, {GROUP: SpaceConfig(admins=admins)}, clock=clock)
     people = People(directory, access_unknown="allow", clock=clock)
+    spaces = Spaces(db, {GROUP: SpaceConfig(admins=admins)}, people=people, clock=clock)
     return Stores(
         prefs=prefs,
         mutes=mutes,
         spaces=spaces,
         linking=Linking(db, people, clock=clock),
-        plugins=space_plugins(prefs, mutes, spaces, people, clock=clock),
+        plugins=space_plugins(prefs, mutes, spaces, clock=clock),
     )
 
 
