@@ -27,8 +27,8 @@ from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, Preference
 from core.spaces.tools import MUTE_POLICY
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
     from channel_http.middleware import Caller
+    from channel_http.services import Services
     from core.i18n import Translator
     from core.spaces.mutes import Mute
     from core.spaces.preferences import Preference

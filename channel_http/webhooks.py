@@ -26,7 +26,7 @@ from channel_http.errors import (
 from core.i18n import negotiate
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
+    from channel_http.services import Services
     from core.i18n import Translator
 
 log = logging.getLogger("mercury.bridges")
