@@ -7,9 +7,16 @@ cycle it finds (style.md §25: a type two modules share lives in a third).
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 import grimp
 
-PACKAGES = ("channel_http", "core", "auth_providers", "bridges", "bench")
+ROOT = Path(__file__).resolve().parents[1]
+#: The packages import-linter reads, so a package added there is checked here too.
+PACKAGES = tuple(
+    tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+)
 
 
 def strongly_connected(graph: grimp.ImportGraph) -> list[list[str]]:
