@@ -7,12 +7,10 @@ event loop (the state store, the vault, the memory store) into :class:`Services`
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -21,17 +19,16 @@ from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
 from bridges.build import build_bridges
-from bridges.pipeline import PipelineStores
 from bridges.port import PlatformBridge
 from channel_http import chat, routes
 from channel_http.access_log import RequestLog
-from channel_http.bridging import Bridging, open_space_stores, start_bridging
+from channel_http.bridging import open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
+from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.probes import (
-    MetricsServer,
     fetch_hint,
     livez,
     metrics_route,
@@ -41,6 +38,7 @@ from channel_http.probes import (
 )
 from channel_http.probes import model_names as probe_model_names
 from channel_http.requests import MAX_BODY
+from channel_http.services import Services
 from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
@@ -106,49 +104,6 @@ class HttpChannel:
 
     name: str = "http"
     api_version: int = CHANNEL_API_VERSION
-
-
-@dataclass
-class Services:
-    """Everything a handler reaches, opened once at start-up."""
-
-    settings: Settings
-    auth: AuthChain
-    catalogs: Catalogs
-    db: Database
-    people: People
-    person_settings: PersonSettings
-    manager: SessionManager
-    linking: Linking
-    vault: Vault
-    files: PersonFiles
-    openapi: bytes
-    collection_names: CollectionNames
-    embedder: Embedder | None = None
-    logins: Logins | None = None
-    turn_logs: TurnLogs | None = None
-    metrics: Metrics | None = None
-    #: What people saw of their conversations, when instances share the state store:
-    #: ``/conversation`` and ``/conversations`` read it instead of the memory archive.
-    transcript: Transcript | None = None
-    #: The models the settings name (chat, then embedding), when the settings built the
-    #: model client; empty for a client given from outside.
-    model_names: tuple[str, ...] = ()
-    metrics_server: MetricsServer | None = None
-    #: The stores of shared spaces (members, preferences, mutes, ambient talk).
-    space_stores: PipelineStores | None = None
-    #: The chat bridges and their pipeline, once the lifespan has started them.
-    bridging: Bridging | None = None
-    started: float = field(default_factory=time.monotonic)
-
-    async def memory_reachable(self) -> bool:
-        memory = self.manager.memory
-        if memory is None:
-            return False
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(1.0):
-                return await memory.reachable()
-        return False
 
 
 def build_auth(settings: Settings) -> AuthChain:

@@ -51,8 +51,8 @@ from core.sessions import Turn, TurnInput
 from core.timezones import choose_zone
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
     from channel_http.middleware import Caller
+    from channel_http.services import Services
     from core.i18n import Translator
     from core.principal import Person
 

@@ -26,7 +26,7 @@ from core.i18n import negotiate
 from core.logins import Logins
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
+    from channel_http.services import Services
     from core.i18n import Translator
 
 __all__ = ["CALLBACK_PATH", "callback_path", "login_callback", "login_router", "redirect_uri"]

@@ -4,7 +4,7 @@
 the memory store and the model host, each within its bound, and turns 503 the moment the
 shutdown begins, so a balancer stops sending turns while open streams drain. Both are
 public and cheap. ``GET /metrics`` is the Prometheus text format: behind the bearer token on
-the surface, or on a port of its own without auth (:func:`start_metrics_server`).
+the surface, or on a port of its own without auth (:mod:`channel_http.metrics_server`).
 """
 
 from __future__ import annotations
@@ -12,21 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from litestar import Request, Response, get
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
-from prometheus_client import start_http_server as _start_http_server
 
 from channel_http.errors import Unavailable
 from core import messages
 from core.model import ollama, openai
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
-    from channel_http.app import Services
+    from channel_http.services import Services
     from core.config import Settings
     from core.metrics import Metrics
 
@@ -167,18 +163,3 @@ def metrics_route(request: Request[Any, Any, Any]) -> Response[bytes]:
     assert services.metrics is not None  # noqa: S101 - the route exists only with metrics
     # Litestar appends "; charset=utf-8"; 0.0.4 is the format every scraper reads.
     return Response(exposition(services.metrics), media_type="text/plain; version=0.0.4")
-
-
-class MetricsServer:
-    """``GET /metrics`` on a port of its own, in the client library's own server thread."""
-
-    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
-        server, thread = _start_http_server(port, addr=host, registry=metrics.registry)
-        self._server: WSGIServer = server
-        self._thread: threading.Thread = thread
-        self.port: int = server.server_address[1]
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)

@@ -36,7 +36,7 @@ from core.version import PLUGIN_API_VERSION, core_version
 from core.wiki import InvalidPattern, WikiError
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
+    from channel_http.services import Services
 
 AnyRequest = Request[Any, Any, Any]
 log = logging.getLogger("mercury.http")

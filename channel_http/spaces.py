@@ -31,8 +31,8 @@ from core.spaces.mutes import MAX_REASON_CHARS, MuteError, checked_reason, parse
 from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, PreferenceError
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
     from channel_http.middleware import Caller
+    from channel_http.services import Services
     from core.i18n import Translator
     from core.spaces.mutes import Mute
     from core.spaces.preferences import Preference

@@ -32,7 +32,7 @@ from core.i18n import negotiate
 from core.messages import DELIVERY_REPEATED, DELIVERY_UNCHECKED
 
 if TYPE_CHECKING:
-    from channel_http.app import Services
+    from channel_http.services import Services
     from core.i18n import Translator
 
 log = logging.getLogger("mercury.bridges")
