@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
     from channel_http.paths import RouteTemplates
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
 
 log = logging.getLogger("mercury.http.requests")
 

@@ -61,8 +61,8 @@ from core.memory.capture import Capture
 from core.memory.edge import EdgeStore
 from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
 from core.memory_tools import memory_plugin
-from core.metrics import Metrics, measured
 from core.model import OllamaModel, OpenAIModel
+from core.observe.metrics import Metrics, measured
 from core.people import People
 from core.person_settings import PersonSettings
 from core.rate_limits import rate_limiter

@@ -15,7 +15,7 @@ from typing import Any, Final, TextIO
 
 import msgspec
 
-from core.telemetry import trace_id
+from core.observe.telemetry import trace_id
 
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

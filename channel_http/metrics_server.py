@@ -10,7 +10,7 @@ from prometheus_client import start_http_server as _start_http_server
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
 
 
 class MetricsServer:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from channel_http.paths import RouteTemplates
     from core.i18n import Translator
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
     from core.person_settings import SavedSettings
     from core.principal import Person, Principal
 

@@ -27,7 +27,7 @@ from core.sessions import Turn
 from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
 
 if TYPE_CHECKING:
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
 
 _EVENT_ID: Final = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,9})")
 

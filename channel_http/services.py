@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from core.logins import Logins
     from core.memory import CollectionNames
     from core.memory.embedder import Embedder
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
     from core.people import People
     from core.person_settings import PersonSettings
     from core.sessions import SessionManager

@@ -25,7 +25,7 @@ from core.events import Event, TurnStarted
 from core.sessions import Turn
 
 if TYPE_CHECKING:
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
     from core.turn_events import TurnEvents
 
 HEARTBEAT: Final = b": ping\n\n"

@@ -27,7 +27,7 @@ from core.display_tools import PRESENT
 from core.displays import Displays, display_chunks, tool_message, with_displays
 from core.history import Session, interrupted_answer, shown_time
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
-from core.telemetry import span
+from core.observe.telemetry import span
 from core.tools import (
     LoginRequired,
     Tool,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from core.confirmations import ConfirmationStore
     from core.conversation_order import HeldTurn
     from core.memory.archive import ArchiveWriter
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
     from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")

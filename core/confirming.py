@@ -16,7 +16,7 @@ from core.tools import LoginRequired, ToolCallContext, ToolError, ToolRegistry, 
 
 if TYPE_CHECKING:
     from core.confirmations import ConfirmationStore
-    from core.metrics import Metrics
+    from core.observe.metrics import Metrics
     from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")

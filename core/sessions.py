@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from core.memory import MemoryStore
     from core.memory.archive import ArchiveWriter
     from core.memory.capture import Capture
-    from core.metrics import Metrics, TurnOutcome
+    from core.observe.metrics import Metrics, TurnOutcome
     from core.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn

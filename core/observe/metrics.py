@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from core.telemetry import span
+from core.observe.telemetry import span
 
 __all__ = [
     "TURN_OUTCOMES",
