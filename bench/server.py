@@ -43,7 +43,7 @@ from channel_http import access_log, collector, sse, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
-from core.config import load_settings
+from core.config.settings import load_settings
 from core.events import Text
 from core.model import ChatChunk, OllamaModel
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from bridges.port import PlatformBridge
-    from core.config import Settings
+    from core.config.settings import Settings
 
 __all__ = ["build_bridges"]
 

@@ -49,7 +49,7 @@ from bridges.port import (
     Received,
     ThreadInfo,
 )
-from core.config import ConfigurationError, DiscordSettings
+from core.config.settings import ConfigurationError, DiscordSettings
 from core.spaces import parse_space_id
 
 with warnings.catch_warnings():

@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
     from bridges.deliveries import Deliveries
     from core.clock import Clock
-    from core.config import Settings
+    from core.config.settings import Settings
     from core.files import PersonFiles
     from core.i18n import Catalogs, Translator
     from core.people import People

@@ -22,7 +22,7 @@ goes as several messages cut at line or word boundaries; files follow the text t
 Slack has no typing indicator for Events API bots, so :meth:`SlackBridge.start_typing` does
 nothing. Nothing here logs or repeats the bot token or the signing secret.
 
-Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.config`'s)::
+Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.config.settings`'s)::
 
     BridgeError                  Slack refused a call; the message carries Slack's error code
     └── PlatformUnavailable      Slack could not be reached, answered 5xx or rate-limited us
@@ -64,7 +64,7 @@ from bridges.port import (
     WebhookOutcome,
 )
 from core.clock import Clock, system_clock
-from core.config import ConfigurationError, SlackSettings
+from core.config.settings import ConfigurationError, SlackSettings
 from core.spaces.ids import InvalidSpaceId, parse_space_id
 
 __all__ = ["MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]

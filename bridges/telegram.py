@@ -66,7 +66,7 @@ from bridges.port import (
     ThreadInfo,
     WebhookOutcome,
 )
-from core.config import ConfigurationError, TelegramSettings
+from core.config.settings import ConfigurationError, TelegramSettings
 from core.spaces.ids import parse_space_id
 
 __all__ = ["MAX_MESSAGE_CHARS", "SECRET_HEADER", "TelegramBridge", "split_text"]

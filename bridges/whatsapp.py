@@ -18,7 +18,7 @@ Exception tree (from :mod:`bridges.port`)::
     │                            or a file is over the size cap
     └── PlatformUnavailable      Graph could not be reached, timed out, answered 5xx or 429,
                                  or a rate-limit code; the same call may succeed later
-    ConfigurationError           (core.config) the bridge was built without its secrets
+    ConfigurationError           (core.config.settings) the bridge was built without its secrets
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from bridges.port import (
     ThreadInfo,
     WebhookOutcome,
 )
-from core.config import ConfigurationError, WhatsAppSettings
+from core.config.settings import ConfigurationError, WhatsAppSettings
 from core.spaces import InvalidSpaceId, parse_space_id
 
 __all__ = ["MAX_TEXT_CHARS", "WhatsAppBridge"]

@@ -45,7 +45,7 @@ from channel_http.ui import ui_router
 from channel_http.webhooks import webhook
 from core.builtin_plugins import builtin_plugins
 from core.clock import Clock, system_clock
-from core.config import ConfigurationError, Settings
+from core.config.settings import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
 from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError

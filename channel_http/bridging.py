@@ -29,7 +29,7 @@ from core.spaces.mutes import Mutes
 from core.spaces.preferences import SpacePreferences
 
 if TYPE_CHECKING:
-    from core.config import Settings
+    from core.config.settings import Settings
     from core.files import PersonFiles
     from core.i18n import Catalogs
     from core.people import People

@@ -25,7 +25,7 @@ import uvicorn
 from channel_http import chat_client, collector, logs, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from core.channels import admits
-from core.config import ConfigurationError, Settings, help_text, load_settings
+from core.config.settings import ConfigurationError, Settings, help_text, load_settings
 from core.version import core_version
 
 # The server's modules (the app, the state store, tracing) are imported by the commands that

@@ -21,7 +21,7 @@ import yaml
 from channel_http.app import HttpChannel, build_auth, build_directory
 from channel_http.probes import fetch_hint, missing_models, model_names, model_server
 from core.channels import admits
-from core.config import SETTINGS, ConfigurationError, Setting, read_settings
+from core.config.settings import SETTINGS, ConfigurationError, Setting, read_settings
 
 #: The file ``init`` writes when none is named.
 INIT_FILE: Final = "mercury.yaml"

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from uvicorn.config import Config
     from uvicorn.server import ServerState
 
-    from core.config import Settings
+    from core.config.settings import Settings
 
 HEAD_TOO_LARGE_TEXT = N_("The request's headers are too large.")
 HEAD_TIMEOUT_TEXT = N_("The request's headers took too long to arrive.")

@@ -21,7 +21,7 @@ from litestar.middleware import ASGIMiddleware
 
 from channel_http.access_log import mark
 from channel_http.errors import BadRequest, send_envelope
-from core.config import AUTH_PROVIDERS
+from core.config.settings import AUTH_PROVIDERS
 from core.i18n import choose_language, negotiate
 from core.messages import TOKEN_MISSING, TOKEN_REFUSED
 from core.people import Admitted, refusal_message

@@ -23,7 +23,7 @@ from core.model import ollama, openai
 
 if TYPE_CHECKING:
     from channel_http.services import Services
-    from core.config import Settings
+    from core.config.settings import Settings
     from core.observe.metrics import Metrics
 
 log = logging.getLogger("mercury.http")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from bridges.pipeline import PipelineStores
     from channel_http.bridging import Bridging
     from channel_http.metrics_server import MetricsServer
-    from core.config import Settings
+    from core.config.settings import Settings
     from core.files import PersonFiles
     from core.i18n import Catalogs
     from core.linking import Linking

@@ -24,7 +24,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from channel_http.errors import NotFound
-from core.config import Settings
+from core.config.settings import Settings
 
 UI_DIR: Final = Path(__file__).resolve().parent / "ui"
 PREFIX: Final = "/ui"

@@ -6,7 +6,7 @@ The core never imports a channel and never mentions HTTP; channels call the
 
 from core.channels import Channel, admits
 from core.clock import Clock, ManualClock, system_clock
-from core.config import ConfigurationError, Settings, load_settings
+from core.config.settings import ConfigurationError, Settings, load_settings
 from core.events import (
     Choice,
     Error,

@@ -25,7 +25,7 @@ rest in clear. Codes, states and tokens are never logged.
 
 Exceptions::
 
-    ConfigurationError (core.config)   a login declared without MERCURY_SECRET_KEY, or twice
+    ConfigurationError (core.config.settings)  a login declared without MERCURY_SECRET_KEY, or twice
     ToolError (core.tools)
     ├── LoginRequired                  the person must log in (again); carries the URL
     ├── LoginUnavailable               nobody can log in here: the instance has no callback
@@ -54,7 +54,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
-from core.config import ConfigurationError
+from core.config.settings import ConfigurationError
 from core.state import Migration, Schema, Statements
 from core.tools import LoginRequired, ToolError
 
@@ -67,7 +67,7 @@ with warnings.catch_warnings():
     from authlib.integrations.httpx_client import AsyncOAuth2Client, OAuthError
 
 if TYPE_CHECKING:
-    from core.config import RestService
+    from core.config.settings import RestService
     from core.state import Database
 
 __all__ = [

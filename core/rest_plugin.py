@@ -17,7 +17,7 @@ JSON-schema parameters, whether a call must be confirmed). :func:`rest_plugin` t
 
 Exceptions::
 
-    ConfigurationError (core.config)   a path placeholder the parameters don't declare
+    ConfigurationError (core.config.settings)  a path placeholder the parameters don't declare
     ToolError (core.tools)             the service couldn't be reached (told to the model)
     ├── InvalidArguments               a path argument is missing or would escape the path
     └── LoginRequired                  the person must log in to the service first
@@ -33,7 +33,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 
-from core.config import ConfigurationError
+from core.config.settings import ConfigurationError
 from core.logins import Logins, ServiceLogin
 from core.tools import (
     ConfirmCheck,
@@ -47,7 +47,7 @@ from core.tools import (
 from core.version import PLUGIN_API_VERSION
 
 if TYPE_CHECKING:
-    from core.config import RestOperation, RestService
+    from core.config.settings import RestOperation, RestService
 
 __all__ = ["RESULT_MAX_CHARS", "rest_plugin"]
 

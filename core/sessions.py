@@ -9,7 +9,7 @@ waiting for its session when cancelled never starts.
 
 Exception tree: the manager raises nothing of its own at run time; a failed turn ends
 with an :class:`~core.events.Error` event. Configuration mistakes raise
-:class:`~core.config.ConfigurationError` when the manager is built.
+:class:`~core.config.settings.ConfigurationError` when the manager is built.
 """
 
 from __future__ import annotations

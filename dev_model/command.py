@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from core.config import CONFIG_FILE_VARIABLE, DEFAULT_CONFIG_FILES, SETTINGS
+from core.config.settings import CONFIG_FILE_VARIABLE, DEFAULT_CONFIG_FILES, SETTINGS
 from dev_model.demo import DEMOS, DevModel, services_yaml
 
 __all__ = ["model_names", "run", "start_beside_server"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from core.config import Settings, load_settings
+from core.config.settings import Settings, load_settings
 from tests.support.ollama_standin import OllamaStandIn
 from tests.support.server import RunningServer, serve
 from tests.support.state import postgres_server, shared_state, state

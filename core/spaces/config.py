@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Final, Literal
 
-from core.config_kinds import (
+from core.config.kinds import (
     _Group,
     _InvalidValueError,
     _Kind,

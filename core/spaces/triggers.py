@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import msgspec
 
 if TYPE_CHECKING:
-    from core.config import TriggerSettings
+    from core.config.settings import TriggerSettings
     from core.spaces.config import SpaceConfig
 
 __all__ = ["COMMANDS", "Command", "Trigger", "command_of", "trigger_for", "without_trigger"]

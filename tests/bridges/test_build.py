@@ -9,7 +9,7 @@ import pytest
 
 from bridges.build import build_bridges
 from bridges.port import GatewayBridge, WebhookBridge
-from core.config import ConfigurationError, load_settings
+from core.config.settings import ConfigurationError, load_settings
 
 ALL_ON = {
     "MERCURY_CONFIG_FILE": "",

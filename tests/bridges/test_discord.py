@@ -26,7 +26,7 @@ from bridges.port import (
     PlatformUnavailable,
     Received,
 )
-from core.config import ConfigurationError, DiscordSettings
+from core.config.settings import ConfigurationError, DiscordSettings
 from tests.support.discord_standin import (
     ALICE,
     BOB,

@@ -24,7 +24,7 @@ from bridges.port import (
 )
 from bridges.slack import MAX_MESSAGE_CHARS, SlackBridge, split_message
 from core.clock import ManualClock
-from core.config import ConfigurationError, SlackSettings
+from core.config.settings import ConfigurationError, SlackSettings
 from tests.support.slack_standin import SlackStandIn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

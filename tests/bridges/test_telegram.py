@@ -24,7 +24,7 @@ from bridges import (
     WebhookOutcome,
 )
 from bridges.telegram import MAX_MESSAGE_CHARS, TelegramBridge, split_text
-from core.config import ConfigurationError, TelegramSettings
+from core.config.settings import ConfigurationError, TelegramSettings
 from tests.support.telegram_standin import BOT_TOKEN, TelegramStandIn
 
 SECRET = "s3cret-webhook_token"

@@ -22,7 +22,7 @@ from bridges import (
     WebhookOutcome,
 )
 from bridges.whatsapp import MAX_TEXT_CHARS, WhatsAppBridge
-from core.config import ConfigurationError
+from core.config.settings import ConfigurationError
 from core.spaces import InvalidSpaceId
 from tests.support.whatsapp_standin import WhatsAppStandIn
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from channel_http.cli import main
-from core.config import load_settings
+from core.config.settings import load_settings
 from core.version import core_version
 from tests.conftest import TOKENS
 from tests.support.ollama_standin import OllamaStandIn

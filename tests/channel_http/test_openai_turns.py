@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from core.config import ConfigurationError, load_settings
+from core.config.settings import ConfigurationError, load_settings
 from core.memory.embedder import OpenAIEmbedder
 from core.model import ChatMessage, OpenAIModel
 from tests.conftest import ALICE

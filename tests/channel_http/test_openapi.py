@@ -12,7 +12,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from channel_http.app import build_app
-from core.config import Settings
+from core.config.settings import Settings
 from tests.conftest import ALICE
 from tests.support.contract import check_event, check_response, document
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

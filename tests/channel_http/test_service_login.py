@@ -32,7 +32,7 @@ import uvicorn
 import yaml
 
 from core.clock import ManualClock
-from core.config import Settings
+from core.config.settings import Settings
 from core.logins import Logins
 from core.rest_plugin import RESULT_MAX_CHARS
 from tests.conftest import ALICE, BOB

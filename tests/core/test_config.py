@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from core.config import (
+from core.config.settings import (
     SETTINGS,
     ConfigurationError,
     MemoryCollections,
@@ -884,7 +884,8 @@ def test_the_configuration_doc_carries_the_generated_reference() -> None:
 
     assert block == settings_reference(), (
         "docs/configuration.md is out of date: paste the output of "
-        "`python -c 'from core.config import settings_reference as r; print(r(), end=\"\")'` "
+        "`python -c 'from core.config.settings import settings_reference as r; print(r(), "
+        'end="")\'` '
         "between its settings-reference markers."
     )
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from channel_http.app import build_memory
-from core.config import load_settings
+from core.config.settings import load_settings
 from core.memory import MemoryPoint, Scope
 from core.memory.edge import EdgeStore
 

@@ -23,7 +23,7 @@ import pytest
 import uvicorn
 
 from core.clock import ManualClock
-from core.config import ConfigurationError, RestOperation, RestService
+from core.config.settings import ConfigurationError, RestOperation, RestService
 from core.i18n import Catalogs
 from core.logins import (
     LOGIN_TTL,

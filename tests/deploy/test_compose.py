@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from core.config import SETTINGS
+from core.config.settings import SETTINGS
 from tests.support.balancer import haproxy_binary
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ import uvicorn
 
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
-from core.config import Settings
+from core.config.settings import Settings
 
 
 class RunningServer:

@@ -56,7 +56,7 @@ from urllib.parse import quote
 import httpx
 from aiohttp import web
 
-from core.config import SlackSettings
+from core.config.settings import SlackSettings
 
 __all__ = [
     "ApiCall",

@@ -59,7 +59,7 @@ import msgspec
 from aiohttp import web
 from yarl import URL
 
-from core.config import WhatsAppSettings
+from core.config.settings import WhatsAppSettings
 
 __all__ = [
     "ACCESS_TOKEN",

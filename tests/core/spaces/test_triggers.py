@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from core.config import TriggerSettings
+from core.config.settings import TriggerSettings
 from core.spaces import SpaceConfig, SpaceTrigger
 from core.spaces.triggers import Trigger, command_of, trigger_for, without_trigger
 

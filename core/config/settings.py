@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Final, Literal
 import msgspec
 import yaml
 
-from core.config_kinds import (
+from core.config.kinds import (
     _SLUG,
     RestOperation,
     RestService,

@@ -1,7 +1,7 @@
 """How configuration values are read: one reader ("kind") per type of value, from the
 environment's text or the file's YAML, and the declared REST services they build.
 
-:mod:`core.config` holds the settings and the table that uses these; nothing else should
+:mod:`core.config.settings` holds the settings and the table that uses these; nothing else should
 need this module.
 """
 
