@@ -46,15 +46,6 @@ from bridges.port import (
     Received,
 )
 from core import events
-from core.file_types import describe_size
-from core.files import (
-    FileError,
-    IncomingFile,
-    InvalidFileName,
-    checked_name,
-    printable_name,
-    refusal_text,
-)
 from core.i18n import choose_language
 from core.people import Admitted
 from core.principal import Person, Principal
@@ -65,6 +56,15 @@ from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
 from core.spaces.triggers import command_of, trigger_for, without_trigger
 from core.timezones import choose_zone
+from core.workspace.file_types import describe_size
+from core.workspace.files import (
+    FileError,
+    IncomingFile,
+    InvalidFileName,
+    checked_name,
+    printable_name,
+    refusal_text,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from bridges.deliveries import Deliveries
     from core.clock import Clock
     from core.config.settings import Settings
-    from core.files import PersonFiles
     from core.i18n import Catalogs, Translator
     from core.people import People
     from core.person_settings import PersonSettings
@@ -81,6 +80,7 @@ if TYPE_CHECKING:
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
+    from core.workspace.files import PersonFiles
 
 __all__ = ["Pipeline", "PipelineStores"]
 

@@ -51,7 +51,6 @@ from core.conversation_order import ConversationOrder
 from core.directory import Directory, DirectoryConfigurationError
 from core.directory_static import StaticDirectory
 from core.file_tools import files_plugin
-from core.files import FileLimits, PersonFiles
 from core.i18n import Catalogs
 from core.linking import Linking
 from core.logins import Logins
@@ -74,7 +73,8 @@ from core.tool_log import ToolLog
 from core.tools import Plugin, ToolRegistry
 from core.transcript import Transcript
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
-from core.wiki import Vault
+from core.workspace.files import FileLimits, PersonFiles
+from core.workspace.wiki import Vault
 
 if TYPE_CHECKING:
     from litestar.types import ASGIApp

@@ -30,12 +30,12 @@ from core.spaces.preferences import SpacePreferences
 
 if TYPE_CHECKING:
     from core.config.settings import Settings
-    from core.files import PersonFiles
     from core.i18n import Catalogs
     from core.people import People
     from core.person_settings import PersonSettings
     from core.sessions import SessionManager
     from core.state import Database
+    from core.workspace.files import PersonFiles
 
 __all__ = ["Bridging", "open_space_stores", "start_bridging"]
 

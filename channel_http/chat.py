@@ -36,19 +36,19 @@ from channel_http.errors import (
 )
 from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
-from core.file_types import describe_size
-from core.files import (
+from core.i18n import choose_language
+from core.people import Admitted, refusal_message
+from core.principal import Principal
+from core.sessions import Turn, TurnInput
+from core.timezones import choose_zone
+from core.workspace.file_types import describe_size
+from core.workspace.files import (
     FileTooLarge,
     IncomingFile,
     InvalidFileName,
     printable_name,
     refusal_text,
 )
-from core.i18n import choose_language
-from core.people import Admitted, refusal_message
-from core.principal import Principal
-from core.sessions import Turn, TurnInput
-from core.timezones import choose_zone
 
 if TYPE_CHECKING:
     from channel_http.middleware import Caller

@@ -33,7 +33,7 @@ from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
 from core.person_settings import InvalidSetting
 from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
-from core.wiki import InvalidPattern, WikiError
+from core.workspace.wiki import InvalidPattern, WikiError
 
 if TYPE_CHECKING:
     from channel_http.services import Services

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from channel_http.bridging import Bridging
     from channel_http.metrics_server import MetricsServer
     from core.config.settings import Settings
-    from core.files import PersonFiles
     from core.i18n import Catalogs
     from core.linking import Linking
     from core.logins import Logins
@@ -32,7 +31,8 @@ if TYPE_CHECKING:
     from core.state import Database
     from core.transcript import Transcript
     from core.turn_logs import TurnLogs
-    from core.wiki import Vault
+    from core.workspace.files import PersonFiles
+    from core.workspace.wiki import Vault
 
 
 @dataclass

@@ -17,7 +17,7 @@ from core.i18n import N_
 from core.person_settings import InvalidSetting, PersonSettings
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
-from core.wiki import Vault
+from core.workspace.wiki import Vault
 
 _LABELS = {
     wiki_tools.WIKI_LIST: N_("Reading the wiki…"),

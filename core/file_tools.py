@@ -1,6 +1,6 @@
 """The files plugin: the model lists and reads the person's inbox and writes to their outbox.
 
-Every tool reaches only the calling person's own folders (:class:`core.files.PersonFiles`
+Every tool reaches only the calling person's own folders (:class:`core.workspace.files.PersonFiles`
 keys them by the person). Text comes back as text; an image goes to a model that sees
 images through Ollama's ``images`` field, and is described to one that doesn't.
 """
@@ -14,11 +14,11 @@ from typing import Any, Final
 
 import msgspec
 
-from core.file_types import describe_size, is_textual
-from core.files import INBOX, FileError, PersonFiles
 from core.i18n import N_
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError, ToolReply
 from core.version import PLUGIN_API_VERSION
+from core.workspace.file_types import describe_size, is_textual
+from core.workspace.files import INBOX, FileError, PersonFiles
 
 __all__ = ["INBOX_LIST", "INBOX_READ", "MAX_TEXT_CHARS", "OUTBOX_WRITE", "files_plugin"]
 

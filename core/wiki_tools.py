@@ -18,7 +18,7 @@ from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 
-from core.wiki import MAX_PATTERN_CHARS, Vault, WikiError
+from core.workspace.wiki import MAX_PATTERN_CHARS, Vault, WikiError
 
 WIKI_LIST: Final = "wiki_list"
 WIKI_READ: Final = "wiki_read"

@@ -25,7 +25,7 @@ from core.model import ChatMessage, ModelClient
 if TYPE_CHECKING:
     from core.memory import MemoryStore
     from core.memory.archive import ArchiveWriter
-    from core.wiki import Vault
+    from core.workspace.wiki import Vault
 
 log = logging.getLogger("mercury.capture")
 

@@ -29,9 +29,9 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
-from core.files import holds_invisible
 from core.spaces.ids import parse_space_id
 from core.state import Database, Migration, Row, Schema
+from core.workspace.files import holds_invisible
 
 __all__ = [
     "MAX_MUTE",
@@ -118,7 +118,7 @@ def checked_target(target: str) -> str:
     """``target`` when it can name a person to mute; :class:`MuteError` otherwise.
 
     1 to :data:`MAX_TARGET_CHARS` characters, none of them a blank, a control or an invisible
-    one (:func:`core.files.holds_invisible`).
+    one (:func:`core.workspace.files.holds_invisible`).
     """
     if (
         not target

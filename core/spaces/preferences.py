@@ -5,7 +5,7 @@ the space reads them in its instructions (:func:`render_preferences`), so a pref
 now shapes the next answer without the assistant looking it up. Keys are 1 to 64 lower-case
 letters, digits, ``.``, ``_`` or ``-`` (:data:`PREFERENCE_KEY`); a value is plain text of 1 to
 :data:`MAX_VALUE_CHARS` characters, without control or invisible characters but tabs and line
-breaks (the rule file names follow, :func:`core.files.holds_invisible`); a space holds at
+breaks (the rule file names follow, :func:`core.workspace.files.holds_invisible`); a space holds at
 most :data:`MAX_PREFERENCES` keys, and changing the value of a key it already holds never
 counts against that.
 
@@ -31,10 +31,10 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
-from core.files import holds_invisible
 from core.spaces.ids import parse_space_id
 from core.spaces.turn import escape
 from core.state import Database, Migration, Row, Schema
+from core.workspace.files import holds_invisible
 
 __all__ = [
     "MAX_PREFERENCES",

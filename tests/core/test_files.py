@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.file_types import describe_size, sniff
-from core.files import (
+from core.workspace.file_types import describe_size, sniff
+from core.workspace.files import (
     FileError,
     FileLimits,
     FileNotFound,

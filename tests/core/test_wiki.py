@@ -14,17 +14,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.wiki import (
-    LAYOUT,
-    MAX_NOTE_BYTES,
-    GrepMatch,
-    InvalidPath,
-    InvalidPattern,
-    NoteNotFound,
-    NoteTooLarge,
-    Vault,
-    WriteResult,
-)
 from core.wiki_tools import (
     PROMOTE_NOTE,
     WIKI_GREP,
@@ -39,6 +28,17 @@ from core.wiki_tools import (
     run_wiki_read,
     run_wiki_write,
     wiki_write_needs_confirmation,
+)
+from core.workspace.wiki import (
+    LAYOUT,
+    MAX_NOTE_BYTES,
+    GrepMatch,
+    InvalidPath,
+    InvalidPattern,
+    NoteNotFound,
+    NoteTooLarge,
+    Vault,
+    WriteResult,
 )
 
 ALICE = "static:alice"

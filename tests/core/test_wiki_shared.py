@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from core.wiki import Vault
+from core.workspace.wiki import Vault
 from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

@@ -30,7 +30,7 @@ from channel_http.requests import (
     decode_body,
 )
 from core.i18n import SUPPORTED_LANGUAGES, Catalogs, choose_language, negotiate
-from core.wiki import MAX_PATTERN_CHARS, InvalidPattern, Vault
+from core.workspace.wiki import MAX_PATTERN_CHARS, InvalidPattern, Vault
 from tests.conftest import ALICE, BOB
 from tests.support.server import RunningServer
 
@@ -197,7 +197,7 @@ def vault_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _inside(path: Path, root: Path, person_key: str) -> bool:
     real, real_root = os.path.realpath(path), os.path.realpath(root)
-    from core.wiki import person_folder
+    from core.workspace.wiki import person_folder
 
     areas = [os.path.join(real_root, "curated")]
     folder = person_folder(person_key)
@@ -302,7 +302,7 @@ async def test_a_grep_keeps_to_its_time_budget_and_refuses_only_with_invalid_pat
 @pytest.fixture
 def hostile_server(make_server: Callable[..., RunningServer]) -> Iterator[RunningServer]:
     server = make_server(None, MERCURY_RATE_LIMIT_PER_USER="1000")
-    from core.wiki import Vault as _Vault
+    from core.workspace.wiki import Vault as _Vault
 
     assert isinstance(server.services.vault, _Vault)
     yield server

@@ -6,7 +6,8 @@ and ``inferred``). A file sent with a turn is saved as ``inbox/<milliseconds>-<n
 model writes ``outbox/<name>``. Names pass one rule (:func:`checked_name`): no separators,
 no ``..``, no control or invisible characters, nothing hidden. Every open walks the folders
 one by one with ``O_NOFOLLOW`` from the vault's root, so a symlink leads nowhere, and the
-type of a file is read from its bytes (:func:`core.file_types.sniff`), never from its name.
+type of a file is read from its bytes (:func:`core.workspace.file_types.sniff`), never from its
+name.
 
 Exception tree::
 
@@ -32,8 +33,8 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
-from core.file_types import describe_size, sniff
-from core.wiki import person_folder
+from core.workspace.file_types import describe_size, sniff
+from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
     from core.i18n import Translator
