@@ -16,7 +16,7 @@ from typing import Final
 from auth_providers.oidc import OidcProvider
 from auth_providers.provider import AuthConfigurationError, AuthProvider
 from auth_providers.static import StaticTokenProvider
-from core.principal import Principal
+from core.people.principal import Principal
 
 __all__ = ["KNOWN_PROVIDERS", "AuthChain", "load_providers"]
 

@@ -37,7 +37,7 @@ import msgspec
 
 from auth_providers.provider import AuthConfigurationError, bearer_token
 from core.clock import Clock, system_clock
-from core.principal import Principal
+from core.people.principal import Principal
 
 __all__ = [
     "DEFAULT_ALGORITHMS",

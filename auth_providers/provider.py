@@ -1,7 +1,7 @@
 """The port every auth provider implements, and what the providers share.
 
 An auth provider turns the ``authorization`` header of a request into a
-:class:`~core.principal.Principal`, or says it doesn't recognize it (``None``).
+:class:`~core.people.principal.Principal`, or says it doesn't recognize it (``None``).
 
 Exceptions::
 
@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
-from core.principal import Principal
+from core.people.principal import Principal
 
 __all__ = [
     "AUTH_API_VERSION",

@@ -25,7 +25,7 @@ from typing import Any, Final
 import msgspec
 
 from auth_providers.provider import AuthConfigurationError, bearer_token
-from core.principal import Principal
+from core.people.principal import Principal
 
 __all__ = ["StaticTokenProvider", "StaticUser"]
 

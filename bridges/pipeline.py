@@ -46,16 +46,16 @@ from bridges.port import (
     Received,
 )
 from core import events
-from core.i18n import choose_language
-from core.people import Admitted
-from core.principal import Person, Principal
+from core.people.i18n import choose_language
+from core.people.people import Admitted
+from core.people.principal import Person, Principal
+from core.people.timezones import choose_zone
 from core.rate_limits import bucket_key
 from core.sessions import SessionLocks, Turn, TurnInput
 from core.spaces import SpaceTurn, area_key, parse_space_id
 from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
 from core.spaces.triggers import command_of, trigger_for, without_trigger
-from core.timezones import choose_zone
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileError,
@@ -72,9 +72,9 @@ if TYPE_CHECKING:
     from bridges.deliveries import Deliveries
     from core.clock import Clock
     from core.config.settings import Settings
-    from core.i18n import Catalogs, Translator
-    from core.people import People
-    from core.person_settings import PersonSettings
+    from core.people.i18n import Catalogs, Translator
+    from core.people.people import People
+    from core.people.person_settings import PersonSettings
     from core.sessions import SessionManager
     from core.spaces.ambient import Ambient
     from core.spaces.members import Spaces

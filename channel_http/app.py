@@ -48,11 +48,7 @@ from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
 from core.conversation_order import ConversationOrder
-from core.directory import Directory, DirectoryConfigurationError
-from core.directory_static import StaticDirectory
 from core.file_tools import files_plugin
-from core.i18n import Catalogs
-from core.linking import Linking
 from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory.archive import ArchiveWriter
@@ -62,8 +58,12 @@ from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
 from core.memory_tools import memory_plugin
 from core.model import OllamaModel, OpenAIModel
 from core.observe.metrics import Metrics, measured
-from core.people import People
-from core.person_settings import PersonSettings
+from core.people.directory import Directory, DirectoryConfigurationError
+from core.people.directory_static import StaticDirectory
+from core.people.i18n import Catalogs
+from core.people.linking import Linking
+from core.people.people import People
+from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
 from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager

@@ -30,9 +30,9 @@ from core.spaces.preferences import SpacePreferences
 
 if TYPE_CHECKING:
     from core.config.settings import Settings
-    from core.i18n import Catalogs
-    from core.people import People
-    from core.person_settings import PersonSettings
+    from core.people.i18n import Catalogs
+    from core.people.people import People
+    from core.people.person_settings import PersonSettings
     from core.sessions import SessionManager
     from core.state import Database
     from core.workspace.files import PersonFiles

@@ -36,11 +36,11 @@ from channel_http.errors import (
 )
 from channel_http.requests import ChatBody, conversation_id, decode_body
 from core import events
-from core.i18n import choose_language
-from core.people import Admitted, refusal_message
-from core.principal import Principal
+from core.people.i18n import choose_language
+from core.people.people import Admitted, refusal_message
+from core.people.principal import Principal
+from core.people.timezones import choose_zone
 from core.sessions import Turn, TurnInput
-from core.timezones import choose_zone
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileTooLarge,
@@ -53,8 +53,8 @@ from core.workspace.files import (
 if TYPE_CHECKING:
     from channel_http.middleware import Caller
     from channel_http.services import Services
-    from core.i18n import Translator
-    from core.principal import Person
+    from core.people.i18n import Translator
+    from core.people.principal import Person
 
 AnyRequest = Request[Any, Any, Any]
 

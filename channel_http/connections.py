@@ -35,7 +35,7 @@ from channel_http.errors import (
     raw_envelope,
     send_envelope,
 )
-from core.i18n import N_, Catalogs, negotiate
+from core.people.i18n import N_, Catalogs, negotiate
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope

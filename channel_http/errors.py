@@ -46,7 +46,7 @@ from litestar.exceptions import (
 )
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from core.i18n import N_, negotiate
+from core.people.i18n import N_, negotiate
 from core.state import DatabaseUnavailable
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
         Send,
     )
 
-    from core.i18n import Translator
+    from core.people.i18n import Translator
 
 log = logging.getLogger("mercury.http")
 

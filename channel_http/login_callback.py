@@ -22,12 +22,12 @@ from litestar.di import NamedDependency, Provide
 from litestar.status_codes import HTTP_200_OK
 
 from channel_http.errors import BadRequest
-from core.i18n import negotiate
 from core.logins import Logins
+from core.people.i18n import negotiate
 
 if TYPE_CHECKING:
     from channel_http.services import Services
-    from core.i18n import Translator
+    from core.people.i18n import Translator
 
 __all__ = ["CALLBACK_PATH", "callback_path", "login_callback", "login_router", "redirect_uri"]
 

@@ -22,10 +22,10 @@ from litestar.middleware import ASGIMiddleware
 from channel_http.access_log import mark
 from channel_http.errors import BadRequest, send_envelope
 from core.config.settings import AUTH_PROVIDERS
-from core.i18n import choose_language, negotiate
-from core.messages import TOKEN_MISSING, TOKEN_REFUSED
-from core.people import Admitted, refusal_message
-from core.timezones import choose_zone
+from core.people.i18n import choose_language, negotiate
+from core.people.messages import TOKEN_MISSING, TOKEN_REFUSED
+from core.people.people import Admitted, refusal_message
+from core.people.timezones import choose_zone
 
 if TYPE_CHECKING:
     from litestar.types import (
@@ -39,10 +39,10 @@ if TYPE_CHECKING:
     )
 
     from channel_http.paths import RouteTemplates
-    from core.i18n import Translator
     from core.observe.metrics import Metrics
-    from core.person_settings import SavedSettings
-    from core.principal import Person, Principal
+    from core.people.i18n import Translator
+    from core.people.person_settings import SavedSettings
+    from core.people.principal import Person, Principal
 
 ALLOW_METHODS: Final = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOW_HEADERS: Final = "content-type, authorization, accept-language, x-time-zone"

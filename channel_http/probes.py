@@ -18,8 +18,8 @@ from litestar import Request, Response, get
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 
 from channel_http.errors import Unavailable
-from core import messages
 from core.model import ollama, openai
+from core.people import messages
 
 if TYPE_CHECKING:
     from channel_http.services import Services

@@ -11,7 +11,7 @@ import msgspec
 from channel_http.errors import BadRequest
 
 if TYPE_CHECKING:
-    from core.i18n import Translator
+    from core.people.i18n import Translator
 
 CONVERSATION_ID: Final = re.compile(r"[A-Za-z0-9_-]{1,128}")
 MAX_BODY: Final = 1024 * 1024

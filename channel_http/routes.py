@@ -28,9 +28,9 @@ from channel_http.requests import (
     limit,
     required_query,
 )
-from core.i18n import SUPPORTED_LANGUAGES
 from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
-from core.person_settings import InvalidSetting
+from core.people.i18n import SUPPORTED_LANGUAGES
+from core.people.person_settings import InvalidSetting
 from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
 from core.workspace.wiki import InvalidPattern, WikiError

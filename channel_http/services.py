@@ -19,14 +19,14 @@ if TYPE_CHECKING:
     from channel_http.bridging import Bridging
     from channel_http.metrics_server import MetricsServer
     from core.config.settings import Settings
-    from core.i18n import Catalogs
-    from core.linking import Linking
     from core.logins import Logins
     from core.memory import CollectionNames
     from core.memory.embedder import Embedder
     from core.observe.metrics import Metrics
-    from core.people import People
-    from core.person_settings import PersonSettings
+    from core.people.i18n import Catalogs
+    from core.people.linking import Linking
+    from core.people.people import People
+    from core.people.person_settings import PersonSettings
     from core.sessions import SessionManager
     from core.state import Database
     from core.transcript import Transcript

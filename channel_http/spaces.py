@@ -33,7 +33,7 @@ from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, Preference
 if TYPE_CHECKING:
     from channel_http.middleware import Caller
     from channel_http.services import Services
-    from core.i18n import Translator
+    from core.people.i18n import Translator
     from core.spaces.mutes import Mute
     from core.spaces.preferences import Preference
     from core.spaces.turn import Role

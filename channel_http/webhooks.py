@@ -28,12 +28,12 @@ from channel_http.errors import (
     Unauthorized,
     Unavailable,
 )
-from core.i18n import negotiate
-from core.messages import DELIVERY_REPEATED, DELIVERY_UNCHECKED
+from core.people.i18n import negotiate
+from core.people.messages import DELIVERY_REPEATED, DELIVERY_UNCHECKED
 
 if TYPE_CHECKING:
     from channel_http.services import Services
-    from core.i18n import Translator
+    from core.people.i18n import Translator
 
 log = logging.getLogger("mercury.bridges")
 

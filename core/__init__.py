@@ -21,10 +21,10 @@ from core.events import (
     ToolFinish,
     TurnStarted,
 )
-from core.i18n import Catalogs, Translator
 from core.memory import MemoryStore
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
-from core.principal import Person, Principal
+from core.people.i18n import Catalogs, Translator
+from core.people.principal import Person, Principal
 from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
 from core.tools import (
     LoginRequired,

@@ -13,8 +13,8 @@ import msgspec
 
 from core import wiki_tools
 from core.display_tools import present_plugin
-from core.i18n import N_
-from core.person_settings import InvalidSetting, PersonSettings
+from core.people.i18n import N_
+from core.people.person_settings import InvalidSetting, PersonSettings
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 from core.workspace.wiki import Vault

@@ -14,10 +14,10 @@ from typing import Any
 
 import msgspec
 
-from core.i18n import N_
 from core.memory import Collection, MemoryStore
 from core.memory.archive import ArchiveWriter
 from core.memory.embedder import Embedder
+from core.people.i18n import N_
 from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 

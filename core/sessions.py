@@ -33,7 +33,6 @@ from core.confirmations import is_token
 from core.confirming import Confirmer
 from core.conversation_order import OrderError
 from core.history import Session, interrupted_answer, shown_time
-from core.linking import is_link_code
 from core.memory.capture import conversational
 from core.model import (
     ChatMessage,
@@ -43,11 +42,12 @@ from core.model import (
     ModelHTTPError,
     ModelUnreachable,
 )
-from core.principal import Person, Principal
+from core.people.linking import is_link_code
+from core.people.principal import Person, Principal
+from core.people.timezones import stamp
 from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
 from core.spaces.turn import memory_block
-from core.timezones import stamp
 from core.tools import ToolCallContext, ToolRegistry, headline
 from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
@@ -55,13 +55,13 @@ from core.turn_events import TurnEvents
 if TYPE_CHECKING:
     from core.confirmations import ConfirmationStore, ResumeSlots
     from core.conversation_order import ConversationOrder, HeldTurn
-    from core.i18n import Catalogs, Translator
-    from core.linking import Linking
     from core.memory import MemoryStore
     from core.memory.archive import ArchiveWriter
     from core.memory.capture import Capture
     from core.observe.metrics import Metrics, TurnOutcome
-    from core.person_settings import PersonSettings
+    from core.people.i18n import Catalogs, Translator
+    from core.people.linking import Linking
+    from core.people.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn
     from core.tool_log import ToolLog

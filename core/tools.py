@@ -22,11 +22,11 @@ import jsonschema
 import msgspec
 
 from core.model.port import ToolSpec
-from core.principal import Person, Principal
+from core.people.principal import Person, Principal
 
 if TYPE_CHECKING:
     from core.displays import Displays
-    from core.i18n import Translator
+    from core.people.i18n import Translator
     from core.spaces.turn import SpaceTurn
 
 ActsAs = Literal["mercury", "person"]

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
-from core.timezones import canonical_zone
+from core.people.timezones import canonical_zone
 
 
 def _presence(value: object) -> str:

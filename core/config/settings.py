@@ -68,7 +68,7 @@ from core.config.kinds import (
     _Zone,
     service_secret_variable,
 )
-from core.i18n import SUPPORTED_LANGUAGES
+from core.people.i18n import SUPPORTED_LANGUAGES
 from core.spaces.config import SpaceConfig, _Spaces
 
 __all__ = [

@@ -7,7 +7,7 @@ model and a route answers with 403 (#34: the tools used to check nothing).
 
 :class:`MuteTargets` turns the name a mute is given (``slack:U0123``, ``static:alice``,
 ``people:alice``) into the person behind it, linked accounts and the directory included,
-exactly as :class:`~core.people.People` identifies a sender and by the resolution the
+exactly as :class:`~core.people.people.People` identifies a sender and by the resolution the
 space's roles use (:class:`~core.spaces.names.Names`). A mute is kept under that
 person's key, which the pipeline checks on every message beside the sender's own id, so it
 catches every account of theirs; and an admin of the space can't be muted under any of
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import msgspec
 
-from core.directory import DirectoryUnavailable
+from core.people.directory import DirectoryUnavailable
 from core.spaces.members import Permission, Spaces, allows
 from core.spaces.mutes import MuteError, checked_target
 from core.spaces.turn import Role

@@ -17,7 +17,7 @@ Anyone else has no role there (``None``). What a role allows is :data:`PERMISSIO
 Exceptions::
 
     InvalidSpaceId (ValueError)         the space id is malformed (from core.spaces.ids)
-    DirectoryUnavailable (Exception)    (from core.directory, :meth:`Spaces.is_admin` only)
+    DirectoryUnavailable (Exception)    (from core.people.directory, :meth:`Spaces.is_admin` only)
                                         whether an entry of the file is the person can't be
                                         checked right now
 """
@@ -34,7 +34,7 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
-from core.directory import DirectoryUnavailable
+from core.people.directory import DirectoryUnavailable
 from core.spaces.config import SpaceConfig
 from core.spaces.ids import Platform, SpaceRef, parse_space_id
 from core.spaces.names import Names
@@ -42,7 +42,7 @@ from core.spaces.turn import Role
 from core.state import Database, Migration, Row, Schema
 
 if TYPE_CHECKING:
-    from core.people import People
+    from core.people.people import People
 
 __all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
 

@@ -3,7 +3,7 @@
 A space's ``spaces:`` entries (admins, members) and a mute's target are names: a person key
 (``people:alice``), an account (``static:alice``, ``slack:UALICE``) or anything else.
 :meth:`Names.person` turns one into the key of the person it belongs to, exactly as
-:class:`~core.people.People` identifies a sender, linked accounts and the directory
+:class:`~core.people.people.People` identifies a sender, linked accounts and the directory
 included. So the role of someone speaking as ``slack:UALICE`` is the one the file gives
 ``static:alice`` when both are hers (#34 follow-up: roles matched the literal id only), and
 a mute of either reaches her and is refused if she is an admin.
@@ -24,11 +24,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from core.clock import Clock, system_clock
-from core.people import Admitted
-from core.principal import Principal
+from core.people.people import Admitted
+from core.people.principal import Principal
 
 if TYPE_CHECKING:
-    from core.people import People
+    from core.people.people import People
 
 __all__ = ["Names"]
 

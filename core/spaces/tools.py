@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.i18n import N_
+from core.people.i18n import N_
 from core.spaces.access import MuteTargets, NotPermitted, require
 from core.spaces.members import Permission, Spaces
 from core.spaces.mutes import MuteError, Mutes, checked_reason, parse_duration

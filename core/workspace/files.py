@@ -37,7 +37,7 @@ from core.workspace.file_types import describe_size, sniff
 from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
-    from core.i18n import Translator
+    from core.people.i18n import Translator
 
 __all__ = [
     "INBOX",

@@ -16,7 +16,7 @@ from auth_providers import (
     StaticTokenProvider,
     load_providers,
 )
-from core.principal import Principal
+from core.people.principal import Principal
 from tests.oidc.harness import CLIENT_ID, OidcProviderProcess, ensure_node_modules
 
 pytestmark = pytest.mark.timeout(120)  # the module fixture starts node: slow on a loaded machine

@@ -36,7 +36,7 @@ from auth_providers import (
     OidcProvider,
 )
 from core.clock import ManualClock
-from core.principal import Principal
+from core.people.principal import Principal
 from tests.oidc.harness import CLIENT_ID, CLIENT_NAME, OidcProviderProcess, ensure_node_modules
 
 pytestmark = pytest.mark.timeout(120)  # the module fixture starts node: slow on a loaded machine

@@ -16,7 +16,7 @@ from auth_providers import (
     StaticTokenProvider,
     bearer_token,
 )
-from core.principal import Principal
+from core.people.principal import Principal
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -10,7 +10,7 @@ import anyio
 import httpx
 import pytest
 
-from core.directory import DirectoryPerson, DirectoryUnavailable
+from core.people.directory import DirectoryPerson, DirectoryUnavailable
 from tests.conftest import ALICE, BOB, TOKENS
 from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
 from tests.support.server import RunningServer

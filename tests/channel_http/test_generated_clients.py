@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from core.memory.edge import EdgeStore
-from core.messages import TOKEN_MISSING
+from core.people.messages import TOKEN_MISSING
 from core.tools import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from core.principal import Person, Principal
+from core.people.principal import Person, Principal
 from core.sessions import TurnInput
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

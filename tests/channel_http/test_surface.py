@@ -13,7 +13,7 @@ import pytest
 from channel_http.app import CHANNEL_API_VERSION, HttpChannel
 from core.channels import admits
 from core.config.settings import ConfigurationError
-from core.messages import TOKEN_MISSING
+from core.people.messages import TOKEN_MISSING
 from core.version import CHANNEL_API_VERSION as CORE_CHANNEL_API_VERSION
 from core.version import __version__
 from tests.conftest import ALICE

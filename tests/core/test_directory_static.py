@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
-from core.directory import Directory, DirectoryConfigurationError, DirectoryPerson
-from core.directory_static import StaticDirectory
+from core.people.directory import Directory, DirectoryConfigurationError, DirectoryPerson
+from core.people.directory_static import StaticDirectory
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from babel.messages.pofile import read_po, write_po
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core import catalogs, messages
-from core.catalogs import catalog_path, check, placeholders, template_path, update
-from core.i18n import (
+from core.people import catalogs, messages
+from core.people.catalogs import catalog_path, check, placeholders, template_path, update
+from core.people.i18n import (
     DEFAULT_LANGUAGE,
     LOCALES_DIRECTORY,
     N_,
@@ -159,7 +159,7 @@ def test_the_catalogs_script_checks_the_real_catalogs() -> None:
 
 def test_the_catalogs_tool_refuses_an_unknown_verb() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "core.catalogs", "translate"],
+        [sys.executable, "-m", "core.people.catalogs", "translate"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -175,7 +175,7 @@ def test_the_catalogs_tool_refuses_an_unknown_verb() -> None:
 
 def test_check_reports_a_catalog_entry_the_code_no_longer_uses(tmp_path: Path) -> None:
     shutil.copytree(LOCALES_DIRECTORY, tmp_path / "locales")
-    source = (ROOT / "core" / "messages.py").read_text(encoding="utf-8")
+    source = (ROOT / "core" / "people" / "messages.py").read_text(encoding="utf-8")
     retired = 'CHOICE_APPEND_NOTE: Final = N_("Append to the note")\n'
     assert retired in source
     package = tmp_path / "core"
@@ -306,7 +306,7 @@ def test_placeholders_are_named_conversions_and_ignore_literal_percent_signs() -
 def test_extraction_finds_method_calls_and_markers_but_not_definitions(tmp_path: Path) -> None:
     write_source(
         tmp_path,
-        "from core.i18n import N_, N_plural\n"
+        "from core.people.i18n import N_, N_plural\n"
         "class T:\n"
         "    def gettext(self, message):\n"
         "        return message\n"

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from core.clock import ManualClock
 from core.confirmations import new_token
-from core.directory import DirectoryPerson
-from core.directory_static import StaticDirectory
-from core.i18n import Translation
-from core.linking import CODE_ALPHABET, LinkCode, Linking, is_link_code, new_link_code
-from core.people import Admitted, People, Refused
-from core.principal import Person, Principal
+from core.people.directory import DirectoryPerson
+from core.people.directory_static import StaticDirectory
+from core.people.i18n import Translation
+from core.people.linking import CODE_ALPHABET, LinkCode, Linking, is_link_code, new_link_code
+from core.people.people import Admitted, People, Refused
+from core.people.principal import Person, Principal
 from core.state import Database
 from tests.support.state import StateBackend
 

@@ -24,7 +24,6 @@ import uvicorn
 
 from core.clock import ManualClock
 from core.config.settings import ConfigurationError, RestOperation, RestService
-from core.i18n import Catalogs
 from core.logins import (
     LOGIN_TTL,
     Logins,
@@ -32,7 +31,8 @@ from core.logins import (
     LoginUnavailable,
     ServiceLogin,
 )
-from core.principal import Person, Principal
+from core.people.i18n import Catalogs
+from core.people.principal import Person, Principal
 from core.rest_plugin import rest_plugin
 from core.state import Database
 from core.tools import LoginRequired, ToolCallContext

@@ -8,12 +8,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from core.i18n import Catalogs
 from core.memory import MemoryPoint
 from core.memory.archive import ArchiveWriter
 from core.memory.edge import EdgeStore
 from core.memory_tools import memory_plugin
-from core.principal import Person, Principal
+from core.people.i18n import Catalogs
+from core.people.principal import Person, Principal
 from core.tools import ToolCallContext
 from tests.support.memory_doubles import HashEmbedder, SlowStore, hash_vector
 

@@ -7,10 +7,10 @@ import anyio
 import pytest
 
 from core.clock import ManualClock
-from core.directory import DirectoryPerson, DirectoryUnavailable
-from core.i18n import Translation
-from core.people import SWEEP_THRESHOLD, Admitted, People, Refused, refusal_message
-from core.principal import Person, Principal
+from core.people.directory import DirectoryPerson, DirectoryUnavailable
+from core.people.i18n import Translation
+from core.people.people import SWEEP_THRESHOLD, Admitted, People, Refused, refusal_message
+from core.people.principal import Person, Principal
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from core.clock import ManualClock
-from core.person_settings import InvalidSetting, PersonSettings, SavedSettings
+from core.people.person_settings import InvalidSetting, PersonSettings, SavedSettings
 from core.state import Database
 from tests.support.state import StateBackend
 

@@ -11,7 +11,7 @@ import pytest
 
 from core.clock import ManualClock
 from core.confirmations import ConfirmationStore, StagedActionSpec
-from core.person_settings import PersonSettings
+from core.people.person_settings import PersonSettings
 from core.state import (
     SQLITE_FILE,
     Database,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.timezones import (
+from core.people.timezones import (
     MAX_ZONE_NAME_CHARS,
     UnknownTimeZoneError,
     canonical_zone,

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from core.messages import TOKEN_MISSING, TOKEN_REFUSED
+from core.people.messages import TOKEN_MISSING, TOKEN_REFUSED
 from core.version import core_version  # noqa: F401 - the app's import graph, loaded up front
 from tests.conftest import ALICE
 from tests.reliability.support import ROOT

@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.directory import DirectoryPerson, DirectoryUnavailable
 from core.memory.edge import EdgeStore
-from core.people import People
+from core.people.directory import DirectoryPerson, DirectoryUnavailable
+from core.people.people import People
 from tests.conftest import ALICE, BOB
 from tests.reliability.support import Outcome, eventually, free_port, read_turn
 from tests.support.memory_doubles import DownStore

@@ -29,7 +29,7 @@ from channel_http.requests import (
     conversation_id,
     decode_body,
 )
-from core.i18n import SUPPORTED_LANGUAGES, Catalogs, choose_language, negotiate
+from core.people.i18n import SUPPORTED_LANGUAGES, Catalogs, choose_language, negotiate
 from core.workspace.wiki import MAX_PATTERN_CHARS, InvalidPattern, Vault
 from tests.conftest import ALICE, BOB
 from tests.support.server import RunningServer

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from core.messages import TOKEN_REFUSED
+from core.people.messages import TOKEN_REFUSED
 from tests.conftest import ALICE, BOB
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.clock import ManualClock
-from core.directory import DirectoryPerson, DirectoryUnavailable
-from core.people import People
+from core.people.directory import DirectoryPerson, DirectoryUnavailable
+from core.people.people import People
 from core.spaces import (
     PERMISSIONS,
     MuteError,

@@ -7,12 +7,12 @@ import msgspec
 import pytest
 
 from core.clock import ManualClock
-from core.directory import DirectoryPerson
-from core.directory_static import StaticDirectory
-from core.i18n import Catalogs
-from core.linking import Linking
-from core.people import People
-from core.principal import Person, Principal
+from core.people.directory import DirectoryPerson
+from core.people.directory_static import StaticDirectory
+from core.people.i18n import Catalogs
+from core.people.linking import Linking
+from core.people.people import People
+from core.people.principal import Person, Principal
 from core.spaces import (
     Mutes,
     Role,

@@ -6,7 +6,7 @@ Each entry is ``{"id", "displayName"?, "email"?, "roles"?: [str], "identities": 
       "identities": ["static:alice", "oidc:314159"]}]
 
 Person keys are ``people:<id>``. Every mistake in the setting is a
-:class:`~core.directory.DirectoryConfigurationError` raised at start-up, naming the entry and
+:class:`~core.people.directory.DirectoryConfigurationError` raised at start-up, naming the entry and
 the field; nothing is guessed.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from core.directory import DirectoryConfigurationError, DirectoryPerson
+from core.people.directory import DirectoryConfigurationError, DirectoryPerson
 
 __all__ = ["SETTING", "StaticDirectory"]
 

@@ -5,7 +5,7 @@ another of their accounts, twice, in a direct chat or over HTTP. The first send 
 account would be linked to and binds the code to that account, which holds it until it
 expires: another account sending it is refused, never bound. The second send from the bound
 account uses the code up and links the account, unless the directory knows that account as
-someone else. From then on :class:`~core.people.People` identifies the linked account as its
+someone else. From then on :class:`~core.people.people.People` identifies the linked account as its
 owner: same person key, same roles, same private area.
 
 A code sent where others see it (a group) is known to all of them: it is withdrawn
@@ -36,10 +36,10 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.codes import ALPHABET, draw_code, to_micros
-from core.directory import DirectoryUnavailable
-from core.i18n import Translator
-from core.people import People
-from core.principal import Person, Principal
+from core.people.directory import DirectoryUnavailable
+from core.people.i18n import Translator
+from core.people.people import People
+from core.people.principal import Person, Principal
 from core.state import Database, Migration, Notice, Schema
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from core.i18n import N_, N_plural
+from core.people.i18n import N_, N_plural
 
 # --- Refusals of a request that can't be served as sent ---------------------------------------
 

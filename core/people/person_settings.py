@@ -19,9 +19,9 @@ from typing import Final, Literal
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.i18n import SUPPORTED_LANGUAGES
+from core.people.i18n import SUPPORTED_LANGUAGES
+from core.people.timezones import canonical_zone
 from core.state import Database, Migration, Schema
-from core.timezones import canonical_zone
 
 __all__ = [
     "MAX_NAME_CHARS",

@@ -1,6 +1,6 @@
 """Upkeep of the translation catalogs: extraction, update and the completeness check.
 
-A maintenance tool, run as `python -m core.catalogs update|check` (or `scripts/catalogs`);
+A maintenance tool, run as `python -m core.people.catalogs update|check` (or `scripts/catalogs`);
 nothing imports it at runtime. `update` extracts every msgid the packages use (the keywords
 `gettext`, `ngettext`, `N_`, `N_plural`, method calls included), rewrites
 `core/locales/messages.pot` and merges it into each language's `messages.po`, keeping the
@@ -26,7 +26,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.plurals import get_plural
 from babel.messages.pofile import read_po, write_po
 
-from core.i18n import DEFAULT_LANGUAGE, DOMAIN, LOCALES_DIRECTORY, SUPPORTED_LANGUAGES
+from core.people.i18n import DEFAULT_LANGUAGE, DOMAIN, LOCALES_DIRECTORY, SUPPORTED_LANGUAGES
 
 __all__ = [
     "KEYWORDS",
@@ -39,11 +39,11 @@ __all__ = [
     "update",
 ]
 
-PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
+PROJECT_ROOT: Final = Path(__file__).resolve().parents[2]
 SOURCE_PACKAGES: Final = ("core", "auth_providers", "channel_http", "bridges")
 PROJECT: Final = "mercury-http"
 # The module declaring the project's person-facing texts; the catalogs follow its order.
-CATALOGUE_MODULE: Final = "core/messages.py"
+CATALOGUE_MODULE: Final = "core/people/messages.py"
 
 # None: the first argument is the msgid; (1, 2): singular and plural.
 KEYWORDS: Final = {"gettext": None, "ngettext": (1, 2), "N_": None, "N_plural": (1, 2)}
@@ -109,7 +109,7 @@ def extract(root: Path = PROJECT_ROOT, packages: Iterable[str] = SOURCE_PACKAGES
         ):
             location = f"{package}/{Path(filename).as_posix()}"
             found.append((location, lineno, message, comments, context))
-    # Entries follow core/messages.py, grouped by concept, then the texts only other modules
+    # Entries follow core/people/messages.py, grouped by concept, then the texts only other modules
     # use, in file order: the catalogs' order stays put as code elsewhere comes and goes.
     found.sort(key=lambda entry: (entry[0] != CATALOGUE_MODULE, entry[0], entry[1]))
     for location, lineno, message, comments, context in found:

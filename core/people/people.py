@@ -9,7 +9,7 @@ Identification follows the instance's directory:
 * a directory that fails, however it fails: refused as ``unavailable``, even when unknown people
   are allowed in, because an open door must not hide who has roles.
 
-A linked account (see :mod:`core.linking`) is replaced by the identity it is linked to before
+A linked account (see :mod:`core.people.linking`) is replaced by the identity it is linked to before
 the directory is asked, so both accounts are one person.
 
 Answers are cached per user key for a few minutes (unknowns too, failures never), so a revoked
@@ -20,7 +20,7 @@ is its owner on every instance from the moment the link is answered (a notice fr
 could arrive after the next request does). Only the directory's answer for the owner is cached.
 
 Runtime outcomes aren't exceptions here: :meth:`People.identify` returns :class:`Refused`.
-The only exception this module raises is :class:`~core.directory.DirectoryUnavailable`, from
+The only exception this module raises is :class:`~core.people.directory.DirectoryUnavailable`, from
 :meth:`People.directory_key`.
 """
 
@@ -35,9 +35,9 @@ from typing import Final, Literal, Protocol
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.directory import Directory, DirectoryPerson, DirectoryUnavailable
-from core.i18n import Translator
-from core.principal import Person, Principal
+from core.people.directory import Directory, DirectoryPerson, DirectoryUnavailable
+from core.people.i18n import Translator
+from core.people.principal import Person, Principal
 
 __all__ = [
     "DEFAULT_TTL",
@@ -87,7 +87,7 @@ def refusal_message(reason: RefusalReason, translator: Translator) -> str:
 
 
 class LinkLookup(Protocol):
-    """Where linked accounts point (:class:`core.linking.Linking` is one)."""
+    """Where linked accounts point (:class:`core.people.linking.Linking` is one)."""
 
     async def owner_of(self, user_key: str) -> str | None:
         """The identity ``user_key`` is linked to, or ``None`` when it isn't linked."""

@@ -49,7 +49,8 @@ __all__ = [
 
 SUPPORTED_LANGUAGES: Final = ("en", "it", "de", "fr", "es")
 DEFAULT_LANGUAGE: Final = "en"
-LOCALES_DIRECTORY: Final = Path(__file__).parent / "locales"
+# The catalogs stay at core/locales/: they hold the texts of every package.
+LOCALES_DIRECTORY: Final = Path(__file__).parent.parent / "locales"
 DOMAIN: Final = "messages"
 
 # Longer Accept-Language values are cut (at the last whole entry) before parsing, so a hostile
