@@ -43,19 +43,15 @@ from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
 from channel_http.webhooks import webhook
-from core.builtin_plugins import builtin_plugins
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings
 from core.confirmations import ConfirmationStore, ResumeSlots
 from core.conversation_order import ConversationOrder
-from core.file_tools import files_plugin
-from core.logins import Logins
 from core.memory import CollectionNames, MemoryStore
 from core.memory.archive import ArchiveWriter
 from core.memory.capture import Capture
 from core.memory.edge import EdgeStore
 from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
-from core.memory_tools import memory_plugin
 from core.model import OllamaModel, OpenAIModel
 from core.observe.metrics import Metrics, measured
 from core.people.directory import Directory, DirectoryConfigurationError
@@ -65,12 +61,16 @@ from core.people.linking import Linking
 from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
-from core.rest_plugin import rest_plugin
 from core.sessions import EngineLimits, SessionManager
 from core.spaces.tools import space_plugins
 from core.state import Database, connect
 from core.tool_log import ToolLog
-from core.tools import Plugin, ToolRegistry
+from core.tools.builtin_plugins import builtin_plugins
+from core.tools.file_tools import files_plugin
+from core.tools.logins import Logins
+from core.tools.memory_tools import memory_plugin
+from core.tools.registry import Plugin, ToolRegistry
+from core.tools.rest_plugin import rest_plugin
 from core.transcript import Transcript
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
 from core.workspace.files import FileLimits, PersonFiles

@@ -6,7 +6,7 @@ answer is a short plain-text page (``Cache-Control: no-store``, ``Referrer-Polic
 no-referrer``, ``X-Content-Type-Options: nosniff``) saying how the login went, in the
 browser's language, else the app's default, except that a login that failed reads in the
 language of the person who started it. The code and state are handed to
-:meth:`core.logins.Logins.complete` and neither kept nor logged.
+:meth:`core.tools.logins.Logins.complete` and neither kept nor logged.
 
 Exceptions: none (every outcome is a page).
 """
@@ -22,8 +22,8 @@ from litestar.di import NamedDependency, Provide
 from litestar.status_codes import HTTP_200_OK
 
 from channel_http.errors import BadRequest
-from core.logins import Logins
 from core.people.i18n import negotiate
+from core.tools.logins import Logins
 
 if TYPE_CHECKING:
     from channel_http.services import Services

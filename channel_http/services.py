@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from channel_http.bridging import Bridging
     from channel_http.metrics_server import MetricsServer
     from core.config.settings import Settings
-    from core.logins import Logins
     from core.memory import CollectionNames
     from core.memory.embedder import Embedder
     from core.observe.metrics import Metrics
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from core.people.person_settings import PersonSettings
     from core.sessions import SessionManager
     from core.state import Database
+    from core.tools.logins import Logins
     from core.transcript import Transcript
     from core.turn_logs import TurnLogs
     from core.workspace.files import PersonFiles

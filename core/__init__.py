@@ -26,7 +26,7 @@ from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
 from core.people.i18n import Catalogs, Translator
 from core.people.principal import Person, Principal
 from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
-from core.tools import (
+from core.tools.registry import (
     LoginRequired,
     Plugin,
     Skill,

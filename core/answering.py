@@ -23,12 +23,12 @@ import msgspec
 from core import events
 from core.clock import Clock, system_clock
 from core.confirmations import StagedActionSpec
-from core.display_tools import PRESENT
-from core.displays import Displays, display_chunks, tool_message, with_displays
 from core.history import Session, interrupted_answer, shown_time
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
 from core.observe.telemetry import span
-from core.tools import (
+from core.tools.display_tools import PRESENT
+from core.tools.displays import Displays, display_chunks, tool_message, with_displays
+from core.tools.registry import (
     LoginRequired,
     Tool,
     ToolCallContext,

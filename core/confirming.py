@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from core.tools import LoginRequired, ToolCallContext, ToolError, ToolRegistry, ToolReply
+from core.tools.registry import LoginRequired, ToolCallContext, ToolError, ToolRegistry, ToolReply
 
 if TYPE_CHECKING:
     from core.confirmations import ConfirmationStore

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from core.displays import ToolResults
 from core.model import ChatMessage
+from core.tools.displays import ToolResults
 from core.transcript import ShownMessage
 
 #: What the model reads after an answer that was cut off (not shown to the person).

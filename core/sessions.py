@@ -48,7 +48,7 @@ from core.people.timezones import stamp
 from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
 from core.spaces.turn import memory_block
-from core.tools import ToolCallContext, ToolRegistry, headline
+from core.tools.registry import ToolCallContext, ToolRegistry, headline
 from core.transcript import ShownMessage
 from core.turn_events import TurnEvents
 

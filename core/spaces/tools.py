@@ -1,7 +1,7 @@
 """The assistant's tools for a shared space: its preferences, and mutes.
 
 Two plugins, offered everywhere but working only in a space (a call elsewhere is a
-:class:`~core.tools.ToolError` saying so):
+:class:`~core.tools.registry.ToolError` saying so):
 
 * ``prefs``: ``prefs_list``, ``prefs_get``, ``prefs_set``, ``prefs_delete``. Reading takes
   ``prefs.get``, writing ``prefs.set``, checked against the role of the person whose turn it
@@ -32,7 +32,7 @@ from core.spaces.members import Permission, Spaces
 from core.spaces.mutes import MuteError, Mutes, checked_reason, parse_duration
 from core.spaces.preferences import MAX_VALUE_CHARS, PreferenceError, SpacePreferences
 from core.spaces.turn import SpaceTurn
-from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
+from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 
 __all__ = [

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from core.tools import Plugin, Tool, ToolCallContext
+from core.tools.registry import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE, BOB
 from tests.support.contract import check_response
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

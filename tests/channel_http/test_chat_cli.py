@@ -17,7 +17,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
+from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 

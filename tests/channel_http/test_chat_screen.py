@@ -19,7 +19,7 @@ import pytest
 
 from channel_http.chat_view import thought_for
 from core.memory.edge import EdgeStore
-from core.tools import Plugin, Tool, ToolCallContext
+from core.tools.registry import Plugin, Tool, ToolCallContext
 from tests.support.memory_doubles import SlowStore
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

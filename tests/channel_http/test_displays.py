@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from core.memory.edge import EdgeStore
-from core.tools import Plugin, Tool, ToolCallContext
+from core.tools.registry import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE, BOB
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from core.clock import ManualClock
-from core.tools import Plugin, Tool, ToolCallContext, ToolError
+from core.tools.registry import Plugin, Tool, ToolCallContext, ToolError
 from tests.conftest import ALICE, BOB
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

@@ -28,7 +28,7 @@ import pytest
 
 from core.memory.edge import EdgeStore
 from core.people.messages import TOKEN_MISSING
-from core.tools import Plugin, Tool, ToolCallContext
+from core.tools.registry import Plugin, Tool, ToolCallContext
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

@@ -33,8 +33,8 @@ import yaml
 
 from core.clock import ManualClock
 from core.config.settings import Settings
-from core.logins import Logins
-from core.rest_plugin import RESULT_MAX_CHARS
+from core.tools.logins import Logins
+from core.tools.rest_plugin import RESULT_MAX_CHARS
 from tests.conftest import ALICE, BOB
 from tests.oidc.harness import LOGIN_CLIENT_ID, OidcProviderProcess, ensure_node_modules
 from tests.support.ollama_standin import ChatScript, OllamaStandIn

@@ -24,18 +24,18 @@ import uvicorn
 
 from core.clock import ManualClock
 from core.config.settings import ConfigurationError, RestOperation, RestService
-from core.logins import (
+from core.people.i18n import Catalogs
+from core.people.principal import Person, Principal
+from core.state import Database
+from core.tools.logins import (
     LOGIN_TTL,
     Logins,
     LoginServiceUnreachable,
     LoginUnavailable,
     ServiceLogin,
 )
-from core.people.i18n import Catalogs
-from core.people.principal import Person, Principal
-from core.rest_plugin import rest_plugin
-from core.state import Database
-from core.tools import LoginRequired, ToolCallContext
+from core.tools.registry import LoginRequired, ToolCallContext
+from core.tools.rest_plugin import rest_plugin
 from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

@@ -11,10 +11,10 @@ import pytest
 from core.memory import MemoryPoint
 from core.memory.archive import ArchiveWriter
 from core.memory.edge import EdgeStore
-from core.memory_tools import memory_plugin
 from core.people.i18n import Catalogs
 from core.people.principal import Person, Principal
-from core.tools import ToolCallContext
+from core.tools.memory_tools import memory_plugin
+from core.tools.registry import ToolCallContext
 from tests.support.memory_doubles import HashEmbedder, SlowStore, hash_vector
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from core.wiki_tools import (
+from core.tools.wiki_tools import (
     PROMOTE_NOTE,
     WIKI_GREP,
     WIKI_LIST,

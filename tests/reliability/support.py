@@ -212,7 +212,7 @@ class Ledger:
         return f"recorded {arguments.get('entry')}"
 
     def plugin(self) -> Any:
-        from core.tools import Plugin, Tool
+        from core.tools.registry import Plugin, Tool
 
         schema = {
             "type": "object",

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
+from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.server import RunningServer
 from tests.support.system import missing
 

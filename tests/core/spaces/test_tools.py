@@ -23,7 +23,7 @@ from core.spaces import (
 )
 from core.spaces.tools import space_plugins
 from core.state import Database
-from core.tools import Plugin, ToolCallContext, ToolError, ToolReply
+from core.tools.registry import Plugin, ToolCallContext, ToolError, ToolReply
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ blank ones dropped (:func:`with_displays`); they stream as ``text`` deltas just 
 ``final``, are kept in the conversation's transcript, and never reach what memory
 capture summarizes (they are not in the model's messages).
 
-The ``present`` tool itself is a built-in plugin (:mod:`core.builtin_plugins`).
+The ``present`` tool itself is a built-in plugin (:mod:`core.tools.builtin_plugins`).
 
 Exception tree: none.
 """

@@ -1,6 +1,6 @@
 """The plugins every person is offered: the wiki, their own settings, and ``present``.
 
-Each wraps a module's functions as :class:`~core.tools.Tool` values; the texts given
+Each wraps a module's functions as :class:`~core.tools.registry.Tool` values; the texts given
 to the model (descriptions, skills) are English, the status lines are catalog msgids.
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 
-from core import wiki_tools
-from core.display_tools import present_plugin
 from core.people.i18n import N_
 from core.people.person_settings import InvalidSetting, PersonSettings
-from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
+from core.tools import wiki_tools
+from core.tools.display_tools import present_plugin
+from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 from core.workspace.wiki import Vault
 

@@ -25,9 +25,9 @@ from core.model.port import ToolSpec
 from core.people.principal import Person, Principal
 
 if TYPE_CHECKING:
-    from core.displays import Displays
     from core.people.i18n import Translator
     from core.spaces.turn import SpaceTurn
+    from core.tools.displays import Displays
 
 ActsAs = Literal["mercury", "person"]
 
@@ -156,7 +156,7 @@ class Plugin:
     builtin: bool = False
     has_build: bool = False
     custom_status: str | None = None
-    login: Any = None  # a core.logins.ServiceLogin for plugins acting as the person
+    login: Any = None  # a core.tools.logins.ServiceLogin for plugins acting as the person
 
 
 @dataclass(frozen=True, slots=True)

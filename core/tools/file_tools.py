@@ -15,7 +15,7 @@ from typing import Any, Final
 import msgspec
 
 from core.people.i18n import N_
-from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError, ToolReply
+from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError, ToolReply
 from core.version import PLUGIN_API_VERSION
 from core.workspace.file_types import describe_size, is_textual
 from core.workspace.files import INBOX, FileError, PersonFiles

@@ -3,7 +3,7 @@
 The configuration file declares a service (its name, base URL and, when it acts as the
 person, its OAuth 2.0 login) and its operations (name, description, method, path template,
 JSON-schema parameters, whether a call must be confirmed). :func:`rest_plugin` turns it into a
-:class:`~core.tools.Plugin` whose tool ``<service>_<operation>`` calls
+:class:`~core.tools.registry.Plugin` whose tool ``<service>_<operation>`` calls
 ``base_url + path``:
 
 - ``{name}`` placeholders in the path are filled from the arguments of the same name, each
@@ -12,13 +12,13 @@ JSON-schema parameters, whether a call must be confirmed). :func:`rest_plugin` t
 - the other arguments go in the query string (``GET``, ``DELETE``) or a JSON body;
 - a service with a login is called with ``Authorization: Bearer <the person's token>``;
   a 401 refreshes the token once and retries, and a second 401 forgets the tokens and asks
-  the person to log in again (:class:`~core.tools.LoginRequired`);
+  the person to log in again (:class:`~core.tools.registry.LoginRequired`);
 - the model reads ``HTTP <status>`` and the response body, cut at 4,000 characters.
 
 Exceptions::
 
     ConfigurationError (core.config.settings)  a path placeholder the parameters don't declare
-    ToolError (core.tools)             the service couldn't be reached (told to the model)
+    ToolError (core.tools.registry)    the service couldn't be reached (told to the model)
     ├── InvalidArguments               a path argument is missing or would escape the path
     └── LoginRequired                  the person must log in to the service first
 """
@@ -34,8 +34,8 @@ import httpx
 import msgspec
 
 from core.config.settings import ConfigurationError
-from core.logins import Logins, ServiceLogin
-from core.tools import (
+from core.tools.logins import Logins, ServiceLogin
+from core.tools.registry import (
     ConfirmCheck,
     InvalidArguments,
     LoginRequired,

@@ -13,7 +13,7 @@ service behind every such login:
   exchange fails. The code is exchanged (with the PKCE verifier) by authlib's async client.
 - :meth:`Logins.access_token` gives a tool the person's access token, refreshing it with the
   refresh token once it has expired; when there is none, or the service refuses the
-  refresh (revoked), the tokens are forgotten and :class:`~core.tools.LoginRequired` is
+  refresh (revoked), the tokens are forgotten and :class:`~core.tools.registry.LoginRequired` is
   raised with a new login URL.
 
 Pending logins and tokens live in the state store (:mod:`core.state`), so a login begun
@@ -26,7 +26,7 @@ rest in clear. Codes, states and tokens are never logged.
 Exceptions::
 
     ConfigurationError (core.config.settings)  a login declared without MERCURY_SECRET_KEY, or twice
-    ToolError (core.tools)
+    ToolError (core.tools.registry)
     ├── LoginRequired                  the person must log in (again); carries the URL
     ├── LoginUnavailable               nobody can log in here: the instance has no callback
     └── LoginServiceUnreachable        the token endpoint couldn't be reached for a refresh
@@ -56,7 +56,7 @@ from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
 from core.config.settings import ConfigurationError
 from core.state import Migration, Schema, Statements
-from core.tools import LoginRequired, ToolError
+from core.tools.registry import LoginRequired, ToolError
 
 # authlib 1.9 warns once, at import, that it runs on httpx rather than httpx2; httpx is the
 # client this project is built on, so the warning says nothing we can act on. (authlib's own

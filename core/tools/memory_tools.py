@@ -18,7 +18,7 @@ from core.memory import Collection, MemoryStore
 from core.memory.archive import ArchiveWriter
 from core.memory.embedder import Embedder
 from core.people.i18n import N_
-from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
+from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 
 log = logging.getLogger("mercury.memory")

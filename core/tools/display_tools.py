@@ -1,8 +1,9 @@
-"""The ``present`` tool: the model shows the person a display verbatim (see :mod:`core.displays`).
+"""The ``present`` tool: the model shows the person a display verbatim (see
+:mod:`core.tools.displays`).
 
-The tool writes into the turn's :class:`~core.displays.Displays`, which the engine hands
+The tool writes into the turn's :class:`~core.tools.displays.Displays`, which the engine hands
 over in the call's context; by ``toolCallId`` it shows a result the session's
-:class:`~core.displays.ToolResults` kept, without the model retyping it.
+:class:`~core.tools.displays.ToolResults` kept, without the model retyping it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from core.people.i18n import N_
-from core.tools import Plugin, Skill, Tool, ToolCallContext, ToolError
+from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
 
 #: The tool's name, as the model calls it.
