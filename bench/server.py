@@ -44,7 +44,7 @@ from channel_http.accept import GreedyAccept, accept_greedily
 from channel_http.app import build_app, with_cors
 from channel_http.connections import server_options
 from core.config.settings import load_settings
-from core.events import Text
+from core.engine.events import Text
 from core.model import ChatChunk, OllamaModel
 
 USERS = 64

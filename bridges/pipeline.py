@@ -45,13 +45,13 @@ from bridges.port import (
     PlatformBridge,
     Received,
 )
-from core import events
+from core.engine import events
+from core.engine.sessions import SessionLocks, Turn, TurnInput
 from core.people.i18n import choose_language
 from core.people.people import Admitted
 from core.people.principal import Person, Principal
 from core.people.timezones import choose_zone
 from core.rate_limits import bucket_key
-from core.sessions import SessionLocks, Turn, TurnInput
 from core.spaces import SpaceTurn, area_key, parse_space_id
 from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
@@ -72,10 +72,10 @@ if TYPE_CHECKING:
     from bridges.deliveries import Deliveries
     from core.clock import Clock
     from core.config.settings import Settings
+    from core.engine.sessions import SessionManager
     from core.people.i18n import Catalogs, Translator
     from core.people.people import People
     from core.people.person_settings import PersonSettings
-    from core.sessions import SessionManager
     from core.spaces.ambient import Ambient
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes

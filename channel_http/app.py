@@ -45,8 +45,11 @@ from channel_http.ui import ui_router
 from channel_http.webhooks import webhook
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings
-from core.confirmations import ConfirmationStore, ResumeSlots
-from core.conversation_order import ConversationOrder
+from core.engine.confirmations import ConfirmationStore, ResumeSlots
+from core.engine.conversation_order import ConversationOrder
+from core.engine.sessions import EngineLimits, SessionManager
+from core.engine.tool_log import ToolLog
+from core.engine.transcript import Transcript
 from core.memory import CollectionNames, MemoryStore
 from core.memory.archive import ArchiveWriter
 from core.memory.capture import Capture
@@ -61,17 +64,14 @@ from core.people.linking import Linking
 from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
-from core.sessions import EngineLimits, SessionManager
 from core.spaces.tools import space_plugins
 from core.state import Database, connect
-from core.tool_log import ToolLog
 from core.tools.builtin_plugins import builtin_plugins
 from core.tools.file_tools import files_plugin
 from core.tools.logins import Logins
 from core.tools.memory_tools import memory_plugin
 from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
-from core.transcript import Transcript
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
 from core.workspace.files import FileLimits, PersonFiles
 from core.workspace.wiki import Vault

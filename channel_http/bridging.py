@@ -30,10 +30,10 @@ from core.spaces.preferences import SpacePreferences
 
 if TYPE_CHECKING:
     from core.config.settings import Settings
+    from core.engine.sessions import SessionManager
     from core.people.i18n import Catalogs
     from core.people.people import People
     from core.people.person_settings import PersonSettings
-    from core.sessions import SessionManager
     from core.state import Database
     from core.workspace.files import PersonFiles
 

@@ -35,12 +35,12 @@ from channel_http.errors import (
     Unavailable,
 )
 from channel_http.requests import ChatBody, conversation_id, decode_body
-from core import events
+from core.engine import events
+from core.engine.sessions import Turn, TurnInput
 from core.people.i18n import choose_language
 from core.people.people import Admitted, refusal_message
 from core.people.principal import Principal
 from core.people.timezones import choose_zone
-from core.sessions import Turn, TurnInput
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileTooLarge,

@@ -22,8 +22,8 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Final
 
 from channel_http.sse import HEARTBEAT, framed
-from core import events
-from core.sessions import Turn
+from core.engine import events
+from core.engine.sessions import Turn
 from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
 
 if TYPE_CHECKING:

@@ -28,10 +28,10 @@ from channel_http.requests import (
     limit,
     required_query,
 )
+from core.engine.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
 from core.people.i18n import SUPPORTED_LANGUAGES
 from core.people.person_settings import InvalidSetting
-from core.sessions import ONE_OFF_PREFIX, SessionManager, Turn, TurnInput
 from core.version import PLUGIN_API_VERSION, core_version
 from core.workspace.wiki import InvalidPattern, WikiError
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from channel_http.bridging import Bridging
     from channel_http.metrics_server import MetricsServer
     from core.config.settings import Settings
+    from core.engine.sessions import SessionManager
+    from core.engine.transcript import Transcript
     from core.memory import CollectionNames
     from core.memory.embedder import Embedder
     from core.observe.metrics import Metrics
@@ -26,10 +28,8 @@ if TYPE_CHECKING:
     from core.people.linking import Linking
     from core.people.people import People
     from core.people.person_settings import PersonSettings
-    from core.sessions import SessionManager
     from core.state import Database
     from core.tools.logins import Logins
-    from core.transcript import Transcript
     from core.turn_logs import TurnLogs
     from core.workspace.files import PersonFiles
     from core.workspace.wiki import Vault

@@ -21,12 +21,12 @@ from litestar.response.streaming import ASGIStreamingResponse
 from litestar.types import HTTPResponseBodyEvent, Receive, Scope, Send
 
 from channel_http.access_log import BodySink, body_sink
-from core.events import Event, TurnStarted
-from core.sessions import Turn
+from core.engine.events import Event, TurnStarted
+from core.engine.sessions import Turn
 
 if TYPE_CHECKING:
+    from core.engine.turn_events import TurnEvents
     from core.observe.metrics import Metrics
-    from core.turn_events import TurnEvents
 
 HEARTBEAT: Final = b": ping\n\n"
 HEADERS: Final = {

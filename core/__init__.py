@@ -1,13 +1,13 @@
 """Mercury's core: sessions and turns, the model, tools and confirmations, memory, people.
 
 The core never imports a channel and never mentions HTTP; channels call the
-:class:`SessionManager` and read the :mod:`~core.events` it produces.
+:class:`SessionManager` and read the :mod:`~core.engine.events` it produces.
 """
 
 from core.channels import Channel, admits
 from core.clock import Clock, ManualClock, system_clock
 from core.config.settings import ConfigurationError, Settings, load_settings
-from core.events import (
+from core.engine.events import (
     Choice,
     Error,
     Event,
@@ -21,11 +21,12 @@ from core.events import (
     ToolFinish,
     TurnStarted,
 )
+from core.engine.sessions import ConfirmResult, SessionManager, Turn, TurnInput
+from core.engine.turn_events import TurnEvents
 from core.memory import MemoryStore
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError
 from core.people.i18n import Catalogs, Translator
 from core.people.principal import Person, Principal
-from core.sessions import ConfirmResult, SessionManager, Turn, TurnInput
 from core.tools.registry import (
     LoginRequired,
     Plugin,
@@ -35,7 +36,6 @@ from core.tools.registry import (
     ToolRegistry,
     ToolReply,
 )
-from core.turn_events import TurnEvents
 from core.turn_logs import TurnLog, TurnLogs
 from core.version import CHANNEL_API_VERSION, PLUGIN_API_VERSION, core_version
 

@@ -24,8 +24,8 @@ import secrets
 from collections.abc import Callable
 from typing import Final
 
-from core import events
 from core.clock import Clock, system_clock
+from core.engine import events
 
 #: An ended turn that staged an action stays rejoinable as long as its tokens live.
 PENDING_RETENTION_S: Final = 300.0

@@ -37,8 +37,8 @@ from typing import Final
 
 import msgspec
 
-from core import events
 from core.clock import Clock, system_clock
+from core.engine import events
 from core.state import Database, Migration, Notice, Schema, StateError
 from core.turn_logs.memory import PENDING_RETENTION_S, MemoryTurnLogs, TurnLog
 from core.turn_logs.port import Frame

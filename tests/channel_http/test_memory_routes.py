@@ -16,7 +16,7 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
-from core.history import INTERRUPTED_NOTE
+from core.engine.history import INTERRUPTED_NOTE
 from core.memory import MemoryStore
 from core.memory.edge import EdgeStore
 from core.memory.qdrant import QdrantStore
@@ -572,7 +572,7 @@ async def test_concurrent_turns_on_one_conversation_archive_each_exchange_as_a_p
 async def test_a_long_answer_is_streamed_answered_archived_and_remembered_whole(
     make_server: Callable[..., RunningServer], store_factory: Factory, ollama: OllamaStandIn
 ) -> None:
-    # The answer's pieces are joined as they pile up (core/sessions.py _JOIN_PARTS): across
+    # The answer's pieces are joined as they pile up (core/engine/sessions.py _JOIN_PARTS): across
     # many model reads, nothing is lost, doubled or reordered.
     server = make_server({"memory": store_factory()})
     words = [f"w{i} " for i in range(1000)]

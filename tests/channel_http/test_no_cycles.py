@@ -31,8 +31,8 @@ PER_REQUEST = frozenset(
         "litestar.connection.request.Request",
         "channel_http.access_log.BodySink",
         "channel_http.middleware.Caller",
-        "core.sessions.Turn",
-        "core.turn_events.TurnEvents",
+        "core.engine.sessions.Turn",
+        "core.engine.turn_events.TurnEvents",
         "core.model.wire.Wire",
     }
 )

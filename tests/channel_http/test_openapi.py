@@ -149,7 +149,7 @@ async def test_the_events_of_real_turns_fit_their_schemas(
 
 
 def test_every_event_the_core_can_emit_is_documented() -> None:
-    from core.events import EVENT_TYPES, TurnStarted
+    from core.engine.events import EVENT_TYPES, TurnStarted
 
     documented: dict[str, Any] = document()["paths"]["/turn"]["post"]["responses"]["200"][
         "content"

@@ -1,6 +1,6 @@
 """Turns on a real uvicorn over a real PostgreSQL: many clients at once, and a lapsed claim.
 
-The conversation order (core/conversation_order.py) keeps each conversation's turns one at
+The conversation order (core/engine/conversation_order.py) keeps each conversation's turns one at
 a time across instances with claims renewed on the shared store. Under concurrent clients
 every turn is answered and each conversation's record holds whole exchanges in the order
 they ran; when an instance stalls past its lease and the conversation moves on, the stalled

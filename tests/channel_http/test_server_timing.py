@@ -9,8 +9,8 @@ import anyio
 import httpx
 import pytest
 
+from core.engine.sessions import TurnInput
 from core.people.principal import Person, Principal
-from core.sessions import TurnInput
 from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer

@@ -12,7 +12,7 @@ from litestar import Litestar, get
 from litestar.exceptions import LitestarException
 
 from channel_http import rejoin, sse
-from core.turn_events import TurnEvents
+from core.engine.turn_events import TurnEvents
 from core.turn_logs import MemoryTurnLogs
 
 pytestmark = pytest.mark.anyio

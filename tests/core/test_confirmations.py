@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.clock import ManualClock
-from core.confirmations import (
+from core.engine.confirmations import (
     TOKEN_ALPHABET,
     ConfirmationStore,
     InvalidActionError,

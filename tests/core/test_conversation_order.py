@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core.conversation_order import ConversationOrder, HeldTurn, OrderError
+from core.engine.conversation_order import ConversationOrder, HeldTurn, OrderError
+from core.engine.transcript import ShownMessage, Transcript
 from core.memory import InvalidCursor
 from core.model import ChatMessage
 from core.state import Database
-from core.transcript import ShownMessage, Transcript
 from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]

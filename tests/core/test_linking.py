@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from core.clock import ManualClock
-from core.confirmations import new_token
+from core.engine.confirmations import new_token
 from core.people.directory import DirectoryPerson
 from core.people.directory_static import StaticDirectory
 from core.people.i18n import Translation

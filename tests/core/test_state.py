@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.clock import ManualClock
-from core.confirmations import ConfirmationStore, StagedActionSpec
+from core.engine.confirmations import ConfirmationStore, StagedActionSpec
 from core.people.person_settings import PersonSettings
 from core.state import (
     SQLITE_FILE,

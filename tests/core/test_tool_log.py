@@ -6,8 +6,8 @@ import msgspec
 import pytest
 
 from core.clock import ManualClock
+from core.engine.tool_log import MAX_FIELD_CHARS, ToolLog, redact_urls
 from core.state import Database
-from core.tool_log import MAX_FIELD_CHARS, ToolLog, redact_urls
 from tests.support.state import StateBackend
 
 ALICE = "people:alice"

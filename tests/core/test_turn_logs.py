@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from core import events
 from core.clock import Clock, ManualClock, system_clock
+from core.engine import events
 from core.turn_logs import DELTA_BUDGET, SharedTurnLogs, StoredLog, TurnLog
 from core.turn_logs.shared import CHANNEL
 from tests.support.state import StateBackend

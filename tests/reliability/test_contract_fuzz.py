@@ -154,7 +154,7 @@ def fuzzed(make_server: Callable[..., RunningServer]) -> Iterator[RunningServer]
 
 
 def test_every_event_of_the_stream_has_a_schema_in_the_contract() -> None:
-    from core import events
+    from core.engine import events
 
     declared = set(EVENT_SCHEMAS)
     names = {

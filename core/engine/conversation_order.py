@@ -20,7 +20,7 @@ turn also renews its own claim, fenced, just before its final event
 
 The **transcript of record** lives here too, beside the counter: each turn appends the
 messages it added (the person's message as soon as its turn starts, the rest when it ends),
-with what the person saw of them (:mod:`core.transcript`), and raises the conversation's
+with what the person saw of them (:mod:`core.engine.transcript`), and raises the conversation's
 **version**. An instance whose in-memory history carries
 another version than the store rebuilds it from the transcript before the turn runs, so a
 history is never stale.
@@ -43,9 +43,9 @@ from typing import Final
 
 import msgspec
 
+from core.engine.transcript import ShownMessage, write_shown
 from core.model import ChatMessage
 from core.state import Database, Migration, Notice, Schema, Statements, Transaction
-from core.transcript import ShownMessage, write_shown
 
 __all__ = ["SCHEMA", "ConversationOrder", "HeldTurn", "OrderError"]
 
@@ -83,7 +83,7 @@ CREATE INDEX IF NOT EXISTS conversation_transcript_key
     ON conversation_transcript (session_key, seq);
 """,
         ),
-        # What the person saw, for GET /conversation(s): see core/transcript.py.
+        # What the person saw, for GET /conversation(s): see core/engine/transcript.py.
         Migration(
             2,
             sql="""

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from core.engine.transcript import ShownMessage
 from core.model import ChatMessage
 from core.tools.displays import ToolResults
-from core.transcript import ShownMessage
 
 #: What the model reads after an answer that was cut off (not shown to the person).
 INTERRUPTED_NOTE: Final = "[This answer was interrupted before it was finished.]"
@@ -31,7 +31,7 @@ class Session:
     #: last successful capture covered.
     captured_upto: int = 0
     #: The conversation's version in the shared transcript these messages reflect
-    #: (:mod:`core.conversation_order`); another version means another instance moved on.
+    #: (:mod:`core.engine.conversation_order`); another version means another instance moved on.
     version: int = 0
     #: How many of ``messages`` are in the transcript of record (or never go there).
     recorded: int = 0

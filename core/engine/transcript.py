@@ -1,7 +1,7 @@
 """The conversation as the person saw it, on the shared state store: :class:`Transcript`.
 
 When several instances share the state store, each turn writes what the person saw beside
-the model's transcript of record (:mod:`core.conversation_order`), in the same fenced
+the model's transcript of record (:mod:`core.engine.conversation_order`), in the same fenced
 transactions: the person's message as soon as the turn holds its place, before the model
 runs, and the answer as shown (the ``final`` text with its displays, or what had streamed
 when it was cut off, flagged ``interrupted``) when the turn ends. ``GET /conversation`` and

@@ -22,7 +22,7 @@ from typing import Any, Final, get_args
 import msgspec
 
 from core.clock import Clock
-from core.events import ToolOutcome
+from core.engine.events import ToolOutcome
 from core.state import Database, Migration, Schema
 
 __all__ = ["MAX_FIELD_CHARS", "LoggedValue", "ToolLog", "ToolLogEntry", "redact_urls"]

@@ -39,7 +39,7 @@ import msgspec
 
 from core.clock import Clock
 from core.codes import ALPHABET, draw_code, from_micros, to_micros
-from core.events import Choice
+from core.engine.events import Choice
 from core.state import Database, DuplicateRow, Migration, Row, Schema
 
 __all__ = [

@@ -15,9 +15,9 @@ import msgspec
 from core.tools.registry import LoginRequired, ToolCallContext, ToolError, ToolRegistry, ToolReply
 
 if TYPE_CHECKING:
-    from core.confirmations import ConfirmationStore
+    from core.engine.confirmations import ConfirmationStore
+    from core.engine.tool_log import ToolLog
     from core.observe.metrics import Metrics
-    from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")
 

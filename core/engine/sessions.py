@@ -1,6 +1,6 @@
 """The session manager: the one façade a channel calls to run turns and read state.
 
-A turn runs in its own task and appends events to :class:`~core.turn_events.TurnEvents`,
+A turn runs in its own task and appends events to :class:`~core.engine.turn_events.TurnEvents`,
 which the channel drains in batches (:class:`Turn`); the core never holds a response.
 Turns of one session run one after the other in arrival order (:class:`SessionLocks`),
 different sessions in parallel.
@@ -8,7 +8,7 @@ Cancelling a turn's task (the client left) aborts the model request; a turn stil
 waiting for its session when cancelled never starts.
 
 Exception tree: the manager raises nothing of its own at run time; a failed turn ends
-with an :class:`~core.events.Error` event. Configuration mistakes raise
+with an :class:`~core.engine.events.Error` event. Configuration mistakes raise
 :class:`~core.config.settings.ConfigurationError` when the manager is built.
 """
 
@@ -26,13 +26,15 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
-from core import events
-from core.answering import Answerer
 from core.clock import Clock, system_clock
-from core.confirmations import is_token
-from core.confirming import Confirmer
-from core.conversation_order import OrderError
-from core.history import Session, interrupted_answer, shown_time
+from core.engine import events
+from core.engine.answering import Answerer
+from core.engine.confirmations import is_token
+from core.engine.confirming import Confirmer
+from core.engine.conversation_order import OrderError
+from core.engine.history import Session, interrupted_answer, shown_time
+from core.engine.transcript import ShownMessage
+from core.engine.turn_events import TurnEvents
 from core.memory.capture import conversational
 from core.model import (
     ChatMessage,
@@ -49,12 +51,11 @@ from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
 from core.spaces.turn import memory_block
 from core.tools.registry import ToolCallContext, ToolRegistry, headline
-from core.transcript import ShownMessage
-from core.turn_events import TurnEvents
 
 if TYPE_CHECKING:
-    from core.confirmations import ConfirmationStore, ResumeSlots
-    from core.conversation_order import ConversationOrder, HeldTurn
+    from core.engine.confirmations import ConfirmationStore, ResumeSlots
+    from core.engine.conversation_order import ConversationOrder, HeldTurn
+    from core.engine.tool_log import ToolLog
     from core.memory import MemoryStore
     from core.memory.archive import ArchiveWriter
     from core.memory.capture import Capture
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
     from core.people.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn
-    from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")
 
@@ -516,7 +516,7 @@ class SessionManager:
     async def _record(self, session: Session, held: HeldTurn | None) -> None:
         """Append the session's new messages to the transcript of record (shielded)."""
         if held is None:
-            session.shown.clear()  # only a shared store keeps it (core/transcript.py)
+            session.shown.clear()  # only a shared store keeps it (core/engine/transcript.py)
             return
         if session.recorded >= len(session.messages) and not session.shown:
             return

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from core import events
 from core.clock import Clock, system_clock
-from core.confirmations import StagedActionSpec
-from core.history import Session, interrupted_answer, shown_time
+from core.engine import events
+from core.engine.confirmations import StagedActionSpec
+from core.engine.history import Session, interrupted_answer, shown_time
+from core.engine.transcript import ShownMessage
+from core.engine.turn_events import TurnEvents
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
 from core.observe.telemetry import span
 from core.tools.display_tools import PRESENT
@@ -38,15 +40,13 @@ from core.tools.registry import (
     cap,
     detail_of,
 )
-from core.transcript import ShownMessage
-from core.turn_events import TurnEvents
 
 if TYPE_CHECKING:
-    from core.confirmations import ConfirmationStore
-    from core.conversation_order import HeldTurn
+    from core.engine.confirmations import ConfirmationStore
+    from core.engine.conversation_order import HeldTurn
+    from core.engine.tool_log import ToolLog
     from core.memory.archive import ArchiveWriter
     from core.observe.metrics import Metrics
-    from core.tool_log import ToolLog
 
 log = logging.getLogger("mercury.sessions")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final
 
-from core import events
+from core.engine import events
 
 #: How many events may wait between a turn and a slow client before the turn waits.
 EVENT_LIMIT: Final = 256
