@@ -205,6 +205,8 @@ class RestCall:
     status: int = 0
     answer: Any = None
     """The message a message create made."""
+    at: float = field(default_factory=time.monotonic)
+    """When it came (monotonic), to count calls in a window."""
 
     @property
     def content(self) -> str | None:
