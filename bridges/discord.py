@@ -191,6 +191,8 @@ class DiscordBridge:
         self._hand_on_press: Presses | None = None
         self._presses: OrderedDict[int, _Press] = OrderedDict()
         self._handlers: set[asyncio.Task[object]] = set()
+        #: The typing indicators live replies keep alive (cancelled on close).
+        self._typers: set[asyncio.Task[None]] = set()
         self._parents: OrderedDict[int, int | None] = OrderedDict()
         self._closed = False
         self._closing = asyncio.Event()
@@ -735,6 +737,12 @@ class DiscordBridge:
         """Leave the gateway, close the REST and CDN sessions, stop the handlers in flight."""
         self._closed = True
         self._closing.set()
+        for typer in list(self._typers):
+            typer.cancel()
+        for press in self._presses.values():
+            if press.acknowledging is not None:
+                press.acknowledging.cancel()
+        self._presses.clear()
         await self._discard_client()
         if self._downloads is not None:
             await self._downloads.close()
@@ -828,13 +836,21 @@ class _LiveReply:
 
     async def start(self) -> None:
         """Show "<bot> is typing…", and keep showing it until there is something to post."""
-        await self._type()
+        try:
+            await self._type()
+        except PlatformUnavailable as exc:  # only a sign: the reply itself may still go
+            log.info("Discord did not show the typing indicator (%s).", exc)
         self._typing = asyncio.get_running_loop().create_task(self._keep_typing())
+        self._bridge._typers.add(self._typing)
+        self._typing.add_done_callback(self._bridge._typers.discard)
 
     async def show(self, text: str, status: str | None) -> None:
         if self._message is None and not text and status in (None, self._thinking):
             return  # still thinking: the typing indicator says so
-        await self._put(_with_status(text, status), self._buttons)
+        content = _with_status(text, status)
+        if not content and not self._buttons:
+            return  # Discord shows no empty message
+        await self._put(content, self._buttons)
 
     async def finish(
         self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
@@ -872,7 +888,12 @@ class _LiveReply:
 
     async def fail(self, text: str) -> None:
         self._stop_typing()
-        await self._put(text[:MESSAGE_LIMIT], ())
+        if text:
+            await self._put(text[:MESSAGE_LIMIT], ())
+        elif self._message is not None:
+            async with self._bridge._platform_call("the reply"):
+                await self._message.delete()
+            self._message = None
 
     async def _put(
         self, content: str, buttons: tuple[ReplyButton, ...], files: Sequence[EgressFile] = ()
