@@ -21,7 +21,7 @@ characters split, files in the last message (ten a message).
 Live answers and buttons (#37): the bridge is a :class:`~bridges.port.LiveBridge`. A reply
 being written shows "<bot> is typing…" until it has words (or a tool's status line) to show,
 then is posted as the Discord reply it is today and edited as it grows (Discord allows five
-edits per five seconds per channel: the pacer keeps 1.2 s between them); its last edit
+edits per five seconds per channel: the pacer keeps a second between them); its last edit
 leaves the final text with the buttons (an action row, each button's ``custom_id`` the
 action) and the files. A button pressed reaches the bot as a gateway
 ``INTERACTION_CREATE`` (a message component: no privileged intent); it is handed on as a
@@ -47,7 +47,7 @@ import re
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -86,7 +86,6 @@ __all__ = [
     "MESSAGE_LIMIT",
     "PLATFORM",
     "DiscordBridge",
-    "Presses",
 ]
 
 PLATFORM: Final = "discord"
@@ -98,14 +97,11 @@ FILES_PER_MESSAGE: Final = 10
 DM_GUILD: Final = "@me"
 #: The most buttons one action row holds (the bridge sends one row).
 BUTTONS_PER_ROW: Final = 5
-#: Discord allows 5 edits per 5 s per channel: one every 1.2 s keeps inside it with room for
-#: the network's jitter (six edits would need 6 s).
+#: Discord allows 5 edits per 5 s per channel: one a second keeps inside it (and discord.py
+#: waits for a bucket Discord's rate-limit headers say is empty, rather than be refused).
 LIVE_LIMITS: Final = LiveLimits(
-    max_chars=MESSAGE_LIMIT, edit_interval_s=1.2, max_buttons=BUTTONS_PER_ROW
+    max_chars=MESSAGE_LIMIT, edit_interval_s=1.0, max_buttons=BUTTONS_PER_ROW
 )
-
-#: How the bridge hands on a button press (until the port's ``Deliver`` takes presses: #37).
-Presses = Callable[[Pressed], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +184,6 @@ class DiscordBridge:
         self._login_lock = asyncio.Lock()
         self._downloads: aiohttp.ClientSession | None = None
         self._deliver: Deliver | None = None
-        self._hand_on_press: Presses | None = None
         self._presses: OrderedDict[int, _Press] = OrderedDict()
         self._handlers: set[asyncio.Task[object]] = set()
         #: The typing indicators live replies keep alive (cancelled on close).
@@ -207,16 +202,14 @@ class DiscordBridge:
     def live_limits(self) -> LiveLimits:
         return LIVE_LIMITS
 
-    async def run(self, deliver: Deliver, *, presses: Presses | None = None) -> None:
-        """Hold the gateway connection and hand on every message, until cancelled or closed.
-
-        Every button press goes to ``presses`` (none is handed on without it).
+    async def run(self, deliver: Deliver) -> None:
+        """Hold the gateway connection and hand on every message and every press of one of
+        the bot's buttons, until cancelled or closed.
 
         Raises :class:`BridgeError` when Discord refuses the bot for good (a wrong token, the
         MESSAGE CONTENT intent not enabled); a login that fails for a while is tried again.
         """
         self._deliver = deliver
-        self._hand_on_press = presses
         pause = _FIRST_RETRY_S
         try:
             while not self._closed:
@@ -247,7 +240,6 @@ class DiscordBridge:
             raise
         finally:
             self._deliver = None
-            self._hand_on_press = None
             await self._stop_handlers()
 
     async def _point_at_gateway(self, client: _Client) -> None:
@@ -279,9 +271,9 @@ class DiscordBridge:
 
     async def _on_interaction(self, interaction: discord.Interaction[Any]) -> None:
         # Like _on_message: each in a task of its own, kept to be cancelled on stop.
-        hand_on = self._hand_on_press
+        deliver = self._deliver
         task = asyncio.current_task()
-        if hand_on is None or task is None:
+        if deliver is None or task is None:
             return
         self._handlers.add(task)
         try:
@@ -292,7 +284,7 @@ class DiscordBridge:
             if pressed is None:
                 self._forget(interaction.id)
                 return
-            await hand_on(pressed)
+            await deliver(pressed)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -605,9 +597,9 @@ class DiscordBridge:
     async def open_reply(
         self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
     ) -> LiveReply:
-        """A reply to ``to`` that shows "<bot> is typing…" (renewed) until it has text or a
-        tool's status line; it is posted then, as :meth:`send_reply` posts, with ``buttons``
-        (stop) while it runs."""
+        """A reply to ``to`` that shows "<bot> is typing…" (renewed) for ``status`` until it
+        has text or a tool's status line; it is posted then, as :meth:`send_reply` posts,
+        with ``buttons`` (stop) while it runs."""
         client = await self._logged_in()
         channel = client.get_partial_messageable(_channel_id(to.thread_id))
         reference: discord.MessageReference | None = None
@@ -616,7 +608,8 @@ class DiscordBridge:
                 fail_if_not_exists=False
             )
         reply = _LiveReply(self, channel, reference, thinking=status, buttons=tuple(buttons))
-        await reply.start()
+        if status is not None:  # a continuation of a long answer opens without one
+            await reply.start()
         return reply
 
     async def send_private(self, to: Received, text: str) -> None:

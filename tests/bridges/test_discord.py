@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -112,11 +112,22 @@ async def bridge(discord_api: DiscordStandIn) -> AsyncIterator[DiscordBridge]:
         await bridge.close()
 
 
+def sorting(
+    inbox: asyncio.Queue[Received], presses: asyncio.Queue[Pressed]
+) -> Callable[[Received | Pressed], Awaitable[None]]:
+    """A deliver that puts messages in ``inbox`` and presses in ``presses``."""
+
+    async def deliver(item: Received | Pressed) -> None:
+        await (presses.put(item) if isinstance(item, Pressed) else inbox.put(item))
+
+    return deliver
+
+
 @pytest.fixture
 async def connected(discord_api: DiscordStandIn, bridge: DiscordBridge) -> AsyncIterator[Connected]:
     inbox: asyncio.Queue[Received] = asyncio.Queue()
     presses: asyncio.Queue[Pressed] = asyncio.Queue()
-    task = asyncio.create_task(bridge.run(inbox.put, presses=presses.put))
+    task = asyncio.create_task(bridge.run(sorting(inbox, presses)))
     await discord_api.wait_until_ready_async()
     try:
         yield Connected(bridge=bridge, api=discord_api, inbox=inbox, task=task, presses=presses)
@@ -984,7 +995,7 @@ async def test_a_press_not_answered_in_time_is_acknowledged_and_answered_through
     bridge = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME, press_ack_after_s=0.1)
     inbox: asyncio.Queue[Received] = asyncio.Queue()
     presses: asyncio.Queue[Pressed] = asyncio.Queue()
-    task = asyncio.create_task(bridge.run(inbox.put, presses=presses.put))
+    task = asyncio.create_task(bridge.run(sorting(inbox, presses)))
     try:
         await discord_api.wait_until_ready_async()
         connected = Connected(
