@@ -442,11 +442,16 @@ class DiscordStandIn:
         *,
         label: str | None = None,
         custom_id: str | None = None,
+        as_seen: dict[str, Any] | None = None,
         timeout: float = 5.0,
     ) -> Pressing:
         """Have ``user`` press a button of the message (by ``label``, or its ``custom_id``; the
-        first button without either): INTERACTION_CREATE goes to the gateway."""
-        message = self.messages.get(message_id)
+        first button without either): INTERACTION_CREATE goes to the gateway.
+
+        ``as_seen`` is the message as the person's client still shows it (a copy taken
+        earlier): a button pressed before the client got the update that took it away.
+        """
+        message = as_seen if as_seen is not None else self.messages.get(message_id)
         if message is None:
             raise StandInError(f"The Discord stand-in has no message {message_id}.")
         buttons = [
