@@ -291,6 +291,8 @@ def test_the_stop_button_cancels_the_turn(
         what="the stopped reply",
     )
     assert discord_api.messages[message_id]["components"] == []
+    ollama.wait_for_closed(1, timeout=WAIT_S)  # the model's request was dropped too
+    assert ollama.completed == 0
 
 
 def test_with_live_answers_off_the_answer_is_one_message(
