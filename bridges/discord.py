@@ -188,6 +188,9 @@ class DiscordBridge:
         self._handlers: set[asyncio.Task[object]] = set()
         #: The typing indicators live replies keep alive (cancelled on close).
         self._typers: set[asyncio.Task[None]] = set()
+        #: When "is typing…" was last shown in a channel (monotonic), so a live reply opened
+        #: right after the pipeline's start_typing does not show it again.
+        self._typed: OrderedDict[int, float] = OrderedDict()
         self._parents: OrderedDict[int, int | None] = OrderedDict()
         self._closed = False
         self._closing = asyncio.Event()
@@ -561,6 +564,20 @@ class DiscordBridge:
         channel = client.get_partial_messageable(_channel_id(message.thread_id))
         async with self._platform_call("the typing indicator"):
             await channel.typing()
+        self._typed_in(channel.id)
+
+    def _typed_in(self, channel_id: int) -> None:
+        self._typed[channel_id] = time.monotonic()
+        self._typed.move_to_end(channel_id)
+        while len(self._typed) > _KNOWN_PARENTS:
+            self._typed.popitem(last=False)
+
+    def _typing_left(self, channel_id: int) -> float:
+        """Seconds before "is typing…" shown in the channel needs renewing (0: not shown)."""
+        shown = self._typed.get(channel_id)
+        if shown is None:
+            return 0.0
+        return max(0.0, _TYPING_EVERY_S - (time.monotonic() - shown))
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """Reply in ``to``'s channel or thread; text over 2,000 characters in several messages,
@@ -828,12 +845,16 @@ class _LiveReply:
         self._typing: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Show "<bot> is typing…", and keep showing it until there is something to post."""
-        try:
-            await self._type()
-        except PlatformUnavailable as exc:  # only a sign: the reply itself may still go
-            log.info("Discord did not show the typing indicator (%s).", exc)
-        self._typing = asyncio.get_running_loop().create_task(self._keep_typing())
+        """Show "<bot> is typing…" (unless it shows already), and keep showing it until
+        there is something to post."""
+        first = self._bridge._typing_left(self._channel.id)
+        if not first:
+            try:
+                await self._type()
+            except PlatformUnavailable as exc:  # only a sign: the reply itself may still go
+                log.info("Discord did not show the typing indicator (%s).", exc)
+            first = _TYPING_EVERY_S
+        self._typing = asyncio.get_running_loop().create_task(self._keep_typing(first))
         self._bridge._typers.add(self._typing)
         self._typing.add_done_callback(self._bridge._typers.discard)
 
@@ -929,11 +950,14 @@ class _LiveReply:
     async def _type(self) -> None:
         async with self._bridge._platform_call("the typing indicator"):
             await self._channel.typing()
+        self._bridge._typed_in(self._channel.id)
 
-    async def _keep_typing(self) -> None:
+    async def _keep_typing(self, first: float) -> None:
         started = time.monotonic()
+        pause = first
         while time.monotonic() - started < _TYPING_AT_MOST_S:
-            await asyncio.sleep(_TYPING_EVERY_S)
+            await asyncio.sleep(pause)
+            pause = _TYPING_EVERY_S
             try:
                 await self._type()
             except BridgeError as exc:

@@ -1066,3 +1066,14 @@ async def test_a_press_on_a_message_without_our_buttons_or_by_a_bot_is_not_hande
     _, pressed = await connected.press(message_id, BOB, label="No")
     assert pressed.author_id == str(BOB.id)  # the bot's press came first and was dropped
     assert connected.presses.empty()
+
+
+async def test_a_live_reply_right_after_the_typing_indicator_does_not_show_it_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(dm_message())
+    reply = await bridge.open_reply(dm_message(), status="Thinking…")
+    await reply.finish("Hi.")
+    assert len(discord_api.matching(is_typing)) == 1
+    await bridge.open_reply(group_message(), status="Thinking…")  # another channel: shown
+    assert [c.path for c in discord_api.matching(is_typing)][-1] == f"/channels/{GENERAL}/typing"
