@@ -616,11 +616,12 @@ class DiscordBridge:
     ) -> LiveReply:
         """A reply to ``to`` that shows "<bot> is typing…" (renewed) for ``status`` until it
         has text or a tool's status line; it is posted then, as :meth:`send_reply` posts,
-        with ``buttons`` (stop) while it runs."""
+        with ``buttons`` (stop) while it runs. Opened without a status (the pacer's
+        continuation of a long answer), it is a plain message, as send_reply's later parts."""
         client = await self._logged_in()
         channel = client.get_partial_messageable(_channel_id(to.thread_id))
         reference: discord.MessageReference | None = None
-        if not to.is_dm:
+        if not to.is_dm and status is not None:  # a continuation is no second reply (ping)
             reference = channel.get_partial_message(int(to.message_id)).to_reference(
                 fail_if_not_exists=False
             )

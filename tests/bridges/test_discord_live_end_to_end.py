@@ -183,6 +183,10 @@ def test_a_long_answer_splits_at_two_thousand_characters_with_nothing_lost_or_re
     )
     assert all(0 < len(t) <= 2000 for t in texts)
     assert all(m["components"] == [] for m in bot_messages(discord_api))
+    # Only the first part is a Discord reply (one ping), as a reply sent at once.
+    assert [bool(m.get("message_reference")) for m in bot_messages(discord_api)] == [True] + [
+        False
+    ] * (len(texts) - 1)
 
 
 def test_a_429_on_an_edit_delays_it_and_loses_nothing(
@@ -307,3 +311,26 @@ def test_with_live_answers_off_the_answer_is_one_message(
     assert reply.content == "".join(words).strip() or reply.content == "".join(words)
     assert "components" not in reply.json or not reply.json["components"]
     assert discord_api.edits() == []
+
+
+def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_discords_edit_limit(
+    chat: RunningServer, discord_api: DiscordStandIn, ollama: OllamaStandIn
+) -> None:
+    # The measure (#37): platform calls per answer, within 5 edits per 5 s.
+    tokens = [f"t{n} " for n in range(300)]
+    ollama.enqueue(ChatScript(content=tokens, delay_s=0.05))
+    discord_api.post_message(GENERAL, ALICE, MENTION + "a long one", mentions=[BOT])
+    wait_for_content(discord_api, 1, lambda t: t[0] == "".join(tokens))
+    asked_at = discord_api.matching(lambda c: c.path.endswith("/typing"))[0].at
+    calls = [c for c in discord_api.matching(lambda c: c.at >= asked_at)]
+    edits = [c.at for c in discord_api.edits()]
+    posts = replies_in(discord_api, GENERAL)
+    typing = discord_api.matching(lambda c: c.path.endswith("/typing"))
+    print(
+        f"discord: {len(calls)} calls for a 300-token answer at 20 tokens/s "
+        f"({len(typing)} typing, {len(posts)} post, {len(edits)} edits); busiest 5 s: "
+        f"{max(sum(1 for t in edits if a <= t < a + 5.0) for a in edits)} edits"
+    )
+    assert len(posts) == 1 and len(typing) == 1
+    assert max(sum(1 for t in edits if a <= t < a + 5.0) for a in edits) <= 5
+    assert len(edits) <= 20  # about one a second for 15 s, and the last
