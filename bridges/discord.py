@@ -822,6 +822,12 @@ class DiscordBridge:
                 f"Discord could not be reached for {what} ({type(exc).__name__}: {exc}); check "
                 "DISCORD_API_URL and the network, or try again later."
             ) from exc
+        except RuntimeError as exc:  # aiohttp's "Session is closed": close() came first
+            if not self._closed:
+                raise
+            raise BridgeError(
+                f"The Discord bridge was closed while it sent {what}; it was not sent."
+            ) from exc
 
 
 class _LiveReply:
