@@ -18,10 +18,23 @@ Each of them is a space of its own (the thread id is the space id). Mentions of 
 channel or thread as a Discord reply to it (in guilds; a DM needs none), text over 2,000
 characters split, files in the last message (ten a message).
 
+Live answers and buttons (#37): the bridge is a :class:`~bridges.port.LiveBridge`. A reply
+being written shows "<bot> is typing…" until it has words (or a tool's status line) to show,
+then is posted as the Discord reply it is today and edited as it grows (Discord allows five
+edits per five seconds per channel: the pacer keeps a second between them); its last edit
+leaves the final text with the buttons (an action row, each button's ``custom_id`` the
+action) and the files. A button pressed reaches the bot as a gateway
+``INTERACTION_CREATE`` (a message component: no privileged intent); it is handed on as a
+:class:`~bridges.port.Pressed` and answered through the interaction: privately (an
+ephemeral message) or by updating the pressed message. Discord wants an answer within three
+seconds: a press not answered by then is acknowledged (a deferred update) and answered later
+through the interaction's webhook.
+
 Errors are :mod:`bridges.port`'s::
 
     BridgeError                  Discord refused the call (403, 404, 400, a bad token)
-    └── PlatformUnavailable      Discord could not be reached, answered 5xx or 429
+    └── PlatformUnavailable      Discord could not be reached, answered 5xx or 429 (its
+                                 ``retry_after_s`` the wait Discord asked for)
 """
 
 from __future__ import annotations
@@ -31,9 +44,11 @@ import contextlib
 import io
 import logging
 import re
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
@@ -45,8 +60,12 @@ from bridges.port import (
     BridgeError,
     Deliver,
     EgressFile,
+    LiveLimits,
+    LiveReply,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
 )
 from core.config.settings import ConfigurationError, DiscordSettings
@@ -60,7 +79,14 @@ with warnings.catch_warnings():
     import discord.gateway
     import discord.http
 
-__all__ = ["FILES_PER_MESSAGE", "MESSAGE_LIMIT", "PLATFORM", "DiscordBridge"]
+__all__ = [
+    "BUTTONS_PER_ROW",
+    "FILES_PER_MESSAGE",
+    "LIVE_LIMITS",
+    "MESSAGE_LIMIT",
+    "PLATFORM",
+    "DiscordBridge",
+]
 
 PLATFORM: Final = "discord"
 #: The most characters Discord takes in one message.
@@ -69,6 +95,13 @@ MESSAGE_LIMIT: Final = 2000
 FILES_PER_MESSAGE: Final = 10
 #: The guild part of a DM's thread id.
 DM_GUILD: Final = "@me"
+#: The most buttons one action row holds (the bridge sends one row).
+BUTTONS_PER_ROW: Final = 5
+#: Discord allows 5 edits per 5 s per channel: one a second keeps inside it (and discord.py
+#: waits for a bucket Discord's rate-limit headers say is empty, rather than be refused).
+LIVE_LIMITS: Final = LiveLimits(
+    max_chars=MESSAGE_LIMIT, edit_interval_s=1.0, max_buttons=BUTTONS_PER_ROW
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +118,37 @@ _KNOWN_PARENTS: Final = 1024
 _CDN_DOMAINS: Final = ("discordapp.com", "discordapp.net", "discord.com")
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _REDIRECTS_FOLLOWED: Final = 3
+#: Discord's "is typing…" lasts ten seconds; a reply still thinking renews it this often.
+_TYPING_EVERY_S: Final = 8.0
+#: A reply that never shows words stops renewing its typing after this long.
+_TYPING_AT_MOST_S: Final = 600.0
+#: The most characters of a button's label.
+_LABEL_LIMIT: Final = 80
+#: The most characters of a button's ``custom_id``.
+_CUSTOM_ID_LIMIT: Final = 100
+#: A press's token answers for 15 minutes; presses are remembered that long, this many at most.
+_PRESS_LIFETIME_S: Final = 15 * 60.0
+_KNOWN_PRESSES: Final = 1024
+#: Discord's error codes: an interaction already answered; one unknown (expired after 3 s
+#: unanswered, or 15 min); a user who takes no direct messages from the bot.
+_ALREADY_ACKNOWLEDGED: Final = 40060
+_UNKNOWN_INTERACTION: Final = 10062
+_CANNOT_MESSAGE_USER: Final = 50007
+_STYLES: Final = {
+    "primary": discord.ButtonStyle.primary,
+    "danger": discord.ButtonStyle.danger,
+    "default": discord.ButtonStyle.secondary,
+}
+
+
+@dataclass(kw_only=True)
+class _Press:
+    """A press this instance received: its interaction, answered one call at a time."""
+
+    interaction: discord.Interaction[Any]
+    received_at: float
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    acknowledging: asyncio.Task[None] | None = None
 
 
 class DiscordBridge:
@@ -92,7 +156,8 @@ class DiscordBridge:
 
     Nothing touches the network until :meth:`run` or the first call that needs Discord;
     the bot's own id comes from its login then. ``request_timeout`` bounds every call to
-    Discord (discord.py waits out a 429 itself, up to 30 s, within it).
+    Discord (discord.py waits out a 429 itself, up to 30 s, within it). A button press not
+    answered within ``press_ack_after_s`` is acknowledged (Discord gives three seconds).
     """
 
     def __init__(
@@ -102,6 +167,7 @@ class DiscordBridge:
         bot_name: str,
         request_timeout: float = 60.0,
         reply_lookup_timeout: float = 5.0,
+        press_ack_after_s: float = 2.0,
     ) -> None:
         if not settings.bot_token:
             raise ConfigurationError(
@@ -113,11 +179,18 @@ class DiscordBridge:
         self._bot_name = bot_name
         self._request_timeout = request_timeout
         self._reply_lookup_timeout = reply_lookup_timeout
+        self._press_ack_after_s = press_ack_after_s
         self._client: _Client | None = None
         self._login_lock = asyncio.Lock()
         self._downloads: aiohttp.ClientSession | None = None
         self._deliver: Deliver | None = None
+        self._presses: OrderedDict[int, _Press] = OrderedDict()
         self._handlers: set[asyncio.Task[object]] = set()
+        #: The typing indicators live replies keep alive (cancelled on close).
+        self._typers: set[asyncio.Task[None]] = set()
+        #: When "is typing…" was last shown in a channel (monotonic), so a live reply opened
+        #: right after the pipeline's start_typing does not show it again.
+        self._typed: OrderedDict[int, float] = OrderedDict()
         self._parents: OrderedDict[int, int | None] = OrderedDict()
         self._closed = False
         self._closing = asyncio.Event()
@@ -128,8 +201,13 @@ class DiscordBridge:
 
     # -- the gateway -----------------------------------------------------------------------
 
+    @property
+    def live_limits(self) -> LiveLimits:
+        return LIVE_LIMITS
+
     async def run(self, deliver: Deliver) -> None:
-        """Hold the gateway connection and hand on every message, until cancelled or closed.
+        """Hold the gateway connection and hand on every message and every press of one of
+        the bot's buttons, until cancelled or closed.
 
         Raises :class:`BridgeError` when Discord refuses the bot for good (a wrong token, the
         MESSAGE CONTENT intent not enabled); a login that fails for a while is tried again.
@@ -194,6 +272,62 @@ class DiscordBridge:
         finally:
             self._handlers.discard(task)
 
+    async def _on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        # Like _on_message: each in a task of its own, kept to be cancelled on stop.
+        deliver = self._deliver
+        task = asyncio.current_task()
+        if deliver is None or task is None:
+            return
+        self._handlers.add(task)
+        try:
+            if _button_action(interaction) is None:
+                return
+            self._remember(interaction)  # the three seconds run from now
+            pressed = await self._pressed(interaction)
+            if pressed is None:
+                self._forget(interaction.id)
+                return
+            await deliver(pressed)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("The Discord bridge could not hand on interaction %s.", interaction.id)
+        finally:
+            self._handlers.discard(task)
+
+    def _remember(self, interaction: discord.Interaction[Any]) -> None:
+        """Keep ``interaction`` to answer it, and acknowledge it if nothing did in time."""
+        now = time.monotonic()
+        press = _Press(interaction=interaction, received_at=now)
+        press.acknowledging = asyncio.get_running_loop().create_task(self._acknowledge(press))
+        self._presses[interaction.id] = press
+        while self._presses:
+            oldest = next(iter(self._presses.values()))
+            if len(self._presses) <= _KNOWN_PRESSES and now - oldest.received_at < (
+                _PRESS_LIFETIME_S
+            ):
+                break
+            self._presses.popitem(last=False)
+            if oldest.acknowledging is not None:
+                oldest.acknowledging.cancel()
+
+    def _forget(self, interaction_id: int) -> None:
+        press = self._presses.pop(interaction_id, None)
+        if press is not None and press.acknowledging is not None:
+            press.acknowledging.cancel()
+
+    async def _acknowledge(self, press: _Press) -> None:
+        """A deferred update, unless the press was answered within ``press_ack_after_s``."""
+        await asyncio.sleep(self._press_ack_after_s)
+        async with press.lock:
+            if press.interaction.response.is_done():
+                return
+            try:
+                await press.interaction.response.defer()
+            except (discord.DiscordException, aiohttp.ClientError, OSError) as exc:
+                # Another instance answered it, or it expired: the answer falls back.
+                log.info("Discord did not take the acknowledgement of a press (%s).", exc)
+
     async def _stop_handlers(self) -> None:
         current = asyncio.current_task()
         pending = [t for t in self._handlers if t is not current and not t.done()]
@@ -234,6 +368,44 @@ class DiscordBridge:
             attachments=attachments,
             # From the message's snowflake id: when Discord took it.
             sent_at=message.created_at,
+        )
+
+    async def _pressed(self, interaction: discord.Interaction[Any]) -> Pressed | None:
+        """A button press as the pipeline takes it, or None when it is nothing of ours."""
+        action = _button_action(interaction)
+        client = self._client
+        me = client.user if client is not None else None
+        user = interaction.user
+        message = interaction.message
+        if action is None or me is None or message is None or not user or user.bot:
+            return None
+        if message.author.id != me.id:
+            return None  # a button on another application's message
+        channel = interaction.channel
+        channel_id = channel.id if channel is not None else message.channel.id
+        if interaction.guild_id is None:
+            thread_id = f"{PLATFORM}:{DM_GUILD}:{channel_id}"
+        else:
+            if isinstance(channel, discord.Thread):
+                parent_id: int | None = channel.parent_id
+            elif channel is None or isinstance(channel, discord.PartialMessageable):
+                parent_id = await self._parent_of(channel_id)
+            else:
+                parent_id = None
+            thread_id = f"{PLATFORM}:{interaction.guild_id}:" + (
+                f"{channel_id}" if parent_id is None else f"{parent_id}:{channel_id}"
+            )
+        return Pressed(
+            platform=PLATFORM,
+            thread_id=thread_id,
+            delivery_id=str(interaction.id),
+            message_id=str(message.id),
+            author_id=str(user.id),
+            author_name=user.display_name,
+            action=action,
+            is_dm=interaction.guild_id is None,
+            respond=f"{interaction.application_id}:{interaction.id}:{interaction.token}",
+            sent_at=interaction.created_at,
         )
 
     def _readable(self, message: discord.Message, bot_id: int) -> str:
@@ -392,6 +564,20 @@ class DiscordBridge:
         channel = client.get_partial_messageable(_channel_id(message.thread_id))
         async with self._platform_call("the typing indicator"):
             await channel.typing()
+        self._typed_in(channel.id)
+
+    def _typed_in(self, channel_id: int) -> None:
+        self._typed[channel_id] = time.monotonic()
+        self._typed.move_to_end(channel_id)
+        while len(self._typed) > _KNOWN_PARENTS:
+            self._typed.popitem(last=False)
+
+    def _typing_left(self, channel_id: int) -> float:
+        """Seconds before "is typing…" shown in the channel needs renewing (0: not shown)."""
+        shown = self._typed.get(channel_id)
+        if shown is None:
+            return 0.0
+        return max(0.0, _TYPING_EVERY_S - (time.monotonic() - shown))
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """Reply in ``to``'s channel or thread; text over 2,000 characters in several messages,
@@ -423,10 +609,151 @@ class DiscordBridge:
                 await channel.send(content, **options)
             reference = None
 
+    # -- live replies (#37) ----------------------------------------------------------------
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """A reply to ``to`` that shows "<bot> is typing…" (renewed) for ``status`` until it
+        has text or a tool's status line; it is posted then, as :meth:`send_reply` posts,
+        with ``buttons`` (stop) while it runs. Opened without a status (the pacer's
+        continuation of a long answer), it is a plain message, as send_reply's later parts."""
+        client = await self._logged_in()
+        channel = client.get_partial_messageable(_channel_id(to.thread_id))
+        reference: discord.MessageReference | None = None
+        if not to.is_dm and status is not None:  # a continuation is no second reply (ping)
+            reference = channel.get_partial_message(int(to.message_id)).to_reference(
+                fail_if_not_exists=False
+            )
+        reply = _LiveReply(self, channel, reference, thinking=status, buttons=tuple(buttons))
+        if status is not None:  # a continuation of a long answer opens without one
+            await reply.start()
+        return reply
+
+    async def send_private(self, to: Received, text: str) -> None:
+        """A direct message to ``to``'s author (in a DM, that DM).
+
+        Raises :class:`BridgeError` when Discord refuses it: the person takes no direct
+        messages from the server's members, or blocked the bot.
+        """
+        client = await self._logged_in()
+        if to.is_dm:
+            channel: discord.abc.Messageable = client.get_partial_messageable(
+                _channel_id(to.thread_id)
+            )
+        else:
+            async with self._platform_call("the direct message channel"):
+                channel = await client.create_dm(discord.Object(id=int(to.author_id)))
+        for chunk in _chunks(text, MESSAGE_LIMIT):
+            async with self._platform_call("a direct message"):
+                try:
+                    await channel.send(chunk)
+                except discord.Forbidden as exc:
+                    if exc.code != _CANNOT_MESSAGE_USER:
+                        raise
+                    raise BridgeError(
+                        f"Discord refused a direct message to {to.author_name or to.author_id!r} "
+                        f"(403, code {exc.code}): they take no direct messages from this "
+                        "server's members, or blocked the bot; nothing was sent to them."
+                    ) from exc
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        """An ephemeral message only the presser sees (a follow-up once acknowledged)."""
+        async with self._press(press) as interaction:
+            if not interaction.response.is_done():
+                try:
+                    async with self._platform_call("the answer to a button"):
+                        await interaction.response.send_message(
+                            text[:MESSAGE_LIMIT], ephemeral=True
+                        )
+                    return
+                except BridgeError as exc:
+                    if not _already_acknowledged(exc):
+                        raise
+            async with self._platform_call("the answer to a button"):
+                await interaction.followup.send(text[:MESSAGE_LIMIT], ephemeral=True)
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        """The pressed message says ``text`` and loses its buttons (an update of the message;
+        once acknowledged, an edit of the original; once the interaction expired, an edit of
+        the bot's message)."""
+        async with self._press(press) as interaction:
+            if not interaction.response.is_done():
+                try:
+                    async with self._platform_call("the pressed message"):
+                        await interaction.response.edit_message(
+                            content=text[:MESSAGE_LIMIT], view=None
+                        )
+                    return
+                except BridgeError as exc:
+                    if _unknown_interaction(exc):
+                        await self._edit_pressed(press, text)
+                        return
+                    if not _already_acknowledged(exc):
+                        raise
+            try:
+                async with self._platform_call("the pressed message"):
+                    await interaction.edit_original_response(
+                        content=text[:MESSAGE_LIMIT], view=None
+                    )
+            except BridgeError as exc:
+                if not _unknown_interaction(exc):
+                    raise
+                await self._edit_pressed(press, text)
+
+    async def _edit_pressed(self, press: Pressed, text: str) -> None:
+        client = await self._logged_in()
+        channel = client.get_partial_messageable(_channel_id(press.thread_id))
+        async with self._platform_call("the pressed message"):
+            await channel.get_partial_message(int(press.message_id)).edit(
+                content=text[:MESSAGE_LIMIT], view=None
+            )
+
+    @contextlib.asynccontextmanager
+    async def _press(self, press: Pressed) -> AsyncIterator[discord.Interaction[Any]]:
+        """The press's interaction (as received, or rebuilt from ``respond``), held alone."""
+        try:
+            application_id, interaction_id, token = press.respond.split(":", 2)
+            known = self._presses.get(int(interaction_id))
+            int(application_id)
+        except ValueError:
+            raise BridgeError(
+                f"The press {press.delivery_id!r} carries no Discord interaction to answer "
+                "(respond is not <application>:<interaction>:<token>)."
+            ) from None
+        if known is None:
+            # Taken over from another instance: answered through the same endpoints, with
+            # what Discord needs to know of it (its id, token and application).
+            client = await self._logged_in()
+            payload: Any = {
+                "id": interaction_id,
+                "application_id": application_id,
+                "type": discord.InteractionType.component.value,
+                "token": token,
+                "version": 1,
+                "attachment_size_limit": 0,
+            }
+            interaction: discord.Interaction[Any] = discord.Interaction(
+                data=payload, state=client._connection
+            )
+            # The channel as discord.py knows one it was not told of (it reads Discord's
+            # answer, the pressed message, against it).
+            channel: Any = client.get_partial_messageable(_channel_id(press.thread_id))
+            interaction.channel = channel
+            known = _Press(interaction=interaction, received_at=time.monotonic())
+        async with known.lock:
+            yield known.interaction
+
     async def close(self) -> None:
         """Leave the gateway, close the REST and CDN sessions, stop the handlers in flight."""
         self._closed = True
         self._closing.set()
+        for typer in list(self._typers):
+            typer.cancel()
+        for press in self._presses.values():
+            if press.acknowledging is not None:
+                press.acknowledging.cancel()
+        self._presses.clear()
         await self._discard_client()
         if self._downloads is not None:
             await self._downloads.close()
@@ -473,10 +800,13 @@ class DiscordBridge:
                 "page of the application in Discord's developer portal."
             ) from exc
         except discord.HTTPException as exc:
-            raise _status_error(what, exc.status, exc.text, code=exc.code) from exc
+            raise _status_error(
+                what, exc.status, exc.text, code=exc.code, retry_after_s=_retry_after(exc)
+            ) from exc
         except discord.RateLimited as exc:
             raise PlatformUnavailable(
-                f"Discord rate-limits {what} for {exc.retry_after:.0f} s; try again later."
+                f"Discord rate-limits {what} for {exc.retry_after:.0f} s; try again later.",
+                retry_after_s=exc.retry_after,
             ) from exc
         except discord.GatewayNotFound as exc:
             raise PlatformUnavailable(
@@ -492,6 +822,158 @@ class DiscordBridge:
                 f"Discord could not be reached for {what} ({type(exc).__name__}: {exc}); check "
                 "DISCORD_API_URL and the network, or try again later."
             ) from exc
+        except RuntimeError as exc:  # aiohttp's "Session is closed": close() came first
+            if not self._closed:
+                raise
+            raise BridgeError(
+                f"The Discord bridge was closed while it sent {what}; it was not sent."
+            ) from exc
+
+
+class _LiveReply:
+    """One reply being written: typing, then one posted message edited as it grows."""
+
+    def __init__(
+        self,
+        bridge: DiscordBridge,
+        channel: discord.PartialMessageable,
+        reference: discord.MessageReference | None,
+        *,
+        thinking: str | None,
+        buttons: tuple[ReplyButton, ...],
+    ) -> None:
+        self._bridge = bridge
+        self._channel = channel
+        self._reference = reference
+        self._thinking = thinking
+        self._buttons = buttons
+        self._message: discord.Message | None = None
+        self._shown: tuple[str, tuple[ReplyButton, ...]] | None = None
+        self._typing: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Show "<bot> is typing…" (unless it shows already), and keep showing it until
+        there is something to post."""
+        first = self._bridge._typing_left(self._channel.id)
+        if not first:
+            try:
+                await self._type()
+            except PlatformUnavailable as exc:  # only a sign: the reply itself may still go
+                log.info("Discord did not show the typing indicator (%s).", exc)
+            first = _TYPING_EVERY_S
+        self._typing = asyncio.get_running_loop().create_task(self._keep_typing(first))
+        self._bridge._typers.add(self._typing)
+        self._typing.add_done_callback(self._bridge._typers.discard)
+
+    async def show(self, text: str, status: str | None) -> None:
+        if self._message is None and not text and status in (None, self._thinking):
+            return  # still thinking: the typing indicator says so
+        content = _with_status(text, status)
+        if not content and not self._buttons:
+            return  # Discord shows no empty message
+        await self._put(content, self._buttons)
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        self._stop_typing()
+        chunks = _chunks(text, MESSAGE_LIMIT) if text else []
+        batches = [
+            files[i : i + FILES_PER_MESSAGE] for i in range(0, len(files), FILES_PER_MESSAGE)
+        ]
+        if not chunks and not batches and not buttons:
+            if self._message is not None:  # nothing to leave: the status line goes too
+                async with self._bridge._platform_call("the reply"):
+                    await self._message.delete()
+                self._message = None
+            return
+        first = chunks[0] if chunks else ""
+        rest = chunks[1:]
+        # The buttons go with the last part of the text; the files with it, or after it.
+        if not rest:
+            await self._put(first, tuple(buttons), batches[0] if batches else ())
+            batches = batches[1:]
+        else:
+            await self._put(first, ())
+        for i, chunk in enumerate(rest):
+            last = i == len(rest) - 1
+            await self._send_new(
+                chunk,
+                tuple(buttons) if last else (),
+                batches[0] if last and batches else (),
+            )
+            if last and batches:
+                batches = batches[1:]
+        for batch in batches:
+            await self._send_new(None, (), batch)
+
+    async def fail(self, text: str) -> None:
+        self._stop_typing()
+        if text:
+            await self._put(text[:MESSAGE_LIMIT], ())
+        elif self._message is not None:
+            async with self._bridge._platform_call("the reply"):
+                await self._message.delete()
+            self._message = None
+
+    async def _put(
+        self, content: str, buttons: tuple[ReplyButton, ...], files: Sequence[EgressFile] = ()
+    ) -> None:
+        """Post the reply (the first time) or edit it (when it changed)."""
+        if self._message is None:
+            self._message = await self._send_new(content, buttons, files, reply=True)
+            self._stop_typing()
+            return
+        if not files and self._shown == (content, buttons):
+            return
+        options: dict[str, Any] = {"content": content, "view": _view(buttons)}
+        if files:
+            options["attachments"] = [discord.File(io.BytesIO(f.data), f.filename) for f in files]
+        async with self._bridge._platform_call("the reply's edit"):
+            self._message = await self._message.edit(**options)
+        self._shown = (content, buttons)
+
+    async def _send_new(
+        self,
+        content: str | None,
+        buttons: tuple[ReplyButton, ...],
+        files: Sequence[EgressFile] = (),
+        *,
+        reply: bool = False,
+    ) -> discord.Message:
+        options: dict[str, Any] = {}
+        if buttons:
+            options["view"] = _view(buttons)
+        if files:
+            options["files"] = [discord.File(io.BytesIO(f.data), f.filename) for f in files]
+        if reply and self._reference is not None:
+            options["reference"] = self._reference
+        async with self._bridge._platform_call("the reply"):
+            message = await self._channel.send(content or None, **options)
+        if reply:
+            self._shown = (content or "", buttons)
+        return message
+
+    async def _type(self) -> None:
+        async with self._bridge._platform_call("the typing indicator"):
+            await self._channel.typing()
+        self._bridge._typed_in(self._channel.id)
+
+    async def _keep_typing(self, first: float) -> None:
+        started = time.monotonic()
+        pause = first
+        while time.monotonic() - started < _TYPING_AT_MOST_S:
+            await asyncio.sleep(pause)
+            pause = _TYPING_EVERY_S
+            try:
+                await self._type()
+            except BridgeError as exc:
+                log.info("Discord did not renew the typing indicator (%s).", exc)
+
+    def _stop_typing(self) -> None:
+        if self._typing is not None:
+            self._typing.cancel()
+            self._typing = None
 
 
 class _Client(discord.Client):
@@ -515,11 +997,69 @@ class _Client(discord.Client):
     async def on_message(self, message: discord.Message) -> None:
         await self._bridge._on_message(message)
 
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        await self._bridge._on_interaction(interaction)
+
+
+def _button_action(interaction: discord.Interaction[Any]) -> str | None:
+    """The ``custom_id`` of a pressed button (a message component of type 2), else None."""
+    if interaction.type is not discord.InteractionType.component:
+        return None
+    data: Any = interaction.data or {}
+    action = data.get("custom_id")
+    if data.get("component_type") != discord.ComponentType.button.value:
+        return None
+    return action if isinstance(action, str) and action else None
+
 
 def _channel_id(thread_id: str) -> int:
     """The channel (or thread) a thread id's messages are sent to: its last part."""
     parse_space_id(thread_id)
     return int(thread_id.rsplit(":", 1)[1])
+
+
+def _with_status(text: str, status: str | None) -> str:
+    """``text`` with ``status`` under it as Discord's small grey subtext (``-# ``), if it fits."""
+    text = text[:MESSAGE_LIMIT]
+    if not status:
+        return text
+    line = "-# " + " ".join(status.split())
+    shown = f"{text}\n\n{line}" if text else line
+    return shown if len(shown) <= MESSAGE_LIMIT else text
+
+
+def _view(buttons: Sequence[ReplyButton]) -> discord.ui.View | None:
+    """One action row of ``buttons`` (``custom_id`` = the action), or None for no buttons.
+
+    The view is stopped before it is sent: discord.py then only writes its components and
+    keeps no callbacks for them (a press comes back as ``on_interaction``).
+    """
+    if not buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for button in buttons[:BUTTONS_PER_ROW]:
+        view.add_item(
+            discord.ui.Button(
+                label=button.label[:_LABEL_LIMIT] or "…",
+                custom_id=button.action[:_CUSTOM_ID_LIMIT],
+                style=_STYLES[button.style],
+                row=0,
+            )
+        )
+    view.stop()
+    return view
+
+
+def _already_acknowledged(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    if isinstance(cause, discord.InteractionResponded):
+        return True
+    return isinstance(cause, discord.HTTPException) and cause.code == _ALREADY_ACKNOWLEDGED
+
+
+def _unknown_interaction(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, discord.HTTPException) and cause.code == _UNKNOWN_INTERACTION
 
 
 def _chunks(text: str, limit: int) -> list[str]:
@@ -542,10 +1082,25 @@ def _chunks(text: str, limit: int) -> list[str]:
     return chunks
 
 
-def _status_error(what: str, status: int, text: str, *, code: int = 0) -> BridgeError:
+def _retry_after(exc: discord.HTTPException) -> float | None:
+    """The wait a 429 asked for (its ``Retry-After`` header), if it said."""
+    if exc.status != 429:
+        return None
+    try:
+        return float(exc.response.headers.get("Retry-After", ""))
+    except (AttributeError, ValueError):
+        return None
+
+
+def _status_error(
+    what: str, status: int, text: str, *, code: int = 0, retry_after_s: float | None = None
+) -> BridgeError:
     detail = f"{status}, {text}" + (f", code {code}" if code else "") if text else str(status)
     if status == 429 or status >= 500:
-        return PlatformUnavailable(f"Discord answered {what} with {detail}; try again later.")
+        return PlatformUnavailable(
+            f"Discord answered {what} with {detail}; try again later.",
+            retry_after_s=retry_after_s,
+        )
     if status == 401:
         return BridgeError(
             f"Discord refused DISCORD_BOT_TOKEN for {what} ({detail}); copy the token again from "

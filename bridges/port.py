@@ -15,6 +15,19 @@ shows a typing indicator, and sends a reply with files. A webhook bridge also ch
 delivery's signature (:meth:`WebhookBridge.receive`); a gateway bridge holds its own
 connection (:meth:`GatewayBridge.run`).
 
+Live answers and buttons (#37): a bridge that can show a reply as it is written is a
+:class:`LiveBridge`. The pipeline renders a turn's events through one small contract, the
+same for every platform::
+
+    open_reply(to) ─► LiveReply ─► show(text, status)* ─► finish(text, buttons, files)
+                                                       └► fail(text)
+
+Pacing (how often ``show`` may reach the platform, backing off on 429, splitting at the
+platform's limit) lives once beside the port (:mod:`bridges.pacing`), so a platform file
+only says how one message is posted, edited or streamed. Buttons carry an ``action`` the
+platform hands back when pressed: a :class:`Pressed`, taken like a message (once, across
+instances) and routed by the pipeline (a confirmation's choice, a stop).
+
 Exception tree::
 
     BridgeError                  a platform call failed; the message says which and why
@@ -26,20 +39,27 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
 __all__ = [
+    "ACTION_MAX_BYTES",
     "Attachment",
     "BridgeError",
     "CompletingBridge",
     "EgressFile",
     "GatewayBridge",
     "IngressMessage",
+    "InteractionsBridge",
+    "LiveBridge",
+    "LiveLimits",
+    "LiveReply",
     "PlatformBridge",
     "PlatformUnavailable",
+    "Pressed",
     "Received",
+    "ReplyButton",
     "ThreadInfo",
     "Verdict",
     "WebhookBridge",
@@ -52,7 +72,15 @@ class BridgeError(Exception):
 
 
 class PlatformUnavailable(BridgeError):
-    """The platform could not be reached, or asked us to come back later."""
+    """The platform could not be reached, or asked us to come back later.
+
+    ``retry_after_s`` is the wait the platform asked for (a 429's ``Retry-After``), when it
+    said; the pacer waits that long before the next call to the same chat.
+    """
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class Attachment(msgspec.Struct, frozen=True, kw_only=True):
@@ -195,6 +223,8 @@ class WebhookOutcome(msgspec.Struct, frozen=True, kw_only=True):
 
     verdict: Verdict
     messages: tuple[Received, ...] = ()
+    #: Buttons pressed (an interactivity delivery), run after the answer like messages.
+    presses: tuple[Pressed, ...] = ()
     body: bytes = b""
     content_type: str = "text/plain"
     #: Why, for the log (never a secret).
@@ -220,8 +250,25 @@ class WebhookBridge(PlatformBridge, Protocol):
         ...
 
 
-#: How a gateway bridge hands on each message it reads.
-Deliver = Callable[[Received], Awaitable[None]]
+#: How a gateway bridge hands on each message it reads, and each button pressed (#37).
+Deliver = Callable[["Received | Pressed"], Awaitable[None]]
+
+
+@runtime_checkable
+class InteractionsBridge(WebhookBridge, Protocol):
+    """A webhook platform that delivers button presses to a route of their own
+    (``/webhooks/{platform}/interactions``: Slack's interactivity request URL)."""
+
+    async def receive_interactions(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """What :meth:`WebhookBridge.receive` does, for a delivery of presses: checked as
+        strictly, answered fast, never raises on bad input."""
+        ...
 
 
 @runtime_checkable
@@ -229,5 +276,116 @@ class GatewayBridge(PlatformBridge, Protocol):
     """A platform we hold a connection to (Discord's gateway)."""
 
     async def run(self, deliver: Deliver) -> None:
-        """Connect and hand every message to ``deliver`` until cancelled; reconnects."""
+        """Connect and hand every message (and every button press) to ``deliver`` until
+        cancelled; reconnects."""
+        ...
+
+
+# ---------------------------------------------------------------- live answers and buttons (#37)
+
+#: The most an action may hold, in UTF-8 bytes: Telegram's ``callback_data`` limit, the
+#: smallest of the platforms'.
+ACTION_MAX_BYTES: Final = 64
+
+
+class ReplyButton(msgspec.Struct, frozen=True, kw_only=True):
+    """A button under a reply. Pressing it hands ``action`` back as a :class:`Pressed`.
+
+    ``action`` is opaque to the bridge, at most :data:`ACTION_MAX_BYTES` bytes (``c:<token>:
+    <owner>`` for a confirmation's choice, ``s:<turn>`` for stop: the pipeline writes and
+    reads them). ``style`` is a hint a platform may ignore.
+    """
+
+    label: str
+    action: str
+    style: Literal["primary", "danger", "default"] = "default"
+
+
+class Pressed(msgspec.Struct, frozen=True, kw_only=True):
+    """A button pressed: who pressed which action, on which message, in which thread.
+
+    ``thread_id`` and ``message_id`` are those of the message the button is on (the bot's);
+    ``delivery_id`` is what the platform re-sends a retried press under (Slack's trigger id,
+    Telegram's ``callback_query.id``, Discord's interaction id, WhatsApp's message id), so a
+    press runs once across instances. ``reply_to`` is the message the button's reply
+    answered, for threading what the press starts; ``respond`` is the platform's handle for
+    answering the press privately (a Slack ``response_url``, a Telegram callback id, a Discord
+    interaction id and token): only its bridge reads it.
+    """
+
+    platform: str
+    thread_id: str
+    delivery_id: str
+    message_id: str
+    author_id: str
+    author_name: str | None
+    action: str
+    is_dm: bool
+    respond: str = ""
+    sent_at: datetime | None = None
+
+
+class LiveLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """What a platform allows a reply being written; the pacer keeps to it.
+
+    ``max_chars``: the most one message holds (longer answers go on in new messages).
+    ``edit_interval_s``: the least time between two updates of one chat's message.
+    ``max_buttons``: how many buttons a message can carry (more choices fall back to text).
+    ``partial``: whether the platform can show partial text at all (WhatsApp can't: it gets
+    finished paragraphs as new messages).
+    """
+
+    max_chars: int
+    edit_interval_s: float
+    max_buttons: int = 5
+    partial: bool = True
+
+
+@runtime_checkable
+class LiveReply(Protocol):
+    """One reply message being written. Calls come one at a time, paced (never concurrent)."""
+
+    async def show(self, text: str, status: str | None) -> None:
+        """Show ``text`` (the answer so far, within ``max_chars``) and ``status`` (a short
+        line such as "Searching the web…", or ``None``) as the message's current state."""
+        ...
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        """Leave ``text`` (within ``max_chars``) as the message for good, with ``buttons``
+        and then ``files``; the status line and any stop button go."""
+        ...
+
+    async def fail(self, text: str) -> None:
+        """Replace whatever was shown with ``text`` (an error's sentence), for good."""
+        ...
+
+
+@runtime_checkable
+class LiveBridge(PlatformBridge, Protocol):
+    """A platform whose replies can be written live and carry buttons."""
+
+    @property
+    def live_limits(self) -> LiveLimits: ...
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """Start a reply to ``to`` showing ``status`` ("Thinking…") and ``buttons`` (stop),
+        as the platform shows it (a posted message, a native stream, a draft, a thread
+        status); nothing is posted yet where the platform can't show a status."""
+        ...
+
+    async def send_private(self, to: Received, text: str) -> None:
+        """Send ``text`` to ``to``'s author alone (a sign-in link): an ephemeral message
+        or a direct message, never into the group."""
+        ...
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        """Tell the presser alone ``text`` ("This isn't yours", "Already answered")."""
+        ...
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        """Update the pressed message: its buttons go and ``text`` says what was chosen."""
         ...

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from aiohttp import web
 
@@ -23,8 +24,11 @@ from bridges.port import (
     BridgeError,
     EgressFile,
     GatewayBridge,
+    LiveBridge,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
 )
 from core.config.settings import ConfigurationError, DiscordSettings
 from tests.support.discord_standin import (
@@ -39,6 +43,7 @@ from tests.support.discord_standin import (
     RANDOM,
     THREAD,
     DiscordStandIn,
+    Pressing,
     RestCall,
     User,
 )
@@ -72,9 +77,17 @@ class Connected:
     api: DiscordStandIn
     inbox: asyncio.Queue[Received]
     task: asyncio.Task[None]
+    presses: asyncio.Queue[Pressed]
 
     async def next(self) -> Received:
         return await asyncio.wait_for(self.inbox.get(), WAIT_S)
+
+    async def press(self, message_id: int, user: User, **options: str) -> tuple[Pressing, Pressed]:
+        """Have ``user`` press a button of the message; what the bridge handed on for it."""
+        pressing = self.api.press(message_id, user, **options)
+        pressed = await asyncio.wait_for(self.presses.get(), WAIT_S)
+        assert pressed.delivery_id == str(pressing.id)
+        return pressing, pressed
 
     async def post(self, channel_id: int, author: User, content: str, **options) -> Received:
         """Have ``author`` post, and return what the bridge handed on for it."""
@@ -99,13 +112,25 @@ async def bridge(discord_api: DiscordStandIn) -> AsyncIterator[DiscordBridge]:
         await bridge.close()
 
 
+def sorting(
+    inbox: asyncio.Queue[Received], presses: asyncio.Queue[Pressed]
+) -> Callable[[Received | Pressed], Awaitable[None]]:
+    """A deliver that puts messages in ``inbox`` and presses in ``presses``."""
+
+    async def deliver(item: Received | Pressed) -> None:
+        await (presses.put(item) if isinstance(item, Pressed) else inbox.put(item))
+
+    return deliver
+
+
 @pytest.fixture
 async def connected(discord_api: DiscordStandIn, bridge: DiscordBridge) -> AsyncIterator[Connected]:
     inbox: asyncio.Queue[Received] = asyncio.Queue()
-    task = asyncio.create_task(bridge.run(inbox.put))
+    presses: asyncio.Queue[Pressed] = asyncio.Queue()
+    task = asyncio.create_task(bridge.run(sorting(inbox, presses)))
     await discord_api.wait_until_ready_async()
     try:
-        yield Connected(bridge=bridge, api=discord_api, inbox=inbox, task=task)
+        yield Connected(bridge=bridge, api=discord_api, inbox=inbox, task=task, presses=presses)
     finally:
         await bridge.close()
         await asyncio.wait_for(task, WAIT_S)
@@ -728,3 +753,327 @@ async def test_a_discord_that_cannot_be_reached_is_platform_unavailable() -> Non
             await bridge.send_reply(group_message(), "Hello?")
     finally:
         await bridge.close()
+
+
+# -- live replies (#37) --------------------------------------------------------------------
+
+STOP = ReplyButton(label="Stop", action="s:0123456789abcdef", style="danger")
+YES = ReplyButton(label="Yes", action="c:k9m2-x7q4:a1b2c3d4e5", style="primary")
+NO = ReplyButton(label="No", action="c:p3n8-w2z6:a1b2c3d4e5")
+
+
+def is_typing(call: RestCall) -> bool:
+    return call.path.endswith("/typing")
+
+
+def is_edit(call: RestCall) -> bool:
+    return call.method == "PATCH" and call.path.startswith("/channels/")
+
+
+def buttons_of(components: list[dict] | None) -> list[tuple[str, str, int]]:
+    """(label, custom_id, style) of every button, row by row."""
+    return [
+        (b["label"], b["custom_id"], b["style"])
+        for row in components or []
+        for b in row["components"]
+    ]
+
+
+async def test_the_bridge_is_a_live_bridge_within_discords_edit_limit(
+    bridge: DiscordBridge,
+) -> None:
+    assert isinstance(bridge, LiveBridge)
+    limits = bridge.live_limits
+    assert limits.max_chars == 2000
+    assert limits.edit_interval_s >= 1.0  # 5 edits per 5 s per channel
+    assert limits.max_buttons == 5
+    assert limits.partial
+
+
+async def test_a_live_reply_types_while_thinking_then_posts_a_reply_and_edits_it(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    asked = group_message(discord_api.post_message(GENERAL, ALICE, "lunch?", announce=False)["id"])
+    reply = await bridge.open_reply(asked, status="Thinking…", buttons=[STOP])
+    await reply.show("", "Thinking…")
+    assert [c.path for c in discord_api.calls][-1:] == [f"/channels/{GENERAL}/typing"]
+    assert discord_api.sent_messages() == []  # nothing to show yet: typing says it
+
+    await reply.show("Lunch is", None)
+    (posted,) = discord_api.sent_messages()
+    assert posted.content == "Lunch is"
+    assert str(posted.json["message_reference"]["message_id"]) == asked.message_id
+    assert buttons_of(posted.json["components"]) == [("Stop", STOP.action, 4)]
+    message_id = int(posted.answer["id"])
+
+    await reply.show("Lunch is at noon", None)
+    await reply.show("Lunch is at noon", None)  # unchanged: no call
+    await reply.finish("Lunch is at noon.", [YES, NO])
+    edits = discord_api.edits(message_id)
+    assert [e.json["content"] for e in edits] == ["Lunch is at noon", "Lunch is at noon."]
+    assert buttons_of(edits[-1].json["components"]) == [
+        ("Yes", YES.action, 1),
+        ("No", NO.action, 2),
+    ]
+    assert discord_api.messages[message_id]["content"] == "Lunch is at noon."
+    assert len(discord_api.sent_messages()) == 1
+
+
+async def test_a_tool_status_is_posted_as_a_small_line_under_the_text_and_goes_at_the_end(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    reply = await bridge.open_reply(group_message(), status="Thinking…")
+    await reply.show("", "Searching the web…")
+    (posted,) = discord_api.sent_messages()
+    assert posted.content == "-# Searching the web…"
+    assert "components" not in posted.json or posted.json["components"] == []
+    await reply.show("Found it", "Reading a page…")
+    await reply.finish("Found it.")
+    assert [e.json["content"] for e in discord_api.edits()] == [
+        "Found it\n\n-# Reading a page…",
+        "Found it.",
+    ]
+
+
+async def test_a_reply_finished_before_it_showed_anything_is_one_message_with_its_files(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    reply = await bridge.open_reply(dm_message(), status="Thinking…", buttons=[STOP])
+    files = [EgressFile(filename="a.txt", mime_type="text/plain", data=b"a")]
+    await reply.finish("Done.", [YES], files)
+    (posted,) = discord_api.sent_messages()
+    assert posted.content == "Done."
+    assert buttons_of(posted.json["components"]) == [("Yes", YES.action, 1)]
+    assert [f.filename for f in posted.files] == ["a.txt"]
+    assert discord_api.edits() == []
+
+
+async def test_files_of_a_shown_reply_are_attached_by_its_last_edit(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    reply = await bridge.open_reply(dm_message(), status=None)
+    await reply.show("Here", None)
+    files = [EgressFile(filename="summary.txt", mime_type="text/plain", data=b"ann leads")]
+    await reply.finish("Here it is.", (), files)
+    (edit,) = discord_api.edits()
+    assert [(f.filename, f.data) for f in edit.files] == [("summary.txt", b"ann leads")]
+    message = discord_api.messages[int(edit.answer["id"])]
+    assert message["content"] == "Here it is."
+    assert [a["filename"] for a in message["attachments"]] == ["summary.txt"]
+
+
+async def test_a_failed_reply_shows_the_errors_sentence_without_buttons(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    reply = await bridge.open_reply(dm_message(), status=None, buttons=[STOP])
+    await reply.show("Half an ans", None)
+    await reply.fail("The model did not answer; try again.")
+    (edit,) = discord_api.edits()
+    assert edit.json["content"] == "The model did not answer; try again."
+    assert edit.json["components"] == []
+
+
+async def test_a_long_rate_limit_on_an_edit_is_platform_unavailable_with_its_wait(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    reply = await bridge.open_reply(dm_message(), status=None)
+    await reply.show("One", None)
+    discord_api.fail_next(1, status=429, retry_after=120, method="PATCH")
+    with pytest.raises(PlatformUnavailable) as caught:
+        await asyncio.wait_for(reply.show("One two", None), WAIT_S)
+    assert caught.value.retry_after_s == 120
+    await reply.show("One two three", None)
+    assert discord_api.messages[int(discord_api.edits()[-1].answer["id"])]["content"] == (
+        "One two three"
+    )
+
+
+async def test_a_private_message_goes_to_the_authors_dm_channel(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    asked = group_message()
+    asked = msgspec.structs.replace(asked, author_id=str(BOB.id), author_name="Bobby")
+    await bridge.send_private(asked, "Sign in: https://example.test/login")
+    [opened] = discord_api.matching(lambda c: c.path == "/users/@me/channels")
+    assert opened.json == {"recipient_id": BOB.id}
+    (sent,) = discord_api.sent_messages()
+    dm_channel = discord_api.channels[int(sent.path.split("/")[2])]
+    assert dm_channel.type == 1 and dm_channel.recipients == (BOB,)
+    assert sent.content == "Sign in: https://example.test/login"
+    assert not discord_api.sent_messages(GENERAL)
+
+
+async def test_a_private_message_in_a_dm_stays_in_that_dm(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.send_private(dm_message(), "Sign in here.")
+    (sent,) = discord_api.sent_messages()
+    assert sent.path == f"/channels/{DM_ALICE}/messages"
+
+
+async def test_a_person_who_takes_no_direct_messages_is_a_bridge_error_saying_so(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    discord_api.dms_closed.add(ALICE.id)
+    with pytest.raises(BridgeError, match="take no direct messages") as caught:
+        await bridge.send_private(group_message(), "Sign in here.")
+    assert not isinstance(caught.value, PlatformUnavailable)
+    assert discord_api.sent_messages() == []
+
+
+# -- presses -------------------------------------------------------------------------------
+
+
+async def buttons_message(connected: Connected, asked: Received) -> int:
+    """The bot's reply to ``asked`` with the Yes and No buttons; its id."""
+    reply = await connected.bridge.open_reply(asked, status=None)
+    await reply.finish("Delete the file?", [YES, NO])
+    return int(connected.api.sent_messages()[-1].answer["id"])
+
+
+async def test_a_press_in_a_channel_is_handed_on_with_its_presser_action_and_message(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, f"<@{BOT.id}> delete it", mentions=[BOT])
+    message_id = await buttons_message(connected, asked)
+    pressing, pressed = await connected.press(message_id, BOB, label="No")
+    assert pressed.platform == "discord"
+    assert pressed.thread_id == f"discord:{GUILD}:{GENERAL}"
+    assert pressed.message_id == str(message_id)
+    assert pressed.author_id == str(BOB.id)
+    assert pressed.author_name == "Bobby"  # the nickname in the guild, as for messages
+    assert pressed.action == NO.action
+    assert not pressed.is_dm
+    assert pressed.respond == f"{BOT.id}:{pressing.id}:{pressing.token}"
+    assert pressed.sent_at is not None
+    assert abs((pressed.sent_at - datetime.now(UTC)).total_seconds()) < 60
+
+
+async def test_a_press_in_a_thread_and_in_a_dm_names_their_threads(connected: Connected) -> None:
+    in_thread = await connected.post(THREAD, ALICE, "in here")
+    _, pressed = await connected.press(await buttons_message(connected, in_thread), ALICE)
+    assert pressed.thread_id == f"discord:{GUILD}:{GENERAL}:{THREAD}"
+    assert pressed.author_name == "Alice"
+    in_dm = await connected.post(DM_ALICE, ALICE, "hi")
+    _, pressed = await connected.press(await buttons_message(connected, in_dm), ALICE)
+    assert pressed.thread_id == f"discord:@me:{DM_ALICE}"
+    assert pressed.is_dm
+
+
+async def test_answering_a_press_is_an_ephemeral_message_to_the_presser(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "delete it")
+    message_id = await buttons_message(connected, asked)
+    pressing, pressed = await connected.press(message_id, BOB, label="Yes")
+    await connected.bridge.answer_press(pressed, "This isn't yours to answer.")
+    [answer] = connected.api.answers_to(pressing)
+    assert (answer.via, answer.type, answer.flags) == ("callback", 4, 64)
+    assert answer.content == "This isn't yours to answer."
+    # The pressed message is unchanged: its buttons stay for their owner.
+    assert len(buttons_of(connected.api.messages[message_id]["components"])) == 2
+
+
+async def test_settling_a_press_updates_the_pressed_message_and_takes_its_buttons(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "delete it")
+    message_id = await buttons_message(connected, asked)
+    pressing, pressed = await connected.press(message_id, ALICE, label="Yes")
+    await connected.bridge.settle_press(pressed, "Delete the file? Yes.")
+    [answer] = connected.api.answers_to(pressing)
+    assert (answer.via, answer.type, answer.flags) == ("callback", 7, 0)
+    assert answer.components == []
+    message = connected.api.messages[message_id]
+    assert message["content"] == "Delete the file? Yes."
+    assert message["components"] == []
+
+
+async def test_a_press_not_answered_in_time_is_acknowledged_and_answered_through_its_webhook(
+    discord_api: DiscordStandIn,
+) -> None:
+    bridge = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME, press_ack_after_s=0.1)
+    inbox: asyncio.Queue[Received] = asyncio.Queue()
+    presses: asyncio.Queue[Pressed] = asyncio.Queue()
+    task = asyncio.create_task(bridge.run(sorting(inbox, presses)))
+    try:
+        await discord_api.wait_until_ready_async()
+        connected = Connected(
+            bridge=bridge, api=discord_api, inbox=inbox, task=task, presses=presses
+        )
+        asked = await connected.post(GENERAL, ALICE, "delete it")
+        message_id = await buttons_message(connected, asked)
+        pressing, pressed = await connected.press(message_id, ALICE, label="Yes")
+        await discord_api.wait_until_async(lambda: pressing.acknowledged, WAIT_S)
+        await bridge.answer_press(pressed, "Working on it.")
+        await bridge.settle_press(pressed, "Delete the file? Yes.")
+        answers = discord_api.answers_to(pressing)
+        assert [(a.via, a.type, a.flags) for a in answers] == [
+            ("callback", 6, 0),
+            ("followup", None, 64),
+            ("original", None, 0),
+        ]
+        assert discord_api.messages[message_id]["content"] == "Delete the file? Yes."
+        assert discord_api.messages[message_id]["components"] == []
+    finally:
+        await bridge.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_a_press_taken_over_by_another_instance_is_answered_from_its_respond_handle(
+    connected: Connected, discord_api: DiscordStandIn
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "delete it")
+    message_id = await buttons_message(connected, asked)
+    pressing, pressed = await connected.press(message_id, ALICE, label="No")
+    other = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME)
+    try:
+        await other.settle_press(pressed, "Delete the file? No.")
+        # A second answer (a retry, a race) edits the original instead of failing.
+        await other.settle_press(pressed, "Delete the file? No.")
+    finally:
+        await other.close()
+    answers = discord_api.answers_to(pressing)
+    assert [(a.via, a.type) for a in answers] == [("callback", 7), ("original", None)]
+    assert discord_api.messages[message_id]["components"] == []
+
+
+async def test_a_press_whose_interaction_expired_is_settled_by_editing_the_message(
+    connected: Connected, discord_api: DiscordStandIn
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "delete it")
+    message_id = await buttons_message(connected, asked)
+    discord_api.interaction_window_s = 0.0
+    pressing, pressed = await connected.press(message_id, ALICE, label="No")
+    other = DiscordBridge(settings_for(discord_api), bot_name=BOT_NAME)
+    try:
+        await other.settle_press(pressed, "Delete the file? No.")
+    finally:
+        await other.close()
+    assert discord_api.answers_to(pressing) == []
+    (edit,) = discord_api.edits(message_id)
+    assert edit.json["components"] == []
+    assert discord_api.messages[message_id]["content"] == "Delete the file? No."
+
+
+async def test_a_press_on_a_message_without_our_buttons_or_by_a_bot_is_not_handed_on(
+    connected: Connected,
+) -> None:
+    asked = await connected.post(GENERAL, ALICE, "delete it")
+    message_id = await buttons_message(connected, asked)
+    other_bot = User(id=1100000000000000099, username="otherbot", bot=True)
+    connected.api.press(message_id, other_bot, label="Yes")
+    _, pressed = await connected.press(message_id, BOB, label="No")
+    assert pressed.author_id == str(BOB.id)  # the bot's press came first and was dropped
+    assert connected.presses.empty()
+
+
+async def test_a_live_reply_right_after_the_typing_indicator_does_not_show_it_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    await bridge.start_typing(dm_message())
+    reply = await bridge.open_reply(dm_message(), status="Thinking…")
+    await reply.finish("Hi.")
+    assert len(discord_api.matching(is_typing)) == 1
+    await bridge.open_reply(group_message(), status="Thinking…")  # another channel: shown
+    assert [c.path for c in discord_api.matching(is_typing)][-1] == f"/channels/{GENERAL}/typing"

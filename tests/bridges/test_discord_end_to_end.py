@@ -71,6 +71,20 @@ def replies(api: DiscordStandIn, n: int) -> list[RestCall]:
     return api.sent_messages()
 
 
+def final_reply(api: DiscordStandIn, content: str) -> tuple[RestCall, dict[str, Any]]:
+    """The bot's one reply once it reads ``content`` (written live, #37): its create and the
+    message as it is now."""
+    api.wait_until(
+        lambda: (
+            [api.messages[int(c.answer["id"])]["content"] for c in api.sent_messages()] == [content]
+        ),
+        WAIT_S,
+        what=f"the reply {content!r}",
+    )
+    [reply] = api.sent_messages()
+    return reply, api.messages[int(reply.answer["id"])]
+
+
 def settle(seconds: float = 1.0) -> None:
     """Give the pipeline time to do something it must not do (the only sleep-based check)."""
     time.sleep(seconds)
@@ -84,9 +98,8 @@ def test_in_a_thread_only_the_mention_triggers_and_sees_the_others_as_ambient_co
     discord_api.post_message(THREAD, BOB, "me, at the usual place")
     asked = discord_api.post_message(THREAD, CAROL, f"<@{BOT.id}> when is lunch?", mentions=[BOT])
 
-    [reply] = replies(discord_api, 1)
+    reply, _ = final_reply(discord_api, "Lunch is at noon.")
     assert reply.path == f"/channels/{THREAD}/messages"  # answered in the thread
-    assert reply.content == "Lunch is at noon."
     assert str(reply.json["message_reference"]["message_id"]) == asked["id"]
     [request] = ollama.requests
     words = user_contents(request)[-1]
@@ -107,9 +120,8 @@ def test_a_direct_message_always_triggers(
 ) -> None:
     ollama.enqueue(ChatScript.words("Hi Alice."))
     discord_api.post_message(DM_ALICE, ALICE, "hello there")
-    [reply] = replies(discord_api, 1)
+    reply, _ = final_reply(discord_api, "Hi Alice.")
     assert reply.path == f"/channels/{DM_ALICE}/messages"
-    assert reply.content == "Hi Alice."
     assert "message_reference" not in reply.json
     assert f"direct chat (discord:@me:{DM_ALICE})" in system_of(ollama.requests[0])
 
@@ -158,13 +170,15 @@ def test_files_come_in_to_the_spaces_inbox_and_go_out_in_the_reply(
         GENERAL, ALICE, f"<@{BOT.id}> summarize", mentions=[BOT], attachments=[scores]
     )
 
-    [reply] = replies(discord_api, 1)
+    reply, message = final_reply(discord_api, "Here is the summary.")
     assert re.search(r"^- inbox/.*scores\.csv$", seen[0], re.MULTILINE), seen[0]
     assert reply.path == f"/channels/{GENERAL}/messages"
-    assert reply.content == "Here is the summary."  # the file rides in the same message
-    assert [(f.field, f.filename, f.data) for f in reply.files] == [
+    # The file rides in the same message: posted with it, or added by its last edit.
+    [carrier] = [c for c in [reply, *discord_api.edits()] if c.files]
+    assert [(f.field, f.filename, f.data) for f in carrier.files] == [
         ("files[0]", "summary.txt", b"ann leads")
     ]
+    assert [a["filename"] for a in message["attachments"]] == ["summary.txt"]
     [download] = discord_api.matching(lambda c: c.path.startswith("/attachments/"))
     assert download.authorization is None  # the CDN link is signed; no token goes with it
     space = f"space%3Adiscord%3A{GUILD}%3A{GENERAL}"
@@ -180,8 +194,7 @@ def test_a_stale_message_from_the_gateway_runs_nothing(
     discord_api.post_message(DM_ALICE, ALICE, "from 2010", sent_at=1_262_304_000.0)
     ollama.enqueue(ChatScript.words("Hi Alice."))
     discord_api.post_message(DM_ALICE, ALICE, "hello now")
-    [reply] = replies(discord_api, 1)
-    assert reply.content == "Hi Alice."
+    final_reply(discord_api, "Hi Alice.")
     settle()
     assert len(ollama.requests) == 1
     assert user_contents(ollama.requests[0])[-1].endswith("hello now</caller>")

@@ -20,7 +20,16 @@ What it serves (every REST call needs ``Authorization: Bot <token>``; a wrong on
     GET  /api/v10/channels/{id}                  a channel, thread or DM channel
     GET  /api/v10/channels/{id}/messages/{id}    a message posted here
     POST /api/v10/channels/{id}/messages         JSON, or multipart (payload_json + files[n])
+    PATCH  /api/v10/channels/{id}/messages/{id}  an edit of the bot's own message (the same
+                                                 checks; files add attachments)
+    DELETE /api/v10/channels/{id}/messages/{id}  204
     POST /api/v10/channels/{id}/typing           204
+    POST /api/v10/users/@me/channels             the DM channel with ``recipient_id``
+    POST /api/v10/interactions/{id}/{token}/callback     answers a press (types 4, 5, 6, 7),
+                                                 once, within ``interaction_window_s``; no
+                                                 bot token (Discord needs none)
+    POST   /api/v10/webhooks/{app}/{token}       a follow-up to an answered press
+    PATCH  /api/v10/webhooks/{app}/{token}/messages/@original   its original message
     GET  /attachments/{channel}/{id}/{filename}  the CDN; signed like Discord's (ex, is, hm):
                                                  a missing or wrong signature is a 404
     GET  /gateway (websocket)                    the gateway, below
@@ -34,9 +43,16 @@ and RECONNECT (op 7) when a test asks. It honours ``encoding=json`` and
 Z_SYNC_FLUSH), as discord.py asks; any other encoding or compression closes with 4002.
 
 Every REST call and every CDN download is recorded (:class:`RestCall`); the next N of them
-can be told to fail (:meth:`DiscordStandIn.fail_next`: a 5xx, or a 429 with ``retry_after``
-as Discord sends it) and every answer can be slowed (:attr:`DiscordStandIn.delay_s`). A bot's
-message is dispatched back to the gateway as MESSAGE_CREATE, as Discord does.
+(or of those of one method) can be told to fail (:meth:`DiscordStandIn.fail_next`: a 5xx, or
+a 429 with ``retry_after`` as Discord sends it) and every answer can be slowed
+(:attr:`DiscordStandIn.delay_s`). A bot's message is dispatched back to the gateway as
+MESSAGE_CREATE, an edit as MESSAGE_UPDATE, as Discord does.
+
+Buttons: a message's ``components`` (action rows of buttons) are checked as Discord checks
+them and kept on the message; :meth:`DiscordStandIn.press` has a person press one, sending
+INTERACTION_CREATE (a message component, type 3) over the gateway, and every answer to it is
+recorded (:class:`InteractionAnswer`: a callback's type and flags, a follow-up, an edit of
+the original). A person in ``dms_closed`` takes no direct message (403, 50007).
 
 Exceptions::
 
@@ -79,6 +95,8 @@ __all__ = [
     "THREAD",
     "DiscordStandIn",
     "Failure",
+    "InteractionAnswer",
+    "Pressing",
     "RestCall",
     "StandInError",
     "StandInTimeoutError",
@@ -159,6 +177,9 @@ THREAD: Final = 1200000000000000020
 ENGINEERS: Final = 1200000000000000030
 DM_ALICE: Final = 1200000000000000040
 _APPLICATION_ID: Final = BOT.id
+#: Interaction callback types (Discord's InteractionResponseType).
+CHANNEL_MESSAGE, DEFERRED_CHANNEL_MESSAGE, DEFERRED_UPDATE, UPDATE_MESSAGE = 4, 5, 6, 7
+EPHEMERAL: Final = 1 << 6
 
 
 @dataclass(kw_only=True)
@@ -184,6 +205,8 @@ class RestCall:
     status: int = 0
     answer: Any = None
     """The message a message create made."""
+    at: float = field(default_factory=time.monotonic)
+    """When it came (monotonic), to count calls in a window."""
 
     @property
     def content(self) -> str | None:
@@ -196,11 +219,47 @@ _CALL: Final = web.RequestKey("call", RestCall)
 
 @dataclass(frozen=True, kw_only=True)
 class Failure:
-    """How the stand-in fails one call: a status and, for a 429, Discord's ``retry_after``."""
+    """How the stand-in fails one call: a status and, for a 429, Discord's ``retry_after``;
+    ``method`` narrows it to calls of that method (the others pass)."""
 
     status: int = 500
     retry_after: float = 1.0
     message: str | None = None
+    method: str | None = None
+
+
+@dataclass(kw_only=True)
+class Pressing:
+    """A button a person pressed: the interaction Discord sent, and whether it was answered."""
+
+    id: int
+    token: str
+    user: User
+    channel_id: int
+    message_id: int
+    custom_id: str
+    created: float
+    """When it was sent (monotonic): Discord takes the first answer within 3 s."""
+    acknowledged: bool = False
+    original_id: int | None = None
+    """The message ``@original`` names once answered (the pressed one, or the answer's)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InteractionAnswer:
+    """One answer to a press: ``via`` a ``callback`` (``type`` 4-7), a ``followup``, or an
+    edit of the ``original``; ``flags`` 64 is ephemeral (only the presser sees it)."""
+
+    interaction_id: int
+    via: str
+    type: int | None
+    flags: int
+    content: str | None
+    components: list[dict[str, Any]] | None
+
+    @property
+    def ephemeral(self) -> bool:
+        return bool(self.flags & EPHEMERAL)
 
 
 @dataclass(kw_only=True)
@@ -303,6 +362,14 @@ class DiscordStandIn:
         self.channels: dict[int, _Channel] = {}
         self.forbidden_channels: set[int] = set()
         """Channels where the bot lacks Send Messages: a post there is a 403 (50013)."""
+        self.dms_closed: set[int] = set()
+        """People who take no direct messages from the bot: a DM to them is a 403 (50007)."""
+        self.interaction_window_s = 3.0
+        """How long a press waits for its first answer; after that it is unknown (10062)."""
+        self.pressings: dict[int, Pressing] = {}
+        self.answers: list[InteractionAnswer] = []
+        """Every answer to a press, in order."""
+        self.ephemeral_messages: dict[int, dict[str, Any]] = {}
         self._failures: deque[Failure] = deque()
         self._files: dict[str, tuple[bytes, str]] = {}
         self._cdn_key = secrets.token_bytes(16)
@@ -354,9 +421,113 @@ class DiscordStandIn:
 
     # -- scripting -----------------------------------------------------------------------
 
-    def fail_next(self, n: int = 1, *, status: int = 500, retry_after: float = 1.0) -> None:
-        """Answer the next ``n`` REST or CDN calls with ``status`` (a 429 says ``retry_after``)."""
-        self._failures.extend(Failure(status=status, retry_after=retry_after) for _ in range(n))
+    def fail_next(
+        self,
+        n: int = 1,
+        *,
+        status: int = 500,
+        retry_after: float = 1.0,
+        method: str | None = None,
+    ) -> None:
+        """Answer the next ``n`` REST or CDN calls (of ``method``, if given) with ``status``
+        (a 429 says ``retry_after``, in its body and its ``Retry-After`` header)."""
+        self._failures.extend(
+            Failure(status=status, retry_after=retry_after, method=method) for _ in range(n)
+        )
+
+    def press(
+        self,
+        message_id: int,
+        user: User,
+        *,
+        label: str | None = None,
+        custom_id: str | None = None,
+        as_seen: dict[str, Any] | None = None,
+        timeout: float = 5.0,
+    ) -> Pressing:
+        """Have ``user`` press a button of the message (by ``label``, or its ``custom_id``; the
+        first button without either): INTERACTION_CREATE goes to the gateway.
+
+        ``as_seen`` is the message as the person's client still shows it (a copy taken
+        earlier): a button pressed before the client got the update that took it away.
+        """
+        message = as_seen if as_seen is not None else self.messages.get(message_id)
+        if message is None:
+            raise StandInError(f"The Discord stand-in has no message {message_id}.")
+        buttons = [
+            b
+            for row in message.get("components") or []
+            for b in row.get("components", [])
+            if b.get("type") == 2
+        ]
+        chosen = [
+            b
+            for b in buttons
+            if (label is None or b.get("label") == label)
+            and (custom_id is None or b.get("custom_id") == custom_id)
+        ]
+        if not chosen:
+            raise StandInError(
+                f"Message {message_id} has no such button (it has "
+                f"{[b.get('label') for b in buttons]}); Discord shows only the buttons it has."
+            )
+        channel = self._channel(int(message["channel_id"]))
+        pressing = Pressing(
+            id=self._snowflake(),
+            token="aW50ZXJhY3Rpb24" + secrets.token_urlsafe(48),
+            user=user,
+            channel_id=channel.id,
+            message_id=message_id,
+            custom_id=chosen[0]["custom_id"],
+            created=time.monotonic(),
+        )
+        self.pressings[pressing.id] = pressing
+        payload: dict[str, Any] = {
+            "id": str(pressing.id),
+            "application_id": str(_APPLICATION_ID),
+            "type": 3,
+            "data": {"custom_id": pressing.custom_id, "component_type": 2},
+            "channel_id": str(channel.id),
+            "channel": channel.payload(),
+            "token": pressing.token,
+            "version": 1,
+            "message": message,
+            "app_permissions": "2248473465835073",
+            "locale": "en-US",
+            "entitlements": [],
+            "attachment_size_limit": UPLOAD_LIMIT,
+        }
+        if channel.guild_id is not None:
+            payload.update(
+                guild_id=str(channel.guild_id),
+                guild={"id": str(channel.guild_id), "locale": "en-US", "features": []},
+                guild_locale="en-US",
+                member={**user.member_payload(), "user": user.payload(), "permissions": "0"},
+                authorizing_integration_owners={"0": str(channel.guild_id)},
+                context=0,
+            )
+        else:
+            payload.update(
+                user=user.payload(),
+                authorizing_integration_owners={"0": str(channel.guild_id or 0)},
+                context=1,
+            )
+        self.dispatch("INTERACTION_CREATE", payload, timeout=timeout)
+        return pressing
+
+    def answers_to(self, pressing: Pressing) -> list[InteractionAnswer]:
+        return [a for a in list(self.answers) if a.interaction_id == pressing.id]
+
+    def edits(self, message_id: int | None = None) -> list[RestCall]:
+        """The message edits answered 200, in order (``message_id`` narrows them)."""
+        return self.matching(
+            lambda c: (
+                c.method == "PATCH"
+                and c.path.startswith("/channels/")
+                and (message_id is None or c.path.endswith(f"/messages/{message_id}"))
+                and c.status == 200
+            )
+        )
 
     def create_thread(self, parent_id: int, name: str) -> int:
         """A thread the gateway never announced: discord.py knows it only by asking REST."""
@@ -565,7 +736,17 @@ class DiscordStandIn:
         app.router.add_get(api + "/channels/{channel}", self._get_channel)
         app.router.add_get(api + "/channels/{channel}/messages/{message}", self._get_message)
         app.router.add_post(api + "/channels/{channel}/messages", self._create_message)
+        app.router.add_patch(api + "/channels/{channel}/messages/{message}", self._edit_message)
+        app.router.add_delete(api + "/channels/{channel}/messages/{message}", self._delete_message)
         app.router.add_post(api + "/channels/{channel}/typing", self._typing)
+        app.router.add_post(api + "/users/@me/channels", self._create_dm)
+        app.router.add_post(
+            api + "/interactions/{interaction}/{token}/callback", self._interaction_callback
+        )
+        app.router.add_post(api + "/webhooks/{application}/{token}", self._followup)
+        app.router.add_patch(
+            api + "/webhooks/{application}/{token}/messages/@original", self._edit_original
+        )
         app.router.add_get("/attachments/{channel}/{attachment}/{filename}", self._cdn)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
@@ -614,9 +795,15 @@ class DiscordStandIn:
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         response: web.StreamResponse
-        if self._failures:
-            response = _failure_response(self._failures.popleft())
-        elif request.path.startswith(API_PREFIX) and call.authorization != f"Bot {self.token}":
+        failure = self._failure_for(call)
+        tokenless = path.startswith(("/interactions/", "/webhooks/"))
+        if failure is not None:
+            response = _failure_response(failure)
+        elif (
+            request.path.startswith(API_PREFIX)
+            and not tokenless
+            and call.authorization != f"Bot {self.token}"
+        ):
             response = _error(401, 0, "401: Unauthorized")
         else:
             try:
@@ -626,6 +813,13 @@ class DiscordStandIn:
         call.status = response.status
         self._notify()
         return response
+
+    def _failure_for(self, call: RestCall) -> Failure | None:
+        for failure in self._failures:
+            if failure.method is None or failure.method == call.method:
+                self._failures.remove(failure)
+                return failure
+        return None
 
     # -- REST ------------------------------------------------------------------------------
 
@@ -685,18 +879,16 @@ class DiscordStandIn:
             return _error(404, 10003, "Unknown Channel")
         if channel.id in self.forbidden_channels:
             return _error(403, 50013, "Missing Permissions")
+        if channel.type == 1 and any(u.id in self.dms_closed for u in channel.recipients):
+            return _error(403, 50007, "Cannot send messages to this user")
         call = request[_CALL]
         body = call.json if isinstance(call.json, dict) else {}
         content = body.get("content") or ""
-        if len(content) > 2000:
-            return _invalid_form(
-                "content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length."
-            )
-        if len(call.files) > 10:
-            return _invalid_form("files", "BASE_TYPE_MAX_LENGTH", "Must be 10 or fewer in length.")
-        if sum(len(f.data) for f in call.files) > UPLOAD_LIMIT:
-            return _error(413, 40005, "Request entity too large")
-        if not content and not call.files:
+        refused = _refused_body(body, call.files)
+        if refused is not None:
+            return refused
+        components = body.get("components") or []
+        if not content and not call.files and not components:
             return _error(400, 50006, "Cannot send an empty message")
         reply_to: int | None = None
         reference = body.get("message_reference")
@@ -718,10 +910,231 @@ class DiscordStandIn:
             reply_to=reply_to if reply_to in self.messages else None,
             resolve_reply=True,
         )
+        payload["components"] = components
         call.answer = payload
         # Discord echoes a bot's own message to its gateway connection.
         await self._dispatch("MESSAGE_CREATE", payload, required=False)
         return _json(payload)
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        channel = self.channels.get(_snowflake_of(request, "channel"))
+        if channel is None:
+            return _error(404, 10003, "Unknown Channel")
+        message = self.messages.get(_snowflake_of(request, "message"))
+        if message is None or message["channel_id"] != str(channel.id):
+            return _error(404, 10008, "Unknown Message")
+        if message["author"]["id"] != str(BOT.id):
+            return _error(403, 50005, "Cannot edit a message authored by another user")
+        call = request[_CALL]
+        body = call.json if isinstance(call.json, dict) else {}
+        refused = self._apply_edit(channel, message, body, call)
+        if refused is not None:
+            return refused
+        call.answer = message
+        await self._dispatch("MESSAGE_UPDATE", message, required=False)
+        return _json(message)
+
+    def _apply_edit(
+        self, channel: _Channel, message: dict[str, Any], body: dict[str, Any], call: RestCall
+    ) -> web.Response | None:
+        """Edit ``message`` as Discord does: only the fields given change."""
+        refused = _refused_body(body, call.files)
+        if refused is not None:
+            return refused
+        content = body.get("content", message["content"])
+        components = body.get("components", message.get("components"))
+        attachments = message["attachments"]
+        if "attachments" in body or call.files:
+            kept = {str(a.get("id")) for a in body.get("attachments") or []}
+            attachments = [a for a in attachments if a["id"] in kept]
+            attachments += [
+                self.add_file(channel.id, f.filename, f.data, _guess_type(f.filename))
+                for f in call.files
+            ]
+        if not (content or "") and not attachments and not components:
+            return _error(400, 50006, "Cannot send an empty message")
+        message.update(
+            content=content or "",
+            components=components or [],
+            attachments=attachments,
+            edited_timestamp=_now_iso(),
+        )
+        return None
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        message = self.messages.get(_snowflake_of(request, "message"))
+        if message is None or message["channel_id"] != request.match_info["channel"]:
+            return _error(404, 10008, "Unknown Message")
+        if message["author"]["id"] != str(BOT.id):
+            return _error(403, 50013, "Missing Permissions")
+        del self.messages[int(message["id"])]
+        return web.Response(status=204)
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        body = request[_CALL].json
+        recipient = body.get("recipient_id") if isinstance(body, dict) else None
+        people = {u.id: u for u in (ALICE, BOB, CAROL)}
+        if not str(recipient or "").isdigit() or int(recipient) not in people:
+            return _invalid_form("recipient_id", "NUMBER_TYPE_COERCE", "Value is not snowflake.")
+        person = people[int(recipient)]
+        for channel in self.channels.values():
+            if channel.type == 1 and channel.recipients == (person,):
+                return _json(channel.payload())
+        channel = _Channel(id=self._snowflake(), type=1, recipients=(person,))
+        self.channels[channel.id] = channel
+        return _json(channel.payload())
+
+    async def _interaction_callback(self, request: web.Request) -> web.Response:
+        pressing = self.pressings.get(_snowflake_of(request, "interaction"))
+        if pressing is None or pressing.token != request.match_info["token"]:
+            return _error(404, 10062, "Unknown interaction")
+        if pressing.acknowledged:
+            return _error(400, 40060, "Interaction has already been acknowledged.")
+        if time.monotonic() - pressing.created > self.interaction_window_s:
+            return _error(404, 10062, "Unknown interaction")
+        call = request[_CALL]
+        body = call.json if isinstance(call.json, dict) else {}
+        kind = body.get("type")
+        data = body.get("data") or {}
+        if kind not in (CHANNEL_MESSAGE, DEFERRED_CHANNEL_MESSAGE, DEFERRED_UPDATE, UPDATE_MESSAGE):
+            return _invalid_form("type", "BASE_TYPE_CHOICES", f"Value must be one of 4-7: {kind}")
+        channel = self._channel(pressing.channel_id)
+        resource: dict[str, Any] | None = None
+        flags = int(data.get("flags") or 0)
+        if kind == CHANNEL_MESSAGE:
+            refused = _refused_body(data, call.files)
+            if refused is not None:
+                return refused
+            if not data.get("content") and not data.get("components"):
+                return _error(400, 50006, "Cannot send an empty message")
+            message = self._answer_message(channel, data, flags)
+            pressing.original_id = int(message["id"])
+            resource = message
+        elif kind == UPDATE_MESSAGE:
+            message = self.messages[pressing.message_id]
+            refused = self._apply_edit(channel, message, data, call)
+            if refused is not None:
+                return refused
+            pressing.original_id = pressing.message_id
+            resource = message
+            await self._dispatch("MESSAGE_UPDATE", message, required=False)
+        else:
+            pressing.original_id = pressing.message_id
+        pressing.acknowledged = True
+        self.answers.append(
+            InteractionAnswer(
+                interaction_id=pressing.id,
+                via="callback",
+                type=kind,
+                flags=flags,
+                content=data.get("content"),
+                components=data.get("components"),
+            )
+        )
+        self._notify()
+        answer: dict[str, Any] = {
+            "interaction": {
+                "id": str(pressing.id),
+                "type": 3,
+                "response_message_id": None if resource is None else resource["id"],
+                "response_message_loading": kind == DEFERRED_CHANNEL_MESSAGE,
+                "response_message_ephemeral": bool(flags & EPHEMERAL),
+            }
+        }
+        if resource is not None:
+            answer["resource"] = {"type": kind, "message": resource}
+        if request.query.get("with_response") in ("1", "true", "True"):
+            return _json(answer)
+        return web.Response(status=204)
+
+    def _pressing_of(self, request: web.Request) -> Pressing | None:
+        if request.match_info["application"] != str(_APPLICATION_ID):
+            return None
+        token = request.match_info["token"]
+        for pressing in self.pressings.values():
+            if pressing.token == token and time.monotonic() - pressing.created < 15 * 60:
+                return pressing
+        return None
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        pressing = self._pressing_of(request)
+        if pressing is None:
+            return _error(404, 10015, "Unknown Webhook")
+        if not pressing.acknowledged:
+            return _error(404, 10015, "Unknown Webhook")
+        call = request[_CALL]
+        body = call.json if isinstance(call.json, dict) else {}
+        refused = _refused_body(body, call.files)
+        if refused is not None:
+            return refused
+        flags = int(body.get("flags") or 0)
+        message = self._answer_message(self._channel(pressing.channel_id), body, flags)
+        self.answers.append(
+            InteractionAnswer(
+                interaction_id=pressing.id,
+                via="followup",
+                type=None,
+                flags=flags,
+                content=body.get("content"),
+                components=body.get("components"),
+            )
+        )
+        self._notify()
+        return _json(message)
+
+    async def _edit_original(self, request: web.Request) -> web.Response:
+        pressing = self._pressing_of(request)
+        if pressing is None or not pressing.acknowledged or pressing.original_id is None:
+            return _error(404, 10015, "Unknown Webhook")
+        original = self.messages.get(pressing.original_id) or self.ephemeral_messages.get(
+            pressing.original_id
+        )
+        if original is None:
+            return _error(404, 10008, "Unknown Message")
+        call = request[_CALL]
+        body = call.json if isinstance(call.json, dict) else {}
+        refused = self._apply_edit(self._channel(pressing.channel_id), original, body, call)
+        if refused is not None:
+            return refused
+        self.answers.append(
+            InteractionAnswer(
+                interaction_id=pressing.id,
+                via="original",
+                type=None,
+                flags=int(original.get("flags") or 0),
+                content=body.get("content"),
+                components=body.get("components"),
+            )
+        )
+        if pressing.original_id in self.messages:
+            await self._dispatch("MESSAGE_UPDATE", original, required=False)
+        self._notify()
+        return _json(original)
+
+    def _answer_message(
+        self, channel: _Channel, data: dict[str, Any], flags: int
+    ) -> dict[str, Any]:
+        """A message answering a press (the application's); an ephemeral one only its presser
+        sees: kept apart, never in the channel."""
+        payload = self._message_payload(
+            channel,
+            BOT,
+            data.get("content") or "",
+            attachments=[],
+            reply_to=None,
+            resolve_reply=False,
+        )
+        payload.update(
+            components=data.get("components") or [],
+            flags=flags,
+            type=20,
+            webhook_id=str(_APPLICATION_ID),
+            application_id=str(_APPLICATION_ID),
+        )
+        if flags & EPHEMERAL:
+            del self.messages[int(payload["id"])]
+            self.ephemeral_messages[int(payload["id"])] = payload
+        return payload
 
     async def _cdn(self, request: web.Request) -> web.StreamResponse:
         if self.cdn_redirect is not None:
@@ -1027,6 +1440,42 @@ def _invalid_form(field_name: str, code: str, message: str) -> web.Response:
         },
         status=400,
     )
+
+
+def _refused_body(body: dict[str, Any], files: Sequence[UploadedFile]) -> web.Response | None:
+    """Discord's checks of a message body: its length, its files, its buttons."""
+    content = body.get("content") or ""
+    if len(content) > 2000:
+        return _invalid_form("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.")
+    if len(files) > 10:
+        return _invalid_form("files", "BASE_TYPE_MAX_LENGTH", "Must be 10 or fewer in length.")
+    if sum(len(f.data) for f in files) > UPLOAD_LIMIT:
+        return _error(413, 40005, "Request entity too large")
+    rows = body.get("components") or []
+    if not isinstance(rows, list) or len(rows) > 5:
+        return _invalid_form("components", "BASE_TYPE_MAX_LENGTH", "Must be 5 or fewer in length.")
+    seen: set[str] = set()
+    for row in rows:
+        buttons = row.get("components") if isinstance(row, dict) else None
+        if row.get("type") != 1 or not isinstance(buttons, list) or not 1 <= len(buttons) <= 5:
+            return _invalid_form(
+                "components", "COMPONENT_LAYOUT_WIDTH_EXCEEDED", "An action row holds 1-5 buttons."
+            )
+        for button in buttons:
+            custom_id = button.get("custom_id") or ""
+            label = button.get("label") or ""
+            if (
+                button.get("type") != 2
+                or button.get("style") not in (1, 2, 3, 4)
+                or not 1 <= len(custom_id) <= 100
+                or len(label) > 80
+                or custom_id in seen
+            ):
+                return _invalid_form(
+                    "components", "BUTTON_COMPONENT_INVALID", f"Invalid button: {button!r}"
+                )
+            seen.add(custom_id)
+    return None
 
 
 def _without_reference(message: dict[str, Any]) -> dict[str, Any]:
