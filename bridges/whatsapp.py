@@ -143,6 +143,9 @@ class WhatsAppBridge:
         # Incoming messages a live answer has quoted already: only its first message quotes.
         self._quoted: deque[str] = deque(maxlen=QUOTED_KEPT)
         self._quoted_set: set[str] = set()
+        # Incoming messages shown "typing…" for already: once is enough (25 s, or the reply).
+        self._typing: deque[str] = deque(maxlen=QUOTED_KEPT)
+        self._typing_set: set[str] = set()
 
     @property
     def platform(self) -> str:
@@ -154,7 +157,8 @@ class WhatsAppBridge:
         return LiveLimits(
             max_chars=MAX_TEXT_CHARS,
             edit_interval_s=LIVE_INTERVAL_S,
-            max_buttons=MAX_BUTTONS,
+            # Up to three reply buttons; four to ten choices are a list's rows.
+            max_buttons=MAX_ROWS,
             partial=False,
         )
 
@@ -391,6 +395,12 @@ class WhatsAppBridge:
         nothing in a group, where Meta marks no message read."""
         if _recipient(message.thread_id)["recipient_type"] == "group":
             return
+        if message.message_id in self._typing_set:
+            return  # shown already for this message (the pipeline's, then the answer's)
+        if len(self._typing) == self._typing.maxlen:
+            self._typing_set.discard(self._typing[0])
+        self._typing.append(message.message_id)
+        self._typing_set.add(message.message_id)
         await self._call(
             "POST",
             f"{self._phone_number_id}/messages",
@@ -407,7 +417,7 @@ class WhatsAppBridge:
         """The text (in pieces of at most 4,096 characters), then each file as its own
         message; the first message quotes ``to``."""
         recipient = _recipient(to.thread_id)
-        quote: dict[str, Any] | None = {"message_id": to.message_id}
+        quote: dict[str, Any] | None = {"message_id": to.message_id} if _quotable(to) else None
         for piece in _split_text(text, MAX_TEXT_CHARS):
             await self._send({**recipient, **_text(piece)}, quote, "send a reply")
             quote = None
@@ -444,7 +454,9 @@ class WhatsAppBridge:
 
     def _quote_of(self, to: Received) -> dict[str, Any] | None:
         """A quote of ``to`` until one of its answer's messages has quoted it, then None."""
-        return None if to.message_id in self._quoted_set else {"message_id": to.message_id}
+        if to.message_id in self._quoted_set or not _quotable(to):
+            return None
+        return {"message_id": to.message_id}
 
     def _mark_quoted(self, to: Received) -> None:
         if len(self._quoted) == self._quoted.maxlen:
@@ -709,6 +721,12 @@ def _attachment(kind: str, media: wire.Media) -> Attachment:
         extension = (mimetypes.guess_extension(mime) if mime else None) or ""
         name = f"{kind}-{media.id}{extension}"
     return Attachment(name=name, ref=media.id, mime_type=mime)
+
+
+def _quotable(to: Received) -> bool:
+    """Whether ``to`` is in its own chat: not so for the answer to a group's button pressed
+    in the owner's own chat (the message it names, the buttons', is in that other chat)."""
+    return to.delivery_id == to.message_id or not to.thread_id.endswith(_GROUP_SUFFIX)
 
 
 def _recipient(thread_id: str) -> dict[str, str]:

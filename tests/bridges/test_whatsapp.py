@@ -733,8 +733,9 @@ async def test_the_bridge_is_a_live_bridge_that_shows_no_partial_text(
     bridge: WhatsAppBridge,
 ) -> None:
     assert isinstance(bridge, LiveBridge)
+    # Up to three choices are reply buttons, four to ten a list: ten reach the bridge.
     assert bridge.live_limits == LiveLimits(
-        max_chars=4096, edit_interval_s=1.0, max_buttons=3, partial=False
+        max_chars=4096, edit_interval_s=1.0, max_buttons=10, partial=False
     )
 
 
@@ -753,6 +754,15 @@ async def test_opening_a_reply_shows_the_typing_indicator_and_posts_nothing(
         }
     ]
     assert whatsapp.sent_messages() == []
+
+
+async def test_the_typing_indicator_is_shown_once_per_message(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await bridge.start_typing(message)
+    await bridge.open_reply(message, status="Thinking…")
+    assert len(whatsapp.typing_indicators()) == 1
 
 
 async def test_a_reply_opened_without_a_status_calls_nothing(
@@ -1169,3 +1179,29 @@ async def test_the_standin_delivers_a_signed_press(
     assert delivery.status == 200
     [outcome] = outcomes
     assert [(p.delivery_id, p.action) for p in outcome.presses] == [(pressed.id, NO.action)]
+
+
+async def test_the_answer_to_a_groups_press_quotes_nothing_from_the_owners_chat(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # The pipeline answers a press as a message whose id is the pressed one's: for a group's
+    # buttons that message is in the owner's own chat, and the group can't quote it.
+    pressed = whatsapp.press(ANN, "wamid.private-buttons", f"{YES.action}|{GROUP}@g.us")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    answered = Received(
+        platform="whatsapp",
+        thread_id=press.thread_id,
+        delivery_id=press.delivery_id,
+        message_id=press.message_id,
+        author_id=press.author_id,
+        author_name=press.author_name,
+        text="k9m2-x7q4",
+        is_dm=False,
+        is_reply_to_bot=True,
+    )
+    await (await bridge.open_reply(answered, status=None)).finish("Booked.")
+    await bridge.send_reply(answered, "Booked.")
+    assert [("context" in m, m["to"]) for m in whatsapp.sent_messages()] == [
+        (False, GROUP),
+        (False, GROUP),
+    ]
