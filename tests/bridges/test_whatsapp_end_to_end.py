@@ -521,3 +521,19 @@ async def test_with_live_answers_off_the_answer_is_the_one_message_of_before(
     assert "To confirm, answer with the token" in typed["text"]["body"]
     await settle()
     assert whatsapp.interactive_messages() == []
+
+
+async def test_a_rate_limit_mid_answer_delays_a_paragraph_but_loses_and_repeats_nothing(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    final = "\n\n".join(f"Part {n}. " + "More words here. " * 4 for n in range(3)).strip()
+    ollama.enqueue(ChatScript(content=chunks_of(final), delay_s=0.03))
+    whatsapp.slow_next(2, delay_s=0)  # the typing indicator and the first paragraph go through
+    whatsapp.throttle_next(code=130429, status=429, retry_after=1)
+    assert await say(whatsapp, chat, said(whatsapp, DEE, "three parts")) == 1
+
+    await until("the whole answer", lambda: "".join(texts_to(whatsapp, DEE)) == final)
+    [refused] = [c for c in whatsapp.calls if c.status == 429]
+    assert refused.json["type"] == "text"  # a paragraph, sent again after the wait
+    await settle()
+    assert "".join(texts_to(whatsapp, DEE)) == final
