@@ -12,6 +12,15 @@ Threads: a person's chat with the business is ``whatsapp:<wa_id>`` (a DM); a Clo
 group is ``whatsapp:<group_id>@g.us``. The bot's number written ``@<digits>`` in a group
 becomes ``@<bot_name>``.
 
+Live answers (#37, a :class:`bridges.port.LiveBridge`): WhatsApp edits no message, so the
+pacer hands each finished paragraph over as a message of its own (``partial=False``), the
+typing indicator standing for "Thinking…". A confirmation's choices are ``interactive``
+reply buttons (up to three) or a list (up to ten rows), their ids the actions; a person's
+choice comes back as an ``interactive`` message quoting the buttons (a :class:`Pressed`).
+Meta's groups take no interactive messages and mark nothing read: there the buttons go to
+the asking person's own chat, their ids naming the group (``<action>|<group_id>@g.us``) so
+that a press on any instance belongs to the group's conversation.
+
 Exception tree (from :mod:`bridges.port`)::
 
     BridgeError                  Graph refused a call (its message and code are quoted),
@@ -138,14 +147,11 @@ class WhatsAppBridge:
             timeout=httpx.Timeout(timeout_s),
         )
         # Ids of the messages we sent, newest last: a quote of one is a reply to the bot.
-        self._sent: deque[str] = deque(maxlen=SENT_IDS_KEPT)
-        self._sent_set: set[str] = set()
+        self._sent = _Recent(SENT_IDS_KEPT)
         # Incoming messages a live answer has quoted already: only its first message quotes.
-        self._quoted: deque[str] = deque(maxlen=QUOTED_KEPT)
-        self._quoted_set: set[str] = set()
+        self._quoted = _Recent(QUOTED_KEPT)
         # Incoming messages shown "typing…" for already: once is enough (25 s, or the reply).
-        self._typing: deque[str] = deque(maxlen=QUOTED_KEPT)
-        self._typing_set: set[str] = set()
+        self._typing = _Recent(QUOTED_KEPT)
 
     @property
     def platform(self) -> str:
@@ -259,7 +265,7 @@ class WhatsAppBridge:
         :class:`Pressed`), or None and why it is skipped; raises :class:`InvalidSpaceId` for
         a chat or sender id that can't be a space's."""
         author = message.sender.removeprefix("+")
-        if (business and _digits(author) == business) or message.id in self._sent_set:
+        if (business and _digits(author) == business) or message.id in self._sent:
             return None, "the bot's own message"
         if message.group_id is not None:
             thread_id = f"whatsapp:{message.group_id}{_GROUP_SUFFIX}"
@@ -281,7 +287,7 @@ class WhatsAppBridge:
         context = message.context
         is_reply_to_bot = context is not None and (
             (bool(business) and _digits(context.sender or "") == business)
-            or (context.id is not None and context.id in self._sent_set)
+            or (context.id is not None and context.id in self._sent)
         )
         received = Received(
             platform="whatsapp",
@@ -395,12 +401,9 @@ class WhatsAppBridge:
         nothing in a group, where Meta marks no message read."""
         if _recipient(message.thread_id)["recipient_type"] == "group":
             return
-        if message.message_id in self._typing_set:
+        if message.message_id in self._typing:
             return  # shown already for this message (the pipeline's, then the answer's)
-        if len(self._typing) == self._typing.maxlen:
-            self._typing_set.discard(self._typing[0])
-        self._typing.append(message.message_id)
-        self._typing_set.add(message.message_id)
+        self._typing.add(message.message_id)
         await self._call(
             "POST",
             f"{self._phone_number_id}/messages",
@@ -454,15 +457,12 @@ class WhatsAppBridge:
 
     def _quote_of(self, to: Received) -> dict[str, Any] | None:
         """A quote of ``to`` until one of its answer's messages has quoted it, then None."""
-        if to.message_id in self._quoted_set or not _quotable(to):
+        if to.message_id in self._quoted or not _quotable(to):
             return None
         return {"message_id": to.message_id}
 
     def _mark_quoted(self, to: Received) -> None:
-        if len(self._quoted) == self._quoted.maxlen:
-            self._quoted_set.discard(self._quoted[0])
-        self._quoted.append(to.message_id)
-        self._quoted_set.add(to.message_id)
+        self._quoted.add(to.message_id)
 
     async def _send_text(
         self, recipient: dict[str, str], text: str, quote: dict[str, Any] | None, what: str
@@ -482,7 +482,7 @@ class WhatsAppBridge:
         except msgspec.DecodeError:
             sent = []  # sent all the same; only the reply-to-bot memory misses it
         for item in sent:
-            self._remember(item.id)
+            self._sent.add(item.id)
 
     async def _upload(self, file: EgressFile) -> tuple[str, dict[str, str]]:
         if len(file.data) > MAX_DOCUMENT_BYTES:
@@ -506,12 +506,6 @@ class WhatsAppBridge:
         if file.mime_type in _IMAGE_TYPES and len(file.data) <= MAX_IMAGE_BYTES:
             return "image", {"id": media_id}
         return "document", {"id": media_id, "filename": file.filename}
-
-    def _remember(self, message_id: str) -> None:
-        if len(self._sent) == self._sent.maxlen:
-            self._sent_set.discard(self._sent[0])
-        self._sent.append(message_id)
-        self._sent_set.add(message_id)
 
     # --- Graph --------------------------------------------------------------------------------
 
@@ -539,6 +533,25 @@ class WhatsAppBridge:
     async def close(self) -> None:
         """Close the Graph client."""
         await self._client.aclose()
+
+
+class _Recent:
+    """The last ``size`` ids added, for ``in`` (the oldest forgotten first)."""
+
+    def __init__(self, size: int) -> None:
+        self._order: deque[str] = deque(maxlen=size)
+        self._ids: set[str] = set()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def add(self, item: str) -> None:
+        if item in self._ids:
+            return
+        if len(self._order) == self._order.maxlen:
+            self._ids.discard(self._order[0])
+        self._order.append(item)
+        self._ids.add(item)
 
 
 class _LiveReply:
