@@ -401,9 +401,12 @@ class WhatsAppBridge:
         nothing in a group, where Meta marks no message read."""
         if _recipient(message.thread_id)["recipient_type"] == "group":
             return
-        if message.message_id in self._typing:
+        # The person's own message: for the answer to a press, the press (its message id is
+        # the delivery's), not the bot's message of buttons it names.
+        read = message.delivery_id
+        if read in self._typing:
             return  # shown already for this message (the pipeline's, then the answer's)
-        self._typing.add(message.message_id)
+        self._typing.add(read)
         await self._call(
             "POST",
             f"{self._phone_number_id}/messages",
@@ -411,7 +414,7 @@ class WhatsAppBridge:
             json={
                 "messaging_product": "whatsapp",
                 "status": "read",
-                "message_id": message.message_id,
+                "message_id": read,
                 "typing_indicator": {"type": "text"},
             },
         )

@@ -1205,3 +1205,23 @@ async def test_the_answer_to_a_groups_press_quotes_nothing_from_the_owners_chat(
         (False, GROUP),
         (False, GROUP),
     ]
+
+
+async def test_the_answer_to_a_press_shows_typing_on_the_press_not_on_the_bots_buttons(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.bots-buttons", YES.action)
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    answered = Received(
+        platform="whatsapp",
+        thread_id=press.thread_id,
+        delivery_id=press.delivery_id,
+        message_id=press.message_id,
+        author_id=press.author_id,
+        author_name=press.author_name,
+        text="k9m2-x7q4",
+        is_dm=True,
+        is_reply_to_bot=True,
+    )
+    await bridge.open_reply(answered, status="Thinking…")
+    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [pressed.id]
