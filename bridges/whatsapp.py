@@ -12,6 +12,15 @@ Threads: a person's chat with the business is ``whatsapp:<wa_id>`` (a DM); a Clo
 group is ``whatsapp:<group_id>@g.us``. The bot's number written ``@<digits>`` in a group
 becomes ``@<bot_name>``.
 
+Live answers (#37, a :class:`bridges.port.LiveBridge`): WhatsApp edits no message, so the
+pacer hands each finished paragraph over as a message of its own (``partial=False``), the
+typing indicator standing for "Thinking…". A confirmation's choices are ``interactive``
+reply buttons (up to three) or a list (up to ten rows), their ids the actions; a person's
+choice comes back as an ``interactive`` message quoting the buttons (a :class:`Pressed`).
+Meta's groups take no interactive messages and mark nothing read: there the buttons go to
+the asking person's own chat, their ids naming the group (``<action>|<group_id>@g.us``) so
+that a press on any instance belongs to the group's conversation.
+
 Exception tree (from :mod:`bridges.port`)::
 
     BridgeError                  Graph refused a call (its message and code are quoted),
@@ -23,13 +32,14 @@ Exception tree (from :mod:`bridges.port`)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import mimetypes
 import re
 import urllib.parse
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any, Final
 
@@ -41,21 +51,37 @@ from bridges.freshness import epoch
 from bridges.hosts import on_platform
 from bridges.json_body import decode
 from bridges.port import (
+    ACTION_MAX_BYTES,
     Attachment,
     BridgeError,
     EgressFile,
+    LiveLimits,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
     WebhookOutcome,
 )
 from core.config.settings import ConfigurationError, WhatsAppSettings
 from core.spaces import InvalidSpaceId, parse_space_id
 
-__all__ = ["MAX_TEXT_CHARS", "WhatsAppBridge"]
+__all__ = ["MAX_BUTTONS", "MAX_TEXT_CHARS", "WhatsAppBridge"]
 
 #: The longest text body one WhatsApp message takes.
 MAX_TEXT_CHARS: Final = 4096
+#: Reply buttons one interactive message carries; more choices go as a list's rows.
+MAX_BUTTONS: Final = 3
+#: The longest body of an interactive message, and its buttons' and rows' titles.
+MAX_BODY_CHARS: Final = 1024
+MAX_BUTTON_TITLE_CHARS: Final = 20
+MAX_ROW_TITLE_CHARS: Final = 24
+#: Rows one list message holds (all its sections together).
+MAX_ROWS: Final = 10
+#: How many incoming messages are remembered as quoted by their answer's first message.
+QUOTED_KEPT: Final = 1024
+#: The least time between two messages of one live answer (finished paragraphs).
+LIVE_INTERVAL_S: Final = 1.0
 #: WhatsApp's caps on what it accepts from a business (images over 5 MB go as documents).
 MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024
 MAX_DOCUMENT_BYTES: Final = 100 * 1024 * 1024
@@ -63,6 +89,11 @@ MAX_DOCUMENT_BYTES: Final = 100 * 1024 * 1024
 SENT_IDS_KEPT: Final = 1024
 
 _GROUP_SUFFIX: Final = "@g.us"
+#: Between a button's action and the group it belongs to, in the id of a group's buttons
+#: sent to their owner's own chat (``c:…|<group_id>@g.us``).
+_GROUP_MARK: Final = "|"
+#: The label of the button that opens a list's rows (no words: no language to choose).
+_LIST_BUTTON: Final = "☰"
 #: Hosts the access token may be sent to for a media download, besides the Graph API's own.
 _MEDIA_DOMAINS: Final = ("fbsbx.com", "facebook.com", "whatsapp.net")
 _IMAGE_TYPES: Final = frozenset({"image/jpeg", "image/png"})
@@ -71,6 +102,9 @@ _MENTION: Final = re.compile(r"@\+?(\d{5,15})\b")
 # Graph error codes that mean "too many calls, come back later" (app, account, throughput,
 # pair rate limits), whatever the HTTP status they come with.
 _THROTTLED: Final = frozenset({4, 80007, 130429, 131048, 131056})
+#: What Meta documents as the wait for a code when no Retry-After comes with it: the pair
+#: rate limit allows one message every 6 seconds to one person.
+_THROTTLE_WAIT_S: Final[Mapping[int, float]] = {131056: 6.0}
 _HINTS: Final[Mapping[int, str]] = {
     190: " The access token (WHATSAPP_ACCESS_TOKEN) is invalid or expired; give the bridge "
     "a system user's permanent token.",
@@ -113,12 +147,26 @@ class WhatsAppBridge:
             timeout=httpx.Timeout(timeout_s),
         )
         # Ids of the messages we sent, newest last: a quote of one is a reply to the bot.
-        self._sent: deque[str] = deque(maxlen=SENT_IDS_KEPT)
-        self._sent_set: set[str] = set()
+        self._sent = _Recent(SENT_IDS_KEPT)
+        # Incoming messages a live answer has quoted already: only its first message quotes.
+        self._quoted = _Recent(QUOTED_KEPT)
+        # Incoming messages shown "typing…" for already: once is enough (25 s, or the reply).
+        self._typing = _Recent(QUOTED_KEPT)
 
     @property
     def platform(self) -> str:
         return "whatsapp"
+
+    @property
+    def live_limits(self) -> LiveLimits:
+        """WhatsApp has no edits: an answer comes as finished paragraphs, each a message."""
+        return LiveLimits(
+            max_chars=MAX_TEXT_CHARS,
+            edit_interval_s=LIVE_INTERVAL_S,
+            # Up to three reply buttons; four to ten choices are a list's rows.
+            max_buttons=MAX_ROWS,
+            partial=False,
+        )
 
     # --- webhooks -----------------------------------------------------------------------------
 
@@ -166,6 +214,7 @@ class WhatsAppBridge:
         if delivery.object != "whatsapp_business_account":
             return WebhookOutcome(verdict="ignored", reason=f"an event about {delivery.object!r}")
         received: list[Received] = []
+        presses: list[Pressed] = []
         skipped: list[str] = []
         for entry in delivery.entry:
             for change in entry.changes:
@@ -198,28 +247,37 @@ class WhatsAppBridge:
                         continue
                     if parsed.author_name is None and only_name and len(value.messages) == 1:
                         parsed = msgspec.structs.replace(parsed, author_name=only_name.name)
-                    received.append(parsed)
-        if received:
-            return WebhookOutcome(verdict="accepted", messages=tuple(received))
+                    if isinstance(parsed, Pressed):
+                        presses.append(parsed)
+                    else:
+                        received.append(parsed)
+        if received or presses:
+            return WebhookOutcome(
+                verdict="accepted", messages=tuple(received), presses=tuple(presses)
+            )
         reason = "; ".join(dict.fromkeys(skipped)) or "no messages"
         return WebhookOutcome(verdict="ignored", reason=reason)
 
     def _parse(
         self, message: wire.Message, business: str, names: Mapping[str, str | None]
-    ) -> tuple[Received | None, str]:
-        """The message as the pipeline takes it, or None and why it is skipped; raises
-        :class:`InvalidSpaceId` for a chat or sender id that can't be a space's."""
+    ) -> tuple[Received | Pressed | None, str]:
+        """The message as the pipeline takes it (a press of one of our buttons is a
+        :class:`Pressed`), or None and why it is skipped; raises :class:`InvalidSpaceId` for
+        a chat or sender id that can't be a space's."""
         author = message.sender.removeprefix("+")
-        if (business and _digits(author) == business) or message.id in self._sent_set:
+        if (business and _digits(author) == business) or message.id in self._sent:
             return None, "the bot's own message"
-        content = _content(message)
-        if content is None:
-            return None, f"a {message.type!r} message"
-        text, attachments = content
         if message.group_id is not None:
             thread_id = f"whatsapp:{message.group_id}{_GROUP_SUFFIX}"
         else:
             thread_id = f"whatsapp:{author}"
+        choice = _choice(message)
+        if choice is not None:
+            return self._press(message, choice, author, thread_id, names)
+        content = _content(message)
+        if content is None:
+            return None, f"a {message.type!r} message"
+        text, attachments = content
         # The sender is a person of a space (whatsapp:<id>) as well as, in a DM, the chat:
         # both must be ids a space can have (InvalidSpaceId otherwise).
         parse_space_id(f"whatsapp:{author}")
@@ -229,7 +287,7 @@ class WhatsAppBridge:
         context = message.context
         is_reply_to_bot = context is not None and (
             (bool(business) and _digits(context.sender or "") == business)
-            or (context.id is not None and context.id in self._sent_set)
+            or (context.id is not None and context.id in self._sent)
         )
         received = Received(
             platform="whatsapp",
@@ -245,6 +303,45 @@ class WhatsAppBridge:
             sent_at=epoch(message.timestamp),
         )
         return received, ""
+
+    def _press(
+        self,
+        message: wire.Message,
+        choice: wire.Choice,
+        author: str,
+        thread_id: str,
+        names: Mapping[str, str | None],
+    ) -> tuple[Pressed | None, str]:
+        """A reply button or list row of ours, pressed: the message it was on is the one
+        the person's reply quotes (``context.id``)."""
+        parse_space_id(f"whatsapp:{author}")
+        action, respond = choice.id, ""
+        head, separator, group = action.rpartition(_GROUP_MARK)
+        if separator and group.endswith(_GROUP_SUFFIX):
+            # A group's buttons, sent to their owner's own chat (Meta's groups take no
+            # interactive messages): the press belongs to the group's conversation.
+            if message.group_id is not None:
+                return None, "a private chat's button pressed in a group"
+            action, respond, thread_id = head, thread_id, f"whatsapp:{group}"
+        is_dm = parse_space_id(thread_id).is_dm
+        if message.context is None or not message.context.id:
+            return None, "a button press without the message it was on"
+        size = len(action.encode())
+        if not 0 < size <= ACTION_MAX_BYTES:
+            return None, "a press of a button the bridge didn't send"
+        pressed = Pressed(
+            platform="whatsapp",
+            thread_id=thread_id,
+            delivery_id=message.id,
+            message_id=message.context.id,
+            author_id=author,
+            author_name=names.get(author),
+            action=action,
+            is_dm=is_dm,
+            respond=respond,
+            sent_at=epoch(message.timestamp),
+        )
+        return pressed, ""
 
     # --- threads ------------------------------------------------------------------------------
 
@@ -300,7 +397,16 @@ class WhatsAppBridge:
     # --- replies ------------------------------------------------------------------------------
 
     async def start_typing(self, message: Received) -> None:
-        """Mark ``message`` read and show "typing…" (WhatsApp drops it after 25 s or a reply)."""
+        """Mark ``message`` read and show "typing…" (WhatsApp drops it after 25 s or a reply);
+        nothing in a group, where Meta marks no message read."""
+        if _recipient(message.thread_id)["recipient_type"] == "group":
+            return
+        # The person's own message: for the answer to a press, the press (its message id is
+        # the delivery's), not the bot's message of buttons it names.
+        read = message.delivery_id
+        if read in self._typing:
+            return  # shown already for this message (the pipeline's, then the answer's)
+        self._typing.add(read)
         await self._call(
             "POST",
             f"{self._phone_number_id}/messages",
@@ -308,7 +414,7 @@ class WhatsAppBridge:
             json={
                 "messaging_product": "whatsapp",
                 "status": "read",
-                "message_id": message.message_id,
+                "message_id": read,
                 "typing_indicator": {"type": "text"},
             },
         )
@@ -317,14 +423,56 @@ class WhatsAppBridge:
         """The text (in pieces of at most 4,096 characters), then each file as its own
         message; the first message quotes ``to``."""
         recipient = _recipient(to.thread_id)
-        quote: dict[str, Any] | None = {"message_id": to.message_id}
+        quote: dict[str, Any] | None = {"message_id": to.message_id} if _quotable(to) else None
         for piece in _split_text(text, MAX_TEXT_CHARS):
-            body = {"type": "text", "text": {"body": piece, "preview_url": False}}
-            await self._send({**recipient, **body}, quote, "send a reply")
+            await self._send({**recipient, **_text(piece)}, quote, "send a reply")
             quote = None
         for file in files:
             kind, media = await self._upload(file)
             await self._send({**recipient, "type": kind, kind: media}, quote, "send a file")
+            quote = None
+
+    # --- live answers and buttons (#37) -------------------------------------------------------
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> _LiveReply:
+        """The typing indicator while ``status`` is shown: WhatsApp can show no status line
+        nor a message that is not finished, so nothing is posted (nor a stop button)."""
+        if status is not None:
+            await self.start_typing(to)
+        return _LiveReply(self, to)
+
+    async def send_private(self, to: Received, text: str) -> None:
+        """``text`` in the author's own chat with the business: the same chat in a DM."""
+        await self._send_text(_recipient(f"whatsapp:{to.author_id}"), text, None, "send a message")
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        """``text`` in the presser's own chat with the business."""
+        recipient = _recipient(f"whatsapp:{press.author_id}")
+        await self._send_text(recipient, text, None, "answer a button press")
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        """WhatsApp edits nothing: ``text`` (what was chosen) goes to the chat as a message
+        quoting the pressed one, where that message is in the chat."""
+        quote = None if press.respond else {"message_id": press.message_id}
+        await self._send_text(_recipient(press.thread_id), text, quote, "settle a button press")
+
+    def _quote_of(self, to: Received) -> dict[str, Any] | None:
+        """A quote of ``to`` until one of its answer's messages has quoted it, then None."""
+        if to.message_id in self._quoted or not _quotable(to):
+            return None
+        return {"message_id": to.message_id}
+
+    def _mark_quoted(self, to: Received) -> None:
+        self._quoted.add(to.message_id)
+
+    async def _send_text(
+        self, recipient: dict[str, str], text: str, quote: dict[str, Any] | None, what: str
+    ) -> None:
+        """``text`` as it is (in pieces where over the limit); nothing when it is blank."""
+        for piece in _pieces(text):
+            await self._send({**recipient, **_text(piece)}, quote, what)
             quote = None
 
     async def _send(self, message: dict[str, Any], quote: dict[str, Any] | None, what: str) -> None:
@@ -337,7 +485,7 @@ class WhatsAppBridge:
         except msgspec.DecodeError:
             sent = []  # sent all the same; only the reply-to-bot memory misses it
         for item in sent:
-            self._remember(item.id)
+            self._sent.add(item.id)
 
     async def _upload(self, file: EgressFile) -> tuple[str, dict[str, str]]:
         if len(file.data) > MAX_DOCUMENT_BYTES:
@@ -361,12 +509,6 @@ class WhatsAppBridge:
         if file.mime_type in _IMAGE_TYPES and len(file.data) <= MAX_IMAGE_BYTES:
             return "image", {"id": media_id}
         return "document", {"id": media_id, "filename": file.filename}
-
-    def _remember(self, message_id: str) -> None:
-        if len(self._sent) == self._sent.maxlen:
-            self._sent_set.discard(self._sent[0])
-        self._sent.append(message_id)
-        self._sent_set.add(message_id)
 
     # --- Graph --------------------------------------------------------------------------------
 
@@ -396,7 +538,157 @@ class WhatsAppBridge:
         await self._client.aclose()
 
 
+class _Recent:
+    """The last ``size`` ids added, for ``in`` (the oldest forgotten first)."""
+
+    def __init__(self, size: int) -> None:
+        self._order: deque[str] = deque(maxlen=size)
+        self._ids: set[str] = set()
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def add(self, item: str) -> None:
+        if item in self._ids:
+            return
+        if len(self._order) == self._order.maxlen:
+            self._ids.discard(self._order[0])
+        self._order.append(item)
+        self._ids.add(item)
+
+
+class _LiveReply:
+    """One answer's part in a chat, sent when finished: WhatsApp shows no partial text.
+
+    A call the pacer tries again (after a 429) goes on from the first message not yet sent,
+    so nothing is sent twice.
+    """
+
+    def __init__(self, bridge: WhatsAppBridge, to: Received) -> None:
+        self._bridge = bridge
+        self._to = to
+        #: How many of the messages of ``finish`` or ``fail`` are sent.
+        self._done = 0
+
+    async def show(self, text: str, status: str | None) -> None:
+        """Nothing: the pacer gives a ``partial=False`` platform no partial text."""
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        """The text, then the buttons (under the text when it fits their body, else under
+        its last paragraph), then each file; in a group the buttons go to the author's own
+        chat, as Meta's groups take no interactive messages."""
+        await self._run(self._steps(text, buttons, files))
+
+    async def fail(self, text: str) -> None:
+        """The error's sentence, as a message."""
+        await self._run(self._steps(text, (), ()))
+
+    async def _run(self, steps: list[Callable[[], Awaitable[None]]]) -> None:
+        for step in steps[self._done :]:
+            await step()
+            self._done += 1
+
+    def _steps(
+        self, text: str, buttons: Sequence[ReplyButton], files: Sequence[EgressFile]
+    ) -> list[Callable[[], Awaitable[None]]]:
+        chat = _recipient(self._to.thread_id)
+        group = chat["to"] + _GROUP_SUFFIX if chat["recipient_type"] == "group" else None
+        steps: list[Callable[[], Awaitable[None]]] = []
+        if buttons and group is None and text.strip() and len(text) <= MAX_BODY_CHARS:
+            for message in _choices(text, buttons, None):
+                steps.append(functools.partial(self._post, chat, message, "send buttons"))
+        else:
+            for piece in _pieces(text):
+                steps.append(functools.partial(self._post, chat, _text(piece), "send a reply"))
+            if buttons:
+                owner = chat if group is None else _recipient(f"whatsapp:{self._to.author_id}")
+                for message in _choices(_choices_body(text, buttons), buttons, group):
+                    steps.append(
+                        functools.partial(
+                            self._post, owner, message, "send buttons", quote=group is None
+                        )
+                    )
+        for file in files:
+            steps.append(functools.partial(self._post_file, chat, file))
+        return steps
+
+    async def _post(
+        self, recipient: dict[str, str], message: dict[str, Any], what: str, quote: bool = True
+    ) -> None:
+        bridge = self._bridge
+        quoted = bridge._quote_of(self._to) if quote else None
+        await bridge._send({**recipient, **message}, quoted, what)
+        if quoted is not None:
+            bridge._mark_quoted(self._to)
+
+    async def _post_file(self, recipient: dict[str, str], file: EgressFile) -> None:
+        kind, media = await self._bridge._upload(file)
+        await self._post(recipient, {"type": kind, kind: media}, "send a file")
+
+
 # --- helpers ------------------------------------------------------------------------------------
+
+
+def _text(body: str) -> dict[str, Any]:
+    return {"type": "text", "text": {"body": body, "preview_url": False}}
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` as it is when it fits one message (nothing when blank), else split."""
+    if not text.strip():
+        return []
+    return [text] if len(text) <= MAX_TEXT_CHARS else _split_text(text, MAX_TEXT_CHARS)
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, an ellipsis ending what was cut."""
+    text = text.strip() or "…"
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _choices_body(text: str, buttons: Sequence[ReplyButton]) -> str:
+    """The body of buttons sent after their text: its last paragraph (the pending note),
+    else the buttons' labels."""
+    last = text.strip().rsplit("\n\n", 1)[-1].strip()
+    return _shorten(last or " · ".join(b.label for b in buttons), MAX_BODY_CHARS)
+
+
+def _choices(body: str, buttons: Sequence[ReplyButton], group: str | None) -> list[dict[str, Any]]:
+    """Interactive messages for ``buttons`` under ``body``: reply buttons up to three, else
+    lists of up to ten rows. The ids are the actions (with ``group`` appended, for a group's
+    buttons sent to a person's own chat)."""
+
+    def choice_id(action: str) -> str:
+        return action if group is None else f"{action}{_GROUP_MARK}{group}"
+
+    if len(buttons) <= MAX_BUTTONS:
+        replies = [
+            {
+                "type": "reply",
+                "reply": {
+                    "id": choice_id(b.action),
+                    "title": _shorten(b.label, MAX_BUTTON_TITLE_CHARS),
+                },
+            }
+            for b in buttons
+        ]
+        interactive = {"type": "button", "body": {"text": body}, "action": {"buttons": replies}}
+        return [{"type": "interactive", "interactive": interactive}]
+    messages: list[dict[str, Any]] = []
+    for start in range(0, len(buttons), MAX_ROWS):
+        rows = [
+            {"id": choice_id(b.action), "title": _shorten(b.label, MAX_ROW_TITLE_CHARS)}
+            for b in buttons[start : start + MAX_ROWS]
+        ]
+        interactive = {
+            "type": "list",
+            "body": {"text": body},
+            "action": {"button": _LIST_BUTTON, "sections": [{"rows": rows}]},
+        }
+        messages.append({"type": "interactive", "interactive": interactive})
+    return messages
 
 
 def _digits(text: str) -> str:
@@ -425,10 +717,15 @@ def _content(message: wire.Message) -> tuple[str, tuple[Attachment, ...]] | None
         return f"[shared a contact: {', '.join(names) or 'no name'}]", ()
     if kind == "button" and message.button is not None:
         return message.button.text, ()
-    if kind == "interactive" and message.interactive is not None:
-        choice = message.interactive.button_reply or message.interactive.list_reply
-        return (choice.title, ()) if choice is not None else None
     return None
+
+
+def _choice(message: wire.Message) -> wire.Choice | None:
+    """The reply button or list row a person chose, for an ``interactive`` reply."""
+    interactive = message.interactive
+    if message.type != "interactive" or interactive is None:
+        return None
+    return interactive.button_reply or interactive.list_reply
 
 
 def _attachment(kind: str, media: wire.Media) -> Attachment:
@@ -440,6 +737,12 @@ def _attachment(kind: str, media: wire.Media) -> Attachment:
         extension = (mimetypes.guess_extension(mime) if mime else None) or ""
         name = f"{kind}-{media.id}{extension}"
     return Attachment(name=name, ref=media.id, mime_type=mime)
+
+
+def _quotable(to: Received) -> bool:
+    """Whether ``to`` is in its own chat: not so for the answer to a group's button pressed
+    in the owner's own chat (the message it names, the buttons', is in that other chat)."""
+    return to.delivery_id == to.message_id or not to.thread_id.endswith(_GROUP_SUFFIX)
 
 
 def _recipient(thread_id: str) -> dict[str, str]:
@@ -471,6 +774,18 @@ def _split_text(text: str, limit: int) -> list[str]:
     return pieces
 
 
+def _seconds(retry_after: str | None, code: int | None) -> float | None:
+    """The wait a throttled call asked for: its Retry-After in seconds, else what Meta
+    documents for its code, else None (the caller backs off as it sees fit)."""
+    try:
+        wait = float(retry_after) if retry_after else None
+    except ValueError:
+        wait = None
+    if wait is not None and 0 <= wait < float("inf"):
+        return wait
+    return _THROTTLE_WAIT_S.get(code or 0)
+
+
 def _too_large(name: str, size: int | None, max_bytes: int) -> BridgeError:
     if size is None:
         return BridgeError(
@@ -499,7 +814,8 @@ def _failure(response: httpx.Response, what: str) -> BridgeError:
         asked = f"; it asked us to wait {wait} s" if wait else ""
         because = f": {said}" if said else ""
         return PlatformUnavailable(
-            f"WhatsApp could not {what} just now (HTTP {status}{because}{asked}); try again later."
+            f"WhatsApp could not {what} just now (HTTP {status}{because}{asked}); try again later.",
+            retry_after_s=_seconds(wait, None if error is None else error.code),
         )
     if error is None:
         return BridgeError(f"WhatsApp answered HTTP {status} when asked to {what}.")

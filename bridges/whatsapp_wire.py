@@ -96,10 +96,13 @@ class Button(msgspec.Struct):
 
 
 class Choice(msgspec.Struct):
+    #: The ``id`` the business gave the button or list row (the bridge's action).
+    id: str = ""
     title: str = ""
 
 
 class Interactive(msgspec.Struct):
+    type: str = ""
     button_reply: Choice | None = None
     list_reply: Choice | None = None
 

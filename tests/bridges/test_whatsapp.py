@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from aiohttp import web
 
@@ -21,6 +22,7 @@ from bridges import (
     WebhookBridge,
     WebhookOutcome,
 )
+from bridges.port import LiveBridge, LiveLimits, Pressed, ReplyButton
 from bridges.whatsapp import MAX_TEXT_CHARS, WhatsAppBridge
 from core.config.settings import ConfigurationError
 from core.spaces import InvalidSpaceId
@@ -697,3 +699,529 @@ async def test_the_standin_delivers_signed_events_redeliveries_forgeries_and_ver
         "forged",
     ]
     assert outcomes[1].messages == outcomes[2].messages
+
+
+# --- live answers and buttons (#37) -------------------------------------------------------------
+
+YES = ReplyButton(label="Yes", action="c:k9m2-x7q4:0a1b2c3d4e", style="primary")
+NO = ReplyButton(label="No", action="c:p3r8-w2z6:0a1b2c3d4e", style="danger")
+
+
+def choices(count: int) -> list[ReplyButton]:
+    return [
+        ReplyButton(label=f"Choice {i}", action=f"c:tok{i:02d}-abcd:0a1b2c3d4e")
+        for i in range(count)
+    ]
+
+
+async def group_message(bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn) -> Received:
+    sent = whatsapp.text(ANN, f"@{whatsapp.display_phone_number} send it", group_id=GROUP)
+    return await one_message(bridge, whatsapp, whatsapp.event(sent))
+
+
+async def one_press(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn, payload: dict[str, Any]
+) -> Pressed:
+    outcome = await receive(bridge, whatsapp, payload)
+    assert outcome.verdict == "accepted", outcome.reason
+    assert outcome.messages == ()
+    (press,) = outcome.presses
+    return press
+
+
+async def test_the_bridge_is_a_live_bridge_that_shows_no_partial_text(
+    bridge: WhatsAppBridge,
+) -> None:
+    assert isinstance(bridge, LiveBridge)
+    # Up to three choices are reply buttons, four to ten a list: ten reach the bridge.
+    assert bridge.live_limits == LiveLimits(
+        max_chars=4096, edit_interval_s=1.0, max_buttons=10, partial=False
+    )
+
+
+async def test_opening_a_reply_shows_the_typing_indicator_and_posts_nothing(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    reply = await bridge.open_reply(message, status="Thinking…", buttons=[YES])
+    await reply.show("Half an ans", "Searching the web…")
+    assert whatsapp.typing_indicators() == [
+        {
+            "messaging_product": "whatsapp",
+            "status": "read",
+            "message_id": message.message_id,
+            "typing_indicator": {"type": "text"},
+        }
+    ]
+    assert whatsapp.sent_messages() == []
+
+
+async def test_the_typing_indicator_is_shown_once_per_message(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await bridge.start_typing(message)
+    await bridge.open_reply(message, status="Thinking…")
+    assert len(whatsapp.typing_indicators()) == 1
+
+
+async def test_a_reply_opened_without_a_status_calls_nothing(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await bridge.open_reply(message, status=None)
+    assert whatsapp.calls == []
+
+
+async def test_in_a_group_no_message_is_marked_read(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Meta's groups mark no message read (Groups API: "non-supported actions").
+    message = await group_message(bridge, whatsapp)
+    await bridge.open_reply(message, status="Thinking…")
+    await bridge.start_typing(message)
+    assert whatsapp.calls == []
+
+
+async def test_finished_paragraphs_are_messages_of_their_own_the_first_quoting(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    parts = ["First, the plan.\n\n", "Then the details.\n\n", "Done."]
+    for part in parts:
+        reply = await bridge.open_reply(message, status=None)
+        await reply.finish(part)
+    bodies = whatsapp.sent_messages()
+    assert "".join(b["text"]["body"] for b in bodies) == "".join(parts)
+    assert [b.get("context") for b in bodies] == [{"message_id": message.message_id}, None, None]
+    assert {(b["recipient_type"], b["to"]) for b in bodies} == {("individual", ANN)}
+
+
+async def test_a_blank_part_sends_nothing(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await (await bridge.open_reply(message, status=None)).finish("\n\n")
+    assert whatsapp.calls == []
+
+
+async def test_two_choices_are_two_reply_buttons_under_the_text(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.finish("Send the email to Bob?", [YES, NO])
+    (sent,) = whatsapp.sent_messages()
+    assert sent == {
+        "messaging_product": "whatsapp",
+        "recipient_type": "individual",
+        "to": ANN,
+        "type": "interactive",
+        "interactive": {
+            "type": "button",
+            "body": {"text": "Send the email to Bob?"},
+            "action": {
+                "buttons": [
+                    {"type": "reply", "reply": {"id": YES.action, "title": "Yes"}},
+                    {"type": "reply", "reply": {"id": NO.action, "title": "No"}},
+                ]
+            },
+        },
+        "context": {"message_id": message.message_id},
+    }
+
+
+async def test_a_label_over_20_characters_is_cut_with_an_ellipsis(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    long = ReplyButton(label="Yes, send it to everyone now", action=YES.action)
+    await (await bridge.open_reply(message, status=None)).finish("Send?", [long, NO])
+    (sent,) = whatsapp.interactive_messages()
+    titles = [title for _, title in whatsapp.choices(sent)]
+    assert titles == ["Yes, send it to eve…", "No"]
+    assert all(len(t) <= 20 for t in titles)
+
+
+async def test_a_text_longer_than_a_buttons_body_goes_first_and_the_buttons_under_its_note(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    text = "word " * 300 + "\n\nConfirm to send the email."
+    await (await bridge.open_reply(message, status=None)).finish(text, [YES, NO])
+    first, buttons = whatsapp.sent_messages()
+    assert first["text"]["body"] == text
+    assert first["context"] == {"message_id": message.message_id}
+    assert buttons["interactive"]["body"] == {"text": "Confirm to send the email."}
+    assert "context" not in buttons
+
+
+async def test_more_than_three_choices_are_a_list_and_more_than_ten_two_lists(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await (await bridge.open_reply(message, status=None)).finish("Which one?", choices(4))
+    (listed,) = whatsapp.interactive_messages()
+    assert listed["interactive"]["type"] == "list"
+    assert listed["interactive"]["body"] == {"text": "Which one?"}
+    assert whatsapp.choices(listed) == [(b.action, b.label) for b in choices(4)]
+
+    whatsapp.reset()
+    await (await bridge.open_reply(message, status=None)).finish("Which one?", choices(12))
+    lists = whatsapp.interactive_messages()
+    assert [len(whatsapp.choices(m)) for m in lists] == [10, 2]
+    assert [a for m in lists for a, _ in whatsapp.choices(m)] == [b.action for b in choices(12)]
+
+
+async def test_in_a_group_the_text_goes_to_the_group_and_the_buttons_to_the_authors_own_chat(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # Meta's groups take no interactive messages: the owner gets the buttons privately.
+    message = await group_message(bridge, whatsapp)
+    await (await bridge.open_reply(message, status=None)).finish("Send it?", [YES, NO])
+    text, buttons = whatsapp.sent_messages()
+    assert (text["recipient_type"], text["to"], text["text"]["body"]) == (
+        "group",
+        GROUP,
+        "Send it?",
+    )
+    assert text["context"] == {"message_id": message.message_id}
+    assert (buttons["recipient_type"], buttons["to"]) == ("individual", ANN)
+    assert [i for i, _ in whatsapp.choices(buttons)] == [
+        f"{YES.action}|{GROUP}@g.us",
+        f"{NO.action}|{GROUP}@g.us",
+    ]
+
+
+async def test_the_standin_refuses_buttons_in_a_group_as_graph_does(
+    whatsapp: WhatsAppStandIn,
+) -> None:
+    interactive = {
+        "type": "button",
+        "body": {"text": "Send?"},
+        "action": {"buttons": [{"type": "reply", "reply": {"id": "a", "title": "Yes"}}]},
+    }
+    body = {
+        "messaging_product": "whatsapp",
+        "recipient_type": "group",
+        "to": GROUP,
+        "type": "interactive",
+        "interactive": interactive,
+    }
+    async with httpx.AsyncClient(base_url=whatsapp.api_url) as client:
+        answer = await client.post(
+            f"/{whatsapp.phone_number_id}/messages",
+            json=body,
+            headers={"Authorization": f"Bearer {whatsapp.access_token}"},
+        )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == 131009
+
+
+async def test_files_follow_the_buttons(bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn) -> None:
+    message = await incoming(bridge, whatsapp)
+    notes = EgressFile(filename="notes.txt", mime_type="text/plain", data=b"notes")
+    await (await bridge.open_reply(message, status=None)).finish("Keep it?", [YES, NO], [notes])
+    buttons, document = whatsapp.sent_messages()
+    assert buttons["type"] == "interactive"
+    assert document["type"] == "document"
+    assert "context" not in document
+
+
+async def test_a_failure_leaves_the_errors_sentence(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await (await bridge.open_reply(message, status="Thinking…")).fail("The model is unavailable.")
+    (sent,) = whatsapp.sent_messages()
+    assert sent["text"]["body"] == "The model is unavailable."
+    assert sent["context"] == {"message_id": message.message_id}
+
+
+async def test_a_finish_tried_again_after_a_rate_limit_sends_nothing_twice(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    reply = await bridge.open_reply(message, status=None)
+    text = "word " * 300 + "\n\nSend it?"
+    whatsapp.slow_next(delay_s=0)  # the text goes through; the buttons are throttled
+    whatsapp.throttle_next(code=131056)
+    with pytest.raises(PlatformUnavailable) as raised:
+        await reply.finish(text, [YES, NO])
+    assert raised.value.retry_after_s == 6.0
+    await reply.finish(text, [YES, NO])
+    assert [m["type"] for m in whatsapp.sent_messages()] == ["text", "interactive"]
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "retry_after", "wait"),
+    [(130429, 429, 7, 7.0), (131056, 400, None, 6.0), (80007, 400, None, None), (4, 400, 2, 2.0)],
+)
+async def test_a_rate_limit_code_is_platform_unavailable_with_the_wait_it_asked_for(
+    bridge: WhatsAppBridge,
+    whatsapp: WhatsAppStandIn,
+    code: int,
+    status: int,
+    retry_after: int | None,
+    wait: float | None,
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    reply = await bridge.open_reply(message, status=None)
+    whatsapp.throttle_next(code=code, status=status, retry_after=retry_after)
+    with pytest.raises(PlatformUnavailable, match=str(code)) as raised:
+        await reply.finish("Hello")
+    assert raised.value.retry_after_s == wait
+
+
+async def test_a_private_message_in_a_dm_goes_to_the_same_chat(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await bridge.send_private(message, "Sign in: https://example.org/login/abc")
+    (sent,) = whatsapp.sent_messages()
+    assert (sent["recipient_type"], sent["to"]) == ("individual", ANN)
+    assert sent["text"]["body"] == "Sign in: https://example.org/login/abc"
+
+
+async def test_a_private_message_from_a_group_goes_to_the_authors_own_number(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await group_message(bridge, whatsapp)
+    await bridge.send_private(message, "Sign in: https://example.org/login/abc")
+    (sent,) = whatsapp.sent_messages()
+    assert (sent["recipient_type"], sent["to"]) == ("individual", ANN)
+    assert "context" not in sent
+
+
+# --- presses ------------------------------------------------------------------------------------
+
+
+async def test_a_pressed_reply_button_is_a_press_of_its_action_on_the_message_it_was_on(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await incoming(bridge, whatsapp)
+    await (await bridge.open_reply(message, status=None)).finish("Send it?", [YES, NO])
+    (buttons_id,) = whatsapp.sent_message_ids()
+    pressed = whatsapp.press(ANN, buttons_id, YES.action, name="Ann")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    assert press == Pressed(
+        platform="whatsapp",
+        thread_id=f"whatsapp:{ANN}",
+        delivery_id=pressed.id,
+        message_id=buttons_id,
+        author_id=ANN,
+        author_name="Ann",
+        action=YES.action,
+        is_dm=True,
+        sent_at=press.sent_at,
+    )
+    assert press.sent_at is not None
+
+
+async def test_a_chosen_list_row_is_a_press_too(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(BOB, "wamid.list", "c:tok03-abcd:0a1b2c3d4e", kind="list_reply")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    assert (press.action, press.message_id, press.author_id) == (
+        "c:tok03-abcd:0a1b2c3d4e",
+        "wamid.list",
+        BOB,
+    )
+
+
+async def test_a_groups_button_pressed_in_its_owners_chat_is_a_press_in_the_group(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    message = await group_message(bridge, whatsapp)
+    await (await bridge.open_reply(message, status=None)).finish("Send it?", [YES, NO])
+    _, buttons_id = whatsapp.sent_message_ids()
+    pressed = whatsapp.press(ANN, buttons_id, f"{NO.action}|{GROUP}@g.us", title="No")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    assert (press.thread_id, press.is_dm, press.action) == (
+        f"whatsapp:{GROUP}@g.us",
+        False,
+        NO.action,
+    )
+    assert press.respond == f"whatsapp:{ANN}"
+
+
+async def test_a_press_carries_the_time_meta_gave_it(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.buttons", YES.action)
+    pressed.message["timestamp"] = "1262304000"
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    assert press.sent_at == datetime(2010, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("choice_id", "group_id", "context"),
+    [
+        ("c:" + "x" * 63, None, True),
+        ("", None, True),
+        (YES.action, None, False),
+        (f"{YES.action}|{GROUP}@g.us", GROUP, True),
+    ],
+    ids=["action over 64 bytes", "no id", "no quoted message", "a private button in a group"],
+)
+async def test_a_press_of_a_button_that_cant_be_ours_is_ignored(
+    bridge: WhatsAppBridge,
+    whatsapp: WhatsAppStandIn,
+    choice_id: str,
+    group_id: str | None,
+    context: bool,
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.buttons", choice_id, group_id=group_id)
+    if not context:
+        del pressed.message["context"]
+    outcome = await receive(bridge, whatsapp, whatsapp.event(pressed))
+    assert outcome.verdict == "ignored"
+    assert (outcome.messages, outcome.presses) == ((), ())
+
+
+async def test_a_forged_press_is_forged(bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn) -> None:
+    body = whatsapp.encode(whatsapp.event(whatsapp.press(ANN, "wamid.buttons", YES.action)))
+    headers = whatsapp.signed_headers(body, secret="not-the-app-secret")
+    outcome = await bridge.receive("POST", {}, headers, body)
+    assert outcome.verdict == "forged"
+    assert outcome.presses == ()
+
+
+@pytest.mark.parametrize(
+    ("sender", "choice_id", "group"),
+    [
+        ("../../etc", YES.action, None),
+        (ANN, f"{YES.action}|../x@g.us", None),
+        (ANN, 42, None),
+    ],
+    ids=["sender", "group in the id", "id not a string"],
+)
+async def test_a_press_that_cant_be_read_or_placed_is_malformed(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn, sender: str, choice_id: Any, group: Any
+) -> None:
+    pressed = whatsapp.press(sender, "wamid.buttons", choice_id, group_id=group)
+    outcome = await receive(bridge, whatsapp, whatsapp.event(pressed))
+    assert outcome.verdict == "malformed"
+    assert outcome.presses == ()
+
+
+async def test_a_press_and_a_message_in_one_delivery_are_both_handed_on(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.buttons", YES.action)
+    said = whatsapp.text(BOB, "and me?")
+    outcome = await receive(bridge, whatsapp, whatsapp.event(pressed, said))
+    assert outcome.verdict == "accepted"
+    assert [p.delivery_id for p in outcome.presses] == [pressed.id]
+    assert [m.delivery_id for m in outcome.messages] == [said.id]
+
+
+async def test_a_press_is_answered_in_the_pressers_own_chat(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(BOB, "wamid.buttons", f"{YES.action}|{GROUP}@g.us")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    await bridge.answer_press(press, "This isn't yours to answer.")
+    (sent,) = whatsapp.sent_messages()
+    assert (sent["recipient_type"], sent["to"]) == ("individual", BOB)
+    assert sent["text"]["body"] == "This isn't yours to answer."
+
+
+async def test_a_settled_press_says_what_was_chosen_quoting_the_pressed_message(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    press = await one_press(
+        bridge, whatsapp, whatsapp.event(whatsapp.press(ANN, "wamid.buttons", YES.action))
+    )
+    await bridge.settle_press(press, "Yes (Ann)")
+    (sent,) = whatsapp.sent_messages()
+    assert (sent["to"], sent["text"]["body"]) == (ANN, "Yes (Ann)")
+    assert sent["context"] == {"message_id": "wamid.buttons"}
+
+
+async def test_a_groups_settled_press_is_told_in_the_group(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.buttons", f"{YES.action}|{GROUP}@g.us")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    await bridge.settle_press(press, "Yes (Ann)")
+    (sent,) = whatsapp.sent_messages()
+    assert (sent["recipient_type"], sent["to"]) == ("group", GROUP)
+    assert "context" not in sent  # the pressed message is in Ann's own chat
+
+
+async def test_the_standin_delivers_a_signed_press(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    outcomes: list[WebhookOutcome] = []
+
+    async def webhook(request: web.Request) -> web.Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        outcomes.append(await bridge.receive("POST", {}, headers, await request.read()))
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/webhooks/whatsapp", webhook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(runner, sock).start()
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/webhooks/whatsapp"
+        try:
+            with anyio.fail_after(10):
+                pressed, delivery = await whatsapp.deliver_press(
+                    url, ANN, "wamid.buttons", NO.action, kind="list_reply"
+                )
+        finally:
+            await runner.cleanup()
+    assert delivery.status == 200
+    [outcome] = outcomes
+    assert [(p.delivery_id, p.action) for p in outcome.presses] == [(pressed.id, NO.action)]
+
+
+async def test_the_answer_to_a_groups_press_quotes_nothing_from_the_owners_chat(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    # The pipeline answers a press as a message whose id is the pressed one's: for a group's
+    # buttons that message is in the owner's own chat, and the group can't quote it.
+    pressed = whatsapp.press(ANN, "wamid.private-buttons", f"{YES.action}|{GROUP}@g.us")
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    answered = Received(
+        platform="whatsapp",
+        thread_id=press.thread_id,
+        delivery_id=press.delivery_id,
+        message_id=press.message_id,
+        author_id=press.author_id,
+        author_name=press.author_name,
+        text="k9m2-x7q4",
+        is_dm=False,
+        is_reply_to_bot=True,
+    )
+    await (await bridge.open_reply(answered, status=None)).finish("Booked.")
+    await bridge.send_reply(answered, "Booked.")
+    assert [("context" in m, m["to"]) for m in whatsapp.sent_messages()] == [
+        (False, GROUP),
+        (False, GROUP),
+    ]
+
+
+async def test_the_answer_to_a_press_shows_typing_on_the_press_not_on_the_bots_buttons(
+    bridge: WhatsAppBridge, whatsapp: WhatsAppStandIn
+) -> None:
+    pressed = whatsapp.press(ANN, "wamid.bots-buttons", YES.action)
+    press = await one_press(bridge, whatsapp, whatsapp.event(pressed))
+    answered = Received(
+        platform="whatsapp",
+        thread_id=press.thread_id,
+        delivery_id=press.delivery_id,
+        message_id=press.message_id,
+        author_id=press.author_id,
+        author_name=press.author_name,
+        text="k9m2-x7q4",
+        is_dm=True,
+        is_reply_to_bot=True,
+    )
+    await bridge.open_reply(answered, status="Thinking…")
+    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [pressed.id]

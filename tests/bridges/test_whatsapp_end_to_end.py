@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +19,7 @@ import anyio
 import httpx
 import pytest
 
+from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.whatsapp_standin import Inbound, WhatsAppStandIn
@@ -120,7 +121,8 @@ async def test_in_a_group_only_the_mention_runs_and_its_answer_quotes_it(
     assert f'<caller id="whatsapp:{CAT}" name="Cat Example"' in words
     assert words.endswith("@Mercury when is lunch?</caller>")
     assert f"group chat ({GROUP_SPACE})" in system_of(request)
-    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [asked.id]
+    # Meta's groups mark no message read, so no typing indicator there (#37).
+    assert whatsapp.read_receipts() == []
     await settle()
     assert len(ollama.requests) == 1 and len(whatsapp.sent_messages()) == 1
 
@@ -155,6 +157,7 @@ async def test_a_direct_message_always_runs_and_is_answered_to_the_person(
         DEE,
         "Hi Dee.",
     )
+    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [hello.id]
     [request] = ollama.requests
     assert f"direct chat (whatsapp:{DEE})" in system_of(request)
     assert f'<caller id="whatsapp:{DEE}" name="Dee Example"' in user_contents(request)[-1]
@@ -279,3 +282,258 @@ async def test_delivery_receipts_and_the_bots_own_echo_run_nothing(
     await settle()
     assert ollama.requests == []
     assert whatsapp.calls == []
+
+
+# --- live answers and buttons (#37) -------------------------------------------------------------
+
+
+class Desk:
+    """A plugin with confirm-required tools of two and of four choices, and one that needs a
+    sign-in; it counts its runs."""
+
+    def __init__(self) -> None:
+        self.booked: list[str] = []
+
+    def plugin(self) -> Plugin:
+        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+            return [("Small room", "small"), ("Big room", "big")]
+
+        def floors(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+            return [(f"Floor {n}", f"floor{n}") for n in range(1, 5)]
+
+        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+            self.booked.append(str(arguments.get("size")))
+            return f"booked {arguments.get('size')}"
+
+        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1")
+
+        schema = {"type": "object", "properties": {"size": {"type": "string"}}}
+        return Plugin(
+            name="desk",
+            api_version=4,
+            tools=(
+                Tool(
+                    name="book",
+                    description="Book a room.",
+                    parameters=schema,
+                    run=book,
+                    confirm=True,
+                    summary=lambda context, arguments: "Book a room for Friday",
+                    choices=rooms,
+                    choice_argument="size",
+                ),
+                Tool(
+                    name="book_floor",
+                    description="Book a floor.",
+                    parameters=schema,
+                    run=book,
+                    confirm=True,
+                    summary=lambda context, arguments: "Book a floor for Friday",
+                    choices=floors,
+                    choice_argument="size",
+                ),
+                Tool(
+                    name="calendar",
+                    description="Read the calendar.",
+                    parameters={"type": "object", "properties": {}},
+                    run=calendar,
+                ),
+            ),
+        )
+
+
+@pytest.fixture
+def desk() -> Desk:
+    return Desk()
+
+
+@pytest.fixture
+def desk_chat(
+    make_server: Callable[..., RunningServer], whatsapp: WhatsAppStandIn, desk: Desk
+) -> RunningServer:
+    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE="", **whatsapp.env())
+
+
+def tool_then(name: str, answer: str) -> Callable[[dict[str, Any]], ChatScript]:
+    """The model calls ``name`` once, then answers ``answer`` to every request."""
+    calls = [ChatScript(tool_calls=[{"name": name, "arguments": {}}])]
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        return calls.pop() if calls else ChatScript.words(answer)
+
+    return respond
+
+
+async def until(what: str, check: Callable[[], Any], timeout: float = 40.0) -> Any:
+    """``check()`` once it is truthy (polled), or a failure naming ``what``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (value := check()):
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g} s")
+        await asyncio.sleep(0.05)
+    return value
+
+
+def sent_with_ids(whatsapp: WhatsAppStandIn) -> list[tuple[str, dict[str, Any]]]:
+    return list(zip(whatsapp.sent_message_ids(), whatsapp.sent_messages(), strict=True))
+
+
+def chunks_of(text: str) -> list[str]:
+    """``text`` as a model streams it, word by word (joined, exactly ``text``)."""
+    words = text.split(" ")
+    return [word + " " for word in words[:-1]] + words[-1:]
+
+
+def texts_to(whatsapp: WhatsAppStandIn, to: str) -> list[str]:
+    return [m["text"]["body"] for m in whatsapp.text_messages() if m["to"] == to]
+
+
+async def test_a_long_answer_arrives_as_paragraph_messages_that_join_into_final(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    paragraphs = [f"Part {n}. " + "Some words go here. " * 6 for n in range(4)]
+    final = "\n\n".join(p.strip() for p in paragraphs)
+    ollama.enqueue(ChatScript(content=chunks_of(final), delay_s=0.03))
+    hello = said(whatsapp, DEE, "tell me a story")
+    assert await say(whatsapp, chat, hello) == 1
+
+    await until("the whole answer", lambda: "".join(texts_to(whatsapp, DEE)) == final)
+    bodies = whatsapp.text_messages()
+    assert len(bodies) >= 2, bodies  # paragraphs as they were finished, not one message
+    assert all(b["text"]["body"].strip() for b in bodies)
+    assert [b.get("context") for b in bodies] == [{"message_id": hello.id}] + [None] * (
+        len(bodies) - 1
+    )
+    assert [t["message_id"] for t in whatsapp.typing_indicators()] == [hello.id]
+    await settle()
+    assert "".join(texts_to(whatsapp, DEE)) == final  # nothing repeated afterwards
+
+
+async def test_two_choices_are_reply_buttons_only_their_owner_confirms_and_once(
+    desk_chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    ollama.responder = tool_then("book", "Which room?")
+    asked = said(whatsapp, CAT, f"{mention(whatsapp)} book a room", group_id=GROUP)
+    assert await say(whatsapp, desk_chat, asked) == 1
+
+    # The answer goes to the group; Meta's groups take no buttons: they go to Cat's own chat.
+    interactive = await until("the buttons", whatsapp.interactive_messages)
+    [(buttons_id, buttons)] = [
+        (i, m) for i, m in sent_with_ids(whatsapp) if m["type"] == "interactive"
+    ]
+    assert (buttons["recipient_type"], buttons["to"]) == ("individual", CAT)
+    assert buttons["interactive"]["type"] == "button"
+    assert [t for _, t in whatsapp.choices(buttons)] == ["Small room", "Big room"]
+    assert len(interactive) == 1
+    assert "Which room?" in "".join(texts_to(whatsapp, GROUP))
+    (small, _), (big, _) = whatsapp.choices(buttons)
+
+    # Ben's press (from his own chat) runs nothing and is told so privately.
+    _, refused = await whatsapp.deliver_press(
+        hook(desk_chat), BEN, buttons_id, big, name=NAMES[BEN]
+    )
+    assert json.loads(refused.answer)["taken"] == 1
+    await until("Ben's answer", lambda: texts_to(whatsapp, BEN))
+    assert texts_to(whatsapp, BEN) == ["This isn't yours to answer."]
+
+    # Cat's press confirms, and the group is told what was chosen.
+    _, delivery = await whatsapp.deliver_press(
+        hook(desk_chat), CAT, buttons_id, big, title="Big room", name=NAMES[CAT]
+    )
+    assert json.loads(delivery.answer)["taken"] == 1
+    await until("the booking", lambda: desk.booked)
+    await until("the choice told", lambda: "Chosen: Big room" in texts_to(whatsapp, GROUP))
+    again = await whatsapp.redeliver(delivery)  # Meta's retry of the same press
+    assert json.loads(again.answer)["taken"] == 0
+
+    # A second press is answered and changes nothing.
+    await whatsapp.deliver_press(hook(desk_chat), CAT, buttons_id, small, name=NAMES[CAT])
+    await until("Cat's answer", lambda: texts_to(whatsapp, CAT))
+    assert texts_to(whatsapp, CAT) == ["Already answered or expired."]
+    await settle()
+    assert desk.booked == ["big"]
+    assert texts_to(whatsapp, BEN) == ["This isn't yours to answer."]
+
+
+async def test_four_choices_are_a_list_whose_row_confirms(
+    desk_chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    ollama.responder = tool_then("book_floor", "Which floor?")
+    assert await say(whatsapp, desk_chat, said(whatsapp, DEE, "book a floor")) == 1
+    await until("the list", whatsapp.interactive_messages)
+    [(list_id, listed)] = [(i, m) for i, m in sent_with_ids(whatsapp) if m["type"] == "interactive"]
+    assert (listed["to"], listed["interactive"]["type"]) == (DEE, "list")
+    rows = whatsapp.choices(listed)
+    assert [t for _, t in rows] == ["Floor 1", "Floor 2", "Floor 3", "Floor 4"]
+
+    await whatsapp.deliver_press(
+        hook(desk_chat), DEE, list_id, rows[2][0], kind="list_reply", name=NAMES[DEE]
+    )
+    await until("the booking", lambda: desk.booked)
+    assert desk.booked == ["floor3"]
+    [settled] = [m for m in whatsapp.text_messages() if m["text"]["body"] == "Chosen: Floor 3"]
+    assert settled["context"] == {"message_id": list_id}
+
+
+async def test_a_sign_in_link_goes_to_the_persons_own_number_never_the_group(
+    desk_chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = tool_then("calendar", "Sign in first, please.")
+    asked = said(whatsapp, CAT, f"{mention(whatsapp)} what's on Friday?", group_id=GROUP)
+    assert await say(whatsapp, desk_chat, asked) == 1
+    link = "https://calendar.example/login?state=s1"
+    [private] = await until(
+        "the sign-in link", lambda: [t for t in texts_to(whatsapp, CAT) if link in t]
+    )
+    assert "Calendar" in private
+    await until("the group's answer", lambda: texts_to(whatsapp, GROUP))
+    await settle()
+    assert not any(link in t for t in texts_to(whatsapp, GROUP))
+    [sent] = [m for m in whatsapp.text_messages() if m["to"] == CAT]
+    assert sent["recipient_type"] == "individual"
+
+
+async def test_with_live_answers_off_the_answer_is_the_one_message_of_before(
+    make_server: Callable[..., RunningServer],
+    whatsapp: WhatsAppStandIn,
+    ollama: OllamaStandIn,
+    desk: Desk,
+) -> None:
+    chat = make_server(
+        {"plugins": [desk.plugin()]},
+        MERCURY_CONFIG_FILE="",
+        BRIDGE_LIVE_ANSWERS="false",
+        **whatsapp.env(),
+    )
+    final = "First part.\n\nSecond part.\n\nThird part."
+    ollama.enqueue(ChatScript(content=chunks_of(final), delay_s=0.02))
+    hello = said(whatsapp, DEE, "three parts please")
+    assert await say(whatsapp, chat, hello) == 1
+    [reply] = await whatsapp.wait_for_messages(1, timeout=40)
+    assert reply["text"]["body"] == final
+    assert reply["context"] == {"message_id": hello.id}
+
+    ollama.responder = tool_then("book", "Which room?")
+    assert await say(whatsapp, chat, said(whatsapp, DEE, "book a room")) == 1
+    _, typed = await whatsapp.wait_for_messages(2, timeout=40)
+    assert typed["type"] == "text"
+    assert "To confirm, answer with the token" in typed["text"]["body"]
+    await settle()
+    assert whatsapp.interactive_messages() == []
+
+
+async def test_a_rate_limit_mid_answer_delays_a_paragraph_but_loses_and_repeats_nothing(
+    chat: RunningServer, whatsapp: WhatsAppStandIn, ollama: OllamaStandIn
+) -> None:
+    final = "\n\n".join(f"Part {n}. " + "More words here. " * 4 for n in range(3)).strip()
+    ollama.enqueue(ChatScript(content=chunks_of(final), delay_s=0.03))
+    whatsapp.slow_next(2, delay_s=0)  # the typing indicator and the first paragraph go through
+    whatsapp.throttle_next(code=130429, status=429, retry_after=1)
+    assert await say(whatsapp, chat, said(whatsapp, DEE, "three parts")) == 1
+
+    await until("the whole answer", lambda: "".join(texts_to(whatsapp, DEE)) == final)
+    [refused] = [c for c in whatsapp.calls if c.status == 429]
+    assert refused.json["type"] == "text"  # a paragraph, sent again after the wait
+    await settle()
+    assert "".join(texts_to(whatsapp, DEE)) == final

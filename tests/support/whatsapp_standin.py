@@ -14,8 +14,12 @@ does (signed ``POST``, verification ``GET``)::
 Graph routes, each checking ``Authorization: Bearer <access_token>`` (else 401, code 190):
 
 * ``POST /v21.0/<phone_number_id>/messages``: a message (text, image, document, …; text over
-  4,096 characters is refused, code 100; a media id never uploaded, code 131053), or a read
-  receipt with the typing indicator (``{"status": "read", ...}`` answers ``{"success": true}``);
+  4,096 characters is refused, code 100; a media id never uploaded, code 131053), an
+  ``interactive`` message of reply buttons (``button``: 1 to 3, titles up to 20 characters and
+  unique, ids up to 256, a body up to 1,024) or a ``list`` (up to 10 rows in all, row titles up
+  to 24, ids up to 200, the list's button up to 20): outside those limits, or to a group
+  (Meta's groups take no interactive messages), code 131009; or a read receipt, with the
+  typing indicator or without (``{"status": "read", ...}`` answers ``{"success": true}``);
 * ``POST /v21.0/<phone_number_id>/media``: a multipart upload (``messaging_product``, ``type``,
   ``file``) answering ``{"id"}``;
 * ``GET /v21.0/<media_id>``: the media's ``url``, ``mime_type``, ``sha256`` and ``file_size``;
@@ -24,7 +28,10 @@ Graph routes, each checking ``Authorization: Bearer <access_token>`` (else 401, 
 
 Anything else is a Graph error (code 100). Every call is recorded (:attr:`calls`), the
 refused ones too. :meth:`fail_next` makes the next calls fail (5xx, 429 with ``Retry-After``,
-or any Graph error); :meth:`slow_next` makes them wait first.
+or any Graph error), :meth:`throttle_next` with one of Graph's rate-limit codes (130429,
+131056, 80007, …); :meth:`slow_next` makes them wait first. A person's press of a reply button
+or a list row is :meth:`press` (the ``interactive`` message Meta delivers) and
+:meth:`deliver_press` (that message delivered, signed).
 
 The server is aiohttp's, in a thread with its own event loop; deliveries to a webhook also
 run there (:meth:`deliver` is awaited from any loop).
@@ -81,6 +88,24 @@ ACCESS_TOKEN: Final = "EAAG-standin-access-token"
 APP_SECRET: Final = "standin-app-secret"
 VERIFY_TOKEN: Final = "standin-verify-token"
 MAX_TEXT_CHARS: Final = 4096
+#: Graph's limits on interactive messages (Meta's "Interactive reply buttons messages" and
+#: "Interactive list messages" pages).
+MAX_BODY_CHARS: Final = 1024
+MAX_LIST_BODY_CHARS: Final = 4096
+MAX_BUTTONS: Final = 3
+MAX_BUTTON_TITLE_CHARS: Final = 20
+MAX_BUTTON_ID_CHARS: Final = 256
+MAX_ROWS: Final = 10
+MAX_ROW_TITLE_CHARS: Final = 24
+MAX_ROW_ID_CHARS: Final = 200
+#: Graph's rate-limit codes and their messages.
+THROTTLE_MESSAGES: Final = {
+    4: "(#4) Application request limit reached",
+    80007: "(#80007) Rate limit issues",
+    130429: "(#130429) Rate limit hit",
+    131048: "(#131048) Spam rate limit hit",
+    131056: "(#131056) (Business Account, Consumer Account) pair rate limit hit",
+}
 
 _T = TypeVar("_T")
 _JSON: Final = msgspec.json.Encoder()
@@ -342,6 +367,28 @@ class WhatsAppStandIn:
                     )
                 )
 
+    def throttle_next(
+        self,
+        count: int = 1,
+        *,
+        code: int = 131056,
+        status: int = 400,
+        retry_after: int | None = None,
+    ) -> None:
+        """The next ``count`` calls are refused with Graph's rate-limit ``code`` (its own
+        message; HTTP 400 as Graph answers most of them, unless told)."""
+        if code not in THROTTLE_MESSAGES:
+            raise StandInError(
+                f"{code} is not a Graph rate-limit code; give one of {sorted(THROTTLE_MESSAGES)}."
+            )
+        self.fail_next(
+            count,
+            status=status,
+            code=code,
+            message=THROTTLE_MESSAGES[code],
+            retry_after=retry_after,
+        )
+
     def slow_next(self, count: int = 1, *, delay_s: float = 2.0) -> None:
         """The next ``count`` calls wait ``delay_s`` before they are answered."""
         with self._lock:
@@ -397,6 +444,35 @@ class WhatsAppStandIn:
             await asyncio.sleep(0.02)
         return sent[:count]
 
+    def interactive_messages(self) -> list[dict[str, Any]]:
+        """The bodies of the interactive messages (buttons, lists) the bridge sent."""
+        return [m for m in self.sent_messages() if m.get("type") == "interactive"]
+
+    def text_messages(self) -> list[dict[str, Any]]:
+        """The bodies of the text messages the bridge sent."""
+        return [m for m in self.sent_messages() if m.get("type", "text") == "text"]
+
+    def sent(self, message_id: str) -> dict[str, Any]:
+        """The body of the message Graph gave ``message_id`` (a message the bridge sent)."""
+        for call in self.calls:
+            answer = call.answer
+            if isinstance(answer, dict) and any(
+                m.get("id") == message_id for m in answer.get("messages", [])
+            ):
+                return dict(call.json)
+        raise StandInError(f"The bridge sent no message {message_id!r}.")
+
+    def read_receipts(self) -> list[dict[str, Any]]:
+        """The bodies of every read receipt the bridge sent (with a typing indicator or not)."""
+        return [
+            call.json
+            for call in self.calls
+            if call.path.endswith("/messages")
+            and call.status == 200
+            and isinstance(call.json, dict)
+            and call.json.get("status") == "read"
+        ]
+
     def typing_indicators(self) -> list[dict[str, Any]]:
         """The bodies of the read receipts with a typing indicator the bridge sent."""
         return [
@@ -447,6 +523,61 @@ class WhatsAppStandIn:
             reply_to=reply_to,
             message_id=message_id,
         )
+
+    def press(
+        self,
+        sender: str,
+        on: str,
+        choice_id: str,
+        *,
+        title: str = "Yes",
+        kind: str = "button_reply",
+        name: str | None = None,
+        group_id: str | None = None,
+        message_id: str | None = None,
+    ) -> Inbound:
+        """``sender`` choosing the reply button (``kind="button_reply"``) or the list row
+        (``"list_reply"``) whose id is ``choice_id`` on the business's message ``on``: the
+        ``interactive`` message Meta delivers, quoting ``on``."""
+        if kind not in ("button_reply", "list_reply"):
+            raise StandInError(f"{kind!r} is no press; give 'button_reply' or 'list_reply'.")
+        choice: dict[str, Any] = {"id": choice_id, "title": title}
+        if kind == "list_reply":
+            choice["description"] = ""
+        return self.inbound(
+            sender,
+            "interactive",
+            {"type": kind, kind: choice},
+            name=name,
+            group_id=group_id,
+            reply_to=(on, self.display_phone_number),
+            message_id=message_id,
+        )
+
+    def choices(self, message: dict[str, Any]) -> list[tuple[str, str]]:
+        """The (id, title) of each reply button or list row of a message the bridge sent."""
+        interactive = message["interactive"]
+        if interactive["type"] == "button":
+            return [
+                (b["reply"]["id"], b["reply"]["title"]) for b in interactive["action"]["buttons"]
+            ]
+        return [
+            (row["id"], row["title"])
+            for section in interactive["action"]["sections"]
+            for row in section["rows"]
+        ]
+
+    async def deliver_press(
+        self,
+        url: str,
+        sender: str,
+        on: str,
+        choice_id: str,
+        **options: Any,
+    ) -> tuple[Inbound, Delivery]:
+        """:meth:`press` delivered to ``url``, signed: the press and the delivery."""
+        pressed = self.press(sender, on, choice_id, **options)
+        return pressed, await self.deliver(url, self.event(pressed))
 
     def media_message(
         self,
@@ -713,6 +844,11 @@ class WhatsAppStandIn:
         if "status" in body:
             if body["status"] != "read" or not isinstance(body.get("message_id"), str):
                 return _graph_error(400, 100, "(#100) Invalid parameter")
+            typing = body.get("typing_indicator")
+            if typing is not None and (
+                not isinstance(typing, dict) or typing.get("type") != "text"
+            ):
+                return _graph_error(400, 100, "(#100) Invalid parameter")
             return web.json_response({"success": True})
         to = body.get("to")
         if not isinstance(to, str) or not to:
@@ -731,6 +867,12 @@ class WhatsAppStandIn:
                     100,
                     f"(#100) Param text['body'] must be at most {MAX_TEXT_CHARS} characters long.",
                 )
+        elif kind == "interactive":
+            if body.get("recipient_type") == "group":
+                return _invalid("Interactive messages are not supported in groups.")
+            refusal = _interactive_refusal(content)
+            if refusal is not None:
+                return _invalid(refusal)
         elif kind in _MEDIA_KINDS:
             if content.get("id") not in self._media:
                 return _graph_error(
@@ -801,6 +943,69 @@ def _answered(call: GraphCall, response: web.StreamResponse) -> GraphCall:
     ):
         answer = msgspec.json.decode(response.body)
     return dataclasses.replace(call, status=response.status, answer=answer)
+
+
+def _invalid(details: str) -> web.Response:
+    return _graph_error(400, 131009, "(#131009) Parameter value is not valid", details=details)
+
+
+def _text_within(value: Any, limit: int) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= limit
+
+
+def _interactive_refusal(content: dict[str, Any]) -> str | None:
+    """Why Graph refuses an ``interactive`` message of reply buttons or a list, or None."""
+    kind, action = content.get("type"), content.get("action")
+    body = content.get("body")
+    text = body.get("text") if isinstance(body, dict) else None
+    if not isinstance(action, dict):
+        return "The parameter interactive['action'] is required."
+    if kind == "button":
+        if not _text_within(text, MAX_BODY_CHARS):
+            return f"The body must be 1 to {MAX_BODY_CHARS} characters long."
+        buttons = action.get("buttons")
+        if not isinstance(buttons, list) or not 0 < len(buttons) <= MAX_BUTTONS:
+            return f"A message carries 1 to {MAX_BUTTONS} reply buttons."
+        pairs = []
+        for button in buttons:
+            reply = button.get("reply") if isinstance(button, dict) else None
+            if not isinstance(reply, dict) or button.get("type") != "reply":
+                return "Each button is {'type': 'reply', 'reply': {'id', 'title'}}."
+            if not _text_within(reply.get("title"), MAX_BUTTON_TITLE_CHARS):
+                return f"A button's title must be 1 to {MAX_BUTTON_TITLE_CHARS} characters long."
+            if not _text_within(reply.get("id"), MAX_BUTTON_ID_CHARS):
+                return f"A button's id must be 1 to {MAX_BUTTON_ID_CHARS} characters long."
+            pairs.append((reply["id"], reply["title"]))
+    elif kind == "list":
+        if not _text_within(text, MAX_LIST_BODY_CHARS):
+            return f"The body must be 1 to {MAX_LIST_BODY_CHARS} characters long."
+        if not _text_within(action.get("button"), MAX_BUTTON_TITLE_CHARS):
+            return f"The list's button must be 1 to {MAX_BUTTON_TITLE_CHARS} characters long."
+        sections = action.get("sections")
+        if not isinstance(sections, list) or not 0 < len(sections) <= MAX_ROWS:
+            return f"A list has 1 to {MAX_ROWS} sections."
+        pairs = []
+        for section in sections:
+            rows = section.get("rows") if isinstance(section, dict) else None
+            if not isinstance(rows, list) or not rows:
+                return "Each section has rows."
+            for row in rows:
+                if not isinstance(row, dict):
+                    return "Each row is {'id', 'title'}."
+                if not _text_within(row.get("title"), MAX_ROW_TITLE_CHARS):
+                    return f"A row's title must be 1 to {MAX_ROW_TITLE_CHARS} characters long."
+                if not _text_within(row.get("id"), MAX_ROW_ID_CHARS):
+                    return f"A row's id must be 1 to {MAX_ROW_ID_CHARS} characters long."
+                pairs.append((row["id"], row["title"]))
+        if len(pairs) > MAX_ROWS:
+            return f"A list has at most {MAX_ROWS} rows in all."
+    else:
+        return "The interactive type must be button or list here."
+    if len({i for i, _ in pairs}) < len(pairs):
+        return "Each button or row must have an id of its own."
+    if kind == "button" and len({t for _, t in pairs}) < len(pairs):
+        return "Each button must have a title of its own."
+    return None
 
 
 def _scripted_failure(script: _Script) -> web.Response:
