@@ -19,7 +19,7 @@ import anyio
 import httpx
 import pytest
 
-from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
+from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.whatsapp_standin import Inbound, WhatsAppStandIn
