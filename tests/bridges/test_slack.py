@@ -1205,7 +1205,7 @@ async def test_a_response_url_off_slack_is_never_called(
     ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
     (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U2", YES.action))).presses
     elsewhere = msgspec.structs.replace(pressed, respond="https://evil.example/actions/1")
-    with pytest.raises(BridgeError, match="evil.example"):
+    with pytest.raises(BridgeError, match=r"evil\.example"):
         await bridge.answer_press(elsewhere, "no")
     assert slack.responses == []
 
