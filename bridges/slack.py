@@ -114,6 +114,9 @@ _NO_STREAMING: Final = frozenset(
         "not_allowed_token_type",
         "invalid_arguments",
         "feature_not_enabled",
+        "not_allowed",
+        # The app without the Agents & AI Apps feature (its assistant:write scope).
+        "missing_scope",
     }
 )
 #: What ``chat.startStream`` answers where this one conversation can't stream (a channel type

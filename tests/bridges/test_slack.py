@@ -1245,3 +1245,44 @@ async def test_the_stand_in_delivers_a_press_to_the_events_url_as_a_signed_form(
     assert delivered.status == 200
     (pressed,) = outcomes[-1].presses
     assert (pressed.action, pressed.thread_id) == (NO.action, "slack:C1")
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected"),
+    [
+        (
+            True,
+            {
+                "assistant.threads.setStatus": 2,
+                "chat.startStream": 1,
+                "chat.appendStream": 13,
+                "chat.stopStream": 1,
+                "chat.update": 1,
+            },
+        ),
+        (False, {"chat.postMessage": 1, "chat.update": 14}),
+    ],
+)
+async def test_a_300_token_answer_at_20_tokens_a_second_takes_a_call_per_interval(
+    bridge: SlackBridge, slack: SlackStandIn, stream: bool, expected: dict[str, int]
+) -> None:
+    """The calls one answer costs, shown once per edit interval as the pacer does (the
+    figures docs/bridges.md gives)."""
+    if not stream:  # a workspace already known to have no streaming
+        slack.streaming_error = "unknown_method"
+        await (await bridge.open_reply(message_to("C1", "0.1"), status=None)).finish("x")
+        slack.calls.clear()
+    tokens = [f"w{i} " for i in range(300)]
+    interval = bridge.live_limits.edit_interval_s
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…", buttons=[STOP])
+    moment = 0.0
+    while moment < 300 / 20:
+        await reply.show("".join(tokens[: int(moment * 20) + 1]), None)
+        moment += interval
+    await reply.finish("".join(tokens))
+    counted: dict[str, int] = {}
+    for call in slack.calls:
+        if call.method != "auth.test":  # once per bridge: who the bot is, and its workspace
+            counted[call.method] = counted.get(call.method, 0) + 1
+    assert counted == expected
+    assert slack.thread_messages("C1", "1.1")[0].visible == "".join(tokens)
