@@ -1270,7 +1270,8 @@ async def test_a_300_token_answer_at_20_tokens_a_second_takes_a_call_per_interva
     figures docs/bridges.md gives)."""
     if not stream:  # a workspace already known to have no streaming
         slack.streaming_error = "unknown_method"
-        await (await bridge.open_reply(message_to("C1", "0.1"), status=None)).finish("x")
+        warm_up = await bridge.open_reply(message_to("C1", "0.1"), status=None, buttons=[STOP])
+        await warm_up.finish("x")
         slack.calls.clear()
     tokens = [f"w{i} " for i in range(300)]
     interval = bridge.live_limits.edit_interval_s
