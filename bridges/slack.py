@@ -22,6 +22,17 @@ goes as several messages cut at line or word boundaries; files follow the text t
 Slack has no typing indicator for Events API bots, so :meth:`SlackBridge.start_typing` does
 nothing. Nothing here logs or repeats the bot token or the signing secret.
 
+Live answers (#37, :class:`bridges.port.LiveBridge`): a reply in a thread streams natively
+(``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream``, called directly: the
+pacer already coalesces, so the SDK's buffering ``chat_stream`` helper would only delay),
+with the thread's status (``assistant.threads.setStatus``) for "is thinking…"; a workspace
+that answers the stream with ``unknown_method`` and the like gets a message posted and
+edited (``chat.postMessage`` + ``chat.update``) and is remembered. Buttons are Block Kit
+``actions``; their presses come to the same URL as events, as a signed form with a
+``payload`` (``block_actions``), and become :class:`bridges.port.Pressed`. A press is
+answered privately through its ``response_url`` (``AsyncWebhookClient``, ephemeral) and
+settled by ``chat.update``; private text goes by ``chat.postEphemeral``.
+
 Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.config`'s)::
 
     BridgeError                  Slack refused a call; the message carries Slack's error code
