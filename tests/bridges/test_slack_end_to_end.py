@@ -52,7 +52,9 @@ def chat(
 ) -> RunningServer:
     config = tmp_path / "mercury.yaml"
     config.write_text(CONFIG, encoding="utf-8")
-    return make_server(MERCURY_CONFIG_FILE=str(config), **slack.env())
+    # The single message of before: these scenes read what chat.postMessage sent (live
+    # answers have their own scenes).
+    return make_server(MERCURY_CONFIG_FILE=str(config), BRIDGE_LIVE_ANSWERS="false", **slack.env())
 
 
 def hook(chat: RunningServer) -> str:
