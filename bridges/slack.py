@@ -304,6 +304,9 @@ class SlackBridge:
         self._pressed_blocks: OrderedDict[tuple[str, str], tuple[dict[str, Any], ...]] = (
             OrderedDict()
         )
+        #: The thread each of the bot's replies is in (channel, ts → thread_ts): what a press
+        #: on it starts is answered in that thread, not under the reply itself.
+        self._threads_of: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     @property
     def platform(self) -> str:
@@ -455,6 +458,26 @@ class SlackBridge:
         )
         return WebhookOutcome(verdict="accepted", messages=(received,))
 
+    async def receive_interactions(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """Check one interactivity delivery (``/webhooks/slack/interactions``) as strictly as
+        an event, then read its presses. Never raises; calls nothing."""
+        if not self._is_signed(headers, body):
+            return WebhookOutcome(
+                verdict="forged",
+                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
+            )
+        if method.upper() != "POST":
+            return WebhookOutcome(
+                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
+            )
+        return self._read_interaction(body)
+
     def _read_interaction(self, body: bytes) -> WebhookOutcome:
         """A signed interactivity delivery: each button of a ``block_actions`` as a
         :class:`Pressed`; other interactions (shortcuts, views) are ignored."""
@@ -522,6 +545,8 @@ class SlackBridge:
         if message is not None and message.blocks:
             kept = tuple(block for block in message.blocks if block.get("type") != "actions")
             _remember_in(self._pressed_blocks, (channel, message_ts), kept, _PRESSED_KEPT)
+        if thread_ts:
+            _remember_in(self._threads_of, (channel, message_ts), thread_ts, _PRESSED_KEPT)
         return WebhookOutcome(verdict="accepted", presses=tuple(pressed))
 
     def _pressed_thread(
@@ -835,6 +860,11 @@ class SlackBridge:
             return False
         return True
 
+    def _wrote(self, channel: str, ts: str, thread_ts: str | None) -> None:
+        """Remember the thread of a reply the bot wrote (for what a press on it starts)."""
+        if thread_ts is not None:
+            _remember_in(self._threads_of, (channel, ts), thread_ts, _PRESSED_KEPT)
+
     def _streaming_refused(self, code: str) -> None:
         """Remember that this workspace does not stream (``code`` said so for all of it)."""
         if code in _NO_STREAMING:
@@ -844,6 +874,9 @@ class SlackBridge:
         """The channel and the ``thread_ts`` an answer to ``to`` goes to."""
         space_id, thread_ts = _split_thread(to.thread_id)
         channel = space_id.removeprefix("slack:")
+        if thread_ts is None:
+            # A press's turn answers the bot's reply: in the thread that reply is in.
+            thread_ts = self._threads_of.get((channel, to.message_id))
         if thread_ts is None and not to.is_dm:
             thread_ts = to.message_id
         return channel, thread_ts
@@ -1040,6 +1073,7 @@ class _SlackReply:
         self._ts = str(answer["ts"])
         self._shown = text
         self._stream_has_stop = bool(self._stop)
+        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
 
     async def _append(self, ts: str, text: str) -> None:
         """``chat.appendStream`` with what ``text`` adds to what is shown."""
@@ -1109,6 +1143,7 @@ class _SlackReply:
         )
         self._ts = str(answer["ts"])
         self._shown, self._status = text, status
+        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
 
     async def _update(
         self, ts: str, text: str, status: str | None, buttons: Sequence[ReplyButton]

@@ -16,6 +16,7 @@ from bridges.port import (
     Attachment,
     BridgeError,
     EgressFile,
+    InteractionsBridge,
     LiveBridge,
     PlatformUnavailable,
     Pressed,
@@ -1085,7 +1086,7 @@ async def press(
     bridge: SlackBridge, slack: SlackStandIn, payload: dict[str, Any], **signing: Any
 ) -> WebhookOutcome:
     body, headers = slack.signed_form(payload, **signing)
-    return await bridge.receive("POST", {}, headers, body)
+    return await bridge.receive_interactions("POST", {}, headers, body)
 
 
 async def test_a_pressed_button_is_a_press_of_the_conversation_that_asked(
@@ -1120,6 +1121,7 @@ async def test_a_press_slack_did_not_sign_is_forged(
     ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
     payload = slack.block_actions(ts, "U1", YES.action)
     body, headers = slack.signed_form(payload, secret="someone-elses")
+    assert (await bridge.receive_interactions("POST", {}, headers, body)).verdict == "forged"
     assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
     stale = await press(bridge, slack, payload, timestamp=int(datetime.now(UTC).timestamp()) - 360)
     assert stale.verdict == "forged"
@@ -1161,7 +1163,7 @@ async def test_a_signed_press_that_cannot_be_read_is_malformed(
     _, headers = slack.signed_form({})
     signed, signed_headers = slack.signed(body)
     signed_headers["content-type"] = headers["content-type"]
-    outcome = await bridge.receive("POST", {}, signed_headers, signed)
+    outcome = await bridge.receive_interactions("POST", {}, signed_headers, signed)
     assert outcome.verdict == "malformed"
     assert outcome.presses == ()
 
@@ -1287,3 +1289,35 @@ async def test_a_300_token_answer_at_20_tokens_a_second_takes_a_call_per_interva
             counted[call.method] = counted.get(call.method, 0) + 1
     assert counted == expected
     assert slack.thread_messages("C1", "1.1")[0].visible == "".join(tokens)
+
+
+async def test_the_slack_bridge_takes_presses_at_an_interactions_url_of_their_own(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    assert isinstance(bridge, InteractionsBridge)
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    body, headers = slack.signed_form(slack.block_actions(ts, "U1", YES.action))
+    assert (await bridge.receive_interactions("GET", {}, headers, body)).verdict == "malformed"
+    # The events URL reads a press too (a form, where events are JSON): either URL works.
+    (pressed,) = (await bridge.receive("POST", {}, headers, body)).presses
+    assert pressed.action == YES.action
+
+
+async def test_what_a_press_starts_is_answered_in_the_thread_of_the_pressed_reply(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U1", YES.action))).presses
+    # The pipeline answers a press as a message of its conversation, sent as the pressed one.
+    as_message = Received(
+        platform="slack",
+        thread_id=pressed.thread_id,
+        delivery_id=pressed.delivery_id,
+        message_id=pressed.message_id,
+        author_id="U1",
+        author_name=None,
+        text="k9m2-x7q4",
+        is_dm=False,
+    )
+    await bridge.send_reply(as_message, "Booked.")
+    assert [m.thread_ts for m in slack.messages] == ["1.1"]
