@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bridges.live import stop_action
 from bridges.port import LiveLimits
 from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.support.contract import check_response
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.recording_bridge import LiveMessage, LiveRecordingBridge
 from tests.support.server import RunningServer
@@ -128,8 +130,9 @@ def test_an_answer_arrives_in_several_paced_updates_that_end_exactly_at_final(
     assert len([t for t in texts if t]) >= 3, texts  # written as it came, not at once
     assert all("".join(words).startswith(t) for t in texts)  # only ever grows
     assert calls[-1].kind == "finish" and calls[-1].buttons == ()
-    # Never faster than the platform's interval (a little slack for the clock).
-    times = [c.at for c in calls]
+    # Edits never faster than the platform's interval (a little slack for the clock); the
+    # first words may follow the opening at once.
+    times = [c.at for c in calls[1:]]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= bridge.limits.edit_interval_s * 0.9, gaps
     assert bridge.replies == []  # no second, single message
@@ -324,3 +327,23 @@ def test_a_platform_without_partial_text_gets_finished_paragraphs_as_messages(
     assert finished_text(messages) == "\n\n".join(paragraphs)
     assert [m.text.strip() for m in messages] == paragraphs
     assert not any(c.kind == "show" for c in bridge.calls)  # never partial text
+
+
+def test_presses_sent_to_their_own_route_are_checked_and_taken_like_the_others(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Done."))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury hi"))
+    [message] = bridge.wait_for_answer(1)
+    spent = bridge.pressed(message, "U1", "c:abcd-efgh:0123456789")
+    forged = bridge.press(chat, spent, path="/interactions", sign=False)
+    check_response(forged)
+    assert forged.status_code == 401 and forged.json()["ok"] is False
+    taken = bridge.press(chat, spent, path="/interactions")
+    check_response(taken)
+    assert taken.json() == {"ok": True, "taken": 1}
+    bridge.wait_for("the answer to the press", lambda: bridge.answered)
+    assert bridge.answered == [(spent, "This isn't yours to answer.")]
+    elsewhere = httpx.post(chat.url + "/webhooks/irc/interactions", content=b"{}", timeout=10)
+    check_response(elsewhere)
+    assert elsewhere.status_code == 404 and elsewhere.json()["ok"] is False
