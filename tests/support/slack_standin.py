@@ -23,7 +23,7 @@ What it serves, as Slack does:
   ``invalid_blocks``, ``message_not_found``, ``message_not_in_streaming_state``,
   ``missing_recipient_user_id``, ``user_not_found``, ``file_not_found``, ``unknown_method``); a
   scripted 429 carries ``Retry-After`` (:meth:`SlackStandIn.fail_next`).
-* ``POST /actions/<id>``: a press's ``response_url``; records what is answered there
+* ``POST /actions/<team>/<id>``: a press's ``response_url``; records what is answered there
   (:attr:`SlackStandIn.responses`).
 * ``POST /upload/v1/<id>``: the upload URL ``files.getUploadURLExternal`` hands out (no token,
   as Slack's are presigned); answers ``text/plain`` ``OK - <length>``.
