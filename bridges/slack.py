@@ -22,6 +22,17 @@ goes as several messages cut at line or word boundaries; files follow the text t
 Slack has no typing indicator for Events API bots, so :meth:`SlackBridge.start_typing` does
 nothing. Nothing here logs or repeats the bot token or the signing secret.
 
+Live answers (#37, :class:`bridges.port.LiveBridge`): a reply in a thread streams natively
+(``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream``, called directly: the
+pacer already coalesces, so the SDK's buffering ``chat_stream`` helper would only delay),
+with the thread's status (``assistant.threads.setStatus``) for "is thinking…"; a workspace
+that answers the stream with ``unknown_method`` and the like gets a message posted and
+edited (``chat.postMessage`` + ``chat.update``) and is remembered. Buttons are Block Kit
+``actions``; their presses come to the same URL as events, as a signed form with a
+``payload`` (``block_actions``), and become :class:`bridges.port.Pressed`. A press is
+answered privately through its ``response_url`` (``AsyncWebhookClient``, ephemeral) and
+settled by ``chat.update``; private text goes by ``chat.postEphemeral``.
+
 Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.config.settings`'s)::
 
     BridgeError                  Slack refused a call; the message carries Slack's error code
@@ -39,8 +50,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, Final
-from urllib.parse import urlsplit
+from typing import Any, Final, Literal, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import msgspec
@@ -50,16 +61,22 @@ from slack_sdk.signature import Clock as SdkClock
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
+from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from bridges.freshness import epoch
 from bridges.hosts import on_platform
 from bridges.json_body import decode
 from bridges.port import (
+    ACTION_MAX_BYTES,
     Attachment,
     BridgeError,
     EgressFile,
+    LiveLimits,
+    LiveReply,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
     WebhookOutcome,
 )
@@ -67,7 +84,7 @@ from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, SlackSettings
 from core.spaces.ids import InvalidSpaceId, parse_space_id
 
-__all__ = ["MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]
+__all__ = ["LIVE_MAX_CHARS", "MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]
 
 log = logging.getLogger("mercury.bridges.slack")
 
@@ -98,6 +115,47 @@ _READ_CHUNK: Final = 64 * 1024
 _SPECIAL: Final = re.compile(r"<([^<>\n]+)>")
 _TS: Final = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")
 
+#: The most one live reply holds: Slack advises messages under 4,000 characters; a Block Kit
+#: section holds 3,000, so a live reply's text goes in as many sections as it needs.
+LIVE_MAX_CHARS: Final = 3_900
+#: The most a Block Kit section's text holds.
+_SECTION_MAX_CHARS: Final = 3_000
+#: The least time between two updates of one reply: ``chat.update`` is a tier-3 method (about
+#: 50 a minute), ``chat.appendStream`` tier 4; 1.2 s keeps one chat within either.
+_EDIT_INTERVAL_S: Final = 1.2
+#: How many buttons a reply carries (an ``actions`` block holds 25; more would not read well).
+_MAX_BUTTONS: Final = 5
+#: A button's label, in characters (Block Kit's limit for a button's text).
+_LABEL_MAX_CHARS: Final = 75
+#: What ``chat.startStream`` answers where the workspace has no streaming for this app: the
+#: method unknown or retired there, a token type it does not take, arguments it does not know.
+#: Remembered for the workspace: its replies go by ``chat.postMessage`` + ``chat.update``.
+_NO_STREAMING: Final = frozenset(
+    {
+        "unknown_method",
+        "method_deprecated",
+        "deprecated_endpoint",
+        "not_allowed_token_type",
+        "invalid_arguments",
+        "feature_not_enabled",
+        "not_allowed",
+        # The app without the Agents & AI Apps feature (its assistant:write scope).
+        "missing_scope",
+    }
+)
+#: What ``chat.startStream`` answers where this one conversation can't stream (a channel type
+#: it does not serve): that reply goes by post and edit, the workspace keeps streaming.
+_NO_STREAMING_HERE: Final = frozenset(
+    {"channel_type_not_supported", "missing_recipient_user_id", "missing_recipient_team_id"}
+)
+#: What ``assistant.threads.setStatus`` answers where the app may not show a status at all;
+#: remembered, so that it is not asked again.
+_NO_STATUS: Final = frozenset(
+    {"unknown_method", "method_deprecated", "missing_scope", "not_allowed_token_type"}
+)
+#: Pressed messages' blocks kept to settle them with their text (least recently used forgotten).
+_PRESSED_KEPT: Final = 1_024
+
 
 class _File(msgspec.Struct, frozen=True, kw_only=True):
     id: str = ""
@@ -126,6 +184,10 @@ class _Message(msgspec.Struct, frozen=True, kw_only=True):
     channel: str | None = None
     files: tuple[_File, ...] = ()
     user_profile: _Profile | None = None
+    #: The author's workspace (``user_team``), else the event's (``team``): a streamed
+    #: answer's recipient team.
+    team: str | None = None
+    user_team: str | None = None
 
 
 class _EventKind(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,6 +196,7 @@ class _EventKind(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Authorization(msgspec.Struct, frozen=True, kw_only=True):
     user_id: str | None = None
+    team_id: str | None = None
     is_bot: bool = False
 
 
@@ -149,9 +212,60 @@ class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
     authorizations: tuple[_Authorization, ...] = ()
 
 
+class _PressUser(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    name: str | None = None
+    username: str | None = None
+    team_id: str | None = None
+
+
+class _PressChannel(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+
+
+class _PressContainer(msgspec.Struct, frozen=True, kw_only=True):
+    type: str = ""
+    message_ts: str | None = None
+    channel_id: str | None = None
+    thread_ts: str | None = None
+    is_ephemeral: bool = False
+
+
+class _PressMessage(msgspec.Struct, frozen=True, kw_only=True):
+    ts: str | None = None
+    thread_ts: str | None = None
+    text: str | None = None
+    blocks: tuple[dict[str, Any], ...] = ()
+
+
+class _PressAction(msgspec.Struct, frozen=True, kw_only=True):
+    type: str = ""
+    action_id: str = ""
+    block_id: str = ""
+    value: str | None = None
+    action_ts: str | None = None
+
+
+class _Interaction(msgspec.Struct, frozen=True, kw_only=True):
+    """An interactivity payload; only ``block_actions`` is read further."""
+
+    type: str
+    user: _PressUser | None = None
+    channel: _PressChannel | None = None
+    container: _PressContainer | None = None
+    message: _PressMessage | None = None
+    trigger_id: str | None = None
+    response_url: str | None = None
+    actions: tuple[_PressAction, ...] = ()
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
 _ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
 _EVENT_KIND: Final = msgspec.json.Decoder(_EventKind)
 _MESSAGE: Final = msgspec.json.Decoder(_Message)
+_INTERACTION: Final = msgspec.json.Decoder(_Interaction)
 
 
 class _ClockForSdk(SdkClock):
@@ -197,6 +311,21 @@ class SlackBridge:
         #: Until when (loop time) an author whose lookup failed is not looked up again.
         self._unnamed: dict[str, float] = {}
         self._unresolved: OrderedDict[str, _Message] = OrderedDict()
+        #: The bot's workspace (``auth.test``'s ``team_id``), once known.
+        self._team_id: str | None = None
+        #: Authors' workspaces, from their messages (Slack Connect channels mix them).
+        self._teams: OrderedDict[str, str] = OrderedDict()
+        #: Workspaces whose answers to ``chat.startStream`` said they have no streaming.
+        self._no_streaming: set[str] = set()
+        #: Whether ``assistant.threads.setStatus`` may be asked (False once refused for good).
+        self._status_allowed = True
+        #: The blocks of pressed messages (channel, ts), to settle them keeping their text.
+        self._pressed_blocks: OrderedDict[tuple[str, str], tuple[dict[str, Any], ...]] = (
+            OrderedDict()
+        )
+        #: The thread each of the bot's replies is in (channel, ts → thread_ts): what a press
+        #: on it starts is answered in that thread, not under the reply itself.
+        self._threads_of: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     @property
     def platform(self) -> str:
@@ -248,6 +377,10 @@ class SlackBridge:
             return WebhookOutcome(
                 verdict="malformed", reason=f"Slack delivers by POST, not {method}"
             )
+        content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+        if content_type == "application/x-www-form-urlencoded":
+            # A button pressed: Slack posts interactivity as a form with one ``payload``.
+            return self._read_interaction(body)
         try:
             envelope = decode(_ENVELOPE, body)
         except msgspec.DecodeError as exc:
@@ -311,6 +444,8 @@ class SlackBridge:
         bot_user_id = self._bot_identity(authorizations)
         if bot_user_id is not None and message.user == bot_user_id:
             return WebhookOutcome(verdict="ignored", reason="the bot's own message")
+        if team := message.user_team or message.team:
+            _remember_in(self._teams, message.user, team)
         try:
             sent_at = epoch(event_time) if event_time is not None else epoch(message.ts)
             received = self._received(event_id, message, message.user, bot_user_id, sent_at)
@@ -363,6 +498,119 @@ class SlackBridge:
             sent_at=sent_at,
         )
 
+    async def receive_interactions(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """Check one interactivity delivery (``/webhooks/slack/interactions``) as strictly as
+        an event, then read its presses. Never raises; calls nothing."""
+        if not self._is_signed(headers, body):
+            return WebhookOutcome(
+                verdict="forged",
+                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
+            )
+        if method.upper() != "POST":
+            return WebhookOutcome(
+                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
+            )
+        return self._read_interaction(body)
+
+    def _read_interaction(self, body: bytes) -> WebhookOutcome:
+        """A signed interactivity delivery: each button of a ``block_actions`` as a
+        :class:`Pressed`; other interactions (shortcuts, views) are ignored."""
+        try:
+            form = parse_qs(
+                body.decode("utf-8"), strict_parsing=True, max_num_fields=8, errors="strict"
+            )
+        except (UnicodeDecodeError, ValueError) as exc:
+            return WebhookOutcome(verdict="malformed", reason=f"the form is unreadable: {exc}")
+        payloads = form.get("payload", [])
+        if len(payloads) != 1:
+            return WebhookOutcome(
+                verdict="malformed", reason="an interactivity form without exactly one payload"
+            )
+        try:
+            interaction = decode(_INTERACTION, payloads[0].encode())
+        except msgspec.DecodeError as exc:
+            return WebhookOutcome(verdict="malformed", reason=f"the payload is unreadable: {exc}")
+        if interaction.type != "block_actions":
+            return WebhookOutcome(verdict="ignored", reason=f"a {interaction.type} interaction")
+        container, message = interaction.container, interaction.message
+        channel = (interaction.channel.id if interaction.channel else None) or (
+            container.channel_id if container else None
+        )
+        message_ts = (container.message_ts if container else None) or (
+            message.ts if message else None
+        )
+        user = interaction.user
+        if not channel or not message_ts or user is None or not interaction.actions:
+            return WebhookOutcome(
+                verdict="malformed", reason="a block_actions without channel, message or user"
+            )
+        if container is not None and container.is_ephemeral:
+            return WebhookOutcome(verdict="ignored", reason="a press on an ephemeral message")
+        thread_ts = (container.thread_ts if container else None) or (
+            message.thread_ts if message else None
+        )
+        pressed: list[Pressed] = []
+        for action in interaction.actions:
+            value = action.value or action.action_id
+            if action.type != "button" or not value:
+                continue
+            if len(value.encode()) > ACTION_MAX_BYTES:
+                return WebhookOutcome(verdict="malformed", reason="an action longer than ours")
+            thread_id = self._pressed_thread(channel, action.block_id, thread_ts, message_ts)
+            if thread_id is None:
+                return WebhookOutcome(verdict="malformed", reason="a channel id Slack never writes")
+            delivery = interaction.trigger_id or f"{channel}:{message_ts}:{action.action_ts}"
+            pressed.append(
+                Pressed(
+                    platform="slack",
+                    thread_id=thread_id,
+                    delivery_id=f"{delivery}:{value}" if len(interaction.actions) > 1 else delivery,
+                    message_id=message_ts,
+                    author_id=user.id,
+                    author_name=user.name or user.username,
+                    action=value,
+                    is_dm=self.parse_thread(thread_id).is_dm,
+                    respond=interaction.response_url or "",
+                    sent_at=epoch(action.action_ts) if action.action_ts else None,
+                )
+            )
+        if not pressed:
+            return WebhookOutcome(verdict="ignored", reason="no button of ours was pressed")
+        if message is not None and message.blocks:
+            kept = tuple(block for block in message.blocks if block.get("type") != "actions")
+            _remember_in(self._pressed_blocks, (channel, message_ts), kept, _PRESSED_KEPT)
+        if thread_ts:
+            _remember_in(self._threads_of, (channel, message_ts), thread_ts, _PRESSED_KEPT)
+        return WebhookOutcome(verdict="accepted", presses=tuple(pressed))
+
+    def _pressed_thread(
+        self, channel: str, block_id: str, thread_ts: str | None, message_ts: str
+    ) -> str | None:
+        """The conversation a pressed message answers: the one its ``actions`` block names
+        (its ``block_id``, written by :meth:`open_reply`: a channel's top-level question is
+        answered in a thread and still is the conversation ``slack:<channel>``), else the
+        thread the message is in."""
+        for candidate in (
+            block_id,
+            f"slack:{channel}:{thread_ts}" if thread_ts and thread_ts != message_ts else "",
+            f"slack:{channel}",
+        ):
+            if not candidate.startswith(f"slack:{channel}"):
+                continue
+            try:
+                self.parse_thread(candidate)
+            except ValueError:
+                continue
+            if _split_thread(candidate)[0] == f"slack:{channel}":
+                return candidate
+        return None
+
     # -- who is who --------------------------------------------------------------------------
 
     async def complete(self, message: Received) -> Received:
@@ -411,6 +659,8 @@ class SlackBridge:
         for authorization in authorizations:
             if authorization.is_bot and authorization.user_id:
                 self._bot_user_id = authorization.user_id
+                if authorization.team_id and self._team_id is None:
+                    self._team_id = authorization.team_id
                 return self._bot_user_id
         self._ask_identity()
         return None
@@ -428,6 +678,9 @@ class SlackBridge:
             return
         if self._bot_user_id is None:
             self._bot_user_id = str(answer["user_id"])
+        team = answer.get("team_id")
+        if team and self._team_id is None:
+            self._team_id = str(team)
 
     async def _learned_identity(self) -> str | None:
         """The bot's user id, waiting for ``auth.test`` (after the acknowledgement)."""
@@ -480,10 +733,7 @@ class SlackBridge:
         self._unnamed[user_id] = now + _LOOKUP_BACKOFF_S
 
     def _remember(self, user_id: str, name: str) -> None:
-        self._names[user_id] = name
-        self._names.move_to_end(user_id)
-        while len(self._names) > _NAMES_KEPT:
-            self._names.popitem(last=False)
+        _remember_in(self._names, user_id, name)
 
     def _readable(self, text: str, bot_user_id: str | None) -> str:
         """Slack's markup as a person reads it: ``<@UBOT>`` → ``@<bot_name>``, and so on."""
@@ -580,6 +830,12 @@ class SlackBridge:
                     self._client.chat_postMessage, channel=channel, text=part, thread_ts=thread_ts
                 ),
             )
+        await self._upload(channel, thread_ts, files)
+
+    async def _upload(
+        self, channel: str, thread_ts: str | None, files: Sequence[EgressFile]
+    ) -> None:
+        """Share ``files`` in the thread, through ``files_upload_v2``."""
         if files:
             await self._call(
                 "files_upload_v2",
@@ -594,10 +850,154 @@ class SlackBridge:
                 ),
             )
 
+    # -- live replies and buttons (#37) ---------------------------------------------------------
+
+    @property
+    def live_limits(self) -> LiveLimits:
+        return LiveLimits(
+            max_chars=LIVE_MAX_CHARS, edit_interval_s=_EDIT_INTERVAL_S, max_buttons=_MAX_BUTTONS
+        )
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """A reply to ``to`` written live: streamed in its thread (``chat.startStream``) where
+        the workspace streams, else posted and edited; ``status`` shown as the thread's
+        status (streaming) or a line under the text (post and edit)."""
+        channel, thread_ts = self._reply_place(to)
+        # The workspace comes with the bot's identity (the delivery's authorizations, or
+        # auth.test): unknown for now, streaming is tried and its refusal not kept.
+        await self._learned_identity()
+        workspace = self._team_id or ""
+        reply = _SlackReply(
+            self,
+            channel=channel,
+            thread_ts=thread_ts,
+            conversation=to.thread_id,
+            recipient_user=to.author_id,
+            recipient_team=self._teams.get(to.author_id) or self._team_id,
+            # A plain DM answer (not in a thread) stays a plain message: a stream is a reply.
+            stream=thread_ts is not None and workspace not in self._no_streaming,
+            stop=tuple(buttons),
+        )
+        await reply.begin(status)
+        return reply
+
+    async def send_private(self, to: Received, text: str) -> None:
+        """``text`` to ``to``'s author alone, as an ephemeral message where they wrote."""
+        channel, thread_ts = self._reply_place(to)
+        await self._call(
+            "chat.postEphemeral",
+            partial(
+                self._client.chat_postEphemeral,
+                channel=channel,
+                user=to.author_id,
+                text=_escape(text),
+                thread_ts=thread_ts,
+            ),
+        )
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        """``text`` to the presser alone, through the press's ``response_url`` (ephemeral,
+        the pressed message left as it is); an ephemeral message where Slack gave none."""
+        channel = _split_thread(press.thread_id)[0].removeprefix("slack:")
+        if not press.respond:
+            await self._call(
+                "chat.postEphemeral",
+                partial(
+                    self._client.chat_postEphemeral,
+                    channel=channel,
+                    user=press.author_id,
+                    text=_escape(text),
+                ),
+            )
+            return
+        if not on_platform(press.respond, api_url=self._api_url, domains=_FILE_DOMAINS):
+            raise BridgeError(
+                f"The Slack bridge answers presses only on Slack's hosts, not on "
+                f"{urlsplit(press.respond).netloc}."
+            )
+        hook = AsyncWebhookClient(
+            press.respond,
+            timeout=int(_CALL_TIMEOUT_S),
+            session=self._session(),
+            retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=1)],
+        )
+        try:
+            answer = await hook.send(
+                text=_escape(text), response_type="ephemeral", replace_original=False
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PlatformUnavailable(
+                f"Slack could not be reached to answer a press ({type(exc).__name__}); "
+                "try again later."
+            ) from exc
+        if answer.status_code == 429 or answer.status_code >= 500:
+            raise PlatformUnavailable(
+                f"Slack answered {answer.status_code} to the answer of a press; try again later.",
+                retry_after_s=_seconds(answer.headers.get("Retry-After")),
+            )
+        if answer.status_code != 200:
+            raise BridgeError(
+                f"Slack refused the answer of a press: {answer.body or answer.status_code}."
+            )
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        """The pressed message without its buttons, ``text`` under its own text."""
+        channel = _split_thread(press.thread_id)[0].removeprefix("slack:")
+        kept = self._pressed_blocks.pop((channel, press.message_id), ())
+        blocks = [*kept, _context(text)] if kept else _sections(text)
+        await self._call(
+            "chat.update",
+            partial(
+                self._client.chat_update,
+                channel=channel,
+                ts=press.message_id,
+                text=_escape(text),
+                blocks=blocks,
+            ),
+        )
+
+    async def _set_status(self, channel: str, thread_ts: str, status: str) -> bool:
+        """Show ``status`` as the thread's status ("" clears it); False where Slack would not
+        (never raises: a status is a nicety)."""
+        if not self._status_allowed:
+            return False
+        try:
+            await self._call(
+                "assistant.threads.setStatus",
+                partial(
+                    self._client.assistant_threads_setStatus,
+                    channel_id=channel,
+                    thread_ts=thread_ts,
+                    status=status,
+                ),
+            )
+        except _Refused as refused:
+            if refused.code in _NO_STATUS:
+                self._status_allowed = False
+            return False
+        except BridgeError:
+            return False
+        return True
+
+    def _wrote(self, channel: str, ts: str, thread_ts: str | None) -> None:
+        """Remember the thread of a reply the bot wrote (for what a press on it starts)."""
+        if thread_ts is not None:
+            _remember_in(self._threads_of, (channel, ts), thread_ts, _PRESSED_KEPT)
+
+    def _streaming_refused(self, code: str) -> None:
+        """Remember that this workspace does not stream (``code`` said so for all of it)."""
+        if code in _NO_STREAMING:
+            self._no_streaming.add(self._team_id or "")
+
     def _reply_place(self, to: Received) -> tuple[str, str | None]:
         """The channel and the ``thread_ts`` an answer to ``to`` goes to."""
         space_id, thread_ts = _split_thread(to.thread_id)
         channel = space_id.removeprefix("slack:")
+        if thread_ts is None:
+            # A press's turn answers the bot's reply: in the thread that reply is in.
+            thread_ts = self._threads_of.get((channel, to.message_id))
         if thread_ts is None and not to.is_dm:
             thread_ts = to.message_id
         return channel, thread_ts
@@ -654,7 +1054,310 @@ class SlackBridge:
             await http.close()
 
 
+class _Refused(BridgeError):
+    """Slack answered a call ``ok: false``; ``code`` is its ``error``."""
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _SlackReply:
+    """One live reply: a native stream in its thread, or a message posted and edited.
+
+    Streaming (``chat.startStream`` → ``chat.appendStream`` with the new text only →
+    ``chat.stopStream``): the stream only grows, so the status goes to the thread's status
+    (``assistant.threads.setStatus``) and the stop button rides at the stream's head as a
+    blocks chunk; the end replaces the whole message (``chat.update``) with the final text
+    and its buttons, so the stop button goes. Where the workspace has no streaming, or the
+    stream ended under us (``message_not_in_streaming_state``), the message is posted once
+    and edited (``chat.update``), the status a line under the text.
+    """
+
+    def __init__(
+        self,
+        bridge: SlackBridge,
+        *,
+        channel: str,
+        thread_ts: str | None,
+        conversation: str,
+        recipient_user: str,
+        recipient_team: str | None,
+        stream: bool,
+        stop: tuple[ReplyButton, ...],
+    ) -> None:
+        self._bridge = bridge
+        self._client = bridge._client
+        self._channel = channel
+        self._thread_ts = thread_ts
+        self._block_id = conversation
+        self._recipient_user = recipient_user
+        self._recipient_team = recipient_team
+        self._mode: Literal["stream", "edit"] = "stream" if stream else "edit"
+        self._stop = stop
+        #: The message's ts, once posted or started.
+        self._ts: str | None = None
+        #: The text the message shows (as given, unescaped) and its status line.
+        self._shown = ""
+        self._status: str | None = None
+        #: Whether the thread's status was set (and so must be cleared at the end).
+        self._thread_status = False
+        #: Whether the stream carries the stop button (the end then rewrites the message).
+        self._stream_has_stop = False
+
+    # -- the contract ---------------------------------------------------------------------
+
+    async def begin(self, status: str | None) -> None:
+        """Show ``status`` and the stop button, as the mode can."""
+        if self._mode == "stream":
+            self._status = status
+            if status and self._thread_ts is not None:
+                self._thread_status = await self._bridge._set_status(
+                    self._channel, self._thread_ts, status
+                )
+            if self._stop:
+                await self._start("")
+            return
+        if status or self._stop:
+            await self._edit("", status, self._stop)
+
+    async def show(self, text: str, status: str | None) -> None:
+        if self._mode == "stream" and not text.startswith(self._shown):
+            await self._leave_stream()
+        if self._mode == "edit":
+            if self._ts is None or (text, status) != (self._shown, self._status):
+                await self._edit(text, status, self._stop)
+            return
+        if self._ts is None:
+            if text:
+                await self._start(text)
+        elif len(text) > len(self._shown):
+            await self._append(self._ts, text)
+        if self._mode == "stream" and status != self._status and self._thread_ts is not None:
+            if status or self._thread_status:
+                self._thread_status = await self._bridge._set_status(
+                    self._channel, self._thread_ts, status or ""
+                ) and bool(status)
+            self._status = status
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        if self._mode == "stream" and self._ts is not None:
+            grows = text.startswith(self._shown)
+            await self._stop_stream(self._ts, text[len(self._shown) :] if grows else "")
+            if self._stream_has_stop or buttons or not grows:
+                await self._update(self._ts, text, None, buttons)
+        elif self._ts is None:
+            await self._post(text, None, buttons)
+        else:
+            await self._update(self._ts, text, None, buttons)
+        self._shown = text
+        await self._clear_status()
+        await self._bridge._upload(self._channel, self._thread_ts, files)
+
+    async def fail(self, text: str) -> None:
+        if self._mode == "stream" and self._ts is not None:
+            await self._stop_stream(self._ts, "")
+        if self._ts is None:
+            await self._post(text, None, ())
+        else:
+            await self._update(self._ts, text, None, ())
+        self._shown = text
+        await self._clear_status()
+
+    # -- streaming ------------------------------------------------------------------------
+
+    async def _start(self, text: str) -> None:
+        """``chat.startStream`` in the thread with ``text`` (and the stop button at its head);
+        where the workspace has no streaming, the post-and-edit message instead."""
+        if self._thread_ts is None:  # never: a stream is only chosen in a thread
+            self._mode = "edit"
+            await self._edit(text, self._status, self._stop)
+            return
+        chunks: list[dict[str, Any]] = []
+        if self._stop:
+            chunks.append({"type": "blocks", "blocks": [self._actions(self._stop)]})
+        if text:
+            chunks.append({"type": "markdown_text", "text": _escape(text)})
+        try:
+            answer = await self._bridge._call(
+                "chat.startStream",
+                partial(
+                    self._client.chat_startStream,
+                    channel=self._channel,
+                    thread_ts=self._thread_ts,
+                    recipient_user_id=self._recipient_user,
+                    recipient_team_id=self._recipient_team,
+                    chunks=chunks,
+                ),
+            )
+        except _Refused as refused:
+            if refused.code not in _NO_STREAMING | _NO_STREAMING_HERE:
+                raise
+            self._bridge._streaming_refused(refused.code)
+            self._mode = "edit"
+            await self._edit(text, self._status, self._stop)
+            return
+        self._ts = str(answer["ts"])
+        self._shown = text
+        self._stream_has_stop = bool(self._stop)
+        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
+
+    async def _append(self, ts: str, text: str) -> None:
+        """``chat.appendStream`` with what ``text`` adds to what is shown."""
+        try:
+            await self._bridge._call(
+                "chat.appendStream",
+                partial(
+                    self._client.chat_appendStream,
+                    channel=self._channel,
+                    ts=ts,
+                    markdown_text=_escape(text[len(self._shown) :]),
+                ),
+            )
+        except _Refused as refused:
+            if refused.code != "message_not_in_streaming_state":
+                raise
+            # Slack ended the stream (it does after a while): the message goes on by edits.
+            self._mode = "edit"
+            await self._update(ts, text, self._status, self._stop)
+            return
+        self._shown = text
+
+    async def _stop_stream(self, ts: str, delta: str) -> None:
+        try:
+            await self._bridge._call(
+                "chat.stopStream",
+                partial(
+                    self._client.chat_stopStream,
+                    channel=self._channel,
+                    ts=ts,
+                    markdown_text=_escape(delta) if delta else None,
+                ),
+            )
+        except _Refused as refused:
+            if refused.code != "message_not_in_streaming_state":
+                raise
+            # Already ended by Slack: the update that follows writes the whole text.
+            self._stream_has_stop = True
+            return
+        self._shown += delta
+
+    async def _leave_stream(self) -> None:
+        """Go on by edits (the text changed where a stream can only grow)."""
+        if self._ts is not None:
+            await self._stop_stream(self._ts, "")
+            self._stream_has_stop = True
+        self._mode = "edit"
+
+    # -- post and edit --------------------------------------------------------------------
+
+    async def _edit(self, text: str, status: str | None, buttons: Sequence[ReplyButton]) -> None:
+        if self._ts is None:
+            await self._post(text, status, buttons)
+        else:
+            await self._update(self._ts, text, status, buttons)
+
+    async def _post(self, text: str, status: str | None, buttons: Sequence[ReplyButton]) -> None:
+        answer = await self._bridge._call(
+            "chat.postMessage",
+            partial(
+                self._client.chat_postMessage,
+                channel=self._channel,
+                thread_ts=self._thread_ts,
+                text=_escape(text or status or "…"),
+                blocks=self._blocks(text, status, buttons),
+            ),
+        )
+        self._ts = str(answer["ts"])
+        self._shown, self._status = text, status
+        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
+
+    async def _update(
+        self, ts: str, text: str, status: str | None, buttons: Sequence[ReplyButton]
+    ) -> None:
+        await self._bridge._call(
+            "chat.update",
+            partial(
+                self._client.chat_update,
+                channel=self._channel,
+                ts=ts,
+                text=_escape(text or status or "…"),
+                blocks=self._blocks(text, status, buttons),
+            ),
+        )
+        self._shown, self._status = text, status
+
+    async def _clear_status(self) -> None:
+        if self._thread_status and self._thread_ts is not None:
+            await self._bridge._set_status(self._channel, self._thread_ts, "")
+            self._thread_status = False
+
+    # -- Block Kit ------------------------------------------------------------------------
+
+    def _blocks(
+        self, text: str, status: str | None, buttons: Sequence[ReplyButton]
+    ) -> list[dict[str, Any]]:
+        blocks = _sections(text)
+        if status:
+            blocks.append(_context(status))
+        if buttons:
+            blocks.append(self._actions(buttons))
+        return blocks
+
+    def _actions(self, buttons: Sequence[ReplyButton]) -> dict[str, Any]:
+        """An ``actions`` block, its ``block_id`` the conversation the reply belongs to (read
+        back when a button is pressed)."""
+        return {
+            "type": "actions",
+            "block_id": self._block_id,
+            "elements": [_button(button) for button in buttons],
+        }
+
+
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _sections(text: str) -> list[dict[str, Any]]:
+    """``text`` (escaped here) as ``section`` blocks of at most 3,000 characters each, cut
+    after a line or a space, never inside an entity; no character lost."""
+    rest = _escape(text)
+    parts: list[str] = []
+    while len(rest) > _SECTION_MAX_CHARS:
+        cut = max(rest.rfind("\n", 0, _SECTION_MAX_CHARS), rest.rfind(" ", 0, _SECTION_MAX_CHARS))
+        if cut >= _SECTION_MAX_CHARS // 2:
+            cut += 1
+        else:
+            cut = _SECTION_MAX_CHARS
+            entity = rest.rfind("&", cut - 5, cut)
+            if entity > 0 and ";" not in rest[entity:cut]:
+                cut = entity
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    parts.append(rest)
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": part}}
+        for part in parts
+        if part.strip()
+    ]
+
+
+def _context(text: str) -> dict[str, Any]:
+    """A line in small print (a status, what a press chose), as plain text."""
+    return {"type": "context", "elements": [{"type": "plain_text", "text": text[:2_000]}]}
+
+
+def _button(button: ReplyButton) -> dict[str, Any]:
+    element: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": button.label[:_LABEL_MAX_CHARS] or "…"},
+        "action_id": button.action,
+        "value": button.action,
+    }
+    if button.style != "default":
+        element["style"] = button.style
+    return element
 
 
 def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
@@ -697,6 +1400,14 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _remember_in(kept: OrderedDict[_K, _V], key: _K, value: _V, most: int = _NAMES_KEPT) -> None:
+    """``kept[key] = value``, the least recently used entries forgotten past ``most``."""
+    kept[key] = value
+    kept.move_to_end(key)
+    while len(kept) > most:
+        kept.popitem(last=False)
+
+
 def _name_of(profile: _Profile) -> str | None:
     return profile.display_name or profile.real_name or profile.name or None
 
@@ -737,11 +1448,22 @@ def _api_error(method: str, response: Any) -> BridgeError:
     if status == 429:
         retry_after = (getattr(response, "headers", None) or {}).get("Retry-After")
         wait = f" after {retry_after} s" if retry_after else " later"
-        return PlatformUnavailable(f"Slack rate-limited {method}; try again{wait}.")
+        return PlatformUnavailable(
+            f"Slack rate-limited {method}; try again{wait}.", retry_after_s=_seconds(retry_after)
+        )
     if status >= 500:
         return PlatformUnavailable(
             f"Slack answered {status} to {method}"
             + (f" ({code})" if code else "")
             + "; try again later."
         )
-    return BridgeError(f"Slack refused {method}: {code or f'HTTP {status}'}.")
+    return _Refused(f"Slack refused {method}: {code or f'HTTP {status}'}.", code=str(code or ""))
+
+
+def _seconds(value: object) -> float | None:
+    """A ``Retry-After`` in seconds (Slack writes whole seconds), None if unreadable."""
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < 86_400 else None

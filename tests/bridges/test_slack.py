@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from aiohttp import web
 
@@ -17,12 +18,16 @@ from bridges.port import (
     Attachment,
     BridgeError,
     EgressFile,
+    InteractionsBridge,
+    LiveBridge,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     WebhookBridge,
     WebhookOutcome,
 )
-from bridges.slack import MAX_MESSAGE_CHARS, SlackBridge, split_message
+from bridges.slack import LIVE_MAX_CHARS, MAX_MESSAGE_CHARS, SlackBridge, split_message
 from core.clock import ManualClock
 from core.config.settings import ConfigurationError, SlackSettings
 from tests.support.slack_standin import SlackStandIn
@@ -861,3 +866,484 @@ async def test_the_stand_in_delivers_signed_events_and_redelivers_them_as_slacks
 
     forged = await slack.deliver(url, envelope, secret="someone-elses")
     assert forged.status == 401
+
+
+# -- live replies (#37) --------------------------------------------------------------------
+
+STOP = ReplyButton(label="Stop", action="s:0123456789abcdef", style="danger")
+YES = ReplyButton(label="Yes", action="c:k9m2-x7q4:0a1b2c3d4e", style="primary")
+NO = ReplyButton(label="No", action="c:p3h8-w2z6:0a1b2c3d4e")
+
+
+def live(slack: SlackStandIn, method: str) -> list[dict[str, Any]]:
+    return [call.params for call in slack.calls_of(method)]
+
+
+async def test_the_slack_bridge_is_a_live_bridge_within_slacks_limits(bridge: SlackBridge) -> None:
+    assert isinstance(bridge, LiveBridge)
+    limits = bridge.live_limits
+    assert limits.max_chars == LIVE_MAX_CHARS < 4_000
+    assert limits.edit_interval_s >= 1.0
+    assert limits.partial
+
+
+async def test_an_answer_in_a_channel_streams_into_the_thread_and_ends_equal_to_final(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…", buttons=[STOP])
+    (status,) = slack.statuses
+    assert (status.channel_id, status.thread_ts, status.status) == ("C1", "1.1", "Thinking…")
+    (start,) = live(slack, "chat.startStream")
+    assert (start["channel"], start["thread_ts"]) == ("C1", "1.1")
+    assert (start["recipient_user_id"], start["recipient_team_id"]) == ("U1", slack.team_id)
+    (message,) = slack.live.values()
+    assert message.state == "streaming" and message.buttons == [("Stop", STOP.action)]
+
+    await reply.show("Hello", None)
+    await reply.show("Hello wor", None)
+    await reply.show("Hello world & <friends>", None)
+    appended = [params["markdown_text"] for params in live(slack, "chat.appendStream")]
+    assert appended == ["Hello", " wor", "ld &amp; &lt;friends&gt;"]  # only the new text
+    assert message.visible == "Hello world & <friends>"
+
+    await reply.finish("Hello world & <friends>!", buttons=[YES, NO])
+    (stop,) = live(slack, "chat.stopStream")
+    assert stop["markdown_text"] == "!"
+    # The end rewrites the message: the final text, its buttons, the stop button gone.
+    assert message.state == "stopped"
+    assert message.visible == "Hello world & <friends>!"
+    assert message.buttons == [("Yes", YES.action), ("No", NO.action)]
+    assert slack.statuses[-1].status == ""  # the thread's status cleared
+
+
+async def test_a_stream_without_buttons_ends_with_its_stop_and_no_rewrite(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1", thread="0.9"), status=None)
+    assert slack.calls_of("chat.startStream") == []  # nothing to show yet
+    await reply.show("One", None)
+    await reply.show("One two", None)
+    await reply.finish("One two three")
+    (message,) = slack.live.values()
+    assert message.thread_ts == "0.9"
+    assert message.visible == "One two three"
+    assert slack.calls_of("chat.update") == []
+    assert slack.statuses == []
+
+
+async def test_the_status_goes_to_the_threads_status_while_streaming(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…")
+    await reply.show("Let me look", None)
+    await reply.show("Let me look", "Searching the web…")
+    await reply.show("Let me look. Found it", None)
+    await reply.finish("Let me look. Found it.")
+    assert [s.status for s in slack.statuses] == ["Thinking…", "", "Searching the web…", ""]
+    (message,) = slack.live.values()
+    assert message.visible == "Let me look. Found it."
+
+
+@pytest.mark.parametrize(
+    "code", ["unknown_method", "method_deprecated", "not_allowed_token_type", "invalid_arguments"]
+)
+async def test_a_workspace_without_streaming_gets_a_message_posted_and_edited_and_is_remembered(
+    bridge: SlackBridge, slack: SlackStandIn, code: str
+) -> None:
+    slack.streaming_error = code
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…", buttons=[STOP])
+    (message,) = slack.live.values()
+    assert message.thread_ts == "1.1"
+    assert message.context == ["Thinking…"] and message.buttons == [("Stop", STOP.action)]
+    await reply.show("Hel", None)
+    await reply.show("Hello", "Searching the web…")
+    assert message.visible == "Hello" and message.context == ["Searching the web…"]
+    await reply.finish("Hello there", buttons=[YES, NO])
+    assert message.visible == "Hello there"
+    assert message.context == []
+    assert message.buttons == [("Yes", YES.action), ("No", NO.action)]
+    assert len(slack.calls_of("chat.update")) == 3
+
+    # The next reply in the workspace does not ask for a stream again.
+    again = await bridge.open_reply(message_to("C1", "2.2"), status=None, buttons=[STOP])
+    await again.finish("Bye")
+    assert len(slack.calls_of("chat.startStream")) == 1
+    assert slack.thread_messages("C1", "2.2")[0].visible == "Bye"
+
+
+async def test_a_channel_that_cannot_stream_falls_back_for_that_reply_only(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    slack.streaming_error = "channel_type_not_supported"
+    first = await bridge.open_reply(message_to("C1", "1.1"), status=None, buttons=[STOP])
+    await first.finish("One")
+    slack.streaming_error = None
+    second = await bridge.open_reply(message_to("C1", "2.2"), status=None, buttons=[STOP])
+    await second.finish("Two")
+    assert len(slack.calls_of("chat.startStream")) == 2
+    assert slack.thread_messages("C1", "1.1")[0].visible == "One"
+    assert slack.thread_messages("C1", "2.2")[0].visible == "Two"
+
+
+async def test_a_plain_direct_message_is_answered_by_a_plain_message_edited_in_place(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("D1", "1.1"), status="Thinking…", buttons=[STOP])
+    await reply.show("Hi", None)
+    await reply.finish("Hi there")
+    assert slack.calls_of("chat.startStream") == []
+    assert slack.statuses == []
+    (message,) = slack.live.values()
+    assert message.thread_ts is None
+    assert (message.visible, message.buttons, message.context) == ("Hi there", [], [])
+
+
+async def test_a_stream_slack_ended_goes_on_by_edits_without_losing_text(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status=None, buttons=[STOP])
+    await reply.show("Part one,", None)
+    slack.expire_streams()
+    await reply.show("Part one, part two,", None)
+    await reply.show("Part one, part two, part three", None)
+    await reply.finish("Part one, part two, part three.")
+    (message,) = slack.live.values()
+    assert message.visible == "Part one, part two, part three."
+    assert message.buttons == []
+
+
+async def test_a_rate_limited_append_is_platform_unavailable_with_the_wait_and_loses_nothing(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status=None, buttons=[STOP])
+    await reply.show("alpha", None)
+    slack.fail_next(1, status=429, error="ratelimited", retry_after=2, method="chat.appendStream")
+    with pytest.raises(PlatformUnavailable) as raised:
+        await reply.show("alpha beta", None)
+    assert raised.value.retry_after_s == 2.0
+    await reply.show("alpha beta gamma", None)  # the pacer's next try, with more text
+    await reply.finish("alpha beta gamma")
+    (message,) = slack.live.values()
+    assert message.visible == "alpha beta gamma"
+    appended = [params["markdown_text"] for params in live(slack, "chat.appendStream")]
+    assert appended == ["alpha", " beta", " beta gamma"]  # the refused part sent again once
+
+
+async def test_a_failure_replaces_what_was_streamed_with_its_sentence(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…", buttons=[STOP])
+    await reply.show("Half an ans", None)
+    await reply.fail("The model could not be reached; try again.")
+    (message,) = slack.live.values()
+    assert message.visible == "The model could not be reached; try again."
+    assert message.buttons == []
+    assert slack.statuses[-1].status == ""
+
+
+async def test_a_failure_before_any_text_posts_the_sentence(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…")
+    await reply.fail("Nothing came.")
+    (message,) = slack.live.values()
+    assert message.visible == "Nothing came." and message.thread_ts == "1.1"
+
+
+async def test_a_refused_thread_status_is_tolerated_and_not_asked_again(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    slack.status_error = "missing_scope"
+    first = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…")
+    await first.finish("One")
+    second = await bridge.open_reply(message_to("C1", "2.2"), status="Thinking…")
+    await second.finish("Two")
+    assert len(slack.calls_of("assistant.threads.setStatus")) == 1
+    assert [m.visible for m in slack.live.values()] == ["One", "Two"]
+
+
+async def test_a_reply_at_the_limit_goes_in_sections_slack_takes_and_reads_whole(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    text = ("word & <tag> " * 400)[:LIVE_MAX_CHARS]
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status=None, buttons=[STOP])
+    await reply.show(text[:1000], None)
+    await reply.finish(text, buttons=[YES])
+    (message,) = slack.live.values()
+    sections = [block for block in message.blocks if block["type"] == "section"]
+    assert len(sections) >= 2
+    assert all(len(block["text"]["text"]) <= 3_000 for block in sections)
+    assert message.visible == text
+
+
+async def test_files_follow_a_live_answer_in_its_thread(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status=None)
+    await reply.finish(
+        "Here it is", files=[EgressFile(filename="a.txt", mime_type="text/plain", data=b"A")]
+    )
+    (upload,) = slack.uploads
+    assert (upload.channel_id, upload.thread_ts, upload.data) == ("C1", "1.1", b"A")
+
+
+# -- private messages and presses ------------------------------------------------------------
+
+
+async def test_a_private_message_is_ephemeral_to_the_author_in_the_thread(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    await bridge.send_private(message_to("C1", "1.1"), "Sign in: https://example.com/a?b=1&c=2")
+    (ephemeral,) = slack.ephemerals
+    assert (ephemeral.channel, ephemeral.user, ephemeral.thread_ts) == ("C1", "U1", "1.1")
+    assert ephemeral.text == "Sign in: https://example.com/a?b=1&amp;c=2"
+    assert slack.messages == []  # nothing into the channel
+
+
+async def pending_message(bridge: SlackBridge, slack: SlackStandIn, to: Received) -> str:
+    reply = await bridge.open_reply(to, status=None, buttons=[STOP])
+    await reply.finish("Delete report.pdf?", buttons=[YES, NO])
+    thread_ts = to.thread_id.partition(":C1:")[2] or to.message_id
+    (message,) = slack.thread_messages("C1", thread_ts)
+    return message.ts
+
+
+async def press(
+    bridge: SlackBridge, slack: SlackStandIn, payload: dict[str, Any], **signing: Any
+) -> WebhookOutcome:
+    body, headers = slack.signed_form(payload, **signing)
+    return await bridge.receive_interactions("POST", {}, headers, body)
+
+
+async def test_a_pressed_button_is_a_press_of_the_conversation_that_asked(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    payload = slack.block_actions(ts, "U2", YES.action, user_name="grace", trigger_id="T.1.trig")
+    outcome = await press(bridge, slack, payload)
+    assert outcome.verdict == "accepted", outcome.reason
+    assert outcome.messages == ()
+    (pressed,) = outcome.presses
+    assert isinstance(pressed, Pressed)
+    # A channel's top-level question is the conversation slack:C1, though answered in a thread.
+    assert pressed.thread_id == "slack:C1"
+    assert (pressed.message_id, pressed.action, pressed.delivery_id) == (ts, YES.action, "T.1.trig")
+    assert (pressed.author_id, pressed.author_name, pressed.is_dm) == ("U2", "grace", False)
+    assert pressed.respond == payload["response_url"]
+    assert pressed.sent_at is not None
+
+
+async def test_a_press_in_a_thread_is_of_that_threads_conversation(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.5", thread="1.0"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U1", NO.action))).presses
+    assert pressed.thread_id == "slack:C1:1.0"
+
+
+async def test_a_press_slack_did_not_sign_is_forged(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    payload = slack.block_actions(ts, "U1", YES.action)
+    body, headers = slack.signed_form(payload, secret="someone-elses")
+    assert (await bridge.receive_interactions("POST", {}, headers, body)).verdict == "forged"
+    assert (await bridge.receive("POST", {}, headers, body)).verdict == "forged"
+    stale = await press(bridge, slack, payload, timestamp=int(datetime.now(UTC).timestamp()) - 360)
+    assert stale.verdict == "forged"
+    assert stale.presses == ()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"payload=%7Bnot+json",
+        b"nothing=here",
+        b"payload=%7B%7D&payload=%7B%7D",
+        b"payload=" + json.dumps({"type": "block_actions"}).encode(),
+        b"payload="
+        + json.dumps(
+            {
+                "type": "block_actions",
+                "user": {"id": "U1"},
+                "channel": {"id": "C1"},
+                "container": {"message_ts": "1.2"},
+                "actions": [{"type": "button", "action_id": "x" * 65, "value": "x" * 65}],
+            }
+        ).encode(),
+        b"payload="
+        + json.dumps(
+            {
+                "type": "block_actions",
+                "user": {"id": "U1"},
+                "channel": {"id": "not a channel"},
+                "container": {"message_ts": "1.2"},
+                "actions": [{"type": "button", "action_id": "s:1", "value": "s:1"}],
+            }
+        ).encode(),
+    ],
+)
+async def test_a_signed_press_that_cannot_be_read_is_malformed(
+    bridge: SlackBridge, slack: SlackStandIn, body: bytes
+) -> None:
+    _, headers = slack.signed_form({})
+    signed, signed_headers = slack.signed(body)
+    signed_headers["content-type"] = headers["content-type"]
+    outcome = await bridge.receive_interactions("POST", {}, signed_headers, signed)
+    assert outcome.verdict == "malformed"
+    assert outcome.presses == ()
+
+
+async def test_interactions_other_than_buttons_are_ignored(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    outcome = await press(bridge, slack, {"type": "shortcut", "callback_id": "x"})
+    assert outcome.verdict == "ignored"
+
+
+async def test_a_press_is_answered_privately_through_its_response_url(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U2", YES.action))).presses
+    await bridge.answer_press(pressed, "This isn't yours to answer.")
+    (answer,) = slack.responses
+    assert answer.body == {
+        "text": "This isn't yours to answer.",
+        "response_type": "ephemeral",
+        "replace_original": False,
+    }
+    assert slack.live[ts].buttons == [("Yes", YES.action), ("No", NO.action)]  # untouched
+
+
+async def test_a_rate_limited_press_answer_is_platform_unavailable_with_the_wait(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U2", YES.action))).presses
+    slack.fail_next(1, status=429, error="rate_limited", retry_after=3, method="response_url")
+    with pytest.raises(PlatformUnavailable) as raised:
+        await bridge.answer_press(pressed, "Already answered or expired.")
+    assert raised.value.retry_after_s == 3.0
+
+
+async def test_a_response_url_off_slack_is_never_called(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U2", YES.action))).presses
+    elsewhere = msgspec.structs.replace(pressed, respond="https://evil.example/actions/1")
+    with pytest.raises(BridgeError, match=r"evil\.example"):
+        await bridge.answer_press(elsewhere, "no")
+    assert slack.responses == []
+
+
+async def test_a_settled_press_keeps_the_text_and_says_what_was_chosen_without_buttons(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U1", YES.action))).presses
+    await bridge.settle_press(pressed, "Yes, chosen by ada.")
+    message = slack.live[ts]
+    assert message.buttons == []
+    assert message.sections == "Delete report.pdf?"
+    assert message.context == ["Yes, chosen by ada."]
+
+
+async def test_a_press_settled_by_another_instance_says_what_was_chosen(
+    bridge: SlackBridge, slack: SlackStandIn, clock: ManualClock
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U1", YES.action))).presses
+    other = SlackBridge(slack.settings(), bot_name=BOT, clock=clock)
+    try:
+        await other.settle_press(pressed, "Yes, chosen by ada.")
+    finally:
+        await other.close()
+    message = slack.live[ts]
+    assert (message.buttons, message.visible) == ([], "Yes, chosen by ada.")
+
+
+async def test_the_stand_in_delivers_a_press_to_the_events_url_as_a_signed_form(
+    bridge: SlackBridge, slack: SlackStandIn, webhook: tuple[str, list[WebhookOutcome]]
+) -> None:
+    url, outcomes = webhook
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    delivered = await slack.press(url, slack.block_actions(ts, "U1", NO.action))
+    assert delivered.status == 200
+    (pressed,) = outcomes[-1].presses
+    assert (pressed.action, pressed.thread_id) == (NO.action, "slack:C1")
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected"),
+    [
+        (
+            True,
+            {
+                "assistant.threads.setStatus": 2,
+                "chat.startStream": 1,
+                "chat.appendStream": 13,
+                "chat.stopStream": 1,
+                "chat.update": 1,
+            },
+        ),
+        (False, {"chat.postMessage": 1, "chat.update": 14}),
+    ],
+)
+async def test_a_300_token_answer_at_20_tokens_a_second_takes_a_call_per_interval(
+    bridge: SlackBridge, slack: SlackStandIn, stream: bool, expected: dict[str, int]
+) -> None:
+    """The calls one answer costs, shown once per edit interval as the pacer does (the
+    figures docs/bridges.md gives)."""
+    if not stream:  # a workspace already known to have no streaming
+        slack.streaming_error = "unknown_method"
+        warm_up = await bridge.open_reply(message_to("C1", "0.1"), status=None, buttons=[STOP])
+        await warm_up.finish("x")
+        slack.calls.clear()
+    tokens = [f"w{i} " for i in range(300)]
+    interval = bridge.live_limits.edit_interval_s
+    reply = await bridge.open_reply(message_to("C1", "1.1"), status="Thinking…", buttons=[STOP])
+    moment = 0.0
+    while moment < 300 / 20:
+        await reply.show("".join(tokens[: int(moment * 20) + 1]), None)
+        moment += interval
+    await reply.finish("".join(tokens))
+    counted: dict[str, int] = {}
+    for call in slack.calls:
+        if call.method != "auth.test":  # once per bridge: who the bot is, and its workspace
+            counted[call.method] = counted.get(call.method, 0) + 1
+    assert counted == expected
+    assert slack.thread_messages("C1", "1.1")[0].visible == "".join(tokens)
+
+
+async def test_the_slack_bridge_takes_presses_at_an_interactions_url_of_their_own(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    assert isinstance(bridge, InteractionsBridge)
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    body, headers = slack.signed_form(slack.block_actions(ts, "U1", YES.action))
+    assert (await bridge.receive_interactions("GET", {}, headers, body)).verdict == "malformed"
+    # The events URL reads a press too (a form, where events are JSON): either URL works.
+    (pressed,) = (await bridge.receive("POST", {}, headers, body)).presses
+    assert pressed.action == YES.action
+
+
+async def test_what_a_press_starts_is_answered_in_the_thread_of_the_pressed_reply(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    ts = await pending_message(bridge, slack, message_to("C1", "1.1"))
+    (pressed,) = (await press(bridge, slack, slack.block_actions(ts, "U1", YES.action))).presses
+    # The pipeline answers a press as a message of its conversation, sent as the pressed one.
+    as_message = Received(
+        platform="slack",
+        thread_id=pressed.thread_id,
+        delivery_id=pressed.delivery_id,
+        message_id=pressed.message_id,
+        author_id="U1",
+        author_name=None,
+        text="k9m2-x7q4",
+        is_dm=False,
+    )
+    await bridge.send_reply(as_message, "Booked.")
+    assert [m.thread_ts for m in slack.messages] == ["1.1"]

@@ -10,16 +10,18 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from bridges.slack import LIVE_MAX_CHARS
+from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
-from tests.support.slack_standin import SlackStandIn
+from tests.support.slack_standin import LiveMessage, SlackStandIn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -52,7 +54,9 @@ def chat(
 ) -> RunningServer:
     config = tmp_path / "mercury.yaml"
     config.write_text(CONFIG, encoding="utf-8")
-    return make_server(MERCURY_CONFIG_FILE=str(config), **slack.env())
+    # The single message of before: these scenes read what chat.postMessage sent (live
+    # answers have their own scenes).
+    return make_server(MERCURY_CONFIG_FILE=str(config), BRIDGE_LIVE_ANSWERS="false", **slack.env())
 
 
 def hook(chat: RunningServer) -> str:
@@ -336,3 +340,254 @@ async def test_slacks_url_verification_is_answered_with_the_challenge(
     answered = await slack.deliver(hook(chat), slack.url_verification("c0ffee"))
     assert (answered.status, answered.body) == (200, b"c0ffee")
     assert answered.content_type.startswith("text/plain")
+
+
+# -- live answers and buttons (#37) ---------------------------------------------------------
+
+
+class Desk:
+    """A plugin with a confirm-required tool of two choices and one that needs a sign-in."""
+
+    def __init__(self) -> None:
+        self.booked: list[str] = []
+
+    def plugin(self) -> Plugin:
+        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+            return [("Small room", "small"), ("Big room", "big")]
+
+        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+            self.booked.append(str(arguments.get("size")))
+            return f"booked the {arguments.get('size')} room"
+
+        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1&x=<y>")
+
+        return Plugin(
+            name="desk",
+            api_version=4,
+            tools=(
+                Tool(
+                    name="book",
+                    description="Book a room.",
+                    parameters={"type": "object", "properties": {"size": {"type": "string"}}},
+                    run=book,
+                    confirm=True,
+                    summary=lambda context, arguments: "Book a room for Friday",
+                    choices=rooms,
+                    choice_argument="size",
+                ),
+                Tool(
+                    name="calendar",
+                    description="Read the calendar.",
+                    parameters={"type": "object", "properties": {}},
+                    run=calendar,
+                ),
+            ),
+        )
+
+
+@pytest.fixture
+def desk() -> Desk:
+    return Desk()
+
+
+@pytest.fixture
+def live_chat(
+    make_server: Callable[..., RunningServer], slack: SlackStandIn, desk: Desk, tmp_path: Path
+) -> RunningServer:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=str(config), **slack.env())
+
+
+def interactions(chat: RunningServer) -> str:
+    return chat.url + "/webhooks/slack/interactions"
+
+
+async def answered(
+    slack: SlackStandIn, thread_ts: str, text: str, *, count: int = 1
+) -> list[LiveMessage]:
+    """The bot's messages in ``thread_ts`` once they read ``text`` together, their buttons
+    settled (the stop button gone)."""
+
+    def done() -> bool:
+        messages = slack.thread_messages("C1", thread_ts)
+        return (
+            len(messages) >= count
+            and "".join(m.visible for m in messages) == text
+            and all(m.state != "streaming" for m in messages)
+            and all(not b[1].startswith("s:") for m in messages for b in m.buttons)
+        )
+
+    await slack.wait_until(done, timeout=40, what=f"the answer {text[:40]!r}…")
+    return slack.thread_messages("C1", thread_ts)
+
+
+async def test_a_live_answer_streams_into_the_thread_and_ends_equal_to_final(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    words = [f"word{n} " for n in range(80)]
+    ollama.enqueue(ChatScript(content=words, delay_s=0.05))
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "talk"), ts="1.1"))
+    [message] = await answered(slack, "1.1", "".join(words))
+    assert message.state == "stopped"
+    appends = slack.calls_of("chat.appendStream")
+    assert len(appends) >= 2  # in several updates, not at once
+    assert "".join(a.params["markdown_text"] for a in appends) in "".join(words)
+    [start] = slack.calls_of("chat.startStream")
+    assert (start.params["recipient_user_id"], start.params["thread_ts"]) == ("U1", "1.1")
+    assert slack.statuses[0].status == "Thinking…"
+    assert slack.messages == []  # no single message besides
+
+
+async def test_a_long_live_answer_splits_at_slacks_limit_with_nothing_lost_or_repeated(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    sentence = "The quick brown fox jumps over the lazy dog & its <friends>. "
+    text = "".join(f"{sentence * 3}\n\n" if n % 5 == 0 else sentence for n in range(140)).strip()
+    assert len(text) > 2 * LIVE_MAX_CHARS
+    ollama.enqueue(ChatScript.words(text, coalesce=40))
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "a long one"), ts="2.1"))
+    messages = await answered(slack, "2.1", text, count=3)
+    assert all(0 < len(m.visible) <= LIVE_MAX_CHARS for m in messages)
+
+
+async def test_a_429_mid_answer_delays_it_but_loses_nothing(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    words = [f"w{n} " for n in range(40)]
+    ollama.enqueue(ChatScript(content=words, delay_s=0.04))
+    slack.fail_next(1, status=429, error="ratelimited", retry_after=1, method="chat.appendStream")
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "go"), ts="3.1"))
+    await answered(slack, "3.1", "".join(words))
+    assert len(slack.calls_of("chat.appendStream")) >= 2
+
+
+async def test_a_workspace_without_streaming_gets_the_answer_posted_and_edited(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    slack.streaming_error = "unknown_method"
+    words = [f"w{n} " for n in range(30)]
+    ollama.enqueue(ChatScript(content=words, delay_s=0.05))
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "go"), ts="4.1"))
+    [message] = await answered(slack, "4.1", "".join(words))
+    assert message.changes >= 2 and len(slack.messages) == 1
+
+
+async def test_a_confirmation_is_two_buttons_only_its_owner_confirms_once(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "book", "arguments": {}}]),
+        ChatScript.words("Which room would you like?"),
+    )
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "book a room"), ts="5.1"))
+    [asked] = await answered(slack, "5.1", "Which room would you like?")
+    assert [label for label, _ in asked.buttons] == ["Small room", "Big room"]
+    (_, small), (_, big) = asked.buttons
+
+    # Another member's press runs nothing: they alone are told, through the response URL.
+    refused = await slack.press(interactions(live_chat), slack.block_actions(asked.ts, "U2", big))
+    assert refused.status == 200
+    await slack.wait_until(lambda: slack.responses, timeout=20, what="the refusal")
+    [refusal] = slack.responses
+    assert refusal.body == {
+        "text": "This isn't yours to answer.",
+        "response_type": "ephemeral",
+        "replace_original": False,
+    }
+    assert desk.booked == [] and len(asked.buttons) == 2
+
+    # The owner's press confirms, once; Slack's retry of it runs nothing.
+    mine = slack.block_actions(asked.ts, "U1", small)
+    # (a press on the message as another screen still shows it, buttons and all)
+    again = slack.block_actions(asked.ts, "U1", big)
+    assert json.loads((await slack.press(interactions(live_chat), mine)).body)["taken"] == 1
+    assert json.loads((await slack.press(interactions(live_chat), mine)).body)["taken"] == 0
+    await answered(slack, "5.1", "Which room would you like?Confirmed and done.", count=2)
+    assert desk.booked == ["small"]
+    assert asked.buttons == [] and asked.context == ["Chosen: Small room"]
+    assert asked.sections == "Which room would you like?"  # its text kept
+
+    # A second press (a new one) changes nothing and is answered privately.
+    await slack.press(interactions(live_chat), again)
+    await slack.wait_until(lambda: len(slack.responses) == 2, timeout=20, what="the answer")
+    assert slack.responses[-1].body["text"] == "Already answered or expired."
+    await settle()
+    assert desk.booked == ["small"] and len(slack.thread_messages("C1", "5.1")) == 2
+    assert len(ollama.requests) == 2  # the confirmation never asked the model
+
+
+async def test_a_press_slack_did_not_sign_runs_nothing(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "book", "arguments": {}}]),
+        ChatScript.words("Which room?"),
+    )
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "book"), ts="6.1"))
+    [asked] = await answered(slack, "6.1", "Which room?")
+    body, headers = slack.signed_form(
+        slack.block_actions(asked.ts, "U1", asked.buttons[0][1]), secret="someone-elses"
+    )
+    async with httpx.AsyncClient() as client:
+        forged = await client.post(interactions(live_chat), content=body, headers=headers)
+    assert forged.status_code == 401 and forged.json()["ok"] is False
+    await settle()
+    assert desk.booked == [] and slack.responses == [] and len(asked.buttons) == 2
+
+
+async def test_a_sign_in_link_goes_to_its_person_alone_as_an_ephemeral_message(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Please sign in first, then ask again."),
+    )
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "my calendar?"), ts="7.1"))
+    await answered(slack, "7.1", "Please sign in first, then ask again.")
+    [private] = slack.ephemerals
+    assert (private.channel, private.user, private.thread_ts) == ("C1", "U1", "7.1")
+    assert private.text == (
+        "Sign in to Calendar: https://calendar.example/login?state=s1&amp;x=&lt;y&gt;"
+    )
+    assert all("calendar.example" not in m.text for m in slack.live.values())
+
+
+async def test_the_stop_button_cancels_the_turn_and_the_model_request_for_its_author_only(
+    live_chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "an essay"), ts="8.1"))
+    await slack.wait_until(
+        lambda: any(m.visible == "Very " for m in slack.thread_messages("C1", "8.1")),
+        timeout=30,
+        what="the first words",
+    )
+    [message] = slack.thread_messages("C1", "8.1")
+    [(label, stop)] = message.buttons
+    assert label == "Stop" and stop.startswith("s:")
+
+    await slack.press(interactions(live_chat), slack.block_actions(message.ts, "U2", stop))
+    await slack.wait_until(lambda: slack.responses, timeout=20, what="the refusal")
+    assert slack.responses[-1].body["text"] == (
+        "Only the person who asked, or an admin of this space, can stop this turn."
+    )
+    assert ollama.open_streams == 1
+
+    await slack.press(interactions(live_chat), slack.block_actions(message.ts, "U1", stop))
+    await answered(slack, "8.1", "Stopped.")
+    assert slack.responses[-1].body["text"] == "Stopped."
+    await asyncio.to_thread(ollama.wait_for_closed, 1, timeout=20)
+
+
+async def test_with_live_answers_off_the_answer_is_the_single_message_of_before(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=[f"w{n} " for n in range(10)], delay_s=0.02))
+    await say(slack, chat, slack.message("C1", "U1", mention(slack, "hi"), ts="9.1"))
+    await replies(slack, 1)
+    [posted] = slack.messages
+    assert posted.text.strip() == "".join(f"w{n} " for n in range(10)).strip()
+    assert slack.calls_of("chat.startStream") == slack.calls_of("chat.update") == []
+    assert slack.live[posted.ts].blocks == []  # plain text, as before

@@ -55,6 +55,8 @@ def cluster(
         "MERCURY_STATE_URL": postgres_server.create_database(),
         "MERCURY_CONFIG_FILE": str(config),
         "WIKI_VAULT_PATH": str(vault),
+        # These scenes read the single message of before (chat.postMessage's text).
+        "BRIDGE_LIVE_ANSWERS": "false",
         **slack.env(),
     }
     with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running:
