@@ -249,7 +249,7 @@ class TelegramBridge:
         except Exception:  # any shape the SDK can't read is a malformed update, never a crash
             return WebhookOutcome(verdict="malformed", reason="the update could not be read")
         if update.callback_query is not None:
-            return self._press(update.callback_query)
+            return self._press(update.callback_query, data["callback_query"])
         if isinstance(data.get("stopped_message_generation"), dict):
             return self._draft_stopped(update.update_id, data["stopped_message_generation"])
         message = update.message
@@ -278,10 +278,10 @@ class TelegramBridge:
             return WebhookOutcome(verdict="ignored", reason="a message with nothing to read")
         return WebhookOutcome(verdict="accepted", messages=(received,))
 
-    def _press(self, query: CallbackQuery) -> WebhookOutcome:
+    def _press(self, query: CallbackQuery, raw: Mapping[str, Any]) -> WebhookOutcome:
         """A button of ours pressed: a :class:`Pressed`, or why it isn't one."""
-        action = query.data
-        if not action or len(action.encode()) > ACTION_MAX_BYTES:
+        action = raw.get("data")  # as sent: the SDK takes any JSON value for it
+        if not isinstance(action, str) or not action or len(action.encode()) > ACTION_MAX_BYTES:
             return WebhookOutcome(
                 verdict="malformed", reason="a button press without a readable callback_data"
             )
@@ -291,8 +291,9 @@ class TelegramBridge:
         if message is None:
             # Our messages are never inline-mode ones: such a press isn't on one of ours.
             return WebhookOutcome(verdict="ignored", reason="a press on an inline-mode message")
-        if not isinstance(message, Message):
-            # An inaccessible message (older than Telegram keeps) tells no topic to act in.
+        if not isinstance(message, Message) or not message.is_accessible:
+            # An inaccessible message (deleted, or older than Telegram keeps) tells no topic
+            # to act in.
             return WebhookOutcome(verdict="ignored", reason="a press on a message too old to read")
         chat_id = message.chat.id
         thread_id = f"{_PLATFORM}:{chat_id}"
