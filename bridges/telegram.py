@@ -34,13 +34,14 @@ Exceptions (the port's)::
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import logging
 import mimetypes
 import os
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Generic, TypeVar
@@ -675,6 +676,8 @@ class _LiveReply:
         self.draft_id = secrets.randbelow(2**31 - 1) + 1
         self._message_id: int | None = None
         self._shown: str | None = None
+        #: How many steps of ``finish`` are done (a retried finish goes on from there).
+        self._done = 0
 
     @property
     def _bot(self) -> Bot:
@@ -708,30 +711,45 @@ class _LiveReply:
     async def finish(
         self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
     ) -> None:
+        """The text (in more messages past 4,096 units, the buttons under the last), then the
+        files. Tried again after a 429 with the same arguments, it goes on where it stopped:
+        nothing is sent twice."""
         parts = split_text(text)
         markup = _keyboard(buttons)
+        steps: list[Callable[[], Awaitable[None]]] = []
         for index, part in enumerate(parts):
-            last = index == len(parts) - 1
-            keys = markup if last else None
-            if index == 0 and self._message_id is not None:
-                await self._bridge._edit(self._chat_id, self._message_id, part, keys)
-                message_id = self._message_id
-            else:
-                message_id = await self._post(part, keys)
-            if last and keys is not None:
-                self._bridge._texts.keep((self._chat_id, message_id), part)
+            keys = markup if index == len(parts) - 1 else None
+            steps.append(functools.partial(self._leave, index, part, keys))
         if not parts and self._message_id is not None:
-            # Files alone: the status shown so far goes.
+            steps.append(self._remove)  # files alone: the status shown so far goes
+        steps.extend(functools.partial(self._send_file, file) for file in files)
+        for step in steps[self._done :]:
+            await step()
+            self._done += 1
+
+    async def _leave(self, index: int, part: str, markup: InlineKeyboardMarkup | None) -> None:
+        """Part ``index`` of the final text, in the message shown so far for the first."""
+        if index == 0 and self._message_id is not None:
+            await self._bridge._edit(self._chat_id, self._message_id, part, markup)
+            message_id = self._message_id
+        else:
+            message_id = await self._post(part, markup)
+        if markup is not None:
+            self._bridge._texts.keep((self._chat_id, message_id), part)
+
+    async def _remove(self) -> None:
+        if self._message_id is not None:
             await self._bridge._call(
                 "deleteMessage", self._bot.delete_message(self._chat_id, self._message_id)
             )
-        for file in files:
-            document = InputFile(file.data, filename=file.filename)
-            document.mimetype = file.mime_type
-            await self._bridge._call(
-                "sendDocument",
-                self._bot.send_document(self._chat_id, document, message_thread_id=self._topic),
-            )
+
+    async def _send_file(self, file: EgressFile) -> None:
+        document = InputFile(file.data, filename=file.filename)
+        document.mimetype = file.mime_type
+        await self._bridge._call(
+            "sendDocument",
+            self._bot.send_document(self._chat_id, document, message_thread_id=self._topic),
+        )
 
     async def fail(self, text: str) -> None:
         for index, part in enumerate(split_text(text) or [text]):

@@ -1388,3 +1388,24 @@ async def test_a_drafts_stop_button_is_a_press_of_its_stop_action_by_its_person(
     assert (press.action, press.author_id, press.is_dm) == (STOP.action, str(dm.id), True)
     assert press.thread_id == message.thread_id
     assert unknown.verdict == "ignored"
+
+
+async def test_a_finish_tried_again_after_a_429_sends_nothing_twice(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # The pacer tries the same finish again when Telegram says "later": what went out
+    # before the 429 must not go out again.
+    message = await dm_message(bridge, telegram)
+    dm = telegram._chats[int(message.author_id)]
+    reply = await bridge.open_reply(message, status=None)
+    text = "word " * 1500 + "end"
+    report = EgressFile(filename="report.txt", mime_type="text/plain", data=b"x")
+    telegram.fail_next(1, status=429, retry_after=1, method="sendDocument")
+
+    with pytest.raises(PlatformUnavailable):
+        await reply.finish(text, files=[report])
+    await reply.finish(text, files=[report])
+
+    kept = bot_messages(telegram, dm)
+    assert "".join(m.get("text", "") for m in kept) == text
+    assert [m["document"]["file_name"] for m in kept if "document" in m] == ["report.txt"]
