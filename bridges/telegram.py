@@ -34,12 +34,14 @@ Exceptions (the port's)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hmac
 import logging
 import mimetypes
 import os
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,6 +104,14 @@ SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a heade
 #: about one message (or edit) a second per chat; eight choices still read as a list.
 LIVE_LIMITS: Final = LiveLimits(max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8)
 
+#: A draft vanishes about 30 s after its last update: one unchanged for this long is sent
+#: again, so "Thinking…" or a tool's status stays while nothing else changes.
+DRAFT_REFRESH_S: Final = 20.0
+#: "typing…" shows for about 5 s: sent again this often until a group's message is posted.
+TYPING_REFRESH_S: Final = 4.5
+#: How long a reply's status is kept alive at most (a reply never finished stops there).
+_KEEPALIVE_MAX_S: Final = 15 * 60.0
+
 _PLATFORM: Final = "telegram"
 #: How many pressable messages' texts a bridge keeps, to say under them what was chosen.
 _KEPT_TEXTS: Final = 512
@@ -161,7 +171,13 @@ class TelegramBridge:
     """The Telegram bot, as the pipeline sees it: a :class:`bridges.port.WebhookBridge`."""
 
     def __init__(
-        self, settings: TelegramSettings, *, bot_name: str, timeout_s: float = 10.0
+        self,
+        settings: TelegramSettings,
+        *,
+        bot_name: str,
+        timeout_s: float = 10.0,
+        draft_refresh_s: float = DRAFT_REFRESH_S,
+        typing_refresh_s: float = TYPING_REFRESH_S,
     ) -> None:
         if not settings.bot_token or not settings.webhook_secret:
             raise ConfigurationError(
@@ -204,6 +220,8 @@ class TelegramBridge:
         # The texts of messages with buttons, to write what was chosen under them, and the
         # stop action of each draft with a stop button; bounded, forgotten on restart (a
         # press then settles with what was chosen alone; a draft's stop is then ignored).
+        self._refresh_s = {True: draft_refresh_s, False: typing_refresh_s}
+        self._keepalives: set[asyncio.Task[None]] = set()
         self._texts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_TEXTS)
         self._drafts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_DRAFTS)
 
@@ -520,10 +538,11 @@ class TelegramBridge:
                 self._drafts.keep((chat_id, reply.draft_id), buttons[0].action)
             await reply.show("", status)
         else:
-            await self._call(
-                "sendChatAction",
-                self._bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic),
-            )
+            await reply.type()
+        task = asyncio.get_running_loop().create_task(reply.keep_alive(self._refresh_s[to.is_dm]))
+        self._keepalives.add(task)
+        task.add_done_callback(self._keepalives.discard)
+        reply.keeping = task
         return reply
 
     async def send_private(self, to: Received, text: str) -> None:
@@ -596,6 +615,9 @@ class TelegramBridge:
 
     async def close(self) -> None:
         """Shut the Bot API clients and the download client."""
+        for task in list(self._keepalives):
+            task.cancel()
+        await asyncio.gather(*self._keepalives, return_exceptions=True)
         try:
             await self._bot.shutdown()
             for request in self._requests:
@@ -678,28 +700,78 @@ class _LiveReply:
         self._shown: str | None = None
         #: How many steps of ``finish`` are done (a retried finish goes on from there).
         self._done = 0
+        #: The task keeping the status alive (see :meth:`keep_alive`); set by the bridge.
+        self.keeping: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._last_call = time.monotonic()
 
     @property
     def _bot(self) -> Bot:
         return self._bridge._bot
 
+    async def type(self) -> None:
+        """``typing…`` in the reply's chat and topic."""
+        await self._bridge._call(
+            "sendChatAction",
+            self._bot.send_chat_action(
+                self._chat_id, ChatAction.TYPING, message_thread_id=self._topic
+            ),
+        )
+        self._last_call = time.monotonic()
+
+    async def keep_alive(self, every_s: float) -> None:
+        """Until the reply ends: a draft unchanged for ``every_s`` is sent again; in a group,
+        ``typing…`` again every ``every_s`` until the message is posted. Best effort: a
+        refused refresh is only logged."""
+        until = time.monotonic() + _KEEPALIVE_MAX_S
+        while time.monotonic() < until:
+            await asyncio.sleep(max(self._last_call + every_s - time.monotonic(), 0.05))
+            if time.monotonic() - self._last_call < every_s:
+                continue
+            if not self._to.is_dm and self._message_id is not None:
+                return
+            try:
+                async with self._lock:
+                    if self._to.is_dm:
+                        await self._draft(self._shown or "")
+                    else:
+                        await self.type()
+            except BridgeError as exc:
+                log.info("A Telegram status was not kept alive: %s", exc)
+                self._last_call = time.monotonic()
+
+    async def _settled(self) -> None:
+        """The keep-alive stopped, and any refresh it had under way done with."""
+        if self.keeping is not None:
+            self.keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.keeping
+
+    async def _draft(self, shown: str) -> None:
+        # An empty draft is Telegram's own "Thinking…" placeholder.
+        extra = {"can_stop": True} if self._can_stop else None
+        await self._bridge._call(
+            "sendMessageDraft",
+            self._bot.send_message_draft(
+                self._chat_id,
+                self.draft_id,
+                shown,
+                message_thread_id=self._topic,
+                api_kwargs=extra,
+            ),
+        )
+        self._last_call = time.monotonic()
+
     async def show(self, text: str, status: str | None) -> None:
+        async with self._lock:
+            await self._show(text, status)
+
+    async def _show(self, text: str, status: str | None) -> None:
         shown = _preview(text, status)
         if shown == self._shown:
             return
         if self._to.is_dm:
-            # An empty draft is Telegram's own "Thinking…" placeholder.
-            extra = {"can_stop": True} if self._can_stop else None
-            await self._bridge._call(
-                "sendMessageDraft",
-                self._bot.send_message_draft(
-                    self._chat_id,
-                    self.draft_id,
-                    shown,
-                    message_thread_id=self._topic,
-                    api_kwargs=extra,
-                ),
-            )
+            await self._draft(shown)
         elif not shown:
             return  # nothing to post yet (the chat shows typing), or to edit a message into
         elif self._message_id is None:
@@ -714,6 +786,7 @@ class _LiveReply:
         """The text (in more messages past 4,096 units, the buttons under the last), then the
         files. Tried again after a 429 with the same arguments, it goes on where it stopped:
         nothing is sent twice."""
+        await self._settled()
         parts = split_text(text)
         markup = _keyboard(buttons)
         steps: list[Callable[[], Awaitable[None]]] = []
@@ -752,6 +825,7 @@ class _LiveReply:
         )
 
     async def fail(self, text: str) -> None:
+        await self._settled()
         for index, part in enumerate(split_text(text) or [text]):
             if index == 0 and self._message_id is not None:
                 await self._bridge._edit(self._chat_id, self._message_id, part, None)

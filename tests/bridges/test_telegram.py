@@ -1409,3 +1409,42 @@ async def test_a_finish_tried_again_after_a_429_sends_nothing_twice(
     kept = bot_messages(telegram, dm)
     assert "".join(m.get("text", "") for m in kept) == text
     assert [m["document"]["file_name"] for m in kept if "document" in m] == ["report.txt"]
+
+
+async def test_a_drafts_status_is_sent_again_before_telegram_lets_it_go_and_stops_at_the_end(
+    telegram: TelegramStandIn,
+) -> None:
+    quick = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, draft_refresh_s=0.3)
+    try:
+        message = await dm_message(quick, telegram)
+        reply = await quick.open_reply(message, status="Searching the web…")
+        await anyio.sleep(1.0)
+        refreshed = len(telegram.drafts)
+        await reply.finish("Found it.")
+        await anyio.sleep(0.8)
+    finally:
+        await quick.close()
+
+    assert refreshed >= 3
+    assert {d["text"] for d in telegram.drafts} == {"Searching the web…"}
+    assert len(telegram.drafts) == refreshed
+    assert telegram.calls[-1].method == "sendMessage"
+
+
+async def test_a_group_shows_typing_until_its_message_is_posted(
+    telegram: TelegramStandIn,
+) -> None:
+    quick = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, typing_refresh_s=0.3)
+    try:
+        message, _, _ = await group_message(quick, telegram)
+        reply = await quick.open_reply(message, status="Thinking…")
+        await anyio.sleep(1.0)
+        typed = len(telegram.calls_to("sendChatAction"))
+        await reply.show("The first words", None)
+        await anyio.sleep(0.8)
+        after = len(telegram.calls_to("sendChatAction"))
+        await reply.finish("The first words and the rest.")
+    finally:
+        await quick.close()
+
+    assert typed >= 3 and after == typed
