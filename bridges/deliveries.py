@@ -4,6 +4,8 @@ Slack re-sends an event it had no answer for in 3 s (``X-Slack-Retry-Num``), Tel
 re-delivers an update until it gets a 200, Meta re-sends a webhook it could not deliver. Each
 carries the id it was first sent under. A delivery goes through two marks:
 
+A button press (#37) is a delivery like a message, kept under ``press:<its id>``.
+
 **taken**: the first instance to record the id holds it, under a **lease** (its holder and
 until when), with the message as its bridge parsed it. One conditional insert decides, so two
 instances racing on the same delivery can't both win. The holder renews the leases of every
@@ -36,7 +38,7 @@ from typing import Final
 
 import msgspec
 
-from bridges.port import Received
+from bridges.port import Pressed, Received
 from core.clock import Clock, system_clock
 from core.codes import to_micros
 from core.state import Database, Migration, Schema
@@ -91,6 +93,22 @@ _TAKE_OVER: Final = (
     "WHERE platform = ? AND delivery_id = ? AND handled_us IS NULL "
     "AND lease_until_us < ? AND attempts < ?"
 )
+
+
+def _key(item: Received | Pressed) -> str:
+    """The id a delivery is kept under: a press's apart from the platform's message ids."""
+    if isinstance(item, Pressed):
+        return f"press:{item.delivery_id}"[:_ID_CHARS]
+    return item.delivery_id[:_ID_CHARS]
+
+
+def _decoded(text: str) -> Received | Pressed:
+    try:
+        return msgspec.json.decode(text, type=Received)
+    except msgspec.DecodeError:
+        return msgspec.json.decode(text, type=Pressed)
+
+
 _STALE: Final = (
     "SELECT platform, delivery_id FROM bridge_deliveries "
     "WHERE handled_us IS NULL AND lease_until_us < ? AND attempts < ?"
@@ -122,7 +140,7 @@ class Deliveries:
         now = to_micros(self._clock())
         return now, now + int(self.lease_s * 1_000_000)
 
-    async def take(self, message: Received) -> bool:
+    async def take(self, message: Received | Pressed) -> bool:
         """Hold ``message``'s delivery; True when this instance is to run it.
 
         True for its first sight, on any instance, and for a retry of a delivery taken but
@@ -130,7 +148,7 @@ class Deliveries:
         is running.
         """
         now, until = self._now_and_until()
-        delivery_id = message.delivery_id[:_ID_CHARS]
+        delivery_id = _key(message)
         inserted = await self._db.execute(
             "INSERT INTO bridge_deliveries "
             "(platform, delivery_id, received_us, holder, lease_until_us, attempts, message) "
@@ -154,7 +172,7 @@ class Deliveries:
             log.info("%s delivery %s taken over: its lease lapsed", message.platform, delivery_id)
         return taken == 1
 
-    async def handled(self, message: Received) -> None:
+    async def handled(self, message: Received | Pressed) -> None:
         """Mark ``message``'s delivery handled: a retry of it is a duplicate from now on."""
         await self._db.execute(
             "UPDATE bridge_deliveries SET handled_us = ?, holder = '', message = NULL "
@@ -162,16 +180,16 @@ class Deliveries:
             (
                 to_micros(self._clock()),
                 message.platform,
-                message.delivery_id[:_ID_CHARS],
+                _key(message),
             ),
         )
 
-    async def release(self, message: Received) -> None:
+    async def release(self, message: Received | Pressed) -> None:
         """Let go of a delivery whose handling failed: it may be taken again at once."""
         await self._db.execute(
             "UPDATE bridge_deliveries SET holder = '', lease_until_us = 0 "
             "WHERE platform = ? AND delivery_id = ? AND holder = ? AND handled_us IS NULL",
-            (message.platform, message.delivery_id[:_ID_CHARS], self.holder),
+            (message.platform, _key(message), self.holder),
         )
 
     async def renew(self) -> int:
@@ -183,7 +201,7 @@ class Deliveries:
             (until, self.holder),
         )
 
-    async def stale(self, platforms: Collection[str], limit: int = 100) -> list[Received]:
+    async def stale(self, platforms: Collection[str], limit: int = 100) -> list[Received | Pressed]:
         """Take over up to ``limit`` deliveries of ``platforms`` taken and never handled
         whose lease lapsed (their instance died), oldest first: the messages to run again."""
         if not platforms or limit <= 0:
@@ -193,7 +211,7 @@ class Deliveries:
         # Only placeholders are joined in: the platforms go as parameters.
         sql = f"{_STALE} AND platform IN ({marks}) ORDER BY received_us LIMIT ?"
         rows = await self._db.fetch_all(sql, (now, MAX_ATTEMPTS, *platforms, limit))
-        found: list[Received] = []
+        found: list[Received | Pressed] = []
         for row in rows:
             platform, delivery_id = row["platform"], row["delivery_id"]
             taken = await self._db.fetch_one(
@@ -203,7 +221,7 @@ class Deliveries:
             if taken is None:
                 continue  # another instance took it first
             try:
-                found.append(msgspec.json.decode(taken["message"] or "", type=Received))
+                found.append(_decoded(taken["message"] or ""))
             except msgspec.DecodeError:
                 log.warning("%s delivery %s can't be run again: unreadable", platform, delivery_id)
                 await self._db.execute(

@@ -32,12 +32,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from bridges.port import BridgeError, EgressFile, IngressMessage, PlatformBridge, Received
+from bridges.live import (
+    ConfirmPress,
+    LiveAnswer,
+    StopPress,
+    owner_mark,
+    parse_action,
+    timeout_text,
+    turn_mark,
+    typed_confirmation,
+)
+from bridges.port import (
+    BridgeError,
+    EgressFile,
+    IngressMessage,
+    LiveBridge,
+    PlatformBridge,
+    Pressed,
+    Received,
+)
 from core import events
 from core.file_types import describe_size
 from core.files import (
@@ -104,6 +121,9 @@ class _Started:
     key: str
     area: str
     translator: Translator
+    #: The space and the person whose turn it is (a confirmation's owner).
+    space_id: str = ""
+    owner_key: str = ""
     #: Sentences for the person about files of the message that were refused.
     notes: tuple[str, ...] = ()
 
@@ -208,12 +228,22 @@ class Pipeline:
                 message.platform,
                 message.delivery_id,
             )
-            self._spawn(bridges[message.platform], message)
+            bridge = bridges[message.platform]
+            if isinstance(message, Pressed):
+                task = asyncio.get_running_loop().create_task(self.handle_press(bridge, message))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            else:
+                self._spawn(bridge, message)
         return len(messages)
 
-    async def deliver(self, bridge: PlatformBridge, message: Received) -> None:
-        """For a gateway bridge: what :meth:`submit` does, without an answer to give."""
-        await self.submit(bridge, message)
+    async def deliver(self, bridge: PlatformBridge, message: Received | Pressed) -> None:
+        """For a gateway bridge: what :meth:`submit` (or :meth:`submit_press`) does,
+        without an answer to give."""
+        if isinstance(message, Pressed):
+            await self.submit_press(bridge, message)
+        else:
+            await self.submit(bridge, message)
 
     async def settled(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the messages being handled: a shutdown's last step."""
@@ -299,11 +329,7 @@ class Pipeline:
             running = self._running.get(key)
             if running is None:
                 text = translator.gettext("Nothing is running here.")
-            elif (
-                running.author == person.key
-                or await stores.spaces.role(space.id, person.key, (caller_id, principal.user_key))
-                == "admin"
-            ):
+            elif await self._may_stop(running, space.id, person, principal):
                 running.turn.cancel()
                 text = translator.gettext("Stopped.")
             else:
@@ -337,6 +363,148 @@ class Pipeline:
         )
         started = await self._start(ingress, principal, person, language, zone, translator)
         return replace(started, notes=notes)
+
+    async def _may_stop(
+        self, running: _Running, space_id: str, person: Person, principal: Principal
+    ) -> bool:
+        """Whether ``person`` may stop ``running``: the one who asked, or a space admin
+        (the ``stop`` command and the stop button alike)."""
+        if running.author == person.key:
+            return True
+        caller_id = f"{principal.provider}:{principal.id}"
+        ids = (caller_id, principal.user_key)
+        return await self._stores.spaces.role(space_id, person.key, ids) == "admin"
+
+    # ---------------------------------------------------------------- button presses
+
+    async def submit_press(self, bridge: PlatformBridge, press: Pressed) -> bool:
+        """Take ``press`` (on one instance, like a message) and handle it in the background;
+        False for a press taken already (a platform's retry)."""
+        if not await self._stores.deliveries.take(press):
+            log.info("%s press %s taken already", press.platform, press.delivery_id)
+            return False
+        task = asyncio.get_running_loop().create_task(self.handle_press(bridge, press))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def handle_press(self, bridge: PlatformBridge, press: Pressed) -> None:
+        """Do what a pressed button asks: a confirmation's choice or a stop. Failures are
+        logged, never raised."""
+        deliveries = self._stores.deliveries
+        try:
+            if isinstance(bridge, LiveBridge):
+                await self._press(bridge, press)
+            await deliveries.handled(press)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("handling a %s press failed", press.platform)
+            with contextlib.suppress(Exception):
+                await deliveries.release(press)
+
+    async def _press(self, bridge: LiveBridge, press: Pressed) -> None:
+        thread = bridge.parse_thread(press.thread_id)
+        space = parse_space_id(thread.space_id)  # the bridge's own: never the press's word
+        principal = Principal(
+            id=press.author_id, provider=press.platform, display_name=press.author_name
+        )
+        identification = await self._people.identify(principal)
+        person = identification.person if isinstance(identification, Admitted) else None
+        language = self._settings.defaults.language
+        zone = self._settings.defaults.time_zone
+        if person is not None:
+            language, zone = await self._language_and_zone(person)
+        translator = self._catalogs.translator(language)
+        asked = parse_action(press.action)
+        if person is None or asked is None:
+            key = None
+        else:
+            key = self._manager.session_key(person, thread.conversation_external_id, space.id)
+        if isinstance(asked, StopPress) and person is not None and key is not None:
+            await self._press_stop(bridge, press, asked, space.id, person, principal, translator)
+            return
+        if not isinstance(asked, ConfirmPress) or key is None or person is None:
+            await self._answer_press(
+                bridge, press, translator.gettext("Already answered or expired.")
+            )
+            return
+        if owner_mark(person.key) != asked.owner:
+            # Anyone else's press runs nothing, and is told so privately (#37).
+            await self._answer_press(
+                bridge, press, translator.gettext("This isn't yours to answer.")
+            )
+            return
+        label = await self._manager.confirmations.label_of(key, person.key, asked.token)
+        if label is None:
+            await self._answer_press(
+                bridge, press, translator.gettext("Already answered or expired.")
+            )
+            return
+        chosen = translator.gettext("Chosen: %(choice)s") % {
+            "choice": label or translator.gettext("Confirm")
+        }
+        try:
+            await bridge.settle_press(press, chosen)
+        except BridgeError as error:
+            log.warning("a %s press was not settled: %s", press.platform, error)
+        # Exactly as typing the token in that conversation: a turn whose text is the token.
+        message = Received(
+            platform=press.platform,
+            thread_id=press.thread_id,
+            delivery_id=press.delivery_id,
+            message_id=press.message_id,
+            author_id=press.author_id,
+            author_name=press.author_name,
+            text=asked.token,
+            is_dm=thread.is_dm,
+            is_reply_to_bot=True,
+        )
+        ingress = IngressMessage(
+            platform=press.platform,
+            space_id=space.id,
+            conversation_external_id=thread.conversation_external_id,
+            caller_id=f"{press.platform}:{press.author_id}",
+            author_name=press.author_name,
+            text=asked.token,
+            is_dm=thread.is_dm,
+            is_reply_to_bot=True,
+            attachments=(),
+        )
+        async with self._order.hold(space.id):
+            started = await self._start(ingress, principal, person, language, zone, translator)
+        await self._finish(bridge, message, started)
+
+    async def _press_stop(
+        self,
+        bridge: LiveBridge,
+        press: Pressed,
+        asked: StopPress,
+        space_id: str,
+        person: Person,
+        principal: Principal,
+        translator: Translator,
+    ) -> None:
+        running = next(
+            (r for key, r in self._running.items() if turn_mark(key) == asked.turn), None
+        )
+        if running is None:
+            text = translator.gettext("Nothing is running here.")
+        elif await self._may_stop(running, space_id, person, principal):
+            running.turn.cancel()
+            text = translator.gettext("Stopped.")
+        else:
+            text = translator.gettext(
+                "Only the person who asked, or an admin of this space, can stop this turn."
+            )
+        await self._answer_press(bridge, press, text)
+
+    @staticmethod
+    async def _answer_press(bridge: LiveBridge, press: Pressed, text: str) -> None:
+        try:
+            await bridge.answer_press(press, text)
+        except BridgeError as error:
+            log.warning("a %s press was not answered: %s", press.platform, error)
 
     async def _compact(self, bridge: PlatformBridge, message: Received, compact: _Compact) -> None:
         try:
@@ -504,12 +672,35 @@ class Pipeline:
         )
         key = self._manager.session_key(person, ingress.conversation_external_id, space_id)
         self._running[key] = _Running(turn=turn, author=person.key)
-        return _Started(turn=turn, key=key, area=area, translator=translator)
+        return _Started(
+            turn=turn,
+            key=key,
+            area=area,
+            translator=translator,
+            space_id=space_id,
+            owner_key=person.key,
+        )
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
-        """Wait for the turn's answer and send it, with the files it wrote."""
+        """Send the turn's answer, with the files it wrote: live where the bridge can
+        write it as it comes and the space wants it so, else as one message at the end."""
         turn, key = started.turn, started.key
         try:
+            if isinstance(bridge, LiveBridge) and self.live_answers(started.space_id):
+                answer = LiveAnswer(
+                    bridge,
+                    message,
+                    started.translator,
+                    owner_key=started.owner_key,
+                    session_key=key,
+                )
+                await answer.render(
+                    turn,
+                    timeout_s=self._settings.chat.timeout_s,
+                    files_of=lambda: self._files_of(started),
+                    notes=started.notes,
+                )
+                return
             text = await self._answer_of(turn, started.translator)
         finally:
             running = self._running.get(key)
@@ -517,14 +708,25 @@ class Pipeline:
                 del self._running[key]
         if text is None:
             return  # stopped: the stop command answered
-        # This turn's own files: another conversation of the space writes to the same outbox.
-        files = [
-            EgressFile(filename=found.name, mime_type=found.mime_type, data=data)
-            for found, data in await self._files.written(started.area, turn.written)
-        ]
+        files = await self._files_of(started)
         if started.notes:
             text = "\n\n".join((text, *started.notes))
         await self._reply(bridge, message, text, files)
+
+    def live_answers(self, space_id: str) -> bool:
+        """Whether answers in ``space_id`` are written live (the space's own setting, else
+        ``bridges.live_answers``)."""
+        own = self._settings.spaces.get(space_id)
+        if own is not None and own.live_answers is not None:
+            return own.live_answers
+        return self._settings.bridges.live_answers
+
+    async def _files_of(self, started: _Started) -> list[EgressFile]:
+        # This turn's own files: another conversation of the space writes to the same outbox.
+        return [
+            EgressFile(filename=found.name, mime_type=found.mime_type, data=data)
+            for found, data in await self._files.written(started.area, started.turn.written)
+        ]
 
     async def _answer_of(self, turn: Turn, translator: Translator) -> str | None:
         """The reply a turn comes to: its answer, a confirmation to give, or its error."""
@@ -534,14 +736,7 @@ class Pipeline:
                 final, pending, error = await _collect(turn)
         except TimeoutError:
             turn.cancel()
-            seconds = math.ceil(timeout_s)
-            return translator.ngettext(
-                "The turn took longer than %(seconds)d second and was stopped; "
-                "ask something shorter or try again.",
-                "The turn took longer than %(seconds)d seconds and was stopped; "
-                "ask something shorter or try again.",
-                seconds,
-            ) % {"seconds": seconds}
+            return timeout_text(timeout_s, translator)
         if turn.outcome == "cancelled":
             return None
         if error is not None:
@@ -549,10 +744,7 @@ class Pipeline:
         if final is None:
             return translator.gettext("Something went wrong on our side. Try again in a moment.")
         if pending is not None:
-            choices = "; ".join(f"{c.label}: {c.token}" for c in pending.choices) or pending.token
-            return f"{final.text}\n\n" + translator.gettext(
-                "To confirm, answer with the token (%(choices)s)."
-            ) % {"choices": choices}
+            return f"{final.text}\n\n{typed_confirmation(pending, translator)}"
         return final.text
 
     # ---------------------------------------------------------------- platform calls

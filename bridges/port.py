@@ -49,6 +49,7 @@ __all__ = [
     "EgressFile",
     "GatewayBridge",
     "IngressMessage",
+    "InteractionsBridge",
     "LiveBridge",
     "LiveLimits",
     "LiveReply",
@@ -233,9 +234,25 @@ class WebhookBridge(PlatformBridge, Protocol):
         ...
 
 
-#: How a gateway bridge hands on each message it reads (a button press: a :class:`Pressed`,
-#: once the pipeline takes them from gateways: #37).
-Deliver = Callable[[Received], Awaitable[None]]
+#: How a gateway bridge hands on each message it reads, and each button pressed (#37).
+Deliver = Callable[["Received | Pressed"], Awaitable[None]]
+
+
+@runtime_checkable
+class InteractionsBridge(WebhookBridge, Protocol):
+    """A webhook platform that delivers button presses to a route of their own
+    (``/webhooks/{platform}/interactions``: Slack's interactivity request URL)."""
+
+    async def receive_interactions(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """What :meth:`WebhookBridge.receive` does, for a delivery of presses: checked as
+        strictly, answered fast, never raises on bad input."""
+        ...
 
 
 @runtime_checkable
@@ -243,7 +260,8 @@ class GatewayBridge(PlatformBridge, Protocol):
     """A platform we hold a connection to (Discord's gateway)."""
 
     async def run(self, deliver: Deliver) -> None:
-        """Connect and hand every message to ``deliver`` until cancelled; reconnects."""
+        """Connect and hand every message (and every button press) to ``deliver`` until
+        cancelled; reconnects."""
         ...
 
 

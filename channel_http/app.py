@@ -44,7 +44,7 @@ from channel_http.requests import MAX_BODY
 from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
-from channel_http.webhooks import webhook
+from channel_http.webhooks import webhook, webhook_interactions
 from core.builtin_plugins import builtin_plugins
 from core.clock import Clock, system_clock
 from core.config import ConfigurationError, Settings
@@ -258,7 +258,14 @@ def build_app(
         finally:
             await close_services(services)
 
-    public: list[Any] = [routes.version, routes.openapi_document, livez, readyz, webhook]
+    public: list[Any] = [
+        routes.version,
+        routes.openapi_document,
+        livez,
+        readyz,
+        webhook,
+        webhook_interactions,
+    ]
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 from bridges.deliveries import Deliveries
 from bridges.freshness import staleness
 from bridges.pipeline import Pipeline, PipelineStores
-from bridges.port import GatewayBridge, PlatformBridge, Received, WebhookBridge
+from bridges.port import GatewayBridge, PlatformBridge, Pressed, Received, WebhookBridge
 from core.clock import Clock
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
@@ -75,6 +75,19 @@ class Bridging:
             )
             return False
         return await self.pipeline.submit(bridge, message)
+
+    async def take_press(self, bridge: PlatformBridge, press: Pressed) -> bool:
+        """Hand ``press`` to the pipeline unless it is stale; True when it was taken."""
+        why = staleness(press.sent_at, self.clock(), self.max_message_age)
+        if why is not None:
+            log.warning(
+                "a %s press (delivery %s) was dropped as stale: %s",
+                press.platform,
+                press.delivery_id[:80],
+                why,
+            )
+            return False
+        return await self.pipeline.submit_press(bridge, press)
 
     async def close(self, timeout_s: float = 5.0) -> None:
         for task in self._tasks:
@@ -157,8 +170,11 @@ def start_bridging(
 
 
 async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
-    async def deliver(message: Received) -> None:
-        await bridging.take(bridge, message)
+    async def deliver(message: Received | Pressed) -> None:
+        if isinstance(message, Pressed):
+            await bridging.take_press(bridge, message)
+        else:
+            await bridging.take(bridge, message)
 
     try:
         await bridge.run(deliver)

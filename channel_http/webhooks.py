@@ -1,5 +1,10 @@
 """``/webhooks/{platform}``: where Slack, Telegram and WhatsApp deliver their events.
 
+Button presses (#37) come in the same deliveries (Telegram's ``callback_query``, WhatsApp's
+interactive replies), or at ``/webhooks/{platform}/interactions`` for a platform that sends
+them to a URL of their own (Slack's interactivity: the bridge is an
+:class:`~bridges.port.InteractionsBridge`); either way checked as strictly, and taken once.
+
 These routes carry no bearer token: each delivery is checked by its platform's own
 signature or secret, in the bridge (:meth:`bridges.port.WebhookBridge.receive`), before
 anything else is read. The answer comes as soon as the delivery is checked and taken (Slack
@@ -20,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from litestar import Request, Response, route
 from litestar.params import FromPath
 
-from bridges.port import BridgeError
+from bridges.port import BridgeError, InteractionsBridge
 from channel_http.errors import (
     WEBHOOK_STATUSES,
     BadRequest,
@@ -49,9 +54,21 @@ def _translator(request: AnyRequest, services: Services) -> Translator:
 
 @route("/webhooks/{platform:str}", http_method=["GET", "POST"], status_code=200)
 async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]:
+    return await _delivered(request, platform, interactions=False)
+
+
+@route("/webhooks/{platform:str}/interactions", http_method=["POST"], status_code=200)
+async def webhook_interactions(request: AnyRequest, platform: FromPath[str]) -> Response[Any]:
+    """Button presses a platform delivers to a URL of their own (Slack's interactivity)."""
+    return await _delivered(request, platform, interactions=True)
+
+
+async def _delivered(request: AnyRequest, platform: str, *, interactions: bool) -> Response[Any]:
     services: Services = request.app.state.services
     bridging = services.bridging
     bridge = bridging.webhooks.get(platform) if bridging is not None else None
+    if interactions and not isinstance(bridge, InteractionsBridge):
+        bridge = None
     if bridge is None or bridging is None:
         tr = _translator(request, services)
         raise NotFound(
@@ -78,7 +95,10 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
         raise BadRequest(tr.gettext(DELIVERY_REPEATED) % {"name": repeated.name[:60]}) from None
     body = await request.body()
     try:
-        outcome = await bridge.receive(request.method, query, headers, body)
+        if isinstance(bridge, InteractionsBridge) and interactions:
+            outcome = await bridge.receive_interactions(request.method, query, headers, body)
+        else:
+            outcome = await bridge.receive(request.method, query, headers, body)
     except BridgeError as error:
         # A delivery that needs the platform to be read (the bot's own id, say) while the
         # platform can't be reached: refused before it is taken, so it comes again later.
@@ -103,6 +123,8 @@ async def webhook(request: AnyRequest, platform: FromPath[str]) -> Response[Any]
     taken = 0
     for message in outcome.messages:
         taken += await bridging.take(bridge, message)
+    for press in outcome.presses:
+        taken += await bridging.take_press(bridge, press)
     return Response(
         {"ok": True, "taken": taken}, status_code=WEBHOOK_STATUSES[verdict], headers=_NO_STORE
     )

@@ -337,6 +337,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     """What every chat bridge shares."""
 
     max_message_age_s: int
+    live_answers: bool
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -718,6 +719,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "still run; an older one, or one stamped more than five minutes ahead, is "
             "acknowledged and dropped. At most 7 days, so that a replay de-duplication has "
             "forgotten is refused as stale.", default_doc="`86400` (1 day)"),
+    Setting("bridges.live_answers", "BRIDGE_LIVE_ANSWERS", _Bool(), True,
+            "Write answers in chats as they come (edits, a native stream or finished "
+            "paragraphs, paced to each platform's limits), with buttons for confirmations "
+            "and stop; off sends one message once the answer is complete. A space may set "
+            "its own (`live_answers`)."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
@@ -759,7 +765,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "https://graph.facebook.com/v21.0", "The Graph API's address."),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
-            "its own `rate_limit` and `trigger`.", default_doc="none"),
+            "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
     Setting("log.level", "MERCURY_LOG_LEVEL", _Choice(("debug", "info", "warning", "error")),
             "info", "The least severe log lines written."),
     Setting("log.format", "MERCURY_LOG_FORMAT", _Choice(("text", "json")), "text",

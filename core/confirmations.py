@@ -388,6 +388,25 @@ class ConfirmationStore:
             return None
         return _taken(row)
 
+    async def label_of(self, session_key: str, person_key: str, token: str) -> str | None:
+        """The label of the choice ``token`` picks ("" for a plain staging) while it is
+        pending for that session and person; None when :meth:`take` would find nothing.
+        A look only (a chat's button checks before it confirms, #37): :meth:`take` decides."""
+        token = token.strip()
+        if not is_token(token):
+            return None
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            "SELECT session_key, person_key, choice_label, expires_at FROM confirmations "
+            "WHERE token_hash = ?",
+            (_hash(token),),
+        )
+        if row is None or row["expires_at"] <= to_micros(self._clock()):
+            return None
+        if row["session_key"] != session_key or row["person_key"] != person_key:
+            return None
+        return str(row["choice_label"] or "")
+
     async def pending(self, person_key: str) -> list[PendingSummary]:
         """The person's unexpired stagings, one per staging, oldest first; no tokens."""
         await self.ensure_schema()

@@ -334,6 +334,23 @@ COMPACTED: Final = N_("Done: this conversation starts afresh from a summary.")
 SPACE_RATE_LIMITED: Final = N_("Rate limit exceeded. Try again shortly.")
 # Shown: in a chat, after an answer that staged an action; choices are "label: token" pairs.
 CONFIRM_WITH_TOKEN: Final = N_("To confirm, answer with the token (%(choices)s).")
+# Shown: in a chat, the status line of an answer being written, until its first words.
+THINKING: Final = N_("Thinking…")
+# Shown: in a chat, the button under an answer being written that stops its turn.
+STOP_BUTTON: Final = N_("Stop")
+# Shown: in a chat, the button of a confirmation that has a single way to answer.
+CONFIRM_BUTTON: Final = N_("Confirm")
+# Shown: in a chat, to a person alone, who pressed the button of someone else's confirmation.
+PRESS_NOT_YOURS: Final = N_("This isn't yours to answer.")
+# Shown: in a chat, to a person alone, who pressed a confirmation's button once it was
+# answered already or had expired.
+PRESS_SPENT: Final = N_("Already answered or expired.")
+# Shown: in a chat, on a confirmation's message once a button was pressed; choice is the
+# button's label.
+PRESS_CHOSEN: Final = N_("Chosen: %(choice)s")
+# Shown: in a chat, to a person alone (never in the group), a link to sign in to a service
+# a tool needs, e.g. "Sign in to Calendar: https://…".
+SIGN_IN_PRIVATELY: Final = N_("Sign in to %(service)s: %(url)s")
 # Shown: the refusal of a webhook delivery for a platform whose bridge is off.
 NO_SUCH_BRIDGE: Final = N_('No "%(platform)s" bridge runs on this server.')
 # Shown: the refusal of a webhook delivery with a wrong or stale signature.

@@ -8,6 +8,7 @@
         members: [slack:U02BOB]
         rate_limit: 5                            # turns per person per window, this space
         trigger: {match: prefix, pattern: "!m", media_in_groups: true}
+        live_answers: false                      # one message per answer, no live edits
 
 Who is an admin or a member comes from here (and from the directory's roles, see
 :mod:`core.spaces.members`); whatever is left out falls back to the global settings.
@@ -31,7 +32,7 @@ from core.spaces.ids import InvalidSpaceId, parse_space_id
 
 __all__ = ["SpaceConfig", "SpaceTrigger"]
 
-_SPACE_KEYS: Final = ("admins", "members", "rate_limit", "trigger")
+_SPACE_KEYS: Final = ("admins", "members", "rate_limit", "trigger", "live_answers")
 _TRIGGER_KEYS: Final = ("match", "pattern", "media_in_groups")
 _MATCHES: Final = ("mention", "prefix", "always")
 
@@ -51,10 +52,12 @@ class SpaceConfig(_Group, frozen=True, kw_only=True):
     members: tuple[str, ...] = ()
     rate_limit: int | None = None
     trigger: SpaceTrigger = SpaceTrigger()
+    #: Whether answers are written live here; ``None`` follows ``bridges.live_answers``.
+    live_answers: bool | None = None
 
 
 class _Spaces(_Kind):
-    summary = "mapping: space id → `{admins, members, rate_limit, trigger}`"
+    summary = "mapping: space id → `{admins, members, rate_limit, trigger, live_answers}`"
 
     def from_yaml(self, value: object) -> object:
         spaces = _mapping(value, "", "a mapping from space id to its settings")
@@ -94,7 +97,11 @@ def _space(value: object, at: str) -> SpaceConfig:
         raise _InvalidValueError(
             str(_must("true or false", media)), f"{at}.trigger.media_in_groups"
         )
+    live = entry.get("live_answers")
+    if live is not None and not isinstance(live, bool):
+        raise _InvalidValueError(str(_must("true or false", live)), f"{at}.live_answers")
     return SpaceConfig(
+        live_answers=live,
         admins=admins,
         members=members,
         rate_limit=limit,

@@ -9,6 +9,9 @@ the webhook route's refusals can be shown without a platform's SDK::
     server = make_server({"bridges": [bridge]})
     bridge.post(server, bridge.message("C1", "U1", "@Mercury hi"))
     replies = bridge.wait_for_replies(1)
+
+:class:`LiveRecordingBridge` is the same platform writing answers live (#37): it records
+every call on a reply with its time, raises a 429 when told, and takes button presses.
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from bridges.port import (
     Attachment,
     BridgeError,
     EgressFile,
+    LiveLimits,
+    LiveReply,
+    PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
     WebhookOutcome,
 )
@@ -142,3 +150,191 @@ class RecordingBridge:
                     return list(self.replies)
             time.sleep(0.02)
         raise AssertionError(f"expected {count} replies, got {self.replies!r}")
+
+
+# ---------------------------------------------------------------- live answers and buttons (#37)
+
+
+@dataclass
+class Call:
+    """One call the pipeline made on a live reply, and when (``time.monotonic()``)."""
+
+    kind: str  # open, show, finish, fail
+    reply: int
+    text: str = ""
+    status: str | None = None
+    buttons: tuple[ReplyButton, ...] = ()
+    files: tuple[EgressFile, ...] = ()
+    at: float = 0.0
+
+
+@dataclass
+class LiveMessage:
+    """A message as the platform would show it now."""
+
+    number: int
+    to: Received
+    text: str = ""
+    status: str | None = None
+    buttons: tuple[ReplyButton, ...] = ()
+    files: tuple[EgressFile, ...] = ()
+    state: str = "open"  # open, finished, failed
+
+
+class _Reply:
+    def __init__(self, bridge: LiveRecordingBridge, message: LiveMessage) -> None:
+        self._bridge = bridge
+        self._message = message
+
+    async def show(self, text: str, status: str | None) -> None:
+        self._bridge._record(Call("show", self._message.number, text, status))
+        self._message.text, self._message.status = text, status
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        self._bridge._record(
+            Call("finish", self._message.number, text, None, tuple(buttons), tuple(files))
+        )
+        message = self._message
+        message.text, message.status, message.state = text, None, "finished"
+        message.buttons, message.files = tuple(buttons), tuple(files)
+
+    async def fail(self, text: str) -> None:
+        self._bridge._record(Call("fail", self._message.number, text))
+        message = self._message
+        message.text, message.status, message.state, message.buttons = text, None, "failed", ()
+
+
+@dataclass
+class LiveRecordingBridge(RecordingBridge):
+    """The recording bridge, able to write answers live and carry buttons (LiveBridge).
+
+    Every call on a reply is recorded with its time (:attr:`calls`); :attr:`unavailable`
+    makes the next calls of a reply raise :class:`PlatformUnavailable` (a 429), one per
+    entry, with that ``retry_after_s``. Presses come in as webhook deliveries
+    (:meth:`press`) or straight from a test.
+    """
+
+    limits: LiveLimits = field(
+        default_factory=lambda: LiveLimits(max_chars=400, edit_interval_s=0.2)
+    )
+    calls: list[Call] = field(default_factory=list)
+    live: list[LiveMessage] = field(default_factory=list)
+    privates: list[tuple[Received, str]] = field(default_factory=list)
+    answered: list[tuple[Pressed, str]] = field(default_factory=list)
+    settled: list[tuple[Pressed, str]] = field(default_factory=list)
+    unavailable: list[float | None] = field(default_factory=list)
+    #: 429s raised so far.
+    refused: int = 0
+
+    @property
+    def live_limits(self) -> LiveLimits:
+        return self.limits
+
+    def _record(self, call: Call) -> None:
+        with self._lock:
+            call.at = time.monotonic()
+            if self.unavailable and call.kind != "open":
+                retry_after_s = self.unavailable.pop(0)
+                self.refused += 1
+                raise PlatformUnavailable("429 Too Many Requests", retry_after_s=retry_after_s)
+            self.calls.append(call)
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        with self._lock:
+            message = LiveMessage(len(self.live) + 1, to, status=status, buttons=tuple(buttons))
+            self.live.append(message)
+        self._record(Call("open", message.number, "", status, tuple(buttons)))
+        return _Reply(self, message)
+
+    async def send_private(self, to: Received, text: str) -> None:
+        with self._lock:
+            self.privates.append((to, text))
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        with self._lock:
+            self.answered.append((press, text))
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        with self._lock:
+            self.settled.append((press, text))
+            for message in self.live:
+                if str(message.number) == press.message_id:
+                    message.buttons = ()
+
+    async def receive(
+        self, method: str, query: Mapping[str, str], headers: Mapping[str, str], body: bytes
+    ) -> WebhookOutcome:
+        outcome = await super().receive(method, query, headers, body)
+        if outcome.verdict != "malformed":
+            return outcome
+        try:
+            press = msgspec.json.decode(body, type=Pressed)
+        except msgspec.DecodeError:
+            return outcome
+        return WebhookOutcome(verdict="accepted", presses=(press,))
+
+    # -- for the tests --------------------------------------------------------------------
+
+    def pressed(
+        self,
+        message: LiveMessage,
+        author: str,
+        action: str,
+        *,
+        name: str | None = None,
+        delivery_id: str | None = None,
+    ) -> Pressed:
+        """A press of ``action`` on ``message`` by ``author``."""
+        return Pressed(
+            platform=self.platform,
+            thread_id=message.to.thread_id,
+            delivery_id=delivery_id or f"Pr{next(_ids)}",
+            message_id=str(message.number),
+            author_id=author,
+            author_name=name or author,
+            action=action,
+            is_dm=message.to.is_dm,
+        )
+
+    def press(self, server: Any, press: Pressed) -> httpx.Response:
+        body = msgspec.json.encode(press)
+        signature = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+        return httpx.post(
+            f"{server.url}/webhooks/{self.platform}",
+            content=body,
+            headers={"x-test-signature": signature, "content-type": "application/json"},
+            timeout=10,
+        )
+
+    def wait_for(self, what: str, check: Any, timeout: float = 20.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                found = check()
+            if found:
+                return found
+            time.sleep(0.02)
+        raise AssertionError(f"expected {what}; calls: {self.calls!r}")
+
+    def wait_for_answer(self, count: int = 1, timeout: float = 20.0) -> list[LiveMessage]:
+        """The live messages once ``count`` of them are finished or failed, and none is open."""
+        return list(
+            self.wait_for(
+                f"{count} finished live messages",
+                lambda: (
+                    self.live
+                    if sum(m.state != "open" for m in self.live) >= count
+                    and all(m.state != "open" for m in self.live)
+                    else None
+                ),
+                timeout,
+            )
+        )
+
+    def calls_to(self, number: int) -> list[Call]:
+        with self._lock:
+            return [c for c in self.calls if c.reply == number]

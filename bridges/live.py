@@ -1,0 +1,254 @@
+"""A turn's events rendered live onto a chat: words as they come, tools as status, buttons.
+
+::
+
+    text ─► the answer so far (paced: bridges.pacing)      reasoning ─► not shown
+    tool ─► its label as the status line; tool_finish ─► the status goes
+    login ─► the sign-in link to its person alone (send_private), never into the group
+    pending ─► one button per choice (more than the platform carries: the typed tokens)
+    final ─► exactly ``final.text`` left in the chat, with the buttons and the files
+    error ─► the error's sentence replaces what was shown
+    a stop button (``s:<turn>``) on the message while the turn runs
+
+Buttons carry an action string the pipeline reads back from a press (written and read only
+here, at most :data:`~bridges.port.ACTION_MAX_BYTES` bytes):
+
+- ``c:<token>:<owner>``: a confirmation's choice; ``<owner>`` is the first 10 hex
+  characters of the SHA-256 of the owner's person key, so a foreign press is told apart
+  before anything is looked up.
+- ``s:<turn>``: stop; ``<turn>`` is the first 16 hex characters of the SHA-256 of the
+  conversation's session key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from bridges.pacing import Pacer
+from bridges.port import ACTION_MAX_BYTES, BridgeError, ReplyButton
+from core import events
+
+if TYPE_CHECKING:
+    from bridges.port import EgressFile, LiveBridge, Received
+    from core.i18n import Translator
+    from core.sessions import Turn
+
+__all__ = [
+    "ConfirmPress",
+    "LiveAnswer",
+    "StopPress",
+    "confirm_action",
+    "owner_mark",
+    "parse_action",
+    "stop_action",
+    "timeout_text",
+    "turn_mark",
+    "typed_confirmation",
+]
+
+log = logging.getLogger("mercury.bridges")
+
+_OWNER_CHARS: Final = 10
+_TURN_CHARS: Final = 16
+
+
+def owner_mark(person_key: str) -> str:
+    """The owner part of a confirmation's action: a short hash of the person key."""
+    return hashlib.sha256(person_key.encode()).hexdigest()[:_OWNER_CHARS]
+
+
+def turn_mark(session_key: str) -> str:
+    """The turn part of a stop action: a short hash of the conversation's session key."""
+    return hashlib.sha256(session_key.encode()).hexdigest()[:_TURN_CHARS]
+
+
+def confirm_action(token: str, person_key: str) -> str:
+    return f"c:{token}:{owner_mark(person_key)}"
+
+
+def stop_action(session_key: str) -> str:
+    return f"s:{turn_mark(session_key)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmPress:
+    """A confirmation's choice pressed: its token, and whose confirmation it is."""
+
+    token: str
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopPress:
+    """A stop pressed: the turn's mark (:func:`turn_mark`)."""
+
+    turn: str
+
+
+def parse_action(action: str) -> ConfirmPress | StopPress | None:
+    """What a pressed button's action asks; None for anything not written here."""
+    if len(action.encode()) > ACTION_MAX_BYTES:
+        return None
+    kind, _, rest = action.partition(":")
+    if kind == "c":
+        token, _, owner = rest.partition(":")
+        if token and len(owner) == _OWNER_CHARS:
+            return ConfirmPress(token=token, owner=owner)
+    elif kind == "s" and len(rest) == _TURN_CHARS:
+        return StopPress(turn=rest)
+    return None
+
+
+def typed_confirmation(pending: events.Pending, translator: Translator) -> str:
+    """The sentence that shows a confirmation's tokens to type back (no buttons)."""
+    choices = "; ".join(f"{c.label}: {c.token}" for c in pending.choices) or pending.token
+    return translator.gettext("To confirm, answer with the token (%(choices)s).") % {
+        "choices": choices
+    }
+
+
+def timeout_text(timeout_s: float, translator: Translator) -> str:
+    seconds = math.ceil(timeout_s)
+    return translator.ngettext(
+        "The turn took longer than %(seconds)d second and was stopped; "
+        "ask something shorter or try again.",
+        "The turn took longer than %(seconds)d seconds and was stopped; "
+        "ask something shorter or try again.",
+        seconds,
+    ) % {"seconds": seconds}
+
+
+class LiveAnswer:
+    """One turn's answer, rendered live as a reply to ``to`` on ``bridge``."""
+
+    def __init__(
+        self,
+        bridge: LiveBridge,
+        to: Received,
+        translator: Translator,
+        *,
+        owner_key: str,
+        session_key: str,
+    ) -> None:
+        self._bridge = bridge
+        self._to = to
+        self._translator = translator
+        self._owner_key = owner_key
+        self.pacer = Pacer(
+            bridge,
+            to,
+            limits=bridge.live_limits,
+            status=translator.gettext("Thinking…"),
+            buttons=(
+                ReplyButton(
+                    label=translator.gettext("Stop"),
+                    action=stop_action(session_key),
+                    style="danger",
+                ),
+            ),
+        )
+
+    async def render(
+        self,
+        turn: Turn,
+        *,
+        timeout_s: float,
+        files_of: Callable[[], Awaitable[Sequence[EgressFile]]],
+        notes: Sequence[str] = (),
+    ) -> None:
+        """Show ``turn``'s events as they come; leave its answer (or its error) for good."""
+        tr = self._translator
+        pacer = self.pacer
+        await pacer.open()
+        try:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    final, pending, error = await self._follow(turn)
+            except TimeoutError:
+                turn.cancel()
+                await pacer.fail(timeout_text(timeout_s, tr))
+                return
+            if turn.outcome == "cancelled":
+                await pacer.fail(tr.gettext("Stopped."))
+                return
+            if error is not None:
+                await pacer.fail(error.message)
+                return
+            if final is None:
+                await pacer.fail(
+                    tr.gettext("Something went wrong on our side. Try again in a moment.")
+                )
+                return
+            text = final.text
+            buttons: list[ReplyButton] = []
+            if pending is not None:
+                if 0 < len(pending.choices) <= pacer.limits.max_buttons:
+                    buttons = [
+                        ReplyButton(
+                            label=choice.label or tr.gettext("Confirm"),
+                            action=confirm_action(choice.token, self._owner_key),
+                            style="primary" if number == 0 else "default",
+                        )
+                        for number, choice in enumerate(pending.choices)
+                    ]
+                else:
+                    text = f"{text}\n\n{typed_confirmation(pending, tr)}"
+            if notes:
+                text = "\n\n".join((text, *notes))
+            await pacer.end(text, buttons, await files_of())
+        finally:
+            await pacer.cancel()
+
+    async def _follow(
+        self, turn: Turn
+    ) -> tuple[events.Final | None, events.Pending | None, events.Error | None]:
+        """Offer the answer so far to the pacer after each batch of events, until the end."""
+        final: events.Final | None = None
+        pending: events.Pending | None = None
+        error: events.Error | None = None
+        parts: list[str] = []
+        text = ""
+        tools: dict[str, str] = {}
+        thinking = self._translator.gettext("Thinking…")
+        pacer = self.pacer
+        while True:
+            for event in await turn.events.take():
+                if event is None:
+                    return final, pending, error
+                if isinstance(event, events.Text):
+                    parts.append(event.chunk)
+                elif isinstance(event, events.Tool):
+                    tools[event.tool_call_id] = event.label
+                elif isinstance(event, events.ToolFinish):
+                    tools.pop(event.tool_call_id, None)
+                elif isinstance(event, events.Login):
+                    await self._send_login(event)
+                elif isinstance(event, events.Pending):
+                    pending = event
+                elif isinstance(event, events.Final):
+                    final = event
+                elif isinstance(event, events.Error):
+                    error = event
+            if parts:
+                text += "".join(parts)
+                parts.clear()
+            status = next(reversed(tools.values()), None) if tools else None
+            if status is None and not text:
+                status = thinking
+            pacer.offer(text, status)
+
+    async def _send_login(self, login: events.Login) -> None:
+        sentence = self._translator.gettext("Sign in to %(service)s: %(url)s") % {
+            "service": login.service,
+            "url": login.url,
+        }
+        try:
+            await self._bridge.send_private(self._to, sentence)
+        except BridgeError as failed:
+            log.warning("a %s sign-in link was not sent: %s", self._to.platform, failed)

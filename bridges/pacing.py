@@ -1,0 +1,293 @@
+"""The pacer: one answer written onto a platform's messages, as fast as the platform allows.
+
+A renderer (:mod:`bridges.live`) offers the whole answer so far, as often as it likes;
+the pacer sends the newest state at most once per ``edit_interval_s`` of the platform
+(:class:`~bridges.port.LiveLimits`), so a model writing 50 tokens a second costs one
+platform call a second, not 50::
+
+    offer(text, status)*  ─► [newest state kept] ─► show(text, status)  once an interval
+    end(final)            ─► the rest of the text ─► finish(…, buttons, files)
+                             split at max_chars on a paragraph, line, sentence or word
+
+When the answer outgrows one message, the part that fits (cut at the best boundary,
+:func:`split_point`) is finished in place and a new message is opened for the rest: the
+messages, read in order, are exactly the answer, nothing lost or repeated. A platform that
+can't show partial text (``partial=False``) gets each finished paragraph as a message of
+its own. A platform that says "come back later" (:class:`~bridges.port.PlatformUnavailable`,
+a 429's ``retry_after_s``) is waited for and the same state sent again: a delay, never a
+loss. Calls to one reply are never concurrent: the pacer's own task makes them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, TypeVar
+
+from bridges.port import BridgeError, PlatformUnavailable
+
+if TYPE_CHECKING:
+    from bridges.port import EgressFile, LiveBridge, LiveLimits, LiveReply, Received, ReplyButton
+
+__all__ = ["Pacer", "split", "split_point"]
+
+log = logging.getLogger("mercury.bridges")
+
+T = TypeVar("T")
+
+#: How many times one call is tried while the platform keeps saying "later".
+MAX_TRIES: Final = 8
+#: The longest wait between two tries, whatever the platform asks (seconds).
+MAX_BACKOFF_S: Final = 30.0
+#: A boundary cut is taken only when it keeps at least this share of the message.
+_MIN_SHARE: Final = 3
+_SENTENCE_ENDS: Final = (". ", "! ", "? ", "… ", "。", "！", "？")
+
+
+def split_point(text: str, limit: int) -> int:
+    """Where to cut ``text`` so that the first part holds at most ``limit`` characters.
+
+    The last paragraph break in reach, else the last line break, else the last sentence
+    end, else the last space; a hard cut at ``limit`` only for a word longer than a
+    message. The boundary's own characters stay with the first part, so
+    ``text[:cut] + text[cut:] == text``. ``len(text)`` when it all fits.
+    """
+    if limit < 1:
+        raise ValueError(f"A message limit of {limit} characters holds nothing; give 1 or more.")
+    if len(text) <= limit:
+        return len(text)
+    head = text[:limit]
+    least = max(1, limit // _MIN_SHARE)
+    for mark in ("\n\n", "\n"):
+        at = head.rfind(mark)
+        if at >= 0 and at + len(mark) >= least:
+            return at + len(mark)
+    best = -1
+    for mark in _SENTENCE_ENDS:
+        at = head.rfind(mark)
+        if at >= 0:
+            best = max(best, at + len(mark))
+    if best >= least:
+        return best
+    for at in range(limit - 1, 0, -1):
+        if head[at].isspace():
+            return at + 1
+    return limit
+
+
+def split(text: str, limit: int) -> list[str]:
+    """``text`` in messages of at most ``limit`` characters, cut at :func:`split_point`;
+    joined they are ``text`` exactly. An empty text is one empty message."""
+    parts: list[str] = []
+    while len(text) > limit:
+        cut = split_point(text, limit)
+        parts.append(text[:cut])
+        text = text[cut:]
+    parts.append(text)
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    kind: Literal["finish", "fail"]
+    text: str
+    buttons: Sequence[ReplyButton] = ()
+    files: Sequence[EgressFile] = ()
+
+
+class Pacer:
+    """One answer to ``to``, paced onto ``bridge``'s messages (see the module docstring).
+
+    ``open`` first; then ``offer`` any number of times (it never waits); then ``end`` or
+    ``fail`` once, which wait until the platform has the last word. ``clock`` and ``sleep``
+    are injected for tests.
+    """
+
+    def __init__(
+        self,
+        bridge: LiveBridge,
+        to: Received,
+        *,
+        limits: LiveLimits,
+        status: str | None,
+        buttons: Sequence[ReplyButton] = (),
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._bridge = bridge
+        self._to = to
+        self.limits = limits
+        self._buttons = tuple(buttons)
+        self._clock = clock
+        self._sleep = sleep
+        #: The answer so far and the status line, as last offered.
+        self._text = ""
+        self._status = status
+        #: Characters of the answer left for good in earlier messages.
+        self._committed = 0
+        #: What the current reply shows: (text, status).
+        self._shown: tuple[str, str | None] = ("", status)
+        self._reply: LiveReply | None = None
+        self._next_at = 0.0
+        self._wake = asyncio.Event()
+        self._end: _End | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Platform calls made (a figure for the bench and the tests).
+        self.calls = 0
+
+    @property
+    def shown_text(self) -> str:
+        """The answer as far as the platform has it (earlier messages and the current one)."""
+        return self._text[: self._committed] + self._shown[0]
+
+    async def open(self) -> None:
+        """Open the first reply (showing the status) and start pacing."""
+        try:
+            self._reply = await self._call(self._open)
+        except BridgeError as error:
+            log.warning("a live %s answer was not opened: %s", self._to.platform, error)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def offer(self, text: str, status: str | None) -> None:
+        """The answer so far is ``text`` (it only grows), with ``status``; never waits."""
+        if text == self._text and status == self._status:
+            return
+        self._text, self._status = text, status
+        self._wake.set()
+
+    async def end(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        """Leave ``text`` as the answer for good, with ``buttons`` and ``files``."""
+        await self._close(_End("finish", text, tuple(buttons), tuple(files)))
+
+    async def fail(self, text: str) -> None:
+        """Replace what is shown with ``text`` (an error's sentence), for good."""
+        await self._close(_End("fail", text))
+
+    async def _close(self, end: _End) -> None:
+        self._end = end
+        self._wake.set()
+        if self._task is None:
+            await self._last(end)
+            return
+        try:
+            await asyncio.shield(self._task)
+        except asyncio.CancelledError:
+            self._task.cancel()
+            raise
+
+    async def cancel(self) -> None:
+        """Stop pacing without a last word (a shutdown)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    # ---------------------------------------------------------------- the pacer's task
+
+    async def _run(self) -> None:
+        while self._end is None:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._wait_turn()
+            if self._end is not None:
+                break
+            try:
+                await self._flush()
+            except BridgeError as error:
+                # Nothing is lost: the next update carries the whole answer so far.
+                log.warning("a live %s update was not shown: %s", self._to.platform, error)
+        try:
+            await self._last(self._end)
+        except BridgeError as error:
+            # The answer is in the conversation's history on our side.
+            log.warning("a live %s answer was not finished: %s", self._to.platform, error)
+
+    async def _flush(self) -> None:
+        """Send the newest state: finished parts in messages of their own, the rest shown."""
+        limits = self.limits
+        if not limits.partial:
+            rest = self._text[self._committed :]
+            at = rest.rfind("\n\n")
+            if at >= 0:
+                for part in split(rest[: at + 2], limits.max_chars):
+                    await self._finish_part(part)
+            return
+        while len(self._text) - self._committed > limits.max_chars:
+            rest = self._text[self._committed :]
+            await self._finish_part(rest[: split_point(rest, limits.max_chars)])
+        state = (self._text[self._committed :], self._status)
+        if state != self._shown:
+            reply = await self._current()
+            await self._call(lambda: reply.show(*state))
+            self._shown = state
+
+    async def _finish_part(self, part: str) -> None:
+        """Leave ``part`` in the current message for good, and start a new one."""
+        reply = await self._current()
+        await self._call(lambda: reply.finish(part))
+        self._committed += len(part)
+        self._reply = None
+        self._shown = ("", None)
+
+    async def _current(self) -> LiveReply:
+        if self._reply is None:
+            self._reply = await self._call(self._open)
+        return self._reply
+
+    def _open(self) -> Awaitable[LiveReply]:
+        status = self._status if self._text == "" and self._committed == 0 else None
+        return self._bridge.open_reply(self._to, status=status, buttons=self._buttons)
+
+    async def _last(self, end: _End) -> None:
+        if end.kind == "fail":
+            reply = await self._current()
+            await self._call(lambda: reply.fail(end.text))
+            return
+        done = self._text[: self._committed]
+        if end.text.startswith(done):
+            rest = end.text[self._committed :]
+        else:
+            # The answer changed under a message already left for good (it never does:
+            # ``final`` extends what streamed); what is in it stays, the answer follows whole.
+            log.warning("a live %s answer changed after it was split", self._to.platform)
+            rest = end.text
+        *parts, last = split(rest, self.limits.max_chars)
+        for part in parts:
+            await self._finish_part(part)
+        reply = await self._current()
+        await self._call(lambda: reply.finish(last, end.buttons, end.files))
+        self._shown = (last, None)
+        self._text, self._committed = end.text, len(end.text) - len(last)
+
+    # ---------------------------------------------------------------- one call, paced
+
+    async def _wait_turn(self) -> None:
+        delay = self._next_at - self._clock()
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def _call(self, make: Callable[[], Awaitable[T]]) -> T:
+        """``make()`` awaited in its turn; tried again while the platform says "later"."""
+        for attempt in range(1, MAX_TRIES + 1):
+            await self._wait_turn()
+            self.calls += 1
+            try:
+                result = await make()
+            except PlatformUnavailable as error:
+                wait = error.retry_after_s
+                if wait is None:
+                    wait = min(MAX_BACKOFF_S, self.limits.edit_interval_s * 2**attempt)
+                self._next_at = self._clock() + min(max(wait, 0.0), MAX_BACKOFF_S)
+                if attempt == MAX_TRIES:
+                    raise
+                log.info("%s asked to wait %.1f s: %s", self._to.platform, wait, error)
+                continue
+            self._next_at = self._clock() + self.limits.edit_interval_s
+            return result
+        raise BridgeError("unreachable")  # pragma: no cover
