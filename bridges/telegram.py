@@ -223,6 +223,7 @@ class TelegramBridge:
         self._refresh_s = {True: draft_refresh_s, False: typing_refresh_s}
         self._keepalives: set[asyncio.Task[None]] = set()
         self._texts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_TEXTS)
+        self._typed: _Bounded[tuple[int, int | None], float] = _Bounded(_KEPT_TEXTS)
         self._drafts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_DRAFTS)
 
     @property
@@ -486,10 +487,20 @@ class TelegramBridge:
         """``sendChatAction(typing)`` in the message's chat and topic (it shows for ~5 s)."""
         chat_id, topic = _target(message.thread_id)
         await self._me()
+        await self._type(chat_id, topic)
+
+    async def _type(self, chat_id: int, topic: int | None, *, unless_shown: bool = False) -> None:
+        """``typing…`` in the chat and topic; with ``unless_shown``, not while the last one
+        sent there still shows (a live reply opened just after the pipeline's typing)."""
+        now = time.monotonic()
+        last = self._typed.get((chat_id, topic))
+        if unless_shown and last is not None and now - last < TYPING_REFRESH_S:
+            return
         await self._call(
             "sendChatAction",
             self._bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic),
         )
+        self._typed.keep((chat_id, topic), now)
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """The text in messages of at most 4,096 UTF-16 units, then each file as a document.
@@ -538,7 +549,7 @@ class TelegramBridge:
                 self._drafts.keep((chat_id, reply.draft_id), buttons[0].action)
             await reply.show("", status)
         else:
-            await reply.type()
+            await reply.type(unless_shown=True)
         task = asyncio.get_running_loop().create_task(reply.keep_alive(self._refresh_s[to.is_dm]))
         self._keepalives.add(task)
         task.add_done_callback(self._keepalives.discard)
@@ -709,14 +720,9 @@ class _LiveReply:
     def _bot(self) -> Bot:
         return self._bridge._bot
 
-    async def type(self) -> None:
-        """``typing…`` in the reply's chat and topic."""
-        await self._bridge._call(
-            "sendChatAction",
-            self._bot.send_chat_action(
-                self._chat_id, ChatAction.TYPING, message_thread_id=self._topic
-            ),
-        )
+    async def type(self, *, unless_shown: bool = False) -> None:
+        """``typing…`` in the reply's chat and topic (see :meth:`TelegramBridge._type`)."""
+        await self._bridge._type(self._chat_id, self._topic, unless_shown=unless_shown)
         self._last_call = time.monotonic()
 
     async def keep_alive(self, every_s: float) -> None:
