@@ -218,13 +218,15 @@ class Upload:
 @dataclass(kw_only=True)
 class ApiCall:
     """One call the bot made: its method, its parameters (form values decoded as the Bot API
-    reads them), its uploaded files, and the status it was answered with."""
+    reads them), its uploaded files, the status it was answered with, and when it came
+    (``time.monotonic()``)."""
 
     method: str
     params: dict[str, Any]
     files: dict[str, Upload] = field(default_factory=dict)
     status: int | None = None
     token_ok: bool = True
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, kw_only=True)
