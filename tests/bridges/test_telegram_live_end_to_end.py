@@ -332,3 +332,36 @@ async def test_with_live_answers_off_the_answer_is_one_message(
     assert "reply_markup" not in reply.params
     await anyio.sleep(0.5)
     assert telegram.calls_to("editMessageText") == [] and telegram.drafts == []
+
+
+async def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_one_update_a_second(
+    chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
+) -> None:
+    # The measure (#37): platform calls per 300-token answer, in a group (posted,
+    # then edited) and in a private chat (drafts), side by side.
+    group = telegram.group("Measured")
+    ann = people["Ann"]
+    dm = telegram.private_chat(ann)
+    ollama.enqueue(ChatScript.paced(300, 20.0), ChatScript.paced(300, 20.0))
+    started = anyio.current_time()
+    await say(telegram, chat, telegram.message(group, ann, f"{BOT} measure"))
+    await say(telegram, chat, telegram.message(dm, ann, "measure"))
+
+    await until("the group's answer", lambda: finished(telegram, group), timeout=60)
+    await until("the private answer", lambda: telegram.sent_messages(dm), timeout=60)
+    took = anyio.current_time() - started
+
+    for chat_id in (group.id, dm.id):
+        calls = [c for c in telegram.calls if c.params.get("chat_id") == chat_id]
+        updates = [
+            c for c in calls if c.method in ("sendMessage", "editMessageText", "sendMessageDraft")
+        ]
+        gaps = [b.at - a.at for a, b in itertools.pairwise(updates)]
+        methods = sorted({c.method for c in calls})
+        counted = ", ".join(f"{m} {sum(c.method == m for c in calls)}" for m in methods)
+        where = "group" if chat_id < 0 else "private"
+        # The figure for the report, seen with -s.
+        print(f"telegram {where}: {len(calls)} calls ({counted}) in {took:.1f} s")
+        assert min(gaps) >= 0.9, gaps  # at most one update a second per chat
+        assert len(updates) <= took + 3
+        assert len(updates) >= 5  # written as it came
