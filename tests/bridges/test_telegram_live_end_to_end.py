@@ -365,3 +365,28 @@ async def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_one_update_a_se
         assert min(gaps) >= 0.9, gaps  # at most one update a second per chat
         assert len(updates) <= took + 3
         assert len(updates) >= 5  # written as it came
+
+
+async def test_the_stop_button_of_a_private_draft_cancels_the_turn(
+    chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
+) -> None:
+    ann = people["Ann"]
+    dm = telegram.private_chat(ann)
+    words = [f"w{n} " for n in range(400)]
+    ollama.enqueue(ChatScript(content=words, delay_s=0.05))  # 20 s if never stopped
+    await say(telegram, chat, telegram.message(dm, ann, "talk"))
+
+    drafts = await until(
+        "a draft with words", lambda: [d for d in telegram.drafts if d["text"].startswith("w0")]
+    )
+    draft = drafts[0]
+    assert draft["can_stop"] is True
+    await say(telegram, chat, telegram.stop_draft(dm, draft["draft_id"]))
+
+    await until(
+        "the stop's answer",
+        lambda: any(m["text"] == "Stopped." for m in telegram.sent_messages(dm)),
+        timeout=10,
+    )
+    await anyio.sleep(1.0)
+    assert "w399" not in "".join(m["text"] for m in telegram.sent_messages(dm))
