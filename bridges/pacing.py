@@ -3,7 +3,8 @@
 A renderer (:mod:`bridges.live`) offers the whole answer so far, as often as it likes;
 the pacer sends the newest state at most once per ``edit_interval_s`` of the platform
 (:class:`~bridges.port.LiveLimits`), so a model writing 50 tokens a second costs one
-platform call a second, not 50::
+platform call a second, not 50. Opening the reply posts it and is not an edit: the first
+words may follow it at once::
 
     offer(text, status)*  ─► [newest state kept] ─► show(text, status)  once an interval
     end(final)            ─► the rest of the text ─► finish(…, buttons, files)
@@ -150,6 +151,10 @@ class Pacer:
             self._reply = await self._call(self._open)
         except BridgeError as error:
             log.warning("a live %s answer was not opened: %s", self._to.platform, error)
+        else:
+            # Opening posts the message (or the status); the first words are its first
+            # edit, due at once: the first words show as soon as the model writes them.
+            self._next_at = self._clock()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def offer(self, text: str, status: str | None) -> None:

@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from bridges.deliveries import KEEP, MAX_ATTEMPTS, Deliveries
-from bridges.port import Attachment, Received
+from bridges.port import Attachment, Pressed, Received
 from core.clock import ManualClock
 from core.state import Database, Migration, Schema
 from tests.support.state import StateBackend
@@ -140,3 +140,33 @@ async def test_ids_taken_before_the_lease_column_stay_handled(
     a = await instance(state, clock, "a")
     assert await a.take(message()) is False
     assert await a.stale(["slack"]) == []
+
+
+def press(delivery_id: str = "Ev1") -> Pressed:
+    return Pressed(
+        platform="slack",
+        thread_id="slack:C1",
+        delivery_id=delivery_id,
+        message_id="1.000",
+        author_id="U1",
+        author_name="Ann",
+        action="s:0123456789abcdef",
+        is_dm=False,
+    )
+
+
+async def test_a_press_is_a_delivery_of_its_own_taken_once_and_run_again_if_its_holder_died(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    a = await instance(state, clock, "a")
+    b = await instance(state, clock, "b")
+    # A message and a press under the same platform id are two deliveries (#37).
+    assert await a.take(message("Ev1")) is True
+    assert await a.take(press("Ev1")) is True
+    assert await b.take(press("Ev1")) is False
+    await a.handled(message("Ev1"))
+    clock.advance(timedelta(seconds=LEASE_S + 1))
+    [again] = await b.stale(["slack"])
+    assert again == press("Ev1")
+    await b.handled(again)
+    assert await a.take(press("Ev1")) is False

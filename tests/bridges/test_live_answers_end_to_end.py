@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bridges.live import stop_action
 from bridges.port import LiveLimits
 from core.tools import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.support.contract import check_response
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.recording_bridge import LiveMessage, LiveRecordingBridge
 from tests.support.server import RunningServer
@@ -128,8 +130,9 @@ def test_an_answer_arrives_in_several_paced_updates_that_end_exactly_at_final(
     assert len([t for t in texts if t]) >= 3, texts  # written as it came, not at once
     assert all("".join(words).startswith(t) for t in texts)  # only ever grows
     assert calls[-1].kind == "finish" and calls[-1].buttons == ()
-    # Never faster than the platform's interval (a little slack for the clock).
-    times = [c.at for c in calls]
+    # Edits never faster than the platform's interval (a little slack for the clock); the
+    # first words may follow the opening at once.
+    times = [c.at for c in calls[1:]]
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= bridge.limits.edit_interval_s * 0.9, gaps
     assert bridge.replies == []  # no second, single message
@@ -168,3 +171,179 @@ def test_a_429_mid_answer_delays_but_loses_nothing(
     assert message.text == "".join(words)
     calls = bridge.calls_to(1)
     assert max(b.at - a.at for a, b in itertools.pairwise(calls)) >= 0.45
+
+
+def booking(ollama: OllamaStandIn, answer: str = "Which room would you like?") -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "book", "arguments": {}}]),
+        ChatScript.words(answer),
+    )
+
+
+def test_a_confirmation_shows_one_button_per_choice_and_only_its_owner_confirms_once(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    booking(ollama)
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury book a room", thread="8.1"))
+    [asked] = bridge.wait_for_answer(1)
+    assert asked.text == "Which room would you like?"  # exactly final: no typed tokens
+    assert [b.label for b in asked.buttons] == ["Small room", "Big room"]
+    small, big = asked.buttons
+    assert small.action.startswith("c:") and len(small.action.encode()) <= 64
+
+    # Another member's press runs nothing and is told so, to them alone.
+    other = bridge.pressed(asked, "U2", big.action)
+    assert bridge.press(chat, other).json() == {"ok": True, "taken": 1}
+    bridge.wait_for("the refusal", lambda: bridge.answered)
+    assert [(p.author_id, text) for p, text in bridge.answered] == [
+        ("U2", "This isn't yours to answer.")
+    ]
+    assert desk.booked == [] and bridge.settled == []
+
+    # The owner's press confirms, once; the platform's retry of it runs nothing.
+    mine = bridge.pressed(asked, "U1", small.action)
+    assert bridge.press(chat, mine).json()["taken"] == 1
+    assert bridge.press(chat, mine).json()["taken"] == 0
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Confirmed and done."
+    assert done.to.thread_id == asked.to.thread_id
+    assert desk.booked == ["small"]
+    assert [(p.author_id, text) for p, text in bridge.settled] == [("U1", "Chosen: Small room")]
+    assert asked.buttons == ()
+
+    # A second press (a new delivery) changes nothing and is answered privately.
+    again = bridge.pressed(asked, "U1", big.action)
+    assert bridge.press(chat, again).json()["taken"] == 1
+    bridge.wait_for("the second answer", lambda: len(bridge.answered) == 2)
+    assert bridge.answered[-1][1] == "Already answered or expired."
+    assert desk.booked == ["small"] and len(bridge.live) == 2
+    assert len(ollama.requests) == 2  # the confirmation never asked the model
+
+
+def test_typing_the_token_still_confirms_where_buttons_do_not_fit(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, desk: Desk
+) -> None:
+    bridge = LiveRecordingBridge(
+        limits=LiveLimits(max_chars=400, edit_interval_s=0.05, max_buttons=1)
+    )
+    chat = make_server({"bridges": [bridge], "plugins": [desk.plugin()]})
+    booking(ollama, "Pick one.")
+    bridge.post(chat, bridge.message("D7", "U1", "book a room"))
+    [asked] = bridge.wait_for_answer(1)
+    assert asked.buttons == ()
+    assert asked.text.startswith("Pick one.\n\nTo confirm, answer with the token (Small room: ")
+    token = asked.text.split("Big room: ")[1].rstrip(").")
+    bridge.post(chat, bridge.message("D7", "U1", token))
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Confirmed and done." and desk.booked == ["big"]
+
+
+def test_a_sign_in_link_goes_to_its_person_alone_never_into_the_group(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Please sign in first, then ask again."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury my calendar?"))
+    [answer] = bridge.wait_for_answer(1)
+    assert answer.text == "Please sign in first, then ask again."
+    [(to, text)] = bridge.privates
+    assert to.author_id == "U1"
+    assert text == "Sign in to Calendar: https://calendar.example/login?state=s1"
+    assert all("calendar.example" not in c.text for c in bridge.calls)
+    assert bridge.replies == []
+
+
+def test_the_stop_button_cancels_the_turn_and_the_model_request_for_its_author_only(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury write an essay", thread="5.5"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+    bridge.wait_for("the first words", lambda: "Very " in shows(bridge, 1))
+    [message] = bridge.live
+    [stop] = bridge.calls_to(1)[0].buttons
+    assert stop.label == "Stop"
+
+    bridge.press(chat, bridge.pressed(message, "U2", stop.action))
+    bridge.wait_for("the refusal", lambda: bridge.answered)
+    assert bridge.answered[-1][1] == (
+        "Only the person who asked, or an admin of this space, can stop this turn."
+    )
+    assert ollama.open_streams == 1 and message.state == "open"
+
+    bridge.press(chat, bridge.pressed(message, "U1", stop.action))
+    [stopped] = bridge.wait_for_answer(1)
+    assert stopped.state == "failed" and stopped.text == "Stopped."
+    assert bridge.answered[-1][1] == "Stopped."
+    ollama.wait_for_closed(1, timeout=20)
+    assert not any(c.kind == "finish" for c in bridge.calls)  # no answer was left
+    assert bridge.replies == []
+
+
+def test_with_live_answers_off_the_answer_is_one_message_as_before(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, desk: Desk, config: str
+) -> None:
+    bridge = LiveRecordingBridge()
+    chat = make_server(
+        {"bridges": [bridge], "plugins": [desk.plugin()]},
+        MERCURY_CONFIG_FILE=config,
+        BRIDGE_LIVE_ANSWERS="false",
+    )
+    booking(ollama, "Pick a room.")
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury book"))
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text.startswith("Pick a room.\n\nTo confirm, answer with the token (")
+    assert bridge.live == [] and bridge.calls == []
+
+
+def test_a_space_can_turn_live_answers_off_for_itself(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("One message."), ChatScript.words("Live here."))
+    bridge.post(chat, bridge.message("C5", "U1", "@Mercury hi"))
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "One message." and bridge.live == []
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury hi"))
+    [live] = bridge.wait_for_answer(1)
+    assert live.text == "Live here." and len(bridge.replies) == 1
+
+
+def test_a_platform_without_partial_text_gets_finished_paragraphs_as_messages(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    bridge = LiveRecordingBridge(
+        limits=LiveLimits(max_chars=4096, edit_interval_s=0.05, partial=False)
+    )
+    chat = make_server({"bridges": [bridge]})
+    paragraphs = ["First, the plan.", "Then, the details of it.", "Last, the end."]
+    ollama.enqueue(
+        ChatScript(content=[f"{p}\n\n" for p in paragraphs[:-1]] + [paragraphs[-1]], delay_s=0.4)
+    )
+    bridge.post(chat, bridge.message("D3", "U3", "plan it"))
+    bridge.wait_for("three messages", lambda: len(bridge.live) >= 3)
+    messages = bridge.wait_for_answer(3)
+    assert finished_text(messages) == "\n\n".join(paragraphs)
+    assert [m.text.strip() for m in messages] == paragraphs
+    assert not any(c.kind == "show" for c in bridge.calls)  # never partial text
+
+
+def test_presses_sent_to_their_own_route_are_checked_and_taken_like_the_others(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Done."))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury hi"))
+    [message] = bridge.wait_for_answer(1)
+    spent = bridge.pressed(message, "U1", "c:abcd-efgh:0123456789")
+    forged = bridge.press(chat, spent, path="/interactions", sign=False)
+    check_response(forged)
+    assert forged.status_code == 401 and forged.json()["ok"] is False
+    taken = bridge.press(chat, spent, path="/interactions")
+    check_response(taken)
+    assert taken.json() == {"ok": True, "taken": 1}
+    bridge.wait_for("the answer to the press", lambda: bridge.answered)
+    assert bridge.answered == [(spent, "This isn't yours to answer.")]
+    elsewhere = httpx.post(chat.url + "/webhooks/irc/interactions", content=b"{}", timeout=10)
+    check_response(elsewhere)
+    assert elsewhere.status_code == 404 and elsewhere.json()["ok"] is False

@@ -277,6 +277,15 @@ class LiveRecordingBridge(RecordingBridge):
             return outcome
         return WebhookOutcome(verdict="accepted", presses=(press,))
 
+    async def receive_interactions(
+        self, method: str, query: Mapping[str, str], headers: Mapping[str, str], body: bytes
+    ) -> WebhookOutcome:
+        """Presses alone, at ``/webhooks/{platform}/interactions`` (as Slack sends them)."""
+        outcome = await self.receive(method, query, headers, body)
+        if outcome.verdict == "accepted" and outcome.messages:
+            return WebhookOutcome(verdict="malformed", reason="a message, not a press")
+        return outcome
+
     # -- for the tests --------------------------------------------------------------------
 
     def pressed(
@@ -300,11 +309,13 @@ class LiveRecordingBridge(RecordingBridge):
             is_dm=message.to.is_dm,
         )
 
-    def press(self, server: Any, press: Pressed) -> httpx.Response:
+    def press(
+        self, server: Any, press: Pressed, *, path: str = "", sign: bool = True
+    ) -> httpx.Response:
         body = msgspec.json.encode(press)
-        signature = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+        signature = hmac.new(SECRET if sign else b"wrong", body, hashlib.sha256).hexdigest()
         return httpx.post(
-            f"{server.url}/webhooks/{self.platform}",
+            f"{server.url}/webhooks/{self.platform}{path}",
             content=body,
             headers={"x-test-signature": signature, "content-type": "application/json"},
             timeout=10,
@@ -313,8 +324,7 @@ class LiveRecordingBridge(RecordingBridge):
     def wait_for(self, what: str, check: Any, timeout: float = 20.0) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._lock:
-                found = check()
+            found = check()  # not under the lock: a check may read through calls_to
             if found:
                 return found
             time.sleep(0.02)

@@ -1,0 +1,87 @@
+"""A button pressed on an answer written by one instance is handled by another (#37).
+
+Two servers on one PostgreSQL, each with its own chat platform of the tests
+(tests/support/recording_bridge.py): the platform writes the confirmation's buttons through
+instance A and delivers the press to instance B. The confirmation lives in the shared store,
+so B confirms it, once; the press delivered to A as well runs nothing there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.tools import Plugin, Tool, ToolCallContext
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.postgres import PostgresServer
+from tests.support.recording_bridge import LiveRecordingBridge
+from tests.support.server import RunningServer
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+def desk(booked: list[str]) -> Plugin:
+    def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+        return [("Small room", "small"), ("Big room", "big")]
+
+    async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+        booked.append(str(arguments.get("size")))
+        return "booked"
+
+    return Plugin(
+        name="desk",
+        api_version=4,
+        tools=(
+            Tool(
+                name="book",
+                description="Book a room.",
+                parameters={"type": "object", "properties": {"size": {"type": "string"}}},
+                run=book,
+                confirm=True,
+                summary=lambda context, arguments: "Book a room",
+                choices=rooms,
+                choice_argument="size",
+            ),
+        ),
+    )
+
+
+def test_a_button_on_an_answer_written_by_a_is_handled_once_by_b(
+    make_server: Callable[..., RunningServer],
+    postgres_server: PostgresServer,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    url = postgres_server.create_database()
+    booked: list[str] = []
+    on_a, on_b = LiveRecordingBridge(), LiveRecordingBridge()
+    a = make_server(
+        {"bridges": [on_a], "plugins": [desk(booked)]},
+        MERCURY_STATE_URL=url,
+        MERCURY_DATA_DIR=str(tmp_path / "a"),
+    )
+    b = make_server(
+        {"bridges": [on_b], "plugins": [desk(booked)]},
+        MERCURY_STATE_URL=url,
+        MERCURY_DATA_DIR=str(tmp_path / "b"),
+    )
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "book", "arguments": {}}]),
+        ChatScript.words("Which room?"),
+    )
+    on_a.post(a, on_a.message("C1", "U1", "@Mercury book a room", thread="3.3"))
+    [asked] = on_a.wait_for_answer(1)
+    big = asked.buttons[1]
+
+    press = on_b.pressed(asked, "U1", big.action)
+    assert on_b.press(b, press).json()["taken"] == 1
+    assert on_a.press(a, press).json()["taken"] == 0  # the same press, on the other instance
+    [done] = on_b.wait_for_answer(1)
+    assert done.text == "Confirmed and done."
+    assert done.to.thread_id == "slack:C1:3.3"
+    assert booked == ["big"]
+    assert [text for _, text in on_b.settled] == ["Chosen: Big room"]
+    assert on_a.answered == [] and on_a.settled == []
