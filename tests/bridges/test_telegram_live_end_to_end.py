@@ -362,6 +362,10 @@ async def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_one_update_a_se
         where = "group" if chat_id < 0 else "private"
         # The figure for the report, seen with -s.
         print(f"telegram {where}: {len(calls)} calls ({counted}) in {took:.1f} s")
+        if chat_id == dm.id:
+            # The opening draft ("Thinking…") is followed at once by the first words (the
+            # pacer's rule since 97bc23a); every later update keeps the interval.
+            gaps = gaps[1:]
         assert min(gaps) >= 0.9, gaps  # at most one update a second per chat
         assert len(updates) <= took + 3
         assert len(updates) >= 5  # written as it came
