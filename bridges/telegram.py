@@ -112,6 +112,9 @@ TYPING_REFRESH_S: Final = 4.5
 #: How long a reply's status is kept alive at most (a reply never finished stops there).
 _KEEPALIVE_MAX_S: Final = 15 * 60.0
 
+#: The most an answer to a press (an alert) shows.
+_ALERT_MAX_CHARS: Final = 200
+
 _PLATFORM: Final = "telegram"
 #: How many pressable messages' texts a bridge keeps, to say under them what was chosen.
 _KEPT_TEXTS: Final = 512
@@ -562,6 +565,8 @@ class TelegramBridge:
         Telegram lets a bot write first to nobody: a person who never started the bot is a
         :class:`BridgeError` that says so.
         """
+        if not to.author_id.isdigit():
+            raise BridgeError(f"{to.author_id!r} is not a Telegram user id; nothing was sent.")
         await self._me()
         person = int(to.author_id)
         try:
@@ -586,6 +591,8 @@ class TelegramBridge:
                 "sendMessage", self._bot.send_message(chat_id, text, message_thread_id=topic)
             )
             return
+        if len(text) > _ALERT_MAX_CHARS:
+            text = text[: _ALERT_MAX_CHARS - 1] + "…"
         await self._call(
             "answerCallbackQuery",
             self._bot.answer_callback_query(press.respond, text=text, show_alert=True),

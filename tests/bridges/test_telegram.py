@@ -1448,3 +1448,15 @@ async def test_a_group_shows_typing_until_its_message_is_posted(
         await quick.close()
 
     assert typed >= 3 and after == typed
+
+
+async def test_an_answer_to_a_press_past_telegrams_alert_limit_is_cut_not_refused(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    _, _, kept = await pending_in_group(bridge, telegram)
+    press = await one_press(bridge, telegram, telegram.press(kept, telegram.user("Ben")))
+
+    await bridge.answer_press(press, "Nein. " * 60)
+
+    [answer] = telegram.answers
+    assert len(answer["text"]) == 200 and answer["text"].endswith("…")
