@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,22 @@ def test_presses_sent_to_their_own_route_are_checked_and_taken_like_the_others(
     elsewhere = httpx.post(chat.url + "/webhooks/irc/interactions", content=b"{}", timeout=10)
     check_response(elsewhere)
     assert elsewhere.status_code == 404 and elsewhere.json()["ok"] is False
+
+
+def test_a_double_tap_on_two_choices_runs_one_and_tells_the_other_privately(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    booking(ollama)
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury book a room"))
+    [asked] = bridge.wait_for_answer(1)
+    small, big = asked.buttons
+    presses = [bridge.pressed(asked, "U1", b.action) for b in (small, big)]
+    with ThreadPoolExecutor(2) as pool:
+        taken = list(pool.map(lambda p: bridge.press(chat, p).json()["taken"], presses))
+    assert taken == [1, 1]
+    bridge.wait_for("one answer and one refusal", lambda: bridge.answered and len(bridge.live) == 2)
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Confirmed and done."
+    assert [text for _, text in bridge.answered] == ["Already answered or expired."]
+    assert len(desk.booked) == 1 and len(bridge.settled) == 1
+    assert len(bridge.live) == 2  # nothing said in the group about the second tap
