@@ -367,3 +367,34 @@ def test_a_double_tap_on_two_choices_runs_one_and_tells_the_other_privately(
     assert [text for _, text in bridge.answered] == ["Already answered or expired."]
     assert len(desk.booked) == 1 and len(bridge.settled) == 1
     assert len(bridge.live) == 2  # nothing said in the group about the second tap
+
+
+def test_an_error_mid_answer_replaces_the_partial_text_with_its_sentence(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(content=["Half ", "an ", "answer ", "and"], delay_s=0.3, error_after=3)
+    )
+    bridge.post(chat, bridge.message("D9", "U4", "go"))
+    [message] = bridge.wait_for_answer(1)
+    assert any(text.startswith("Half") for text in shows(bridge, 1))
+    assert message.state == "failed"
+    assert message.text.startswith("The model ") and "Half" not in message.text
+    assert message.buttons == ()
+
+
+def test_the_files_a_turn_wrote_come_with_the_finished_answer(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(
+            tool_calls=[
+                {"name": "outbox_write", "arguments": {"filename": "plan.txt", "content": "A"}}
+            ]
+        ),
+        ChatScript.words("Here is the plan."),
+    )
+    bridge.post(chat, bridge.message("D9", "U4", "write the plan"))
+    [message] = bridge.wait_for_answer(1)
+    assert message.text == "Here is the plan."
+    assert [(f.filename, f.data) for f in message.files] == [("plan.txt", b"A")]
