@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 from typing import Any, Final
 
@@ -42,7 +43,8 @@ def respond(payload: dict[str, Any]) -> ChatScript:
         if isinstance(message, dict) and message.get("role") == "user":
             last = str(message.get("content") or "")
             break
-    words = last.split()
+    # A chat turn's words come inside a <caller …> element (bench/chat.py): tags aside.
+    words = re.sub(r"<[^>]*>", " ", last).split()
     # The engine prefixes the person's local time in brackets; the shape is at the end.
     for i, word in enumerate(words):
         if word in ("fast", "paced"):
