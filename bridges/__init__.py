@@ -1,14 +1,21 @@
 """The chat platforms' bridges: Slack, Telegram, Discord and WhatsApp, and their pipeline."""
 
 from bridges.port import (
+    ACTION_MAX_BYTES,
     Attachment,
     BridgeError,
     EgressFile,
     GatewayBridge,
     IngressMessage,
+    InteractionsBridge,
+    LiveBridge,
+    LiveLimits,
+    LiveReply,
     PlatformBridge,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
     Verdict,
     WebhookBridge,
@@ -16,14 +23,21 @@ from bridges.port import (
 )
 
 __all__ = [
+    "ACTION_MAX_BYTES",
     "Attachment",
     "BridgeError",
     "EgressFile",
     "GatewayBridge",
     "IngressMessage",
+    "InteractionsBridge",
+    "LiveBridge",
+    "LiveLimits",
+    "LiveReply",
     "PlatformBridge",
     "PlatformUnavailable",
+    "Pressed",
     "Received",
+    "ReplyButton",
     "ThreadInfo",
     "Verdict",
     "WebhookBridge",

@@ -151,6 +151,8 @@ class Pacer:
             self._reply = await self._call(self._open)
         except BridgeError as error:
             log.warning("a live %s answer was not opened: %s", self._to.platform, error)
+        except Exception:
+            log.exception("a live %s answer failed to open", self._to.platform)
         else:
             # Opening posts the message (or the status); the first words are its first
             # edit, due at once: the first words show as soon as the model writes them.
@@ -207,11 +209,17 @@ class Pacer:
             except BridgeError as error:
                 # Nothing is lost: the next update carries the whole answer so far.
                 log.warning("a live %s update was not shown: %s", self._to.platform, error)
+            except Exception:
+                # A platform file's mistake must not fail the delivery: it would run the
+                # whole turn again.
+                log.exception("a live %s update failed", self._to.platform)
         try:
             await self._last(self._end)
         except BridgeError as error:
             # The answer is in the conversation's history on our side.
             log.warning("a live %s answer was not finished: %s", self._to.platform, error)
+        except Exception:
+            log.exception("a live %s answer failed to finish", self._to.platform)
 
     async def _flush(self) -> None:
         """Send the newest state: finished parts in messages of their own, the rest shown."""

@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
+from msgspec.structs import replace as replace_struct
+
 from bridges.live import (
     ConfirmPress,
     LiveAnswer,
@@ -444,6 +446,19 @@ class Pipeline:
                 bridge, press, translator.gettext("Already answered or expired.")
             )
             return
+        # One choice per message, across instances: a double tap is two presses, and the
+        # second must not run the token again (it would answer "no pending confirmation"
+        # in the group). The first press on the message holds it for good.
+        chosen_mark = replace_struct(
+            press, delivery_id=f"chosen:{press.thread_id}:{press.message_id}"
+        )
+        deliveries = self._stores.deliveries
+        if not await deliveries.take(chosen_mark):
+            await self._answer_press(
+                bridge, press, translator.gettext("Already answered or expired.")
+            )
+            return
+        await deliveries.handled(chosen_mark)
         chosen = translator.gettext("Chosen: %(choice)s") % {
             "choice": label or translator.gettext("Confirm")
         }

@@ -14,7 +14,14 @@ place by configuration alone. How Telegram maps onto the port:
 * documents, photos (the largest size), voice notes, audio, video and video notes are
   attachments whose ``ref`` is the ``file_id``; a caption is the message's text;
 * a reply is plain text (no parse mode) split at 4,096 UTF-16 units, answering the triggering
-  message in a group, in its topic; files follow as documents.
+  message in a group, in its topic; files follow as documents;
+* a live reply (#37) is a draft (``sendMessageDraft``) in a private chat, replaced by the
+  final message, and elsewhere a message posted once there is something to show and edited
+  (``editMessageText``) as the answer grows; buttons are an inline keyboard whose
+  ``callback_data`` is the button's action, and a press comes back as a ``callback_query``
+  update (a :class:`bridges.port.Pressed`), answered with ``answerCallbackQuery``; the stop
+  button of a draft is Telegram's own (``can_stop``), reported as a
+  ``stopped_message_generation`` update.
 
 The bot's own id is the digits before the token's colon; its username comes from ``getMe``,
 asked in the background on the first update and kept. A webhook's answer never waits for
@@ -30,19 +37,34 @@ Exceptions (the port's)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import hmac
 import logging
 import mimetypes
 import os
+import secrets
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import httpx
 import msgspec
-from telegram import Bot, InputFile, Message, MessageEntity, ReplyParameters, Update, User
+from telegram import (
+    Bot,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    InputFile,
+    Message,
+    MessageEntity,
+    ReplyParameters,
+    Update,
+    User,
+)
 from telegram.constants import ChatAction, ChatType
 from telegram.error import (
     BadRequest,
@@ -58,31 +80,76 @@ from telegram.request import HTTPXRequest
 
 from bridges.json_body import decode
 from bridges.port import (
+    ACTION_MAX_BYTES,
     Attachment,
     BridgeError,
     EgressFile,
+    LiveLimits,
+    LiveReply,
     PlatformUnavailable,
+    Pressed,
     Received,
+    ReplyButton,
     ThreadInfo,
     WebhookOutcome,
 )
 from core.config.settings import ConfigurationError, TelegramSettings
 from core.spaces.ids import parse_space_id
 
-__all__ = ["MAX_MESSAGE_CHARS", "SECRET_HEADER", "TelegramBridge", "split_text"]
+__all__ = ["LIVE_LIMITS", "MAX_MESSAGE_CHARS", "SECRET_HEADER", "TelegramBridge", "split_text"]
 
 #: The longest text one ``sendMessage`` takes, in UTF-16 code units as Telegram counts.
 MAX_MESSAGE_CHARS: Final = 4096
 #: The header every webhook delivery carries the ``secret_token`` of ``setWebhook`` in.
 SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a header's name
 
+#: What a live reply keeps to: a message's 4,096 units; Telegram's flood control allows
+#: about one message (or edit) a second per chat; eight choices still read as a list.
+LIVE_LIMITS: Final = LiveLimits(max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8)
+
+#: A draft vanishes about 30 s after its last update: one unchanged for this long is sent
+#: again, so "Thinking…" or a tool's status stays while nothing else changes.
+DRAFT_REFRESH_S: Final = 20.0
+#: "typing…" shows for about 5 s: sent again this often until a group's message is posted.
+TYPING_REFRESH_S: Final = 4.5
+#: How long a reply's status is kept alive at most (a reply never finished stops there).
+_KEEPALIVE_MAX_S: Final = 15 * 60.0
+
+#: The most an answer to a press (an alert) shows.
+_ALERT_MAX_CHARS: Final = 200
+
 _PLATFORM: Final = "telegram"
+#: How many pressable messages' texts a bridge keeps, to say under them what was chosen.
+_KEPT_TEXTS: Final = 512
+#: How many drafts with a stop button a bridge remembers the stop action of.
+_KEPT_DRAFTS: Final = 512
 _DECODER: Final = msgspec.json.Decoder(dict[str, Any])
 _T = TypeVar("_T")
 #: Messages kept to be read again once the bot's username is known (a restart's first minute).
 _UNRESOLVED_KEPT: Final = 1_024
 
 log = logging.getLogger("mercury.bridges.telegram")
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Bounded(Generic[_K, _V]):
+    """A mapping that keeps its ``size`` newest entries."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: OrderedDict[_K, _V] = OrderedDict()
+
+    def keep(self, key: _K, value: _V) -> None:
+        self._items[key] = value
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def get(self, key: _K) -> _V | None:
+        return self._items.get(key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +179,13 @@ class TelegramBridge:
     """The Telegram bot, as the pipeline sees it: a :class:`bridges.port.WebhookBridge`."""
 
     def __init__(
-        self, settings: TelegramSettings, *, bot_name: str, timeout_s: float = 10.0
+        self,
+        settings: TelegramSettings,
+        *,
+        bot_name: str,
+        timeout_s: float = 10.0,
+        draft_refresh_s: float = DRAFT_REFRESH_S,
+        typing_refresh_s: float = TYPING_REFRESH_S,
     ) -> None:
         if not settings.bot_token or not settings.webhook_secret:
             raise ConfigurationError(
@@ -156,6 +229,14 @@ class TelegramBridge:
         self._downloads: httpx.AsyncClient | None = None
         self._redaction = _TokenRedaction(self._token)
         logging.getLogger("httpx").addFilter(self._redaction)
+        # The texts of messages with buttons, to write what was chosen under them, and the
+        # stop action of each draft with a stop button; bounded, forgotten on restart (a
+        # press then settles with what was chosen alone; a draft's stop is then ignored).
+        self._refresh_s = {True: draft_refresh_s, False: typing_refresh_s}
+        self._keepalives: set[asyncio.Task[None]] = set()
+        self._texts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_TEXTS)
+        self._typed: _Bounded[tuple[int, int | None], float] = _Bounded(_KEPT_TEXTS)
+        self._drafts: _Bounded[tuple[int, int], str] = _Bounded(_KEPT_DRAFTS)
 
     @property
     def platform(self) -> str:
@@ -199,6 +280,10 @@ class TelegramBridge:
             update = Update.de_json(data, self._bot)
         except Exception:  # any shape the SDK can't read is a malformed update, never a crash
             return WebhookOutcome(verdict="malformed", reason="the update could not be read")
+        if update.callback_query is not None:
+            return self._press(update.callback_query, data["callback_query"])
+        if isinstance(data.get("stopped_message_generation"), dict):
+            return self._draft_stopped(update.update_id, data["stopped_message_generation"])
         message = update.message
         if message is None:
             kind = next((k for k in data if k != "update_id"), "nothing")
@@ -228,6 +313,86 @@ class TelegramBridge:
             while len(self._unresolved) > _UNRESOLVED_KEPT:
                 self._unresolved.popitem(last=False)
         return WebhookOutcome(verdict="accepted", messages=(received,))
+
+    def _press(self, query: CallbackQuery, raw: Mapping[str, Any]) -> WebhookOutcome:
+        """A button of ours pressed: a :class:`Pressed`, or why it isn't one."""
+        action = raw.get("data")  # as sent: the SDK takes any JSON value for it
+        if not isinstance(action, str) or not action or len(action.encode()) > ACTION_MAX_BYTES:
+            return WebhookOutcome(
+                verdict="malformed", reason="a button press without a readable callback_data"
+            )
+        if not query.id or query.from_user is None:
+            return WebhookOutcome(verdict="malformed", reason="a button press without its id")
+        message = query.message
+        if message is None:
+            # Our messages are never inline-mode ones: such a press isn't on one of ours.
+            return WebhookOutcome(verdict="ignored", reason="a press on an inline-mode message")
+        if not isinstance(message, Message) or not message.is_accessible:
+            # An inaccessible message (deleted, or older than Telegram keeps) tells no topic
+            # to act in.
+            return WebhookOutcome(verdict="ignored", reason="a press on a message too old to read")
+        chat_id = message.chat.id
+        thread_id = f"{_PLATFORM}:{chat_id}"
+        if message.is_topic_message and message.message_thread_id is not None:
+            thread_id += f":{message.message_thread_id}"
+        try:
+            self.parse_thread(thread_id)
+        except ValueError:
+            return WebhookOutcome(
+                verdict="malformed", reason="a chat or topic id that can't be a space id"
+            )
+        if message.text is not None:
+            self._texts.keep((chat_id, message.message_id), message.text)
+        pressed = Pressed(
+            platform=_PLATFORM,
+            thread_id=thread_id,
+            delivery_id=query.id,
+            message_id=str(message.message_id),
+            author_id=str(query.from_user.id),
+            author_name=query.from_user.full_name,
+            action=action,
+            is_dm=message.chat.type == ChatType.PRIVATE,
+            respond=query.id,
+        )
+        return WebhookOutcome(verdict="accepted", presses=(pressed,))
+
+    def _draft_stopped(self, update_id: int, stopped: dict[str, Any]) -> WebhookOutcome:
+        """The stop button of a draft pressed: the stop action the draft was opened with."""
+        chat = stopped.get("chat")
+        draft_id = stopped.get("draft_id")
+        topic = stopped.get("message_thread_id")
+        if (
+            not isinstance(chat, dict)
+            or not isinstance(chat.get("id"), int)
+            or not isinstance(draft_id, int)
+            or (topic is not None and not isinstance(topic, int))
+        ):
+            return WebhookOutcome(verdict="malformed", reason="a stopped draft that can't be read")
+        chat_id: int = chat["id"]
+        action = self._drafts.get((chat_id, draft_id))
+        if action is None:
+            return WebhookOutcome(
+                verdict="ignored", reason="a stopped draft this bridge never sent"
+            )
+        thread_id = f"{_PLATFORM}:{chat_id}" + (f":{topic}" if topic else "")
+        try:
+            self.parse_thread(thread_id)
+        except ValueError:
+            return WebhookOutcome(
+                verdict="malformed", reason="a chat or topic id that can't be a space id"
+            )
+        pressed = Pressed(
+            platform=_PLATFORM,
+            thread_id=thread_id,
+            delivery_id=f"update:{update_id}",
+            message_id=f"draft:{draft_id}",
+            # A draft lives in a private chat, whose id is its person's.
+            author_id=str(chat_id),
+            author_name=None,
+            action=action,
+            is_dm=chat.get("type") == ChatType.PRIVATE,
+        )
+        return WebhookOutcome(verdict="accepted", presses=(pressed,))
 
     def _received(
         self, delivery_id: str, message: Message, author: User, me: _Identity
@@ -362,10 +527,20 @@ class TelegramBridge:
         """``sendChatAction(typing)`` in the message's chat and topic (it shows for ~5 s)."""
         chat_id, topic = _target(message.thread_id)
         await self._me()
+        await self._type(chat_id, topic)
+
+    async def _type(self, chat_id: int, topic: int | None, *, unless_shown: bool = False) -> None:
+        """``typing…`` in the chat and topic; with ``unless_shown``, not while the last one
+        sent there still shows (a live reply opened just after the pipeline's typing)."""
+        now = time.monotonic()
+        last = self._typed.get((chat_id, topic))
+        if unless_shown and last is not None and now - last < TYPING_REFRESH_S:
+            return
         await self._call(
             "sendChatAction",
             self._bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic),
         )
+        self._typed.keep((chat_id, topic), now)
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """The text in messages of at most 4,096 UTF-16 units, then each file as a document.
@@ -394,12 +569,114 @@ class TelegramBridge:
                 self._bot.send_document(chat_id, document, message_thread_id=topic),
             )
 
+    # -- live replies and buttons (#37) -----------------------------------------------------
+
+    @property
+    def live_limits(self) -> LiveLimits:
+        return LIVE_LIMITS
+
+    async def open_reply(
+        self, to: Received, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """A draft showing ``status`` in a private chat (its stop button Telegram's own, when
+        ``buttons`` holds one); elsewhere typing, and a message once there is something to
+        show."""
+        chat_id, topic = _target(to.thread_id)
+        await self._me()
+        reply = _LiveReply(self, to, chat_id, topic, buttons)
+        if to.is_dm:
+            if buttons:
+                self._drafts.keep((chat_id, reply.draft_id), buttons[0].action)
+            await reply.show("", status)
+        else:
+            await reply.type(unless_shown=True)
+        task = asyncio.get_running_loop().create_task(reply.keep_alive(self._refresh_s[to.is_dm]))
+        self._keepalives.add(task)
+        task.add_done_callback(self._keepalives.discard)
+        reply.keeping = task
+        return reply
+
+    async def send_private(self, to: Received, text: str) -> None:
+        """``text`` in the private chat of ``to``'s author with the bot.
+
+        Telegram lets a bot write first to nobody: a person who never started the bot is a
+        :class:`BridgeError` that says so.
+        """
+        if not to.author_id.isdigit():
+            raise BridgeError(f"{to.author_id!r} is not a Telegram user id; nothing was sent.")
+        await self._me()
+        person = int(to.author_id)
+        try:
+            for part in split_text(text):
+                await self._call("sendMessage", self._bot.send_message(person, part))
+        except PlatformUnavailable:
+            raise
+        except BridgeError as exc:
+            if _never_started(str(exc)):
+                raise BridgeError(
+                    f"Telegram can't deliver a private message to {to.author_name or person}: "
+                    "they haven't started a chat with the bot (or blocked it)."
+                ) from None
+            raise
+
+    async def answer_press(self, press: Pressed, text: str) -> None:
+        """``text`` as an alert only the presser sees (``answerCallbackQuery``)."""
+        await self._me()
+        if not press.respond:  # a draft's stop: its chat is the presser's own
+            chat_id, topic = _target(press.thread_id)
+            await self._call(
+                "sendMessage", self._bot.send_message(chat_id, text, message_thread_id=topic)
+            )
+            return
+        if len(text) > _ALERT_MAX_CHARS:
+            text = text[: _ALERT_MAX_CHARS - 1] + "…"
+        await self._call(
+            "answerCallbackQuery",
+            self._bot.answer_callback_query(press.respond, text=text, show_alert=True),
+        )
+
+    async def settle_press(self, press: Pressed, text: str) -> None:
+        """The pressed message without its keyboard, ``text`` written under its words."""
+        await self._me()
+        if press.respond:
+            # Acknowledged first, so the button stops spinning whatever the edit does.
+            await self._call("answerCallbackQuery", self._bot.answer_callback_query(press.respond))
+        if not press.message_id.isdigit():
+            return  # a draft: nothing stays to edit
+        chat_id, _ = _target(press.thread_id)
+        message_id = int(press.message_id)
+        shown = self._texts.get((chat_id, message_id))
+        settled = f"{shown}\n\n{text}" if shown else text
+        if _units(settled) > MAX_MESSAGE_CHARS:
+            settled = text
+        await self._edit(chat_id, message_id, settled, None)
+
+    async def _edit(
+        self, chat_id: int, message_id: int, text: str, markup: InlineKeyboardMarkup | None
+    ) -> None:
+        """``editMessageText``; Telegram's "message is not modified" is the edit done."""
+        try:
+            await self._call(
+                "editMessageText",
+                self._bot.edit_message_text(
+                    text, chat_id=chat_id, message_id=message_id, reply_markup=markup
+                ),
+            )
+        except PlatformUnavailable:
+            raise
+        except BridgeError as exc:
+            if "message is not modified" not in str(exc).lower():
+                raise
+
     async def close(self) -> None:
         """Shut the Bot API clients and the download client."""
         task, self._identity_task = self._identity_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        for task in list(self._keepalives):
+            task.cancel()
+        await asyncio.gather(*self._keepalives, return_exceptions=True)
         try:
             await self._bot.shutdown()
             for request in self._requests:
@@ -416,8 +693,10 @@ class TelegramBridge:
         try:
             return await call
         except RetryAfter as exc:
+            wait = _seconds(exc)
             raise PlatformUnavailable(
-                f"Telegram's {method} is rate limited; retry after {_seconds(exc):g} s."
+                f"Telegram's {method} is rate limited; retry after {wait:g} s.",
+                retry_after_s=wait,
             ) from None
         except TimedOut:
             raise PlatformUnavailable(
@@ -451,6 +730,213 @@ class TelegramBridge:
 
     def _redacted(self, text: str) -> str:
         return text.replace(self._token, "<token>")
+
+
+class _LiveReply:
+    """One reply being written: a draft in a private chat, else a message posted then edited.
+
+    Calls come one at a time (the pacer's), so the state needs no lock.
+    """
+
+    def __init__(
+        self,
+        bridge: TelegramBridge,
+        to: Received,
+        chat_id: int,
+        topic: int | None,
+        buttons: Sequence[ReplyButton],
+    ) -> None:
+        self._bridge = bridge
+        self._to = to
+        self._chat_id = chat_id
+        self._topic = topic
+        self._stop = _keyboard(buttons)
+        self._can_stop = bool(buttons)
+        #: Nonzero, random: a new draft for every reply (the same id would animate from the
+        #: last reply's text).
+        self.draft_id = secrets.randbelow(2**31 - 1) + 1
+        self._message_id: int | None = None
+        self._shown: str | None = None
+        #: How many steps of ``finish`` are done (a retried finish goes on from there).
+        self._done = 0
+        #: The task keeping the status alive (see :meth:`keep_alive`); set by the bridge.
+        self.keeping: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._last_call = time.monotonic()
+
+    @property
+    def _bot(self) -> Bot:
+        return self._bridge._bot
+
+    async def type(self, *, unless_shown: bool = False) -> None:
+        """``typing…`` in the reply's chat and topic (see :meth:`TelegramBridge._type`)."""
+        await self._bridge._type(self._chat_id, self._topic, unless_shown=unless_shown)
+        self._last_call = time.monotonic()
+
+    async def keep_alive(self, every_s: float) -> None:
+        """Until the reply ends: a draft unchanged for ``every_s`` is sent again; in a group,
+        ``typing…`` again every ``every_s`` until the message is posted. Best effort: a
+        refused refresh is only logged."""
+        until = time.monotonic() + _KEEPALIVE_MAX_S
+        while time.monotonic() < until:
+            await asyncio.sleep(max(self._last_call + every_s - time.monotonic(), 0.05))
+            if time.monotonic() - self._last_call < every_s:
+                continue
+            if not self._to.is_dm and self._message_id is not None:
+                return
+            try:
+                async with self._lock:
+                    if self._to.is_dm:
+                        await self._draft(self._shown or "")
+                    else:
+                        await self.type()
+            except BridgeError as exc:
+                log.info("A Telegram status was not kept alive: %s", exc)
+                self._last_call = time.monotonic()
+
+    async def _settled(self) -> None:
+        """The keep-alive stopped, and any refresh it had under way done with."""
+        if self.keeping is not None:
+            self.keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.keeping
+
+    async def _draft(self, shown: str) -> None:
+        # An empty draft is Telegram's own "Thinking…" placeholder.
+        extra = {"can_stop": True} if self._can_stop else None
+        await self._bridge._call(
+            "sendMessageDraft",
+            self._bot.send_message_draft(
+                self._chat_id,
+                self.draft_id,
+                shown,
+                message_thread_id=self._topic,
+                api_kwargs=extra,
+            ),
+        )
+        self._last_call = time.monotonic()
+
+    async def show(self, text: str, status: str | None) -> None:
+        async with self._lock:
+            await self._show(text, status)
+
+    async def _show(self, text: str, status: str | None) -> None:
+        shown = _preview(text, status)
+        if shown == self._shown:
+            return
+        if self._to.is_dm:
+            await self._draft(shown)
+        elif not shown:
+            return  # nothing to post yet (the chat shows typing), or to edit a message into
+        elif self._message_id is None:
+            self._message_id = await self._post(shown, self._stop)
+        else:
+            await self._bridge._edit(self._chat_id, self._message_id, shown, self._stop)
+        self._shown = shown
+
+    async def finish(
+        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
+    ) -> None:
+        """The text (in more messages past 4,096 units, the buttons under the last), then the
+        files. Tried again after a 429 with the same arguments, it goes on where it stopped:
+        nothing is sent twice."""
+        await self._settled()
+        parts = split_text(text)
+        markup = _keyboard(buttons)
+        steps: list[Callable[[], Awaitable[None]]] = []
+        for index, part in enumerate(parts):
+            keys = markup if index == len(parts) - 1 else None
+            steps.append(functools.partial(self._leave, index, part, keys))
+        if not parts and self._message_id is not None:
+            steps.append(self._remove)  # files alone: the status shown so far goes
+        steps.extend(functools.partial(self._send_file, file) for file in files)
+        for step in steps[self._done :]:
+            await step()
+            self._done += 1
+
+    async def _leave(self, index: int, part: str, markup: InlineKeyboardMarkup | None) -> None:
+        """Part ``index`` of the final text, in the message shown so far for the first."""
+        if index == 0 and self._message_id is not None:
+            await self._bridge._edit(self._chat_id, self._message_id, part, markup)
+            message_id = self._message_id
+        else:
+            message_id = await self._post(part, markup)
+        if markup is not None:
+            self._bridge._texts.keep((self._chat_id, message_id), part)
+
+    async def _remove(self) -> None:
+        if self._message_id is not None:
+            await self._bridge._call(
+                "deleteMessage", self._bot.delete_message(self._chat_id, self._message_id)
+            )
+
+    async def _send_file(self, file: EgressFile) -> None:
+        document = InputFile(file.data, filename=file.filename)
+        document.mimetype = file.mime_type
+        await self._bridge._call(
+            "sendDocument",
+            self._bot.send_document(self._chat_id, document, message_thread_id=self._topic),
+        )
+
+    async def fail(self, text: str) -> None:
+        await self._settled()
+        for index, part in enumerate(split_text(text) or [text]):
+            if index == 0 and self._message_id is not None:
+                await self._bridge._edit(self._chat_id, self._message_id, part, None)
+            else:
+                await self._post(part, None)
+
+    async def _post(self, text: str, markup: InlineKeyboardMarkup | None) -> int:
+        """A new message in the reply's chat and topic; the first answers ``to`` in a group."""
+        answer = None
+        if not self._to.is_dm and self._message_id is None:
+            answer = ReplyParameters(int(self._to.message_id), allow_sending_without_reply=True)
+        sent = await self._bridge._call(
+            "sendMessage",
+            self._bot.send_message(
+                self._chat_id,
+                text,
+                message_thread_id=self._topic,
+                reply_parameters=answer,
+                reply_markup=markup,
+            ),
+        )
+        if self._message_id is None:
+            self._message_id = sent.message_id
+        return sent.message_id
+
+
+def _keyboard(buttons: Sequence[ReplyButton]) -> InlineKeyboardMarkup | None:
+    """One button a row (labels stay whole), ``callback_data`` the action; ``None`` for none."""
+    if not buttons:
+        return None
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(b.label, callback_data=b.action)] for b in buttons]
+    )
+
+
+def _preview(text: str, status: str | None) -> str:
+    """What a live reply shows: the text so far and the status line under it, within a
+    message (a preview too long loses the end of its text, never the status)."""
+    tail = f"\n\n{status}" if status and text else (status or "")
+    room = MAX_MESSAGE_CHARS - _units(tail)
+    if _units(text) > room:
+        text = text[: _fitting_prefix(text, max(room - 1, 0))] + "…"
+    return text + tail
+
+
+def _units(text: str) -> int:
+    """``text``'s length in UTF-16 code units, as Telegram counts."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _never_started(description: str) -> bool:
+    """Whether Telegram refused a private message because the person never started the bot."""
+    lowered = description.lower()
+    return any(
+        words in lowered
+        for words in ("can't initiate conversation", "bot was blocked", "chat not found")
+    )
 
 
 def split_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -347,3 +348,53 @@ def test_presses_sent_to_their_own_route_are_checked_and_taken_like_the_others(
     elsewhere = httpx.post(chat.url + "/webhooks/irc/interactions", content=b"{}", timeout=10)
     check_response(elsewhere)
     assert elsewhere.status_code == 404 and elsewhere.json()["ok"] is False
+
+
+def test_a_double_tap_on_two_choices_runs_one_and_tells_the_other_privately(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    booking(ollama)
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury book a room"))
+    [asked] = bridge.wait_for_answer(1)
+    small, big = asked.buttons
+    presses = [bridge.pressed(asked, "U1", b.action) for b in (small, big)]
+    with ThreadPoolExecutor(2) as pool:
+        taken = list(pool.map(lambda p: bridge.press(chat, p).json()["taken"], presses))
+    assert taken == [1, 1]
+    bridge.wait_for("one answer and one refusal", lambda: bridge.answered and len(bridge.live) == 2)
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Confirmed and done."
+    assert [text for _, text in bridge.answered] == ["Already answered or expired."]
+    assert len(desk.booked) == 1 and len(bridge.settled) == 1
+    assert len(bridge.live) == 2  # nothing said in the group about the second tap
+
+
+def test_an_error_mid_answer_replaces_the_partial_text_with_its_sentence(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(content=["Half ", "an ", "answer ", "and"], delay_s=0.3, error_after=3)
+    )
+    bridge.post(chat, bridge.message("D9", "U4", "go"))
+    [message] = bridge.wait_for_answer(1)
+    assert any(text.startswith("Half") for text in shows(bridge, 1))
+    assert message.state == "failed"
+    assert message.text.startswith("The model ") and "Half" not in message.text
+    assert message.buttons == ()
+
+
+def test_the_files_a_turn_wrote_come_with_the_finished_answer(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(
+            tool_calls=[
+                {"name": "outbox_write", "arguments": {"filename": "plan.txt", "content": "A"}}
+            ]
+        ),
+        ChatScript.words("Here is the plan."),
+    )
+    bridge.post(chat, bridge.message("D9", "U4", "write the plan"))
+    [message] = bridge.wait_for_answer(1)
+    assert message.text == "Here is the plan."
+    assert [(f.filename, f.data) for f in message.files] == [("plan.txt", b"A")]

@@ -209,3 +209,20 @@ def test_a_429_waits_as_long_as_the_platform_asks_and_loses_nothing() -> None:
     assert "".join(platform.messages) == "".join(f"word{n} " for n in range(30))
     times = [at for at, *_ in platform.calls]
     assert max(b - a for a, b in itertools.pairwise(times)) >= 5.0
+
+
+def test_a_platform_that_breaks_mid_answer_still_gets_the_last_word() -> None:
+    clock = FakeClock()
+    platform = Platform(clock, LiveLimits(max_chars=100, edit_interval_s=1.0))
+    broken = {"left": 2}
+    record = platform.record
+
+    def flaky(kind: str, number: int, text: str) -> None:
+        if kind == "show" and broken["left"]:
+            broken["left"] -= 1
+            raise ValueError("a bug in the platform file")
+        record(kind, number, text)
+
+    platform.record = flaky  # type: ignore[method-assign]
+    asyncio.run(write(platform, clock, ["one ", "two ", "three"], step_s=1.5))
+    assert platform.messages == ["one two three"] and platform.finished == [True]

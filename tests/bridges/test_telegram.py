@@ -23,9 +23,10 @@ from bridges import (
     WebhookBridge,
     WebhookOutcome,
 )
+from bridges.port import LiveBridge, Pressed, ReplyButton
 from bridges.telegram import MAX_MESSAGE_CHARS, TelegramBridge, split_text
 from core.config.settings import ConfigurationError, TelegramSettings
-from tests.support.telegram_standin import BOT_TOKEN, TelegramStandIn
+from tests.support.telegram_standin import BOT_TOKEN, Chat, TelegramStandIn
 
 SECRET = "s3cret-webhook_token"
 BOT_NAME = "Mercury"
@@ -947,3 +948,539 @@ async def test_closing_a_bridge_that_never_called_telegram_calls_nothing(
 
 def _fields(message: Received) -> dict[str, Any]:
     return {name: getattr(message, name) for name in message.__struct_fields__}
+
+
+# -- live answers and buttons (#37) --------------------------------------------------------
+
+STOP = ReplyButton(label="Stop", action="s:0123456789abcdef", style="danger")
+YES = ReplyButton(label="Yes", action="c:k9m2-x7q4:0a1b2c3d4e", style="primary")
+NO = ReplyButton(label="No", action="c:p3n8-w2r6:0a1b2c3d4e")
+
+
+async def group_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn, *, forum: bool = False
+) -> tuple[Received, Chat, int | None]:
+    """A mention in a group (in a forum topic when ``forum``), read by the bridge."""
+    ann = telegram.user("Ann", "Example")
+    group = telegram.group("Team", forum=forum)
+    topic = telegram.open_topic(group, "Releases", ann) if forum else None
+    update = telegram.message(group, ann, "@mercury_test_bot hi", topic=topic)
+    return await one_message(bridge, telegram, update), group, topic
+
+
+def bot_messages(telegram: TelegramStandIn, chat: Chat) -> list[dict[str, Any]]:
+    return telegram.sent_messages(chat)
+
+
+async def test_the_bridge_is_a_live_bridge_within_telegrams_limits(bridge: TelegramBridge) -> None:
+    assert isinstance(bridge, LiveBridge)
+    limits = bridge.live_limits
+    assert (limits.max_chars, limits.edit_interval_s, limits.partial) == (4096, 1.0, True)
+    assert 2 <= limits.max_buttons <= 100
+
+
+async def test_a_private_reply_is_a_draft_with_telegrams_stop_then_the_final_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    chat_id = int(message.author_id)
+
+    reply = await bridge.open_reply(message, status="Thinking…", buttons=[STOP])
+    await reply.show("Hello", None)
+    await reply.show("Hello", None)  # nothing new: no call
+    await reply.show("Hello wor", "Searching the web…")
+    await reply.finish("Hello world.")
+
+    drafts = [(d["chat_id"], d["text"], d.get("can_stop")) for d in telegram.drafts]
+    assert drafts == [
+        (chat_id, "Thinking…", True),
+        (chat_id, "Hello", True),
+        (chat_id, "Hello wor\n\nSearching the web…", True),
+    ]
+    assert len({d["draft_id"] for d in telegram.drafts}) == 1
+    assert all(d["draft_id"] != 0 for d in telegram.drafts)
+    [final] = telegram.calls_to("sendMessage")
+    assert (final.params["chat_id"], final.params["text"]) == (chat_id, "Hello world.")
+    assert "reply_markup" not in final.params and "reply_parameters" not in final.params
+    assert telegram.calls_to("editMessageText") == []
+
+
+async def test_a_private_reply_without_a_status_shows_telegrams_thinking_placeholder(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+
+    await bridge.open_reply(message, status=None)
+
+    [draft] = telegram.drafts
+    assert draft["text"] == "" and "can_stop" not in draft
+
+
+async def test_a_group_reply_types_then_posts_in_its_topic_then_edits_and_ends_as_final(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, forum, topic = await group_message(bridge, telegram, forum=True)
+
+    reply = await bridge.open_reply(message, status="Thinking…", buttons=[STOP])
+    [typing] = telegram.calls_to("sendChatAction")
+    assert (typing.params["chat_id"], typing.params["message_thread_id"]) == (forum.id, topic)
+    assert telegram.calls_to("sendMessage") == []  # no "Thinking…" message left in a group
+    await reply.show("", None)
+    assert telegram.calls_to("sendMessage") == []
+    await reply.show("The build", "Reading the log…")
+    await reply.show("The build is green", None)
+    await reply.finish("The build is green since noon.")
+
+    [posted] = telegram.calls_to("sendMessage")
+    assert posted.params["text"] == "The build\n\nReading the log…"
+    assert posted.params["message_thread_id"] == topic
+    assert posted.params["reply_parameters"]["message_id"] == int(message.message_id)
+    assert posted.params["reply_markup"]["inline_keyboard"] == [
+        [{"text": "Stop", "callback_data": STOP.action}]
+    ]
+    edits = [c.params["text"] for c in telegram.calls_to("editMessageText")]
+    assert edits == ["The build is green", "The build is green since noon."]
+    [kept] = bot_messages(telegram, forum)
+    assert kept["text"] == "The build is green since noon."
+    assert "reply_markup" not in kept  # the stop button went with the last edit
+    assert telegram.drafts == []
+
+
+async def test_an_edit_telegram_finds_unchanged_is_done_not_an_error(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.show("Same words.", None)
+
+    await reply.finish("Same words.")
+
+    [edit] = telegram.calls_to("editMessageText")
+    assert edit.status == 400  # Telegram's "message is not modified"
+    assert [m["text"] for m in bot_messages(telegram, group)] == ["Same words."]
+
+
+async def test_buttons_are_an_inline_keyboard_one_choice_a_row_under_the_final_text(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status="Thinking…", buttons=[STOP])
+
+    await reply.finish("Delete 3 files? This needs your confirmation.", buttons=[YES, NO])
+
+    [kept] = bot_messages(telegram, group)
+    assert kept["reply_markup"]["inline_keyboard"] == [
+        [{"text": "Yes", "callback_data": YES.action}],
+        [{"text": "No", "callback_data": NO.action}],
+    ]
+    assert kept["reply_to_message"]["message_id"] == int(message.message_id)
+
+
+async def test_a_final_text_past_the_limit_goes_on_in_new_messages_with_nothing_lost(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.show("word " * 100, None)
+    text = "word " * 1500 + "end"
+
+    await reply.finish(text, buttons=[YES, NO])
+
+    kept = bot_messages(telegram, group)
+    assert len(kept) == 2
+    assert "".join(m["text"] for m in kept) == text
+    assert all(len(m["text"]) <= MAX_MESSAGE_CHARS for m in kept)
+    assert "reply_markup" not in kept[0] and len(kept[1]["reply_markup"]["inline_keyboard"]) == 2
+
+
+async def test_a_preview_past_the_limit_is_cut_and_keeps_its_status(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+
+    await reply.show("😀" * 3000, "Writing…")  # 6,000 UTF-16 units
+
+    shown = telegram.drafts[-1]["text"]
+    assert shown.endswith("…\n\nWriting…")
+    assert len(shown.encode("utf-16-le")) // 2 <= MAX_MESSAGE_CHARS
+
+
+async def test_files_follow_the_final_message_in_its_topic(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, _, topic = await group_message(bridge, telegram, forum=True)
+    reply = await bridge.open_reply(message, status=None)
+    report = EgressFile(filename="report.txt", mime_type="text/plain", data=b"all green")
+
+    await reply.finish("Here is the report.", files=[report])
+
+    assert [c.method for c in telegram.calls][-2:] == ["sendMessage", "sendDocument"]
+    [document] = telegram.calls_to("sendDocument")
+    assert document.params["message_thread_id"] == topic
+    assert document.files["document"].data == b"all green"
+
+
+async def test_files_alone_remove_the_status_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.show("", "Writing a file…")
+    report = EgressFile(filename="report.txt", mime_type="text/plain", data=b"x")
+
+    await reply.finish("", files=[report])
+
+    assert [m.get("document", {}).get("file_name") for m in bot_messages(telegram, group)] == [
+        "report.txt"
+    ]
+
+
+async def test_a_failure_replaces_the_partial_text_with_its_sentence(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status="Thinking…", buttons=[STOP])
+    await reply.show("The answer is", None)
+
+    await reply.fail("The model could not be reached; try again later.")
+
+    [kept] = bot_messages(telegram, group)
+    assert kept["text"] == "The model could not be reached; try again later."
+    assert "reply_markup" not in kept
+
+
+async def test_a_failure_before_any_text_in_a_private_chat_is_a_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status="Thinking…")
+
+    await reply.fail("Something went wrong.")
+
+    [sent] = telegram.calls_to("sendMessage")
+    assert sent.params["text"] == "Something went wrong."
+
+
+@pytest.mark.parametrize("method", ["editMessageText", "sendMessageDraft"])
+async def test_a_429_while_writing_is_platform_unavailable_with_telegrams_wait(
+    bridge: TelegramBridge, telegram: TelegramStandIn, method: str
+) -> None:
+    if method == "sendMessageDraft":
+        message = await dm_message(bridge, telegram)
+    else:
+        message, _, _ = await group_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.show("one", None)
+    telegram.fail_next(1, status=429, retry_after=7, method=method)
+
+    with pytest.raises(PlatformUnavailable) as caught:
+        await reply.show("one two", None)
+    await reply.show("one two", None)  # the pacer's next try: the text is not lost
+
+    assert caught.value.retry_after_s == 7
+    refused, retried = telegram.calls_to(method)[-2:]
+    assert (refused.status, retried.status, retried.params["text"]) == (429, 200, "one two")
+
+
+async def test_flood_control_on_a_reply_tells_the_wait_to_the_caller(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    telegram.fail_next(1, status=429, retry_after=4, method="sendMessage")
+
+    with pytest.raises(PlatformUnavailable) as caught:
+        await bridge.send_reply(message, "hello")
+
+    assert caught.value.retry_after_s == 4
+
+
+async def test_a_private_message_goes_to_the_persons_chat_with_the_bot_not_the_group(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+    person = int(message.author_id)
+    telegram.private_chat(telegram_user(telegram, person))
+
+    await bridge.send_private(message, "Sign in: https://example.com/login/abc")
+
+    [sent] = telegram.calls_to("sendMessage")
+    assert (sent.params["chat_id"], sent.params["text"]) == (
+        person,
+        "Sign in: https://example.com/login/abc",
+    )
+    assert bot_messages(telegram, group) == []
+
+
+async def test_a_private_message_to_someone_who_never_started_the_bot_says_so(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, _ = await group_message(bridge, telegram)
+
+    with pytest.raises(BridgeError, match="haven't started a chat with the bot") as caught:
+        await bridge.send_private(message, "Sign in: https://example.com/login/abc")
+
+    assert not isinstance(caught.value, PlatformUnavailable)
+    assert "example.com" not in str(caught.value)
+    assert bot_messages(telegram, group) == []
+
+
+def telegram_user(telegram: TelegramStandIn, user_id: int) -> Any:
+    return telegram._users[user_id]
+
+
+# -- presses -------------------------------------------------------------------------------
+
+
+async def pending_in_group(
+    bridge: TelegramBridge, telegram: TelegramStandIn, *, forum: bool = False
+) -> tuple[Received, Chat, dict[str, Any]]:
+    message, group, _ = await group_message(bridge, telegram, forum=forum)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.finish("Delete 3 files? This needs your confirmation.", buttons=[YES, NO])
+    [kept] = bot_messages(telegram, group)
+    return message, group, kept
+
+
+async def one_press(
+    bridge: TelegramBridge, telegram: TelegramStandIn, update: dict[str, Any]
+) -> Pressed:
+    outcome = await receive(bridge, telegram, update)
+    assert outcome.verdict == "accepted", outcome.reason
+    assert outcome.messages == ()
+    [press] = outcome.presses
+    return press
+
+
+async def test_a_press_is_read_into_who_pressed_which_action_on_which_message(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, forum, kept = await pending_in_group(bridge, telegram, forum=True)
+    ben = telegram.user("Ben", "Example")
+    update = telegram.press(kept, ben, NO.action)
+
+    press = await one_press(bridge, telegram, update)
+
+    assert press == Pressed(
+        platform="telegram",
+        thread_id=message.thread_id,
+        delivery_id=update["callback_query"]["id"],
+        message_id=str(kept["message_id"]),
+        author_id=str(ben.id),
+        author_name="Ben Example",
+        action=NO.action,
+        is_dm=False,
+        respond=update["callback_query"]["id"],
+    )
+    assert press.thread_id == f"telegram:{forum.id}:{kept['message_thread_id']}"
+
+
+async def test_a_press_in_a_private_chat_is_a_dm_and_a_redelivery_has_the_same_id(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    reply = await bridge.open_reply(message, status=None)
+    await reply.finish("Proceed?", buttons=[YES, NO])
+    dm = telegram._chats[int(message.author_id)]
+    [kept] = bot_messages(telegram, dm)
+    update = telegram.press(kept, telegram_user(telegram, dm.id))
+
+    first = await one_press(bridge, telegram, update)
+    again = await one_press(bridge, telegram, update)
+
+    assert first.is_dm and first.thread_id == f"telegram:{dm.id}"
+    assert first.action == YES.action
+    assert again.delivery_id == first.delivery_id
+
+
+async def test_a_press_with_a_wrong_or_no_secret_is_forged(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    _, _, kept = await pending_in_group(bridge, telegram)
+    update = telegram.press(kept, telegram.user("Mallory"))
+
+    for secret in ("guess", None):
+        outcome = await receive(bridge, telegram, update, secret=secret)
+        assert (outcome.verdict, outcome.presses) == ("forged", ())
+
+
+@pytest.mark.parametrize(
+    ("change", "verdict"),
+    [
+        (lambda q: q.pop("data"), "malformed"),
+        (lambda q: q.update(data=""), "malformed"),
+        (lambda q: q.update(data="c:" + "x" * 70), "malformed"),
+        (lambda q: q.update(data=7), "malformed"),
+        (lambda q: q.pop("from"), "malformed"),
+        (lambda q: q["message"].update(message_thread_id=-5, is_topic_message=True), "malformed"),
+        (lambda q: q.update(message="nonsense"), "malformed"),
+        (lambda q: (q.pop("message"), q.update(inline_message_id="AAA")), "ignored"),
+        (
+            lambda q: q.update(message={"chat": q["message"]["chat"], "message_id": 1, "date": 0}),
+            "ignored",
+        ),
+    ],
+    ids=[
+        "no data",
+        "empty data",
+        "data past 64 bytes",
+        "data not a string",
+        "no presser",
+        "negative topic",
+        "message not an object",
+        "inline message",
+        "inaccessible message",
+    ],
+)
+async def test_a_press_that_cant_be_read_is_refused_and_runs_nothing(
+    bridge: TelegramBridge, telegram: TelegramStandIn, change: Any, verdict: str
+) -> None:
+    _, _, kept = await pending_in_group(bridge, telegram)
+    update = telegram.press(kept, telegram.user("Ann"))
+    change(update["callback_query"])
+
+    outcome = await receive(bridge, telegram, update)
+
+    assert (outcome.verdict, outcome.presses, outcome.messages) == (verdict, (), ())
+
+
+async def test_answering_a_press_is_an_alert_only_the_presser_sees(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    _, group, kept = await pending_in_group(bridge, telegram)
+    press = await one_press(bridge, telegram, telegram.press(kept, telegram.user("Ben")))
+
+    await bridge.answer_press(press, "This isn't yours to answer.")
+
+    assert telegram.answers == [
+        {
+            "callback_query_id": press.respond,
+            "text": "This isn't yours to answer.",
+            "show_alert": True,
+        }
+    ]
+    [still] = bot_messages(telegram, group)
+    assert still == kept  # the message is untouched
+    assert telegram.calls_to("sendMessage")[1:] == []
+
+
+async def test_settling_a_press_removes_the_keyboard_and_says_what_was_chosen(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message, group, kept = await pending_in_group(bridge, telegram)
+    ann = telegram_user(telegram, int(message.author_id))
+    press = await one_press(bridge, telegram, telegram.press(kept, ann, YES.action))
+
+    await bridge.settle_press(press, "Yes, chosen by Ann Example.")
+
+    [settled] = bot_messages(telegram, group)
+    assert settled["text"] == (
+        "Delete 3 files? This needs your confirmation.\n\nYes, chosen by Ann Example."
+    )
+    assert "reply_markup" not in settled
+    assert [a["callback_query_id"] for a in telegram.answers] == [press.respond]
+
+
+async def test_settling_a_press_this_bridge_never_saw_still_removes_the_keyboard(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # Another instance posted the message; the press names the message and its chat.
+    _, group, kept = await pending_in_group(bridge, telegram)
+    other = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, timeout_s=5.0)
+    try:
+        press = await one_press(other, telegram, telegram.press(kept, telegram.user("Ann")))
+        await other.settle_press(press, "Yes, chosen by Ann.")
+    finally:
+        await other.close()
+
+    [settled] = bot_messages(telegram, group)
+    assert "reply_markup" not in settled
+    assert settled["text"].endswith("Yes, chosen by Ann.")
+
+
+async def test_a_drafts_stop_button_is_a_press_of_its_stop_action_by_its_person(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    message = await dm_message(bridge, telegram)
+    await bridge.open_reply(message, status="Thinking…", buttons=[STOP])
+    dm = telegram._chats[int(message.author_id)]
+    [draft] = telegram.drafts
+
+    press = await one_press(bridge, telegram, telegram.stop_draft(dm, draft["draft_id"]))
+    unknown = await receive(bridge, telegram, telegram.stop_draft(dm, draft["draft_id"] + 1))
+
+    assert (press.action, press.author_id, press.is_dm) == (STOP.action, str(dm.id), True)
+    assert press.thread_id == message.thread_id
+    assert unknown.verdict == "ignored"
+
+
+async def test_a_finish_tried_again_after_a_429_sends_nothing_twice(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    # The pacer tries the same finish again when Telegram says "later": what went out
+    # before the 429 must not go out again.
+    message = await dm_message(bridge, telegram)
+    dm = telegram._chats[int(message.author_id)]
+    reply = await bridge.open_reply(message, status=None)
+    text = "word " * 1500 + "end"
+    report = EgressFile(filename="report.txt", mime_type="text/plain", data=b"x")
+    telegram.fail_next(1, status=429, retry_after=1, method="sendDocument")
+
+    with pytest.raises(PlatformUnavailable):
+        await reply.finish(text, files=[report])
+    await reply.finish(text, files=[report])
+
+    kept = bot_messages(telegram, dm)
+    assert "".join(m.get("text", "") for m in kept) == text
+    assert [m["document"]["file_name"] for m in kept if "document" in m] == ["report.txt"]
+
+
+async def test_a_drafts_status_is_sent_again_before_telegram_lets_it_go_and_stops_at_the_end(
+    telegram: TelegramStandIn,
+) -> None:
+    quick = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, draft_refresh_s=0.3)
+    try:
+        message = await dm_message(quick, telegram)
+        reply = await quick.open_reply(message, status="Searching the web…")
+        await anyio.sleep(1.0)
+        refreshed = len(telegram.drafts)
+        await reply.finish("Found it.")
+        await anyio.sleep(0.8)
+    finally:
+        await quick.close()
+
+    assert refreshed >= 3
+    assert {d["text"] for d in telegram.drafts} == {"Searching the web…"}
+    assert len(telegram.drafts) == refreshed
+    assert telegram.calls[-1].method == "sendMessage"
+
+
+async def test_a_group_shows_typing_until_its_message_is_posted(
+    telegram: TelegramStandIn,
+) -> None:
+    quick = TelegramBridge(settings_for(telegram), bot_name=BOT_NAME, typing_refresh_s=0.3)
+    try:
+        message, _, _ = await group_message(quick, telegram)
+        reply = await quick.open_reply(message, status="Thinking…")
+        await anyio.sleep(1.0)
+        typed = len(telegram.calls_to("sendChatAction"))
+        await reply.show("The first words", None)
+        await anyio.sleep(0.8)
+        after = len(telegram.calls_to("sendChatAction"))
+        await reply.finish("The first words and the rest.")
+    finally:
+        await quick.close()
+
+    assert typed >= 3 and after == typed
+
+
+async def test_an_answer_to_a_press_past_telegrams_alert_limit_is_cut_not_refused(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    _, _, kept = await pending_in_group(bridge, telegram)
+    press = await one_press(bridge, telegram, telegram.press(kept, telegram.user("Ben")))
+
+    await bridge.answer_press(press, "Nein. " * 60)
+
+    [answer] = telegram.answers
+    assert len(answer["text"]) == 200 and answer["text"].endswith("…")

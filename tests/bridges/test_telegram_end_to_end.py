@@ -73,6 +73,19 @@ async def sent(telegram: TelegramStandIn, method: str, count: int) -> list[ApiCa
     return await anyio.to_thread.run_sync(lambda: telegram.wait_for_calls(method, count, 40))
 
 
+async def answered(
+    telegram: TelegramStandIn, chat: Chat, text: str, index: int = 0
+) -> list[dict[str, Any]]:
+    """The bot's messages in ``chat`` once the ``index``th is ``text`` (a live answer's last
+    edit)."""
+    with anyio.fail_after(40):
+        while True:
+            kept = telegram.sent_messages(chat)
+            if len(kept) > index and kept[index].get("text") == text:
+                return kept
+            await asyncio.sleep(0.05)
+
+
 async def settle(seconds: float = 1.0) -> None:
     """Give the pipeline time to do something it must not do (the only sleep-based check)."""
     await asyncio.sleep(seconds)
@@ -102,8 +115,11 @@ async def test_in_a_group_only_the_mention_runs_and_its_answer_replies_to_it(
     assert (await say(telegram, chat, asked))["taken"] == 1
 
     [reply] = await sent(telegram, "sendMessage", 1)
-    assert (reply.params["chat_id"], reply.params["text"]) == (group.id, "Lunch is at noon.")
+    # Written live (#37): posted once, then edited until it is the whole answer.
+    [kept] = await answered(telegram, group, "Lunch is at noon.")
+    assert reply.params["chat_id"] == group.id
     assert reply.params["reply_parameters"]["message_id"] == asked["message"]["message_id"]
+    assert kept["reply_to_message"]["message_id"] == asked["message"]["message_id"]
     [request] = ollama.requests
     words = user_contents(request)[-1]
     assert "<ambient" in words and "not addressed to you" in words
@@ -124,14 +140,13 @@ async def test_a_reply_to_the_bots_message_runs_without_a_mention(
     group = telegram.group("Ops")
     ollama.enqueue(ChatScript.words("The build is green."), ChatScript.words("Since noon."))
     await say(telegram, chat, telegram.message(group, people["Ann"], f"{BOT} build status?"))
-    await sent(telegram, "sendMessage", 1)
-    [answer] = telegram.sent_messages(group)
+    [answer] = await answered(telegram, group, "The build is green.")
 
     follow_up = telegram.message(group, people["Ann"], "since when?", reply_to=answer["message_id"])
     assert (await say(telegram, chat, follow_up))["taken"] == 1
 
     _, second = await sent(telegram, "sendMessage", 2)
-    assert second.params["text"] == "Since noon."
+    await answered(telegram, group, "Since noon.", index=1)
     assert second.params["reply_parameters"]["message_id"] == follow_up["message"]["message_id"]
 
 
@@ -203,8 +218,9 @@ async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_a
     inbox = space_folder(chat, f"telegram:{group.id}") / "inbox"
     assert [p.read_bytes() for p in inbox.iterdir()] == [b"name,score\nann,3\n"]
     [text] = telegram.calls_to("sendMessage")
-    assert text.params["text"] == "Here is the summary."
+    [kept, _] = await answered(telegram, group, "Here is the summary.")
     assert text.params["reply_parameters"]["message_id"] == asked["message"]["message_id"]
+    assert kept["reply_to_message"]["message_id"] == asked["message"]["message_id"]
     upload = document.files["document"]
     assert (upload.filename, upload.data, document.params["chat_id"]) == (
         "summary.txt",

@@ -910,3 +910,15 @@ def test_help_lists_every_variable_with_its_default() -> None:
     assert "MERCURY_SERVICE_<NAME>_CLIENT_SECRET" in text
     assert "(default: 4100)" in text
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_live_answers_are_on_by_default_and_a_space_may_turn_them_off_for_itself(
+    tmp_path: Path,
+) -> None:
+    settings = load(tmp_path, 'spaces:\n  "slack:C1":\n    live_answers: false\n  "slack:C2": {}\n')
+    assert settings.bridges.live_answers is True
+    assert settings.spaces["slack:C1"].live_answers is False
+    assert settings.spaces["slack:C2"].live_answers is None  # follows the global switch
+    assert load(tmp_path, "", BRIDGE_LIVE_ANSWERS="false").bridges.live_answers is False
+    said = refusal(tmp_path, 'spaces:\n  "slack:C1":\n    live_answers: sometimes\n')
+    assert "live_answers" in said and "true or false" in said

@@ -10,20 +10,28 @@ same requests, encodings (JSON, form, multipart) and error answers as against Te
         [reply] = telegram.wait_for_calls("sendMessage", 1)
 
 It serves ``POST``/``GET /bot<token>/<method>`` for ``getMe``, ``sendMessage``,
-``sendDocument``, ``sendChatAction``, ``getFile``, ``setWebhook``, ``deleteWebhook`` and
-``getWebhookInfo``, answering ``{"ok": true, "result": ...}`` or ``{"ok": false,
+``sendDocument``, ``sendChatAction``, ``getFile``, ``setWebhook``, ``deleteWebhook``,
+``getWebhookInfo``, and for live answers and buttons (#37) ``sendMessageDraft`` (private
+chats only; the drafts shown are kept in :attr:`TelegramStandIn.drafts`),
+``editMessageText`` and ``editMessageReplyMarkup`` (a message's ``reply_markup`` is kept, and
+goes when an edit gives none; an edit that changes nothing is Telegram's 400 "message is not
+modified"), ``deleteMessage`` and ``answerCallbackQuery`` (each query answered once, kept in
+:attr:`TelegramStandIn.answers`), answering ``{"ok": true, "result": ...}`` or ``{"ok": false,
 "error_code": ..., "description": ...}`` as the Bot API does (a malformed token or an unknown
 method is a 404 ``Not Found``, a well-formed wrong token a 401 ``Unauthorized``), and
 ``GET /file/bot<token>/<file_path>`` for downloads. Chats, topics, messages and files are
 kept, so a reply to a message that doesn't exist, a topic that doesn't exist or a chat the
-bot never saw is refused with Telegram's own description. Every call is recorded
+bot never saw is refused with Telegram's own description (a private message to a person who
+never started the bot is 403 "bot can't initiate conversation with a user"). Every call is recorded
 (:class:`ApiCall`); :meth:`TelegramStandIn.fail_next` makes the next calls answer 5xx or 429
 with ``retry_after``, and :attr:`TelegramStandIn.delay_s` makes every answer slow.
 
 Updates are built with :meth:`TelegramStandIn.message` (mention entities found in the text
-with UTF-16 offsets, as Telegram adds them) and sent with :meth:`TelegramStandIn.deliver`
-carrying ``X-Telegram-Bot-Api-Secret-Token`` (the right, a wrong or no secret); delivering
-the same update again is a re-delivery.
+with UTF-16 offsets, as Telegram adds them), :meth:`TelegramStandIn.press` (a
+``callback_query`` on a button of a message the bot sent) and
+:meth:`TelegramStandIn.stop_draft` (a ``stopped_message_generation``), and sent with
+:meth:`TelegramStandIn.deliver` carrying ``X-Telegram-Bot-Api-Secret-Token`` (the right, a
+wrong or no secret); delivering the same update again is a re-delivery.
 
 Exceptions::
 
@@ -86,7 +94,13 @@ _ACTIONS: Final = frozenset(
         "upload_video_note",
     }
 )
-_INT_FIELDS: Final = frozenset({"chat_id", "message_thread_id", "reply_to_message_id"})
+_INT_FIELDS: Final = frozenset(
+    {"chat_id", "message_thread_id", "reply_to_message_id", "message_id", "draft_id"}
+)
+_NOT_MODIFIED: Final = (
+    "Bad Request: message is not modified: specified new message content and reply markup "
+    "are exactly the same as a current content and reply markup of the message"
+)
 _DEFAULT: Final[Any] = object()
 
 ChatType = Literal["private", "group", "supergroup", "channel"]
@@ -204,13 +218,15 @@ class Upload:
 @dataclass(kw_only=True)
 class ApiCall:
     """One call the bot made: its method, its parameters (form values decoded as the Bot API
-    reads them), its uploaded files, and the status it was answered with."""
+    reads them), its uploaded files, the status it was answered with, and when it came
+    (``time.monotonic()``)."""
 
     method: str
     params: dict[str, Any]
     files: dict[str, Upload] = field(default_factory=dict)
     status: int | None = None
     token_ok: bool = True
+    at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,6 +282,13 @@ class TelegramStandIn:
         self.calls: list[ApiCall] = []
         self.downloads: list[str] = []
         self.updates: list[dict[str, Any]] = []
+        #: Every draft shown, in order: ``{"chat_id", "draft_id", "text", ...}``.
+        self.drafts: list[dict[str, Any]] = []
+        #: Every callback query answered: ``{"callback_query_id", "text", "show_alert"}``.
+        self.answers: list[dict[str, Any]] = []
+        self._queries: dict[str, bool] = {}
+        self._users: dict[int, User] = {}
+        self._query_ids = itertools.count(4_200_000_001)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._failures: deque[_Failure] = deque()
@@ -385,6 +408,8 @@ class TelegramStandIn:
         with self._lock:
             self.calls.clear()
             self.downloads.clear()
+            self.drafts.clear()
+            self.answers.clear()
             self._failures.clear()
             self.delay_s = 0.0
 
@@ -449,8 +474,11 @@ class TelegramStandIn:
     # -- chats, topics, files ------------------------------------------------------------
 
     def user(self, first_name: str, last_name: str | None = None, **fields: Any) -> User:
-        """A new person (a fresh id)."""
-        return User(id=next(self._user_ids), first_name=first_name, last_name=last_name, **fields)
+        """A new person (a fresh id), who has not started a private chat with the bot yet."""
+        user = User(id=next(self._user_ids), first_name=first_name, last_name=last_name, **fields)
+        with self._lock:
+            self._users[user.id] = user
+        return user
 
     def private_chat(self, user: User) -> Chat:
         """The private chat with ``user`` (its id is the user's)."""
@@ -621,6 +649,47 @@ class TelegramStandIn:
         }
         return self._update("channel_post", post)
 
+    def press(
+        self, message: Mapping[str, Any], user: User, data: str | None = None
+    ) -> dict[str, Any]:
+        """A ``callback_query`` update: ``user`` presses the button of the bot's ``message``
+        (as :meth:`sent_messages` lists it) whose ``callback_data`` is ``data`` (the first
+        button's unless given). The message is as Telegram keeps it now."""
+        chat_id = message["chat"]["id"]
+        with self._lock:
+            current = dict(self._messages.get(chat_id, {}).get(message["message_id"], message))
+        if data is None:
+            rows = current.get("reply_markup", {}).get("inline_keyboard", [])
+            if not rows:
+                raise StandInError("The message has no buttons to press.")
+            data = rows[0][0]["callback_data"]
+        query_id = str(next(self._query_ids))
+        with self._lock:
+            self._queries[query_id] = False
+        query = {
+            "id": query_id,
+            "from": user.to_json(),
+            "message": current,
+            "chat_instance": str(-abs(chat_id) * 7919 % 10**18),
+            "data": data,
+        }
+        return self._update("callback_query", query)
+
+    def stop_draft(self, chat: Chat, draft_id: int, topic: int | None = None) -> dict[str, Any]:
+        """A ``stopped_message_generation`` update: the person pressed a draft's stop button."""
+        stopped: dict[str, Any] = {"chat": chat.to_json(), "draft_id": draft_id}
+        if topic is not None:
+            stopped["message_thread_id"] = topic
+        return self._update("stopped_message_generation", stopped)
+
+    def message_now(self, chat: Chat, message_id: int) -> dict[str, Any]:
+        """The message as Telegram keeps it now (after edits)."""
+        with self._lock:
+            kept = self._messages.get(chat.id, {}).get(message_id)
+            if kept is None:
+                raise StandInError(f"Chat {chat.id} has no message {message_id}.")
+            return dict(kept)
+
     def _update(self, kind: str, message: dict[str, Any]) -> dict[str, Any]:
         update = {"update_id": next(self._update_ids), kind: message}
         with self._lock:
@@ -760,7 +829,129 @@ class TelegramStandIn:
             raise _Refusal(400, "Bad Request: message text is empty")
         if _utf16_length(text) > 4096:
             raise _Refusal(400, "Bad Request: message is too long")
-        return self._bot_message(chat, call.params, text=text)
+        markup = self._markup(call.params)
+        fields: dict[str, Any] = {"text": text}
+        if markup is not None:
+            fields["reply_markup"] = markup
+        return self._bot_message(chat, call.params, **fields)
+
+    def _send_message_draft(self, call: ApiCall) -> Any:
+        chat = self._chat(call.params)
+        if chat.type != "private":
+            raise _Refusal(400, "Bad Request: draft can be sent only to private chats")
+        draft_id = call.params.get("draft_id")
+        if not isinstance(draft_id, int) or draft_id == 0:
+            raise _Refusal(400, "Bad Request: draft_id must be non-zero")
+        text = call.params.get("text", "")
+        if not isinstance(text, str):
+            text = str(text)
+        if _utf16_length(text) > 4096:
+            raise _Refusal(400, "Bad Request: message is too long")
+        topic = self._topic(chat, call.params)
+        draft: dict[str, Any] = {"chat_id": chat.id, "draft_id": draft_id, "text": text}
+        if topic is not None:
+            draft["message_thread_id"] = topic
+        for flag in ("can_stop", "keep_on_stop"):
+            if call.params.get(flag):
+                draft[flag] = True
+        with self._lock:
+            self.drafts.append(draft)
+        return True
+
+    def _edit_message_text(self, call: ApiCall) -> Any:
+        message = self._editable(call.params)
+        text = call.params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _Refusal(400, "Bad Request: message text is empty")
+        if _utf16_length(text) > 4096:
+            raise _Refusal(400, "Bad Request: MESSAGE_TOO_LONG")
+        markup = self._markup(call.params)
+        with self._lock:
+            if message.get("text") == text and message.get("reply_markup") == markup:
+                raise _Refusal(400, _NOT_MODIFIED)
+            message["text"] = text
+            self._set_markup(message, markup)
+            message["edit_date"] = int(time.time())
+            return dict(message)
+
+    def _edit_message_reply_markup(self, call: ApiCall) -> Any:
+        message = self._editable(call.params)
+        markup = self._markup(call.params)
+        with self._lock:
+            if message.get("reply_markup") == markup:
+                raise _Refusal(400, _NOT_MODIFIED)
+            self._set_markup(message, markup)
+            message["edit_date"] = int(time.time())
+            return dict(message)
+
+    def _delete_message(self, call: ApiCall) -> Any:
+        chat = self._chat(call.params)
+        with self._lock:
+            kept = self._messages.get(chat.id, {})
+            message_id = call.params.get("message_id")
+            if not isinstance(message_id, int) or kept.pop(message_id, None) is None:
+                raise _Refusal(400, "Bad Request: message to delete not found")
+        return True
+
+    def _answer_callback_query(self, call: ApiCall) -> Any:
+        query_id = str(call.params.get("callback_query_id", ""))
+        text = call.params.get("text")
+        with self._lock:
+            if self._queries.get(query_id, True):
+                raise _Refusal(
+                    400,
+                    "Bad Request: query is too old and response timeout expired or query ID "
+                    "is invalid",
+                )
+            if isinstance(text, str) and len(text) > 200:
+                raise _Refusal(400, "Bad Request: MESSAGE_TOO_LONG")
+            self._queries[query_id] = True
+            self.answers.append(
+                {
+                    "callback_query_id": query_id,
+                    "text": text,
+                    "show_alert": bool(call.params.get("show_alert")),
+                }
+            )
+        return True
+
+    def _editable(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        if params.get("inline_message_id") is not None:
+            raise _Refusal(400, "Bad Request: MESSAGE_ID_INVALID")
+        chat = self._chat(params)
+        message_id = params.get("message_id")
+        message = None
+        if isinstance(message_id, int):
+            message = self._messages.get(chat.id, {}).get(message_id)
+        if message is None:
+            raise _Refusal(400, "Bad Request: message to edit not found")
+        if message["from"]["id"] != self.bot.id:
+            raise _Refusal(400, "Bad Request: message can't be edited")
+        return message
+
+    def _markup(self, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The inline keyboard a call gives, checked as Telegram does; ``None`` for none."""
+        markup = params.get("reply_markup")
+        if markup is None:
+            return None
+        rows = markup.get("inline_keyboard") if isinstance(markup, Mapping) else None
+        if not isinstance(rows, list):
+            raise _Refusal(400, "Bad Request: can't parse reply keyboard markup JSON object")
+        for row in rows:
+            for button in row if isinstance(row, list) else [None]:
+                if not isinstance(button, Mapping) or not button.get("text"):
+                    raise _Refusal(400, "Bad Request: BUTTON_TEXT_INVALID")
+                data = button.get("callback_data")
+                if not isinstance(data, str) or not 1 <= len(data.encode()) <= 64:
+                    raise _Refusal(400, "Bad Request: BUTTON_DATA_INVALID")
+        return {"inline_keyboard": rows}
+
+    @staticmethod
+    def _set_markup(message: dict[str, Any], markup: dict[str, Any] | None) -> None:
+        if markup is None:
+            message.pop("reply_markup", None)
+        else:
+            message["reply_markup"] = markup
 
     def _send_document(self, call: ApiCall) -> Any:
         chat = self._chat(call.params)
@@ -832,6 +1023,9 @@ class TelegramStandIn:
             raise _Refusal(400, "Bad Request: chat_id is empty")
         chat = self._chats.get(chat_id) if isinstance(chat_id, int) else None
         if chat is None:
+            if isinstance(chat_id, int) and chat_id in self._users:
+                # A person the bot knows of (from a group) who never started a chat with it.
+                raise _Refusal(403, "Forbidden: bot can't initiate conversation with a user")
             raise _Refusal(400, "Bad Request: chat not found")
         return chat
 
@@ -876,6 +1070,11 @@ _METHODS: Final = {
     "setWebhook": TelegramStandIn._set_webhook,
     "deleteWebhook": TelegramStandIn._delete_webhook,
     "getWebhookInfo": TelegramStandIn._get_webhook_info,
+    "sendMessageDraft": TelegramStandIn._send_message_draft,
+    "editMessageText": TelegramStandIn._edit_message_text,
+    "editMessageReplyMarkup": TelegramStandIn._edit_message_reply_markup,
+    "deleteMessage": TelegramStandIn._delete_message,
+    "answerCallbackQuery": TelegramStandIn._answer_callback_query,
 }
 
 

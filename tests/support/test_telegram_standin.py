@@ -145,3 +145,83 @@ async def test_an_update_goes_to_the_webhook_with_the_secret_and_can_go_again(
     assert [d.status for d in statuses] == [200] * 4
     assert [secret for secret, _ in seen] == ["s2", "s2", "wrong", None]
     assert {body["update_id"] for _, body in seen} == {update["update_id"]}
+
+
+async def test_an_edit_keeps_the_text_and_keyboard_and_one_that_changes_nothing_is_refused(
+    telegram: TelegramStandIn, http: httpx.AsyncClient
+) -> None:
+    group = telegram.group("Ops")
+    api = f"{telegram.url}/bot{BOT_TOKEN}"
+    keyboard = {"inline_keyboard": [[{"text": "Stop", "callback_data": "s:1"}]]}
+    sent = await http.post(
+        f"{api}/sendMessage", json={"chat_id": group.id, "text": "a", "reply_markup": keyboard}
+    )
+    message_id = sent.json()["result"]["message_id"]
+    edit = {"chat_id": group.id, "message_id": message_id, "text": "a b", "reply_markup": keyboard}
+
+    changed = await http.post(f"{api}/editMessageText", json=edit)
+    same = await http.post(f"{api}/editMessageText", json=edit)
+    bare = await http.post(f"{api}/editMessageText", json={**edit, "reply_markup": None})
+    missing = await http.post(f"{api}/editMessageText", json={**edit, "message_id": 999})
+    too_long_data = await http.post(
+        f"{api}/editMessageReplyMarkup",
+        json={
+            "chat_id": group.id,
+            "message_id": message_id,
+            "reply_markup": {"inline_keyboard": [[{"text": "x", "callback_data": "x" * 65}]]},
+        },
+    )
+
+    assert changed.json()["result"]["reply_markup"] == keyboard
+    assert (same.status_code, same.json()["description"][:36]) == (
+        400,
+        "Bad Request: message is not modified",
+    )
+    assert "reply_markup" not in bare.json()["result"]  # an edit without one removes it
+    assert missing.json()["description"] == "Bad Request: message to edit not found"
+    assert too_long_data.json()["description"] == "Bad Request: BUTTON_DATA_INVALID"
+    assert telegram.message_now(group, message_id)["text"] == "a b"
+
+
+async def test_a_draft_goes_to_a_private_chat_only(
+    telegram: TelegramStandIn, http: httpx.AsyncClient
+) -> None:
+    alice = telegram.user("Alice")
+    dm = telegram.private_chat(alice)
+    group = telegram.group("Ops")
+    api = f"{telegram.url}/bot{BOT_TOKEN}/sendMessageDraft"
+
+    shown = await http.post(api, json={"chat_id": dm.id, "draft_id": 5, "text": ""})
+    zero = await http.post(api, json={"chat_id": dm.id, "draft_id": 0, "text": "x"})
+    in_group = await http.post(api, json={"chat_id": group.id, "draft_id": 5, "text": "x"})
+
+    assert shown.json() == {"ok": True, "result": True}
+    assert zero.status_code == in_group.status_code == 400
+    assert telegram.drafts[-1] == {"chat_id": dm.id, "draft_id": 5, "text": ""}
+
+
+async def test_a_callback_query_is_answered_once_and_a_stranger_cant_be_written_to_first(
+    telegram: TelegramStandIn, http: httpx.AsyncClient
+) -> None:
+    group = telegram.group("Ops")
+    stranger = telegram.user("Ben")
+    api = f"{telegram.url}/bot{BOT_TOKEN}"
+    keyboard = {"inline_keyboard": [[{"text": "Yes", "callback_data": "c:1"}]]}
+    sent = await http.post(
+        f"{api}/sendMessage", json={"chat_id": group.id, "text": "?", "reply_markup": keyboard}
+    )
+    update = telegram.press(sent.json()["result"], stranger)
+    query = {"callback_query_id": update["callback_query"]["id"], "text": "No", "show_alert": True}
+
+    first = await http.post(f"{api}/answerCallbackQuery", json=query)
+    second = await http.post(f"{api}/answerCallbackQuery", json=query)
+    private = await http.post(f"{api}/sendMessage", json={"chat_id": stranger.id, "text": "hi"})
+
+    assert update["callback_query"]["data"] == "c:1"
+    assert update["callback_query"]["from"]["id"] == stranger.id
+    assert (first.json()["result"], second.status_code) == (True, 400)
+    assert telegram.answers[-1]["show_alert"] is True
+    assert (private.status_code, private.json()["description"]) == (
+        403,
+        "Forbidden: bot can't initiate conversation with a user",
+    )
