@@ -37,10 +37,13 @@ log = logging.getLogger("mercury.http")
 class _Server(uvicorn.Server):
     """uvicorn, plus: on SIGTERM/SIGINT every open turn ends with an ``error`` event."""
 
-    def __init__(self, config: uvicorn.Config, app: Any, *, announce: bool = True) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: Any, *, announce: bool = True, as_log: bool = False
+    ) -> None:
         super().__init__(config)
         self._app = app
         self._announce = announce
+        self._as_log = as_log
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._acceptors: list[GreedyAccept] = []
@@ -52,7 +55,7 @@ class _Server(uvicorn.Server):
             # New clients are let in all at once, not one per loop iteration (accept.py).
             self._acceptors = accept_greedily(self)
             if self._announce:
-                _announce(self.servers)
+                _announce(self.servers, as_log=self._as_log)
             collector.settle()  # the app is up: what lives now lives as long as the process
             switching.hand_over_sooner()  # threads answering the loop get their turn sooner
 
@@ -72,13 +75,23 @@ class _Server(uvicorn.Server):
         self._stopping = loop.create_task(services.manager.stop_turns())
 
 
-def _announce(servers: Sequence[Any]) -> None:
-    """Print where the server listens, as bound: the address is never a surprise (#36)."""
+def _announce(servers: Sequence[Any], *, as_log: bool = False) -> None:
+    """Say where the server listens, as bound: the address is never a surprise (#36).
+
+    Printed for a person; with JSON logs, a log line like every other (``as_log``), so what
+    reads the output line by line as JSON never meets a plain one.
+    """
     for server in servers:
         for sock in server.sockets:
             host, port = sock.getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
-            print(f"mercury-http: listening on http://{shown}:{port}", flush=True)
+            _say_listening(f"[{host}]" if ":" in host else host, port, as_log=as_log)
+
+
+def _say_listening(shown: str, port: int, suffix: str = "", *, as_log: bool) -> None:
+    if as_log:
+        log.info("listening on http://%s:%s%s", shown, port, suffix)
+    else:
+        print(f"mercury-http: listening on http://{shown}:{port}{suffix}", flush=True)
 
 
 def _dev_token(environ: dict[str, str]) -> str | None:
@@ -189,7 +202,7 @@ def _serve_one(
         server_header=False,
         **server_options(settings),
     )
-    server = _Server(config, app, announce=sockets is None)
+    server = _Server(config, app, announce=sockets is None, as_log=settings.log.format == "json")
     server.run(sockets=sockets)
     return 0
 
@@ -254,10 +267,11 @@ def _serve_workers(settings: Settings, environ: dict[str, str], token: str | Non
     if token is not None:
         _print_dev_token(settings, token)
     shown = f"[{settings.http.host}]" if ":" in settings.http.host else settings.http.host
-    print(
-        f"mercury-http: listening on http://{shown}:{port} "
-        f"({settings.http.workers} worker processes)",
-        flush=True,
+    _say_listening(
+        shown,
+        port,
+        f" ({settings.http.workers} worker processes)",
+        as_log=settings.log.format == "json",
     )
     children: list[int] = []
     for _ in range(settings.http.workers):
