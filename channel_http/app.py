@@ -64,6 +64,7 @@ from core.people.linking import Linking
 from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
+from core.spaces.routing import Router
 from core.spaces.tools import space_plugins
 from core.state import Database, connect
 from core.tools.builtin_plugins import builtin_plugins
@@ -409,6 +410,17 @@ async def open_services(
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
         space_stores=space_stores,
+        router=Router(
+            settings=settings,
+            engine=manager,
+            people=people,
+            person_settings=person_settings,
+            spaces=space_stores.spaces,
+            preferences=space_stores.preferences,
+            mutes=space_stores.mutes,
+            ambient=space_stores.ambient,
+            clock=clock,
+        ),
     )
 
 
