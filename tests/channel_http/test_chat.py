@@ -569,3 +569,18 @@ def test_only_a_bridge_may_name_a_space(
     refused = post(server, {"text": "hi", "spaceId": "slack:C1"}, BOB)
     assert refused.status_code == 403 and "mercury.bridge" in refused.json()["error"]
     assert ollama.requests == []
+
+
+def test_in_a_space_stop_and_compact_are_answered_at_once_without_the_model(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = in_space()
+    stopped = post(server, said_in("slack:C1", "stop"))
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json() == {"ok": True, "reply": "Nothing is running here.", "files": []}
+    compacted = post(server, said_in("slack:C1", "/compact"), {**ALICE, "accept-language": "de"})
+    assert compacted.status_code == 200, compacted.text
+    assert compacted.json()["reply"] == (
+        "Erledigt: Dieses Gespräch beginnt neu mit einer Zusammenfassung."
+    )
+    assert ollama.requests == []
