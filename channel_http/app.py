@@ -65,7 +65,6 @@ from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
 from core.spaces.routing import Router
-from core.spaces.tools import space_plugins
 from core.state import Database, connect
 from core.tools.builtin_plugins import builtin_plugins
 from core.tools.file_tools import files_plugin
@@ -73,6 +72,7 @@ from core.tools.logins import Logins
 from core.tools.memory_tools import memory_plugin
 from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
+from core.tools.space_tools import space_plugins
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
 from core.workspace.files import FileLimits, PersonFiles
 from core.workspace.wiki import Vault
