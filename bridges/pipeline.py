@@ -60,15 +60,20 @@ from bridges.port import (
 )
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
-from core.people.i18n import choose_language
 from core.people.people import Admitted
-from core.people.principal import Person, Principal
-from core.people.timezones import choose_zone
-from core.rate_limits import bucket_key
-from core.spaces import SpaceTurn, area_key, parse_space_id
-from core.spaces.ambient import AmbientMessage, render_ambient
-from core.spaces.preferences import render_preferences
-from core.spaces.triggers import command_of, trigger_for, without_trigger
+from core.people.principal import Principal
+from core.spaces import area_key, parse_space_id
+from core.spaces.routing import (
+    Addressed,
+    AmbientKept,
+    ChatMessage,
+    Command,
+    Muted,
+    Refuse,
+    Router,
+    Run,
+    Withdraw,
+)
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileError,
@@ -101,8 +106,6 @@ log = logging.getLogger("mercury.bridges")
 
 #: Messages handled at once before new deliveries are turned away to be sent again later.
 MAX_IN_FLIGHT: Final = 1000
-#: What an ambient entry says for a file sent without text.
-_FILE_NOTE: Final = "[sent a file: {names}]"
 #: Seconds within which a person's second command in a space is done without an answer:
 #: commands skip the rate limit, so 40 ``stop`` messages must not make 40 posts.
 COMMAND_REPLY_WINDOW_S: Final = 10.0
@@ -189,6 +192,18 @@ class Pipeline:
         self._files = files
         self._stores = stores
         self._clock = clock
+        #: What to do with each message: the core's rule, shared with ``POST /chat``.
+        self._router = Router(
+            settings=settings,
+            engine=manager,
+            people=people,
+            person_settings=person_settings,
+            spaces=stores.spaces,
+            preferences=stores.preferences,
+            mutes=stores.mutes,
+            ambient=stores.ambient,
+            clock=clock,
+        )
         #: Past this many messages in hand, :attr:`full` turns new deliveries away.
         self.max_in_flight = MAX_IN_FLIGHT
         self._tasks: set[asyncio.Task[None]] = set()
@@ -295,90 +310,56 @@ class Pipeline:
     async def _route(self, bridge: PlatformBridge, message: Received) -> _Started | _Compact | None:
         thread = bridge.parse_thread(message.thread_id)
         space = parse_space_id(thread.space_id)  # the bridge's own: never a message's word
-        caller_id = f"{message.platform}:{message.author_id}"
         principal = Principal(
             id=message.author_id, provider=message.platform, display_name=message.author_name
         )
-        identification = await self._people.identify(principal)
-        person = identification.person if isinstance(identification, Admitted) else None
-        stores = self._stores
-        targets = [caller_id] if person is None else [caller_id, person.key]
-        if await stores.mutes.is_muted(space.id, targets):
-            return None  # silently: no model call, no reply, not even ambient
-        trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
-        said = without_trigger(message.text, trigger)
-        if not thread.is_dm and self._manager.is_link_code(said):
-            # Everyone in a group saw the code: it is withdrawn, never run nor kept (#34).
-            await self._withdraw_link_code(bridge, message, person, said)
-            return None
-        matched = person is not None and trigger.matches(
-            message.text,
+        facts = ChatMessage(
+            space=space,
+            conversation=thread.conversation_external_id,
             is_dm=thread.is_dm,
+            principal=principal,
+            text=message.text,
             is_reply_to_bot=message.is_reply_to_bot,
-            has_attachments=bool(message.attachments),
+            attachment_names=tuple(a.name for a in message.attachments),
         )
-        if matched:
-            self._typing(bridge, message)
-        await stores.spaces.open(space)
-        if person is not None:
-            await stores.spaces.join(space.id, person.key)
-        if not matched or person is None:
-            await self._keep_ambient(space.id, caller_id, message)
+        decision = await self._router.route(facts, addressed=lambda: self._typing(bridge, message))
+        if isinstance(decision, Withdraw):
+            if decision.hint is not None:  # only people let in are answered
+                await self._reply(bridge, message, decision.hint)
             return None
-        language, zone = await self._language_and_zone(person)
-        translator = self._catalogs.translator(language)
-        key = self._manager.session_key(person, thread.conversation_external_id, space.id)
-        command = command_of(message.text, trigger)
-        bucket = f"{command}|{bucket_key(space.id, person.key)}"
-        if command == "stop":
-            running = self._running.get(key)
-            if running is None:
-                text = translator.gettext("Nothing is running here.")
-            elif await self._may_stop(running, space.id, person, principal):
-                running.turn.cancel()
-                text = translator.gettext("Stopped.")
-            else:
-                text = translator.gettext(
-                    "Only the person who asked, or an admin of this space, can stop this turn."
-                )
-            if self._once(bucket, COMMAND_REPLY_WINDOW_S):
+        if isinstance(decision, Muted | AmbientKept):
+            return None  # a mute is silent: no model call, no reply, not even ambient
+        who = decision.who
+        translator = self._catalogs.translator(who.language)
+        if isinstance(decision, Command):
+            if decision.kind == "compact":
+                # It waits for the conversation's running turn, never for the space's routing.
+                return _Compact(key=who.key, bucket=decision.reply_bucket, translator=translator)
+            text = await self.stop(decision, translator)
+            if self._once(decision.reply_bucket, COMMAND_REPLY_WINDOW_S):
                 await self._reply(bridge, message, text)
             return None
-        if command == "compact":
-            # It waits for the conversation's running turn, never for the space's routing.
-            return _Compact(key=key, bucket=bucket, translator=translator)
-        own = self._settings.spaces.get(space.id)
-        decision = await self._manager.check_rate(
-            person,
-            message.text,
-            space=space.id,
-            limit=own.rate_limit if own is not None else None,
-        )
-        if decision is not None and not decision.allowed:
-            await self._refuse_once(
-                bridge,
-                message,
-                bucket_key(space.id, person.key),
-                decision.retry_after_s,
-                translator,
-            )
+        if isinstance(decision, Refuse):
+            await self._refuse_once(bridge, message, who.bucket, decision.retry_after_s, translator)
             return None
         ingress, notes = await self._normalize(
             bridge, message, thread.conversation_external_id, space.id, translator
         )
-        started = await self._start(ingress, principal, person, language, zone, translator)
+        started = await self._start(ingress, decision, translator)
         return replace(started, notes=notes)
 
-    async def _may_stop(
-        self, running: _Running, space_id: str, person: Person, principal: Principal
-    ) -> bool:
-        """Whether ``person`` may stop ``running``: the one who asked, or a space admin
-        (the ``stop`` command and the stop button alike)."""
-        if running.author == person.key:
-            return True
-        caller_id = f"{principal.provider}:{principal.id}"
-        ids = (caller_id, principal.user_key)
-        return await self._stores.spaces.role(space_id, person.key, ids) == "admin"
+    async def stop(self, command: Command, translator: Translator) -> str:
+        """Stop the conversation's running turn here, if the sender may (a bridge's ``stop``,
+        or ``POST /chat``'s in a space); the sentence to tell them."""
+        running = self._running.get(command.who.key)
+        if running is None:
+            return translator.gettext("Nothing is running here.")
+        if await self._router.may_stop(command, running.author):
+            running.turn.cancel()
+            return translator.gettext("Stopped.")
+        return translator.gettext(
+            "Only the person who asked, or an admin of this space, can stop this turn."
+        )
 
     # ---------------------------------------------------------------- button presses
 
@@ -419,7 +400,7 @@ class Pipeline:
         language = self._settings.defaults.language
         zone = self._settings.defaults.time_zone
         if person is not None:
-            language, zone = await self._language_and_zone(person)
+            language, zone = await self._router.language_and_zone(person)
         translator = self._catalogs.translator(language)
         asked = parse_action(press.action)
         if person is None or asked is None:
@@ -427,7 +408,19 @@ class Pipeline:
         else:
             key = self._manager.session_key(person, thread.conversation_external_id, space.id)
         if isinstance(asked, StopPress) and person is not None and key is not None:
-            await self._press_stop(bridge, press, asked, space.id, person, principal, translator)
+            stop = Command(
+                kind="stop",
+                who=Addressed(
+                    principal=principal,
+                    person=person,
+                    space_id=space.id,
+                    conversation=thread.conversation_external_id,
+                    key=key,
+                    language=language,
+                    time_zone=zone,
+                ),
+            )
+            await self._press_stop(bridge, press, asked, stop, translator)
             return
         if not isinstance(asked, ConfirmPress) or key is None or person is None:
             await self._answer_press(
@@ -466,7 +459,8 @@ class Pipeline:
             await bridge.settle_press(press, chosen)
         except BridgeError as error:
             log.warning("a %s press was not settled: %s", press.platform, error)
-        # Exactly as typing the token in that conversation: a turn whose text is the token.
+        # Exactly as typing the token in that conversation: the same routing (mutes, the
+        # space's rate limit), then a turn whose text is the token.
         message = Received(
             platform=press.platform,
             thread_id=press.thread_id,
@@ -489,8 +483,23 @@ class Pipeline:
             is_reply_to_bot=True,
             attachments=(),
         )
+        facts = ChatMessage(
+            space=space,
+            conversation=thread.conversation_external_id,
+            is_dm=thread.is_dm,
+            principal=principal,
+            text=asked.token,
+            is_reply_to_bot=True,
+        )
         async with self._order.hold(space.id):
-            started = await self._start(ingress, principal, person, language, zone, translator)
+            decision = await self._router.route(facts)
+            if not isinstance(decision, Run):
+                if isinstance(decision, Refuse):
+                    await self._answer_press(
+                        bridge, press, translator.gettext("Rate limit exceeded. Try again shortly.")
+                    )
+                return
+            started = await self._start(ingress, decision, translator)
         await self._finish(bridge, message, started)
 
     async def _press_stop(
@@ -498,17 +507,16 @@ class Pipeline:
         bridge: LiveBridge,
         press: Pressed,
         asked: StopPress,
-        space_id: str,
-        person: Person,
-        principal: Principal,
+        stop: Command,
         translator: Translator,
     ) -> None:
+        """The stop button: the ``stop`` command's rule (the one who asked, or an admin)."""
         running = next(
             (r for key, r in self._running.items() if turn_mark(key) == asked.turn), None
         )
         if running is None:
             text = translator.gettext("Nothing is running here.")
-        elif await self._may_stop(running, space_id, person, principal):
+        elif await self._router.may_stop(stop, running.author):
             running.turn.cancel()
             text = translator.gettext("Stopped.")
         else:
@@ -536,34 +544,6 @@ class Pipeline:
                 message,
                 compact.translator.gettext("Done: this conversation starts afresh from a summary."),
             )
-
-    async def _withdraw_link_code(
-        self, bridge: PlatformBridge, message: Received, person: Person | None, code: str
-    ) -> None:
-        language = self._settings.defaults.language
-        if person is not None:
-            language, _zone = await self._language_and_zone(person)
-        hint = await self._manager.withdraw_link_code(code, language)
-        if hint is not None and person is not None:  # only people let in are answered
-            await self._reply(bridge, message, hint)
-
-    async def _keep_ambient(self, space_id: str, caller_id: str, message: Received) -> None:
-        text = message.text.strip()
-        if self._manager.is_link_code(text):
-            return  # never kept, so never shown to the model (issue #34)
-        if not text and message.attachments:
-            text = _FILE_NOTE.format(names=", ".join(a.name for a in message.attachments))
-        if not text:
-            return
-        await self._stores.ambient.add(
-            space_id,
-            AmbientMessage(
-                author_name=message.author_name or caller_id,
-                caller_id=caller_id,
-                text=text,
-                at=self._clock(),
-            ),
-        )
 
     async def _refuse_once(
         self,
@@ -647,56 +627,33 @@ class Pipeline:
         )
         return ingress, tuple(notes)
 
-    async def _start(
-        self,
-        ingress: IngressMessage,
-        principal: Principal,
-        person: Person,
-        language: str,
-        zone: str,
-        translator: Translator,
-    ) -> _Started:
+    async def _start(self, ingress: IngressMessage, run: Run, translator: Translator) -> _Started:
         """The turn for ``ingress`` opened, with the space's preferences and ambient talk."""
-        stores = self._stores
-        space_id = ingress.space_id
-        role = await stores.spaces.role(
-            space_id, person.key, (ingress.caller_id, principal.user_key)
+        who = run.who
+        space = await self._router.space_turn(
+            run, is_dm=ingress.is_dm, author_name=ingress.author_name
         )
-        preferences = render_preferences(await stores.preferences.list(space_id))
-        ambient = render_ambient(await stores.ambient.take(space_id))
-        space = SpaceTurn(
-            space_id=space_id,
-            conversation=ingress.conversation_external_id,
-            is_dm=ingress.is_dm,
-            caller_id=ingress.caller_id,
-            author_name=ingress.author_name,
-            role=role,
-            preferences=preferences,
-            ambient=ambient,
-        )
-        area = space.area
         turn = self._manager.open_turn(
             TurnInput(
-                principal=principal,
-                person=person,
+                principal=who.principal,
+                person=who.person,
                 conversation_id=ingress.conversation_external_id,
                 text=ingress.text,
-                language=language,
-                time_zone=zone,
+                language=who.language,
+                time_zone=who.time_zone,
                 received_at=datetime.now(UTC),
                 attachments=ingress.attachments,
                 space=space,
             )
         )
-        key = self._manager.session_key(person, ingress.conversation_external_id, space_id)
-        self._running[key] = _Running(turn=turn, author=person.key)
+        self._running[who.key] = _Running(turn=turn, author=who.person.key)
         return _Started(
             turn=turn,
-            key=key,
-            area=area,
+            key=who.key,
+            area=space.area,
             translator=translator,
-            space_id=space_id,
-            owner_key=person.key,
+            space_id=who.space_id,
+            owner_key=who.person.key,
         )
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
@@ -789,12 +746,6 @@ class Pipeline:
     async def _start_typing(bridge: PlatformBridge, message: Received) -> None:
         with contextlib.suppress(BridgeError):
             await bridge.start_typing(message)
-
-    async def _language_and_zone(self, person: Person) -> tuple[str, str]:
-        saved = await self._person_settings.get(person.key)
-        defaults = self._settings.defaults
-        language = choose_language(saved.language, None, defaults.language)
-        return language, choose_zone(saved.time_zone, None, defaults.time_zone)
 
 
 async def _collect(

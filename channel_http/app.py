@@ -64,7 +64,7 @@ from core.people.linking import Linking
 from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
-from core.spaces.tools import space_plugins
+from core.spaces.routing import Router
 from core.state import Database, connect
 from core.tools.builtin_plugins import builtin_plugins
 from core.tools.file_tools import files_plugin
@@ -72,6 +72,7 @@ from core.tools.logins import Logins
 from core.tools.memory_tools import memory_plugin
 from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
+from core.tools.space_tools import space_plugins
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
 from core.workspace.files import FileLimits, PersonFiles
 from core.workspace.wiki import Vault
@@ -416,6 +417,17 @@ async def open_services(
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
         space_stores=space_stores,
+        router=Router(
+            settings=settings,
+            engine=manager,
+            people=people,
+            person_settings=person_settings,
+            spaces=space_stores.spaces,
+            preferences=space_stores.preferences,
+            mutes=space_stores.mutes,
+            ambient=space_stores.ambient,
+            clock=clock,
+        ),
     )
 
 

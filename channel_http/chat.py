@@ -9,6 +9,12 @@ a turn that runs past ``chat.timeout_s`` is cancelled and answered 504.
 Acting for others: ``callerId``, ``authorName`` and ``spaceId`` are taken only from a
 caller whose directory entry holds the bridge role (``chat.bridge_role``); the turn then
 runs as the person the directory finds behind ``callerId``, admitted as any caller is.
+
+In a space (a ``spaceId`` that names one, such as ``slack:C0123ABC``) the message goes
+through the routing a bridge's message goes through (:mod:`core.spaces.routing`), always
+addressed to the assistant: a muted person is refused, ``stop`` and ``compact`` are done at
+once, the space's rate limit applies, and the turn runs in the space with its preferences,
+its ambient talk, its files and its tools.
 """
 
 from __future__ import annotations
@@ -41,6 +47,17 @@ from core.people.i18n import choose_language
 from core.people.people import Admitted, refusal_message
 from core.people.principal import Principal
 from core.people.timezones import choose_zone
+from core.spaces import InvalidSpaceId, SpaceRef, SpaceTurn, area_key, parse_space_id
+from core.spaces.routing import (
+    AmbientKept,
+    ChatMessage,
+    Command,
+    Muted,
+    Refuse,
+    Router,
+    Run,
+    Withdraw,
+)
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileTooLarge,
@@ -238,6 +255,83 @@ async def _run(
             await asyncio.gather(collecting, watching, return_exceptions=True)
 
 
+def _space_named(space_id: str | None) -> SpaceRef | None:
+    """The space ``spaceId`` names; None for no ``spaceId``, or one that names a conversation
+    of the person's own rather than a platform's space (how ``/chat`` took it before #40)."""
+    if space_id is None:
+        return None
+    try:
+        return parse_space_id(space_id)
+    except InvalidSpaceId:
+        return None
+
+
+def _too_many(seconds: int, acting: _Acting) -> TooManyRequests:
+    return TooManyRequests(
+        acting.translator.ngettext(
+            "Too many messages: wait %(seconds)d second before sending another.",
+            "Too many messages: wait %(seconds)d seconds before sending another.",
+            seconds,
+        )
+        % {"seconds": seconds},
+        headers={"retry-after": str(seconds), "content-language": acting.language},
+    )
+
+
+async def _routed(
+    services: Services,
+    router: Router,
+    space: SpaceRef,
+    conversation: str,
+    acting: _Acting,
+    text: str,
+    incoming: list[IncomingFile],
+) -> Run | Response[Any]:
+    """The space's routing for the message: the turn to run, or the answer without one."""
+    tr = acting.translator
+    message = ChatMessage(
+        space=space,
+        conversation=conversation,
+        is_dm=space.is_dm,
+        principal=acting.principal,
+        text=text,
+        is_reply_to_bot=True,  # a bridge calls /chat for what is addressed to the assistant
+        attachment_names=tuple(f.name for f in incoming),
+    )
+    decision = await router.route(message)
+    if isinstance(decision, Run):
+        return decision
+    if isinstance(decision, Muted):
+        raise Forbidden(
+            tr.gettext(
+                "You are muted in this space: the assistant reads nothing you send here "
+                "until the mute ends or an admin of the space lifts it."
+            ),
+            extra={"reason": "muted"},
+        )
+    if isinstance(decision, Withdraw) and decision.hint is not None:
+        raise BadRequest(decision.hint)
+    if isinstance(decision, Withdraw | AmbientKept):
+        # Only a person the directory stopped admitting since the caller's admission.
+        raise Unavailable(tr.gettext("Something went wrong on our side. Try again in a moment."))
+    if isinstance(decision, Refuse):
+        raise _too_many(decision.retry_after_s, acting)
+    return Response(
+        {"ok": True, "reply": await _command(services, decision, tr), "files": []},
+        headers={"content-language": acting.language, "cache-control": "no-store"},
+    )
+
+
+async def _command(services: Services, command: Command, tr: Translator) -> str:
+    """Do ``stop`` or ``compact`` at once, as a bridge's pipeline does; what to answer."""
+    if command.kind == "compact":
+        await services.manager.compact(command.who.key)
+        return tr.gettext("Done: this conversation starts afresh from a summary.")
+    if services.bridging is None:
+        return tr.gettext("Nothing is running here.")
+    return await services.bridging.pipeline.stop(command, tr)
+
+
 @post("/chat", status_code=200, request_max_body_size=None)
 async def chat(request: AnyRequest) -> Response[Any]:
     caller: Caller = request.scope["state"]["caller"]
@@ -252,7 +346,12 @@ async def chat(request: AnyRequest) -> Response[Any]:
     acting = await _acting(request, caller, body, services)
     tr = acting.translator
     conversation = conversation_id(body.conversation_id, tr)
-    if body.space_id is not None:
+    ref = _space_named(body.space_id)
+    if ref is not None:
+        # A platform's space: ``conversationId``, when given, is a conversation inside it
+        # (a thread), as a bridge's message has one.
+        conversation = conversation or ref.id
+    elif body.space_id is not None:
         space = conversation_id(body.space_id, tr)
         if conversation is not None and space is not None and space != conversation:
             raise BadRequest(
@@ -268,20 +367,24 @@ async def chat(request: AnyRequest) -> Response[Any]:
     if not text.strip() and not incoming:
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager
-    decision = await manager.check_rate(acting.person, text)
-    if decision is not None and not decision.allowed:
-        seconds = decision.retry_after_s
-        raise TooManyRequests(
-            tr.ngettext(
-                "Too many messages: wait %(seconds)d second before sending another.",
-                "Too many messages: wait %(seconds)d seconds before sending another.",
-                seconds,
-            )
-            % {"seconds": seconds},
-            headers={"retry-after": str(seconds), "content-language": acting.language},
+    in_space: SpaceTurn | None = None
+    area = acting.person.key
+    if ref is not None and services.router is not None:
+        routed = await _routed(
+            services, services.router, ref, conversation or ref.id, acting, text, incoming
         )
+        if isinstance(routed, Response):
+            return routed
+        in_space = await services.router.space_turn(
+            routed, is_dm=ref.is_dm, author_name=acting.principal.display_name
+        )
+        area = area_key(ref.id)
+    else:
+        decision = await manager.check_rate(acting.person, text)
+        if decision is not None and not decision.allowed:
+            raise _too_many(decision.retry_after_s, acting)
     try:
-        saved = await files.receive(acting.person.key, incoming)
+        saved = await files.receive(area, incoming)
     except InvalidFileName as error:
         raise _name_refusal(error, tr) from None
     except FileTooLarge as error:
@@ -297,6 +400,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
             time_zone=acting.time_zone,
             received_at=datetime.now(UTC),
             attachments=tuple(f.path for f in saved),
+            space=in_space,
         )
     )
     headers = {"content-language": acting.language, "cache-control": "no-store"}
@@ -324,7 +428,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
                 "sizeBytes": len(data),
                 "data": data,
             }
-            for found, data in await files.written(acting.person.key, turn.written)
+            for found, data in await files.written(area, turn.written)
         ],
     }
     if collected.pending is not None:

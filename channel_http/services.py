@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from core.people.linking import Linking
     from core.people.people import People
     from core.people.person_settings import PersonSettings
+    from core.spaces.routing import Router
     from core.state import Database
     from core.tools.logins import Logins
     from core.turn_logs import TurnLogs
@@ -64,6 +65,9 @@ class Services:
     metrics_server: MetricsServer | None = None
     #: The stores of shared spaces (members, preferences, mutes, ambient talk).
     space_stores: PipelineStores | None = None
+    #: What to do with a message in a space (mute, trigger, command, rate limit, ambient):
+    #: the rule the bridges' pipeline follows, for ``POST /chat`` with a ``spaceId``.
+    router: Router | None = None
     #: The chat bridges and their pipeline, once the lifespan has started them.
     bridging: Bridging | None = None
     started: float = field(default_factory=time.monotonic)

@@ -330,6 +330,11 @@ STOPPED: Final = N_("Stopped.")
 NOTHING_RUNNING: Final = N_("Nothing is running here.")
 # Shown: in a chat, the answer to "compact".
 COMPACTED: Final = N_("Done: this conversation starts afresh from a summary.")
+# Shown: the refusal (403) of POST /chat from a bridge for a person muted in the space.
+MUTED_IN_SPACE: Final = N_(
+    "You are muted in this space: the assistant reads nothing you send here until the mute "
+    "ends or an admin of the space lifts it."
+)
 # Shown: in a chat, once per window, to a person over the space's rate limit.
 SPACE_RATE_LIMITED: Final = N_("Rate limit exceeded. Try again shortly.")
 # Shown: in a chat, after an answer that staged an action; choices are "label: token" pairs.

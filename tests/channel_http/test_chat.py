@@ -448,3 +448,139 @@ def test_inbox_and_outbox_never_cross_people(server: RunningServer, ollama: Olla
     alice_outbox = private_area(server, "static:alice") / "outbox" / "secret.txt"
     assert alice_outbox.read_bytes() == b"alice only"
     assert sent.status_code == 200
+
+
+# ------------------------------------------------------------------ in a space (#40)
+
+SPACE_PEOPLE = [
+    *PEOPLE,
+    {"id": "dan", "displayName": "Dan", "identities": ["slack:UDAN"]},
+    {"id": "erin", "displayName": "Erin", "identities": ["slack:UERIN"]},
+]
+SPACE_CONFIG = """
+spaces:
+  "slack:C1":
+    admins: [static:alice]
+    rate_limit: 2
+"""
+
+
+@pytest.fixture
+def in_space(
+    make_server: Callable[..., RunningServer], tmp_path: Path
+) -> Callable[..., RunningServer]:
+    """A server whose directory knows Dan and Erin on Slack, with slack:C1's own settings."""
+    config = tmp_path / "mercury.yaml"
+    config.write_text(SPACE_CONFIG, encoding="utf-8")
+
+    def start(build: dict[str, Any] | None = None) -> RunningServer:
+        return make_server(
+            build,
+            DIRECTORY_STATIC_PEOPLE=json.dumps(SPACE_PEOPLE),
+            MERCURY_CONFIG_FILE=str(config),
+        )
+
+    return start
+
+
+def said_in(space: str, text: str, caller: str = "slack:UDAN") -> dict[str, Any]:
+    return {"text": text, "callerId": caller, "authorName": "Dan D.", "spaceId": space}
+
+
+def test_in_a_space_a_muted_person_is_refused_with_a_sentence_and_nothing_runs(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    from datetime import timedelta
+
+    server = in_space()
+    stores = server.services.space_stores
+    assert stores is not None
+    server.call(
+        stores.mutes.mute("slack:C1", "slack:UDAN", timedelta(hours=1), reason=None, by="x:y")
+    )
+    refused = post(server, said_in("slack:C1", "hello?"))
+    assert refused.status_code == 403
+    assert refused.json()["reason"] == "muted"
+    assert "muted in this space" in refused.json()["error"]
+    german = post(server, said_in("slack:C1", "hallo?"), {**ALICE, "accept-language": "de"})
+    assert german.status_code == 403 and "stummgeschaltet" in german.json()["error"]
+    assert ollama.requests == []
+    # Another space, and another person in this one, are not muted.
+    assert post(server, said_in("slack:C2", "hello?")).status_code == 200
+    assert post(server, said_in("slack:C1", "hi", caller="slack:UERIN")).status_code == 200
+
+
+def test_in_a_space_its_own_rate_limit_applies(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = in_space()
+    answers = [post(server, said_in("slack:C1", f"question {n}")) for n in range(3)]
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert int(answers[2].headers["retry-after"]) >= 1
+    assert len(ollama.requests) == 2
+    # The limit is the person's in that space: another space still answers.
+    assert post(server, said_in("slack:C2", "question 4")).status_code == 200
+
+
+def test_in_a_space_an_admins_preference_and_the_space_tools_reach_the_turn(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = in_space()
+    url = server.url + "/spaces/slack:C1/prefs/report.format"
+    saved = httpx.put(url, json={"value": "tables"}, headers=ALICE, timeout=10)
+    assert saved.status_code == 200, saved.text
+    ollama.responder = steps(call("prefs_list"))
+    answer = post(server, said_in("slack:C1", "the report?"))
+    assert answer.status_code == 200, answer.text
+    first, second = ollama.requests
+    system = first["messages"][0]["content"]
+    assert "group chat (slack:C1)" in system
+    assert '<pref key="report.format">tables</pref>' in system
+    assert '<caller id="slack:UDAN" name="Dan D." role="member"' in first["messages"][-1]["content"]
+    [listed] = [m for m in second["messages"] if m["role"] == "tool"]
+    assert "report.format" in tool_result(listed)
+
+
+def test_ambient_talk_a_bridge_kept_reaches_a_chat_turn_in_that_space(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    from tests.support.recording_bridge import RecordingBridge
+
+    bridge = RecordingBridge()
+    server = in_space({"bridges": [bridge]})
+    kept = bridge.post(server, bridge.message("C1", "UERIN", "the launch is at five", name="Erin"))
+    assert kept.status_code == 200
+    bridging = server.services.bridging
+    assert bridging is not None
+    deadline = time.monotonic() + 20
+    while bridging.pipeline.handling and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the pipeline has kept the message
+    answer = post(server, said_in("slack:C1", "when is the launch?"))
+    assert answer.status_code == 200, answer.text
+    words = ollama.requests[0]["messages"][-1]["content"]
+    assert "<ambient" in words and "the launch is at five" in words
+    assert words.endswith("when is the launch?</caller>")
+
+
+def test_only_a_bridge_may_name_a_space(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = in_space()
+    refused = post(server, {"text": "hi", "spaceId": "slack:C1"}, BOB)
+    assert refused.status_code == 403 and "mercury.bridge" in refused.json()["error"]
+    assert ollama.requests == []
+
+
+def test_in_a_space_stop_and_compact_are_answered_at_once_without_the_model(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = in_space()
+    stopped = post(server, said_in("slack:C1", "stop"))
+    assert stopped.status_code == 200, stopped.text
+    assert stopped.json() == {"ok": True, "reply": "Nothing is running here.", "files": []}
+    compacted = post(server, said_in("slack:C1", "/compact"), {**ALICE, "accept-language": "de"})
+    assert compacted.status_code == 200, compacted.text
+    assert compacted.json()["reply"] == (
+        "Erledigt: Dieses Gespräch beginnt neu mit einer Zusammenfassung."
+    )
+    assert ollama.requests == []

@@ -21,9 +21,9 @@ from core.spaces import (
     Spaces,
     SpaceTurn,
 )
-from core.spaces.tools import space_plugins
 from core.state import Database
 from core.tools.registry import Plugin, ToolCallContext, ToolError, ToolReply
+from core.tools.space_tools import space_plugins
 
 pytestmark = pytest.mark.anyio
 

@@ -1,0 +1,315 @@
+"""What to do with a chat message in a space: the one routing rule a bridge and ``/chat`` share.
+
+::
+
+    ChatMessage ─► identify ─► muted?                      Muted (nothing runs, nothing kept)
+                ─► a link code in a group?                 Withdraw (the hint, for people let in)
+                ─► for the assistant? (trigger, DM, reply)  no: kept as ambient talk → Ambient
+                ─► stop, compact?                          Command (no rate limit, no queue)
+                ─► over the space's rate limit?            Refuse (the bucket, when to try again)
+                ─► Run (who, in which language and zone, which conversation)
+
+:class:`Router` decides and keeps what the core keeps on the way (the space opened and
+joined, ambient talk, the withdrawn code, the rate count); the caller does what touches its
+transport: a bridge's typing indicator, replies and downloads, or ``/chat``'s JSON answer.
+Nothing here knows a platform's API or HTTP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal, Protocol
+
+from core.people.i18n import choose_language
+from core.people.people import Admitted
+from core.people.timezones import choose_zone
+from core.rate_limits import bucket_key
+from core.spaces.ambient import AmbientMessage, render_ambient
+from core.spaces.preferences import render_preferences
+from core.spaces.triggers import Command as CommandKind
+from core.spaces.triggers import command_of, trigger_for, without_trigger
+from core.spaces.turn import SpaceTurn
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from core.clock import Clock
+    from core.config.settings import Settings
+    from core.people.people import People
+    from core.people.person_settings import PersonSettings
+    from core.people.principal import Person, Principal
+    from core.rate_limits import RateDecision
+    from core.spaces.ambient import Ambient
+    from core.spaces.ids import SpaceRef
+    from core.spaces.members import Spaces
+    from core.spaces.mutes import Mutes
+    from core.spaces.preferences import SpacePreferences
+
+__all__ = [
+    "Addressed",
+    "AmbientKept",
+    "ChatMessage",
+    "Command",
+    "Decision",
+    "Engine",
+    "Muted",
+    "Refuse",
+    "Router",
+    "Run",
+    "Withdraw",
+]
+
+#: What an ambient entry says for a file sent without text.
+FILE_NOTE: Final = "[sent a file: {names}]"
+
+
+class Engine(Protocol):
+    """What routing asks of the session manager (:class:`core.engine.sessions.SessionManager`)."""
+
+    def is_link_code(self, text: str) -> bool: ...
+
+    async def withdraw_link_code(self, text: str, language: str) -> str | None: ...
+
+    def session_key(
+        self, person: Person, conversation_id: str, space_id: str | None = None
+    ) -> str: ...
+
+    async def check_rate(
+        self,
+        person: Person,
+        text: str,
+        *,
+        opening: bool = False,
+        space: str | None = None,
+        limit: int | None = None,
+    ) -> RateDecision | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """A message in a space, as plain facts: where, who, what (never a platform object).
+
+    ``space`` comes from the transport's own thread (never from a word of the message);
+    ``attachment_names`` are the names of the files sent with it, not yet fetched.
+    """
+
+    space: SpaceRef
+    conversation: str
+    is_dm: bool
+    principal: Principal
+    text: str
+    is_reply_to_bot: bool = False
+    attachment_names: tuple[str, ...] = ()
+
+    @property
+    def caller_id(self) -> str:
+        """``<platform>:<id>``: the author as the space's stores name them."""
+        return self.principal.user_key
+
+
+@dataclass(frozen=True, slots=True)
+class Muted:
+    """The author is muted in the space: nothing runs, nothing is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """A link code said in a group: withdrawn, never run nor kept; ``hint`` tells the
+    author to send codes in a direct chat (``None``: tell nobody, the author isn't let in)."""
+
+    hint: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AmbientKept:
+    """Not for the assistant (or from someone not let in): kept as the space's ambient talk."""
+
+
+@dataclass(frozen=True, slots=True)
+class Addressed:
+    """A message for the assistant: who sent it, the conversation, their language."""
+
+    principal: Principal
+    person: Person
+    space_id: str
+    conversation: str
+    key: str
+    language: str
+    time_zone: str
+
+    @property
+    def bucket(self) -> str:
+        """The person's rate-limit bucket in the space."""
+        return bucket_key(self.space_id, self.person.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """``stop`` or ``compact``: done at once, outside the rate limit and the queue."""
+
+    kind: CommandKind
+    who: Addressed
+
+    @property
+    def reply_bucket(self) -> str:
+        """What a bounded reply to this command is counted under (once a window per person)."""
+        return f"{self.kind}|{self.who.bucket}"
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Over the space's rate limit: not run; accepted again after ``retry_after_s``."""
+
+    who: Addressed
+    retry_after_s: int
+    reason: Literal["rate"] = "rate"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Run a turn for the message, in the space."""
+
+    who: Addressed
+
+
+Decision = Muted | Withdraw | AmbientKept | Command | Refuse | Run
+
+
+class Router:
+    """Decides what to do with each message in a space, for every transport alike."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        engine: Engine,
+        people: People,
+        person_settings: PersonSettings,
+        spaces: Spaces,
+        preferences: SpacePreferences,
+        mutes: Mutes,
+        ambient: Ambient,
+        clock: Clock,
+    ) -> None:
+        self._settings = settings
+        self._engine = engine
+        self._people = people
+        self._person_settings = person_settings
+        self._spaces = spaces
+        self._preferences = preferences
+        self._mutes = mutes
+        self._ambient = ambient
+        self._clock = clock
+
+    async def route(
+        self, message: ChatMessage, *, addressed: Callable[[], None] | None = None
+    ) -> Decision:
+        """The decision for ``message``; ``addressed`` is called as soon as it is known to be
+        for the assistant (a bridge starts its typing indicator then, before any store)."""
+        space = message.space
+        caller_id = message.caller_id
+        identification = await self._people.identify(message.principal)
+        person = identification.person if isinstance(identification, Admitted) else None
+        targets = [caller_id] if person is None else [caller_id, person.key]
+        if await self._mutes.is_muted(space.id, targets):
+            return Muted()
+        trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
+        said = without_trigger(message.text, trigger)
+        if not message.is_dm and self._engine.is_link_code(said):
+            # Everyone in a group saw the code: it is withdrawn, never run nor kept (#34).
+            language = self._settings.defaults.language
+            if person is not None:
+                language, _zone = await self.language_and_zone(person)
+            hint = await self._engine.withdraw_link_code(said, language)
+            return Withdraw(hint if person is not None else None)
+        matched = person is not None and trigger.matches(
+            message.text,
+            is_dm=message.is_dm,
+            is_reply_to_bot=message.is_reply_to_bot,
+            has_attachments=bool(message.attachment_names),
+        )
+        if matched and addressed is not None:
+            addressed()
+        await self._spaces.open(space)
+        if person is not None:
+            await self._spaces.join(space.id, person.key)
+        if not matched or person is None:
+            await self._keep_ambient(message)
+            return AmbientKept()
+        language, zone = await self.language_and_zone(person)
+        who = Addressed(
+            principal=message.principal,
+            person=person,
+            space_id=space.id,
+            conversation=message.conversation,
+            key=self._engine.session_key(person, message.conversation, space.id),
+            language=language,
+            time_zone=zone,
+        )
+        command = command_of(message.text, trigger)
+        if command is not None:
+            return Command(kind=command, who=who)
+        own = self._settings.spaces.get(space.id)
+        decision = await self._engine.check_rate(
+            person,
+            message.text,
+            space=space.id,
+            limit=own.rate_limit if own is not None else None,
+        )
+        if decision is not None and not decision.allowed:
+            return Refuse(who=who, retry_after_s=decision.retry_after_s)
+        return Run(who=who)
+
+    async def may_stop(self, command: Command, author: str) -> bool:
+        """Whether ``command``'s sender may stop a turn ``author`` (a person key) asked for:
+        the one who asked, or an admin of the space."""
+        who = command.who
+        if author == who.person.key:
+            return True
+        role = await self._spaces.role(who.space_id, who.person.key, (who.principal.user_key,))
+        return role == "admin"
+
+    async def space_turn(self, run: Run, *, is_dm: bool, author_name: str | None) -> SpaceTurn:
+        """What the turn carries of its space: the sender's role, the space's preferences and
+        the ambient talk kept since the last run (taken: each is shown once)."""
+        who = run.who
+        space_id = who.space_id
+        caller_id = who.principal.user_key
+        role = await self._spaces.role(space_id, who.person.key, (caller_id,))
+        preferences = render_preferences(await self._preferences.list(space_id))
+        ambient = render_ambient(await self._ambient.take(space_id))
+        return SpaceTurn(
+            space_id=space_id,
+            conversation=who.conversation,
+            is_dm=is_dm,
+            caller_id=caller_id,
+            author_name=author_name,
+            role=role,
+            preferences=preferences,
+            ambient=ambient,
+        )
+
+    async def language_and_zone(self, person: Person) -> tuple[str, str]:
+        """The person's saved language and time zone, else the instance's defaults."""
+        saved = await self._person_settings.get(person.key)
+        defaults = self._settings.defaults
+        language = choose_language(saved.language, None, defaults.language)
+        return language, choose_zone(saved.time_zone, None, defaults.time_zone)
+
+    async def _keep_ambient(self, message: ChatMessage) -> None:
+        text = message.text.strip()
+        if self._engine.is_link_code(text):
+            return  # never kept, so never shown to the model (issue #34)
+        if not text and message.attachment_names:
+            text = FILE_NOTE.format(names=", ".join(message.attachment_names))
+        if not text:
+            return
+        await self._ambient.add(
+            message.space.id,
+            AmbientMessage(
+                author_name=message.principal.display_name or message.caller_id,
+                caller_id=message.caller_id,
+                text=text,
+                at=self._clock(),
+            ),
+        )

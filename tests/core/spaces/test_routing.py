@@ -1,0 +1,246 @@
+"""The routing of a chat message in a space, decided by the core for every transport alike."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from core.clock import ManualClock
+from core.config.settings import Settings, load_settings
+from core.people.directory import DirectoryPerson
+from core.people.directory_static import StaticDirectory
+from core.people.linking import is_link_code
+from core.people.people import People
+from core.people.person_settings import PersonSettings
+from core.people.principal import Person, Principal
+from core.rate_limits import RateDecision, bucket_key
+from core.rate_limits.memory import MemoryRateLimiter
+from core.spaces import Ambient, Mutes, SpacePreferences, Spaces, parse_space_id
+from core.spaces.routing import (
+    AmbientKept,
+    ChatMessage,
+    Command,
+    Muted,
+    Refuse,
+    Router,
+    Run,
+    Withdraw,
+)
+from core.state import Database
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = """
+spaces:
+  "slack:C1":
+    admins: [slack:UADMIN]
+  "slack:C2":
+    rate_limit: 2
+"""
+PEOPLE = {
+    name: person
+    for person in (
+        DirectoryPerson(id="ann", identities=("slack:UANN",)),
+        DirectoryPerson(id="ben", identities=("slack:UBEN",)),
+        DirectoryPerson(id="ada", identities=("slack:UADMIN",)),
+    )
+    for name in person.identities
+}
+CODE = "Ab3d-9xYz-Q7mN"
+HINT = "Send link codes in a direct chat."
+
+
+class _Engine:
+    """The session manager's part in routing: link codes and a real rate limiter."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.limiter = MemoryRateLimiter(20, timedelta(minutes=1), clock=clock)
+        self.withdrawn: list[str] = []
+
+    def is_link_code(self, text: str) -> bool:
+        return is_link_code(text)
+
+    async def withdraw_link_code(self, text: str, language: str) -> str | None:
+        self.withdrawn.append(text)
+        return HINT
+
+    def session_key(self, person: Person, conversation_id: str, space_id: str | None = None) -> str:
+        return f"{person.key}:{space_id}:{conversation_id}"
+
+    async def check_rate(
+        self,
+        person: Person,
+        text: str,
+        *,
+        opening: bool = False,
+        space: str | None = None,
+        limit: int | None = None,
+    ) -> RateDecision | None:
+        return await self.limiter.check(bucket_key(space or person.key, person.key), limit)
+
+
+@dataclass
+class _Setup:
+    router: Router
+    engine: _Engine
+    spaces: Spaces
+    preferences: SpacePreferences
+    mutes: Mutes
+    ambient: Ambient
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    (tmp_path / "mercury.yaml").write_text(CONFIG, encoding="utf-8")
+    return load_settings({"MERCURY_CONFIG_FILE": "mercury.yaml"}, tmp_path)
+
+
+@pytest.fixture
+async def setup(db: Database, clock: ManualClock, settings: Settings) -> _Setup:
+    people = People(StaticDirectory(PEOPLE), access_unknown="refuse", clock=clock)
+    spaces = Spaces(db, settings.spaces, people=people, clock=clock)
+    preferences = SpacePreferences(db, clock=clock)
+    mutes = Mutes(db, clock=clock)
+    ambient = Ambient(db, max_messages=50, max_chars=10_000)
+    person_settings = PersonSettings(db, clock=clock)
+    for store in (spaces, preferences, mutes, ambient, person_settings):
+        await store.ensure_schema()
+    engine = _Engine(clock)
+    router = Router(
+        settings=settings,
+        engine=engine,
+        people=people,
+        person_settings=person_settings,
+        spaces=spaces,
+        preferences=preferences,
+        mutes=mutes,
+        ambient=ambient,
+        clock=clock,
+    )
+    return _Setup(router, engine, spaces, preferences, mutes, ambient)
+
+
+def said(
+    text: str,
+    author: str = "UANN",
+    space: str = "slack:C1",
+    *,
+    reply: bool = False,
+    files: tuple[str, ...] = (),
+) -> ChatMessage:
+    ref = parse_space_id(space)
+    return ChatMessage(
+        space=ref,
+        conversation=space,
+        is_dm=ref.is_dm,
+        principal=Principal(id=author, provider="slack", display_name=author.title()),
+        text=text,
+        is_reply_to_bot=reply,
+        attachment_names=files,
+    )
+
+
+async def test_a_mention_runs_and_the_transport_hears_of_it_before_anything_is_kept(
+    setup: _Setup,
+) -> None:
+    heard: list[str] = []
+    decision = await setup.router.route(said("@Mercury hi"), addressed=lambda: heard.append("!"))
+    assert isinstance(decision, Run)
+    assert heard == ["!"]
+    assert decision.who.person.key == "people:ann"
+    assert decision.who.key == "people:ann:slack:C1:slack:C1"
+    assert decision.who.language == "en"
+    assert await setup.spaces.role("slack:C1", "people:ann") == "member"  # joined
+
+
+async def test_talk_not_for_the_assistant_is_kept_as_ambient_and_a_direct_message_always_runs(
+    setup: _Setup,
+) -> None:
+    heard: list[str] = []
+    decision = await setup.router.route(said("lunch?"), addressed=lambda: heard.append("!"))
+    assert isinstance(decision, AmbientKept) and heard == []
+    assert isinstance(await setup.router.route(said("", files=("a.csv",))), AmbientKept)
+    kept = await setup.ambient.take("slack:C1")
+    assert [(m.caller_id, m.text) for m in kept] == [
+        ("slack:UANN", "lunch?"),
+        ("slack:UANN", "[sent a file: a.csv]"),
+    ]
+    assert isinstance(await setup.router.route(said("hello", space="slack:D9")), Run)
+    assert isinstance(await setup.router.route(said("thanks", reply=True)), Run)
+
+
+async def test_someone_the_directory_does_not_let_in_is_only_ambient_talk(
+    setup: _Setup,
+) -> None:
+    decision = await setup.router.route(said("@Mercury let me in", author="UNOBODY"))
+    assert isinstance(decision, AmbientKept)
+    assert [m.text for m in await setup.ambient.take("slack:C1")] == ["@Mercury let me in"]
+
+
+async def test_a_muted_author_is_muted_silently_and_nothing_is_kept(setup: _Setup) -> None:
+    await setup.mutes.mute("slack:C1", "slack:UBEN", timedelta(hours=1), reason=None, by="x:y")
+    heard: list[str] = []
+    for text in ("@Mercury hello?", "just chatting"):
+        decision = await setup.router.route(said(text, "UBEN"), addressed=lambda: heard.append("!"))
+        assert isinstance(decision, Muted)
+    assert heard == []
+    assert await setup.ambient.take("slack:C1") == []
+    assert isinstance(await setup.router.route(said("@Mercury hi", "UBEN", "slack:C2")), Run)
+
+
+async def test_a_link_code_in_a_group_is_withdrawn_and_only_a_person_let_in_is_told(
+    setup: _Setup,
+) -> None:
+    assert await setup.router.route(said(f"@Mercury {CODE}")) == Withdraw(HINT)
+    assert await setup.router.route(said(CODE, author="UNOBODY")) == Withdraw(None)
+    assert setup.engine.withdrawn == [CODE, CODE]
+    assert await setup.ambient.take("slack:C1") == []
+    # In a direct chat the code is the person's to redeem: the turn runs.
+    assert isinstance(await setup.router.route(said(CODE, space="slack:D9")), Run)
+
+
+async def test_the_spaces_own_rate_limit_refuses_but_never_a_command(setup: _Setup) -> None:
+    decisions = [await setup.router.route(said(f"@Mercury q{n}", space="slack:C2")) for n in "123"]
+    assert [type(d) for d in decisions] == [Run, Run, Refuse]
+    refused = decisions[2]
+    assert isinstance(refused, Refuse) and refused.retry_after_s >= 1
+    assert refused.who.bucket == bucket_key("slack:C2", "people:ann")
+    for word in ("stop", "/compact"):
+        command = await setup.router.route(said(f"@Mercury {word}", space="slack:C2"))
+        assert isinstance(command, Command) and command.kind == word.lstrip("/")
+        assert command.reply_bucket == f"{command.kind}|{refused.who.bucket}"
+    # The limit is the person's in that space: Ben and another space still run.
+    assert isinstance(await setup.router.route(said("@Mercury q", "UBEN", "slack:C2")), Run)
+    assert isinstance(await setup.router.route(said("@Mercury q4")), Run)
+
+
+async def test_a_turn_is_stopped_by_whoever_asked_or_an_admin_of_the_space(setup: _Setup) -> None:
+    by_ben = await setup.router.route(said("@Mercury stop", "UBEN"))
+    by_admin = await setup.router.route(said("@Mercury stop", "UADMIN"))
+    assert isinstance(by_ben, Command) and isinstance(by_admin, Command)
+    assert await setup.router.may_stop(by_ben, "people:ben")
+    assert not await setup.router.may_stop(by_ben, "people:ann")
+    assert await setup.router.may_stop(by_admin, "people:ann")
+
+
+async def test_a_runs_space_carries_the_role_the_preferences_and_the_ambient_talk_once(
+    setup: _Setup,
+) -> None:
+    await setup.preferences.set("slack:C1", "tone", "brief", by="slack:UADMIN")
+    await setup.router.route(said("the launch is at five", "UBEN"))
+    run = await setup.router.route(said("@Mercury when?", "UADMIN"))
+    assert isinstance(run, Run)
+    space = await setup.router.space_turn(run, is_dm=False, author_name="Ada")
+    assert (space.space_id, space.conversation, space.caller_id) == (
+        "slack:C1",
+        "slack:C1",
+        "slack:UADMIN",
+    )
+    assert space.role == "admin" and space.author_name == "Ada"
+    assert '<pref key="tone">brief</pref>' in space.preferences
+    assert "the launch is at five" in space.ambient
+    again = await setup.router.space_turn(run, is_dm=False, author_name="Ada")
+    assert again.ambient == ""
