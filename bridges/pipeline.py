@@ -413,6 +413,10 @@ class Pipeline:
         )
         identification = await self._people.identify(principal)
         person = identification.person if isinstance(identification, Admitted) else None
+        caller_id = f"{press.platform}:{press.author_id}"
+        targets = [caller_id] if person is None else [caller_id, person.key]
+        if await self._stores.mutes.is_muted(space.id, targets):
+            return  # silently, as a muted person's messages: nothing runs, nothing is said
         language = self._settings.defaults.language
         zone = self._settings.defaults.time_zone
         if person is not None:
@@ -479,7 +483,7 @@ class Pipeline:
             platform=press.platform,
             space_id=space.id,
             conversation_external_id=thread.conversation_external_id,
-            caller_id=f"{press.platform}:{press.author_id}",
+            caller_id=caller_id,
             author_name=press.author_name,
             text=asked.token,
             is_dm=thread.is_dm,
