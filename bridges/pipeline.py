@@ -712,6 +712,7 @@ class Pipeline:
                     started.translator,
                     owner_key=started.owner_key,
                     session_key=key,
+                    show_reasoning=self._settings.bridges.show_reasoning,
                 )
                 await answer.render(
                     turn,
