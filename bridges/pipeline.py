@@ -333,6 +333,8 @@ class Pipeline:
                 text = translator.gettext("Nothing is running here.")
             elif await self._may_stop(running, space.id, person, principal):
                 running.turn.cancel()
+                if isinstance(bridge, LiveBridge) and self.live_answers(space.id):
+                    return None  # the answer being written says "Stopped." itself
                 text = translator.gettext("Stopped.")
             else:
                 text = translator.gettext(

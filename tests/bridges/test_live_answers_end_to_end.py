@@ -422,3 +422,17 @@ def test_a_muted_persons_press_runs_nothing_and_says_nothing(
     time.sleep(1.0)  # what must not happen has had time to
     assert desk.booked == [] and bridge.answered == [] and bridge.settled == []
     assert len(bridge.live) == 2
+
+
+def test_a_typed_stop_leaves_one_stopped_where_the_answer_was_being_written(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury write an essay", thread="6.6"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury stop", thread="6.6"))
+    [stopped] = bridge.wait_for_answer(1)
+    assert stopped.state == "failed" and stopped.text == "Stopped."
+    ollama.wait_for_closed(1, timeout=20)
+    time.sleep(0.5)
+    assert bridge.replies == [] and len(bridge.live) == 1  # said once, not twice
