@@ -2,7 +2,8 @@
 
 ::
 
-    text ─► the answer so far (paced: bridges.pacing)      reasoning ─► not shown
+    text ─► the answer so far (paced: bridges.pacing)
+    reasoning ─► not shown (``bridges.show_reasoning``: its latest line as the status)
     tool ─► its label as the status line; tool_finish ─► the status goes
     login ─► the sign-in link to its person alone (send_private), never into the group
     pending ─► one button per choice (more than the platform carries: the typed tokens)
@@ -124,6 +125,18 @@ def timeout_text(timeout_s: float, translator: Translator) -> str:
     ) % {"seconds": seconds}
 
 
+#: The most of the model's reasoning shown as a status line (its end), and kept to find it.
+_REASONING_CHARS: Final = 200
+_REASONING_KEPT: Final = 2000
+
+
+def _last_line(reasoning: str) -> str:
+    """The reasoning's line being written (or the last one ended), at most
+    :data:`_REASONING_CHARS` characters of its end."""
+    lines = reasoning.rstrip("\n").rsplit("\n", 1)
+    return lines[-1][-_REASONING_CHARS:]
+
+
 class LiveAnswer:
     """One turn's answer, rendered live as a reply to ``to`` on ``bridge``."""
 
@@ -135,8 +148,10 @@ class LiveAnswer:
         *,
         owner_key: str,
         session_key: str,
+        show_reasoning: bool = False,
     ) -> None:
         self._bridge = bridge
+        self._show_reasoning = show_reasoning
         self._to = to
         self._translator = translator
         self._owner_key = owner_key
@@ -215,6 +230,7 @@ class LiveAnswer:
         parts: list[str] = []
         text = ""
         tools: dict[str, str] = {}
+        reasoning = ""
         thinking = self._translator.gettext("Thinking…")
         pacer = self.pacer
         while True:
@@ -223,6 +239,9 @@ class LiveAnswer:
                     return final, pending, error
                 if isinstance(event, events.Text):
                     parts.append(event.chunk)
+                elif isinstance(event, events.Reasoning):
+                    if self._show_reasoning:
+                        reasoning = (reasoning + event.chunk)[-_REASONING_KEPT:]
                 elif isinstance(event, events.Tool):
                     tools[event.tool_call_id] = event.label
                 elif isinstance(event, events.ToolFinish):
@@ -240,7 +259,7 @@ class LiveAnswer:
                 parts.clear()
             status = next(reversed(tools.values()), None) if tools else None
             if status is None and not text:
-                status = thinking
+                status = _last_line(reasoning).strip() or thinking
             pacer.offer(text, status)
 
     async def _send_login(self, login: events.Login) -> None:

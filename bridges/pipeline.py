@@ -34,7 +34,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from msgspec.structs import replace as replace_struct
 
@@ -335,7 +335,11 @@ class Pipeline:
             if decision.kind == "compact":
                 # It waits for the conversation's running turn, never for the space's routing.
                 return _Compact(key=who.key, bucket=decision.reply_bucket, translator=translator)
-            text = await self.stop(decision, translator)
+            outcome = await self._stop_turn(decision)
+            if outcome == "stopped" and isinstance(bridge, LiveBridge):
+                if self.live_answers(who.space_id):
+                    return None  # the answer being written says "Stopped." itself
+            text = _stop_text(outcome, translator)
             if self._once(decision.reply_bucket, COMMAND_REPLY_WINDOW_S):
                 await self._reply(bridge, message, text)
             return None
@@ -351,15 +355,16 @@ class Pipeline:
     async def stop(self, command: Command, translator: Translator) -> str:
         """Stop the conversation's running turn here, if the sender may (a bridge's ``stop``,
         or ``POST /chat``'s in a space); the sentence to tell them."""
+        return _stop_text(await self._stop_turn(command), translator)
+
+    async def _stop_turn(self, command: Command) -> StopOutcome:
         running = self._running.get(command.who.key)
         if running is None:
-            return translator.gettext("Nothing is running here.")
+            return "idle"
         if await self._router.may_stop(command, running.author):
             running.turn.cancel()
-            return translator.gettext("Stopped.")
-        return translator.gettext(
-            "Only the person who asked, or an admin of this space, can stop this turn."
-        )
+            return "stopped"
+        return "refused"
 
     # ---------------------------------------------------------------- button presses
 
@@ -397,6 +402,10 @@ class Pipeline:
         )
         identification = await self._people.identify(principal)
         person = identification.person if isinstance(identification, Admitted) else None
+        caller_id = f"{press.platform}:{press.author_id}"
+        targets = [caller_id] if person is None else [caller_id, person.key]
+        if await self._stores.mutes.is_muted(space.id, targets):
+            return  # silently, as a muted person's messages: nothing runs, nothing is said
         language = self._settings.defaults.language
         zone = self._settings.defaults.time_zone
         if person is not None:
@@ -476,7 +485,7 @@ class Pipeline:
             platform=press.platform,
             space_id=space.id,
             conversation_external_id=thread.conversation_external_id,
-            caller_id=f"{press.platform}:{press.author_id}",
+            caller_id=caller_id,
             author_name=press.author_name,
             text=asked.token,
             is_dm=thread.is_dm,
@@ -668,6 +677,7 @@ class Pipeline:
                     started.translator,
                     owner_key=started.owner_key,
                     session_key=key,
+                    show_reasoning=self._settings.bridges.show_reasoning,
                 )
                 await answer.render(
                     turn,
@@ -746,6 +756,20 @@ class Pipeline:
     async def _start_typing(bridge: PlatformBridge, message: Received) -> None:
         with contextlib.suppress(BridgeError):
             await bridge.start_typing(message)
+
+
+StopOutcome = Literal["idle", "stopped", "refused"]
+
+
+def _stop_text(outcome: StopOutcome, translator: Translator) -> str:
+    """What the sender of a ``stop`` is told."""
+    if outcome == "idle":
+        return translator.gettext("Nothing is running here.")
+    if outcome == "stopped":
+        return translator.gettext("Stopped.")
+    return translator.gettext(
+        "Only the person who asked, or an admin of this space, can stop this turn."
+    )
 
 
 async def _collect(

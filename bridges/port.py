@@ -26,7 +26,10 @@ Pacing (how often ``show`` may reach the platform, backing off on 429, splitting
 platform's limit) lives once beside the port (:mod:`bridges.pacing`), so a platform file
 only says how one message is posted, edited or streamed. Buttons carry an ``action`` the
 platform hands back when pressed: a :class:`Pressed`, taken like a message (once, across
-instances) and routed by the pipeline (a confirmation's choice, a stop).
+instances) and routed by the pipeline (a confirmation's choice, a stop). Presses come in a
+webhook delivery's :attr:`WebhookOutcome.presses`, through a gateway's ``deliver``, or, for a
+platform that sends them to a URL of their own (Slack's interactivity), through
+:meth:`InteractionsBridge.receive_interactions` at ``/webhooks/{platform}/interactions``.
 
 Exception tree::
 

@@ -338,6 +338,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
 
     max_message_age_s: int
     live_answers: bool
+    show_reasoning: bool
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -724,6 +725,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "paragraphs, paced to each platform's limits), with buttons for confirmations "
             "and stop; off sends one message once the answer is complete. A space may set "
             "its own (`live_answers`)."),
+    Setting("bridges.show_reasoning", "BRIDGE_SHOW_REASONING", _Bool(), False,
+            "Show the model's reasoning in chats while an answer is written live: its latest "
+            "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,

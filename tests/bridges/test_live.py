@@ -119,3 +119,36 @@ def test_a_plain_confirmation_is_one_button_in_the_persons_language() -> None:
     assert button.action == confirm_action("aaaa-bbbb", "people:ann")
     assert bridge.calls[0].status == "Sto pensando…"
     assert [b.label for b in bridge.calls[0].buttons] == ["Ferma"]
+
+
+def test_reasoning_shows_as_its_latest_line_only_when_the_setting_asks() -> None:
+    for show in (False, True):
+        bridge = LiveRecordingBridge(limits=LiveLimits(max_chars=400, edit_interval_s=0.0))
+
+        async def scene(show: bool = show, bridge: LiveRecordingBridge = bridge) -> None:
+            turn = Turn()
+            to = bridge.message("C1", "U1", "@Mercury hi")
+
+            async def no_files() -> Sequence[EgressFile]:
+                return ()
+
+            answer = LiveAnswer(
+                bridge, to, EN, owner_key="people:ann", session_key="s1", show_reasoning=show
+            )
+            rendering = asyncio.create_task(answer.render(turn, timeout_s=10, files_of=no_files))
+            for chunk in ("First I read", " the question.\n", "Then I an", "swer."):
+                turn.events.push(events.Reasoning(chunk=chunk, id="r1"))
+                await asyncio.sleep(0.03)
+            turn.events.push(events.Text(chunk="Hi."))
+            turn.events.push(events.Final(text="Hi."))
+            turn.outcome = "final"
+            turn.events.push(None)
+            await rendering
+
+        asyncio.run(scene())
+        statuses = [c.status for c in bridge.calls if c.kind == "show"]
+        if show:
+            assert "Then I answer." in statuses and "First I read the question." in statuses
+        else:
+            assert not any(s and "read" in s for s in statuses)
+        assert bridge.live[0].text == "Hi."

@@ -10,6 +10,7 @@ the setting that turns it all off.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -398,3 +399,40 @@ def test_the_files_a_turn_wrote_come_with_the_finished_answer(
     [message] = bridge.wait_for_answer(1)
     assert message.text == "Here is the plan."
     assert [(f.filename, f.data) for f in message.files] == [("plan.txt", b"A")]
+
+
+def test_a_muted_persons_press_runs_nothing_and_says_nothing(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn, desk: Desk
+) -> None:
+    booking(ollama)
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury book a room"))
+    [asked] = bridge.wait_for_answer(1)
+    mute = {"person": "slack:U1", "duration": "10m", "reason": "spam"}
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "mute", "arguments": mute}]),
+        ChatScript(tool_calls=[{"name": "mute", "arguments": {**mute, "confirm": True}}]),
+        ChatScript.words("Muted."),
+    )
+    bridge.post(chat, bridge.message("C1", "UADMIN", "@Mercury mute U1"))
+    bridge.wait_for_answer(2)
+    assert bridge.press(chat, bridge.pressed(asked, "U1", asked.buttons[0].action)).json() == {
+        "ok": True,
+        "taken": 1,
+    }
+    time.sleep(1.0)  # what must not happen has had time to
+    assert desk.booked == [] and bridge.answered == [] and bridge.settled == []
+    assert len(bridge.live) == 2
+
+
+def test_a_typed_stop_leaves_one_stopped_where_the_answer_was_being_written(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury write an essay", thread="6.6"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury stop", thread="6.6"))
+    [stopped] = bridge.wait_for_answer(1)
+    assert stopped.state == "failed" and stopped.text == "Stopped."
+    ollama.wait_for_closed(1, timeout=20)
+    time.sleep(0.5)
+    assert bridge.replies == [] and len(bridge.live) == 1  # said once, not twice
