@@ -44,10 +44,8 @@ streaming, :attr:`SlackStandIn.status_error` one that refuses thread statuses, a
 
 The server (``aiohttp.web``) runs in a thread with its own event loop.
 
-Exceptions::
-
-    StandInError            the stand-in was misused or failed to start
-    └── StandInTimeoutError      a wait ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
@@ -905,13 +903,7 @@ class SlackStandIn(ThreadedStandIn):
             failure = self._take_failure("response_url")
         await self._pause()
         if failure is not None:
-            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
-            return web.Response(
-                status=failure.status,
-                text=failure.error,
-                headers=headers,
-                content_type="text/plain",
-            )
+            return _failed_plainly(failure)
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -1003,13 +995,7 @@ class SlackStandIn(ThreadedStandIn):
             failure = self._take_failure("download")
         await self._pause()
         if failure is not None:
-            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
-            return web.Response(
-                status=failure.status,
-                text=failure.error,
-                headers=headers,
-                content_type="text/plain",
-            )
+            return _failed_plainly(failure)
         if not authorized:
             # As Slack: a redirect to the workspace's sign-in page, never a 401.
             raise web.HTTPFound(f"/?redir={quote(request.path, safe='')}")
@@ -1059,6 +1045,14 @@ def _bearer(header: str | None) -> str | None:
 
 def _refused(error: str) -> web.Response:
     return web.json_response({"ok": False, "error": error})
+
+
+def _failed_plainly(failure: _Failure) -> web.Response:
+    """A scripted failure of a URL outside the Web API (a download, a ``response_url``)."""
+    headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
+    return web.Response(
+        status=failure.status, text=failure.error, headers=headers, content_type="text/plain"
+    )
 
 
 _TS: Final = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")

@@ -33,10 +33,8 @@ with UTF-16 offsets, as Telegram adds them), :meth:`TelegramStandIn.press` (a
 :meth:`TelegramStandIn.deliver` carrying ``X-Telegram-Bot-Api-Secret-Token`` (the right, a
 wrong or no secret); delivering the same update again is a re-delivery.
 
-Exceptions::
-
-    StandInError            the stand-in was misused (not started, an unknown file) or failed
-    └── StandInTimeoutError      a wait helper ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
