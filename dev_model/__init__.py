@@ -11,6 +11,8 @@ imports it but the command line.
 - :mod:`dev_model.openai`: OpenAI's chat-completions protocol on the same server
 - :mod:`dev_model.demo`: the ``/demo`` answers, the demo services, both protocols on one port
 - :mod:`dev_model.command`: the command and the start beside ``serve``
+- :mod:`dev_model.threaded`: a server run in a thread with its own loop (the tests' stand-ins
+  stand on it too)
 """
 
 from __future__ import annotations

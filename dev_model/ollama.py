@@ -17,8 +17,8 @@ else asks `OllamaStandIn.responder`, else echoes the last user message (`echo_sc
 
 The server runs on raw asyncio streams (not uvicorn) so that it can abort a connection
 mid-body, notice a departed client while it sleeps between chunks, and stay out of the way of
-benchmarks; it is started in a thread with its own event loop, or in the foreground with
-``python -m dev_model.ollama --port N``.
+benchmarks; it is started in a thread with its own event loop (:mod:`dev_model.threaded`), or
+in the foreground with ``python -m dev_model.ollama --port N``.
 
 Exceptions::
 
@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import http
 import math
 import re
 import signal
 import struct
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -45,12 +43,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import formatdate
 from functools import lru_cache
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
 import msgspec
 
 from channel_http.accept import GreedyAccept, one_accept_per_iteration
+from dev_model.threaded import StandInError, StandInTimeoutError, ThreadedServer
 
 __all__ = [
     "DEFAULT_DIMENSIONS",
@@ -79,14 +77,6 @@ _JSON: Final = "application/json; charset=utf-8"
 _HEAD_LIMIT: Final = 1 << 20
 _WORDS: Final = re.compile(r"\s*\S+\s*")
 _TOKENS: Final = re.compile(r"\w+")
-
-
-class StandInError(Exception):
-    """The Ollama stand-in was misused or could not start."""
-
-
-class StandInTimeoutError(StandInError, TimeoutError):
-    """A wait on the Ollama stand-in ran out of time."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,8 +381,11 @@ def _give_back(reader: asyncio.StreamReader, early: bytearray) -> None:
 # The stand-in
 
 
-class OllamaStandIn:
+class OllamaStandIn(ThreadedServer):
     """An Ollama-speaking HTTP server on 127.0.0.1; a context manager running it in a thread."""
+
+    name = "Ollama stand-in"
+    wait_hint = "check that the client really made the request"
 
     def __init__(
         self,
@@ -415,32 +408,11 @@ class OllamaStandIn:
         self.completed = 0
         self.connections = 0
         """TCP connections accepted so far (keep-alive shows as fewer than requests)."""
-        self._port = port
-        self._bound_port: int | None = None
+        super().__init__(port=port)
         self._scripts: deque[ChatScript] = deque()
-        self._changed = threading.Condition()
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._shutting_down = False
         self._modified_at = _now_rfc3339()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._start_error: BaseException | None = None
-
-    # -- where it is ---------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        if self._bound_port is None:
-            raise StandInError(
-                "The Ollama stand-in is not listening yet; enter its context manager or call "
-                "start() first."
-            )
-        return self._bound_port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     # -- scripting -----------------------------------------------------------------------
 
@@ -462,17 +434,6 @@ class OllamaStandIn:
 
     # -- waiting (from any thread) -------------------------------------------------------
 
-    def wait_until(
-        self, predicate: Callable[[], bool], timeout: float = 5.0, *, what: str = "a condition"
-    ) -> None:
-        """Block until ``predicate()`` holds; raise `StandInTimeoutError` after ``timeout`` s."""
-        with self._changed:
-            if not self._changed.wait_for(predicate, timeout):
-                raise StandInTimeoutError(
-                    f"The Ollama stand-in waited {timeout} s for {what} in vain; check that "
-                    "the client really made the request, or give the wait more time."
-                )
-
     def wait_for_closed(self, n: int = 1, timeout: float = 5.0) -> list[float]:
         """Block until ``n`` chat streams ended by client departure; their monotonic times."""
         self.wait_until(lambda: len(self.closed_at) >= n, timeout, what=f"{n} client disconnect(s)")
@@ -482,23 +443,6 @@ class OllamaStandIn:
         """Block until ``n`` chat requests arrived; their bodies."""
         self.wait_until(lambda: len(self.requests) >= n, timeout, what=f"{n} chat request(s)")
         return list(self.requests)
-
-    async def wait_until_async(
-        self,
-        predicate: Callable[[], bool],
-        timeout: float = 5.0,  # noqa: ASYNC109 - the same signature as the blocking wait
-        *,
-        what: str = "a condition",
-    ) -> None:
-        """Like `wait_until` without blocking the caller's event loop (polls every 5 ms)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise StandInTimeoutError(
-                    f"The Ollama stand-in waited {timeout} s for {what} in vain; check that "
-                    "the client really made the request, or give the wait more time."
-                )
-            await asyncio.sleep(0.005)
 
     async def wait_for_closed_async(
         self,
@@ -519,76 +463,6 @@ class OllamaStandIn:
             lambda: len(self.requests) >= n, timeout, what=f"{n} chat request(s)"
         )
         return list(self.requests)
-
-    # -- running in a thread -------------------------------------------------------------
-
-    def start(self, timeout: float = 10.0) -> Self:
-        """Serve from a thread with its own event loop; return once it listens."""
-        if self._thread is not None:
-            raise StandInError("This Ollama stand-in is already running; stop() it first.")
-        ready = threading.Event()
-        self._start_error = None
-        self._thread = threading.Thread(
-            target=self._run_in_thread, args=(ready,), name="ollama-standin", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout) or self._start_error is not None:
-            self.stop()
-            raise StandInError(
-                f"The Ollama stand-in could not listen on 127.0.0.1:{self._port} "
-                f"({self._start_error!r}); pick another port or use port 0."
-            )
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Drop every connection, stop serving and join the thread."""
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        self._thread = self._loop = self._stop = None
-        self._bound_port = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
-
-    def _run_in_thread(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve_in_thread(ready))
-        except BaseException as exc:  # reported to start(); the thread must not die loudly
-            self._start_error = exc
-        finally:
-            ready.set()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve_in_thread(self, ready: threading.Event) -> None:
-        self._stop = asyncio.Event()
-        await self.serve(self._stop, on_listening=lambda _url: ready.set())
 
     # -- serving in the caller's loop ----------------------------------------------------
 
@@ -980,10 +854,6 @@ class OllamaStandIn:
             return  # the stand-in dropped the connection, not the client
         self.closed_at.append(time.monotonic())
         self.disconnects += 1
-
-    def _notify(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
 
 
 async def write_lines(

@@ -75,7 +75,7 @@ async def say(slack: SlackStandIn, chat: RunningServer, event: dict[str, Any]) -
 
 
 async def replies(slack: SlackStandIn, count: int) -> None:
-    await slack.wait_until(
+    await slack.wait_until_async(
         lambda: len(slack.messages) >= count, timeout=40, what=f"{count} posted message(s)"
     )
 
@@ -212,7 +212,7 @@ async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_b
         "C1", "U1", mention(slack, "summarize"), ts="1700000500.000100", files=[shared]
     )
     await say(slack, chat, event)
-    await slack.wait_until(lambda: len(slack.uploads) >= 1, timeout=40, what="the upload")
+    await slack.wait_until_async(lambda: len(slack.uploads) >= 1, timeout=40, what="the upload")
 
     assert re.search(r"^- inbox/.*scores\.csv$", seen[0], re.MULTILINE), seen[0]
     assert [d.authorized for d in slack.downloads] == [True]
@@ -329,7 +329,7 @@ async def test_deliveries_are_acknowledged_without_waiting_for_a_slow_slack(
     acknowledged = await asyncio.gather(*(one(envelope) for envelope in events))
     # Every one long before Slack answers a single call (a quarter of its delay: generous).
     assert max(acknowledged) < slack.delay_s / 4, acknowledged
-    await slack.wait_until(
+    await slack.wait_until_async(
         lambda: bool(slack.calls_of("users.info")), timeout=10, what="a name looked up"
     )
 
@@ -419,7 +419,7 @@ async def answered(
             and all(not b[1].startswith("s:") for m in messages for b in m.buttons)
         )
 
-    await slack.wait_until(done, timeout=40, what=f"the answer {text[:40]!r}…")
+    await slack.wait_until_async(done, timeout=40, what=f"the answer {text[:40]!r}…")
     return slack.thread_messages("C1", thread_ts)
 
 
@@ -489,7 +489,7 @@ async def test_a_confirmation_is_two_buttons_only_its_owner_confirms_once(
     # Another member's press runs nothing: they alone are told, through the response URL.
     refused = await slack.press(interactions(live_chat), slack.block_actions(asked.ts, "U2", big))
     assert refused.status == 200
-    await slack.wait_until(lambda: slack.responses, timeout=20, what="the refusal")
+    await slack.wait_until_async(lambda: slack.responses, timeout=20, what="the refusal")
     [refusal] = slack.responses
     assert refusal.body == {
         "text": "This isn't yours to answer.",
@@ -511,7 +511,7 @@ async def test_a_confirmation_is_two_buttons_only_its_owner_confirms_once(
 
     # A second press (a new one) changes nothing and is answered privately.
     await slack.press(interactions(live_chat), again)
-    await slack.wait_until(lambda: len(slack.responses) == 2, timeout=20, what="the answer")
+    await slack.wait_until_async(lambda: len(slack.responses) == 2, timeout=20, what="the answer")
     assert slack.responses[-1].body["text"] == "Already answered or expired."
     await settle()
     assert desk.booked == ["small"] and len(slack.thread_messages("C1", "5.1")) == 2
@@ -559,7 +559,7 @@ async def test_the_stop_button_cancels_the_turn_and_the_model_request_for_its_au
 ) -> None:
     ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
     await say(slack, live_chat, slack.message("C1", "U1", mention(slack, "an essay"), ts="8.1"))
-    await slack.wait_until(
+    await slack.wait_until_async(
         lambda: any(m.visible == "Very " for m in slack.thread_messages("C1", "8.1")),
         timeout=30,
         what="the first words",
@@ -569,7 +569,7 @@ async def test_the_stop_button_cancels_the_turn_and_the_model_request_for_its_au
     assert label == "Stop" and stop.startswith("s:")
 
     await slack.press(interactions(live_chat), slack.block_actions(message.ts, "U2", stop))
-    await slack.wait_until(lambda: slack.responses, timeout=20, what="the refusal")
+    await slack.wait_until_async(lambda: slack.responses, timeout=20, what="the refusal")
     assert slack.responses[-1].body["text"] == (
         "Only the person who asked, or an admin of this space, can stop this turn."
     )

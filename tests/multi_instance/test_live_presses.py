@@ -119,7 +119,7 @@ async def test_a_slack_button_on_an_answer_streamed_by_a_is_pressed_through_b_on
         def buttons() -> list[tuple[str, str]]:
             return [b for m in slack.thread_messages("C1", "3.3") for b in m.buttons]
 
-        await slack.wait_until(
+        await slack.wait_until_async(
             lambda: [label for label, _ in buttons()] == ["Small room", "Big room"],
             timeout=60,
             what="the confirmation's buttons",
@@ -129,7 +129,7 @@ async def test_a_slack_button_on_an_answer_streamed_by_a_is_pressed_through_b_on
         taken_b = await slack.press(b.url + "/webhooks/slack/interactions", press)
         taken_a = await slack.press(a.url + "/webhooks/slack/interactions", press)
         assert [json.loads(t.body)["taken"] for t in (taken_b, taken_a)] == [1, 0]
-        await slack.wait_until(
+        await slack.wait_until_async(
             lambda: any(
                 m.visible == "Confirmed and done." for m in slack.thread_messages("C1", "3.3")
             ),

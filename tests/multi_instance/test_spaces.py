@@ -96,9 +96,9 @@ async def test_ambient_talk_kept_through_one_instance_reaches_the_spaces_run_on_
 ) -> None:
     await say(slack, cluster, "a", "C1", "U1", "the release is friday")
     await say(slack, cluster, "b", "C2", "U2", mention(slack, "what is going on here?"))
-    await slack.wait_until(lambda: len(slack.messages) >= 1, timeout=60, what="the C2 reply")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 1, timeout=60, what="the C2 reply")
     await say(slack, cluster, "b", "C1", "U3", mention(slack, "when is the release?"))
-    await slack.wait_until(lambda: len(slack.messages) >= 2, timeout=60, what="the C1 reply")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 2, timeout=60, what="the C1 reply")
 
     c2, c1 = ollama.requests
     assert "release is friday" not in json.dumps(c2)
@@ -114,7 +114,7 @@ async def test_a_retry_delivered_to_the_other_instance_runs_once(
     retried = await slack.redeliver(hook(cluster, "b"))
     assert first.status == 200 and retried.status == 200
     assert json.loads(retried.body)["taken"] == 0
-    await slack.wait_until(lambda: len(slack.messages) >= 1, timeout=60, what="the reply")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 1, timeout=60, what="the reply")
     await ollama.wait_for_requests_async(1, timeout=30)
     assert len(ollama.requests) == 1
 
@@ -132,9 +132,9 @@ async def test_a_preference_set_through_one_instance_is_in_the_next_run_on_the_o
         assert [p["value"] for p in read.json()["preferences"]] == ["formal"]
     ollama.enqueue(ChatScript.words("Certainly."), ChatScript.words("Sure."))
     await say(slack, cluster, "b", "C1", "U1", mention(slack, "a greeting please"))
-    await slack.wait_until(lambda: len(slack.messages) >= 1, timeout=60, what="the C1 reply")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 1, timeout=60, what="the C1 reply")
     await say(slack, cluster, "a", "C2", "U1", mention(slack, "a greeting please"))
-    await slack.wait_until(lambda: len(slack.messages) >= 2, timeout=60, what="the C2 reply")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 2, timeout=60, what="the C2 reply")
     in_c1, in_c2 = (str(r["messages"][0]["content"]) for r in ollama.requests)
     assert '<pref key="tone">formal</pref>' in in_c1
     assert "<preferences>" not in in_c2

@@ -54,10 +54,8 @@ INTERACTION_CREATE (a message component, type 3) over the gateway, and every ans
 recorded (:class:`InteractionAnswer`: a callback's type and flags, a follow-up, an edit of
 the original). A person in ``dms_closed`` takes no direct message (403, 50007).
 
-Exceptions::
-
-    StandInError                 the stand-in was misused or failed to start
-    └── StandInTimeoutError      a wait ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
@@ -69,18 +67,18 @@ import hmac
 import json
 import mimetypes
 import secrets
-import threading
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 from urllib.parse import quote
 
 from aiohttp import BodyPartReader, WSMsgType, web
+
+from tests.support.standin import StandInError, StandInTimeoutError, ThreadedStandIn
 
 __all__ = [
     "ALICE",
@@ -114,14 +112,6 @@ UPLOAD_LIMIT: Final = 10 * 1024 * 1024
 # Gateway opcodes.
 _DISPATCH, _HEARTBEAT, _IDENTIFY, _RESUME, _RECONNECT = 0, 1, 2, 6, 7
 _INVALID_SESSION, _HELLO, _HEARTBEAT_ACK = 9, 10, 11
-
-
-class StandInError(Exception):
-    """The Discord stand-in was misused or could not start."""
-
-
-class StandInTimeoutError(StandInError, TimeoutError):
-    """A wait on the Discord stand-in ran out of time."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,8 +323,13 @@ class _Session:
 # The stand-in
 
 
-class DiscordStandIn:
+class DiscordStandIn(ThreadedStandIn):
     """Discord's REST API, CDN and gateway on 127.0.0.1; a context manager running a thread."""
+
+    name = "Discord stand-in"
+    wait_hint = "check that the client really connected or called"
+    wait_timeout = 10.0
+    shutdown_timeout = 1.0
 
     def __init__(
         self,
@@ -343,6 +338,7 @@ class DiscordStandIn:
         message_content_enabled: bool = True,
         heartbeat_interval_ms: int = 41_250,
     ) -> None:
+        super().__init__()
         self.token = token
         self.message_content_enabled = message_content_enabled
         """Whether the application may ask for the privileged MESSAGE CONTENT intent."""
@@ -378,12 +374,6 @@ class DiscordStandIn:
         self._sessions: list[_Session] = []
         self._resumable: dict[str, _Session] = {}
         self._ids = 0
-        self._changed = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._bound_port: int | None = None
-        self._start_error: BaseException | None = None
         self._build_world()
 
     def _build_world(self) -> None:
@@ -397,18 +387,6 @@ class DiscordStandIn:
         self._announced_threads = {THREAD}
 
     # -- where it is ---------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        if self._bound_port is None:
-            raise StandInError(
-                "The Discord stand-in is not listening yet; enter its context manager first."
-            )
-        return self._bound_port
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def api_url(self) -> str:
@@ -599,36 +577,13 @@ class DiscordStandIn:
 
     def dispatch(self, event: str, data: dict[str, Any], *, timeout: float = 5.0) -> None:
         """Send a dispatch to every identified gateway connection (wait_until_ready first)."""
-        self._run(self._dispatch(event, data), timeout)
+        self.run_in_loop(self._dispatch(event, data), timeout)
 
     def request_reconnect(self, *, timeout: float = 5.0) -> None:
         """Ask every connection to reconnect (op 7), as Discord does before it moves a session."""
-        self._run(self._send_all({"op": _RECONNECT, "d": None}), timeout)
+        self.run_in_loop(self._send_all({"op": _RECONNECT, "d": None}), timeout)
 
     # -- waiting (from any thread) -------------------------------------------------------
-
-    def wait_until(
-        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
-    ) -> None:
-        with self._changed:
-            if not self._changed.wait_for(predicate, timeout):
-                raise StandInTimeoutError(
-                    f"The Discord stand-in waited {timeout} s for {what} in vain; check that "
-                    "the client really connected or called, or give the wait more time."
-                )
-
-    async def wait_until_async(
-        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
-    ) -> None:
-        """Like `wait_until` without blocking the caller's event loop (polls every 10 ms)."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise StandInTimeoutError(
-                    f"The Discord stand-in waited {timeout} s for {what} in vain; check that "
-                    "the client really connected or called, or give the wait more time."
-                )
-            await asyncio.sleep(0.01)
 
     async def wait_until_ready_async(self, n: int = 1, timeout: float = 15.0) -> None:
         await self.wait_until_async(
@@ -672,60 +627,9 @@ class DiscordStandIn:
             )
         )
 
-    # -- running in a thread -------------------------------------------------------------
+    # -- serving -------------------------------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> Self:
-        if self._thread is not None:
-            raise StandInError("This Discord stand-in is already running; stop() it first.")
-        ready = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run_in_thread, args=(ready,), name="discord-standin", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout) or self._start_error is not None:
-            self.stop()
-            raise StandInError(
-                f"The Discord stand-in could not listen on 127.0.0.1 ({self._start_error!r})."
-            )
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        self._thread = self._loop = self._stop = None
-        self._bound_port = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _run_in_thread(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve(ready))
-        except BaseException as exc:  # reported through start()
-            self._start_error = exc
-            ready.set()
-        finally:
-            # Handlers still running (a slowed answer) end with the loop.
-            loop.run_until_complete(_cancel_the_rest())
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self, ready: threading.Event) -> None:
+    def application(self) -> web.Application:
         app = web.Application(middlewares=[self._http_middleware], client_max_size=4 * UPLOAD_LIMIT)
         app.router.add_get("/gateway", self._gateway)
         api = API_PREFIX
@@ -748,31 +652,12 @@ class DiscordStandIn:
             api + "/webhooks/{application}/{token}/messages/@original", self._edit_original
         )
         app.router.add_get("/attachments/{channel}/{attachment}/{filename}", self._cdn)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._bound_port = runner.addresses[0][1]
-        self._stop = asyncio.Event()
-        ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            for session in list(self._sessions):
-                with contextlib.suppress(Exception):
-                    await session.ws.close(code=1001)
-            await runner.cleanup()
+        return app
 
-    def _run(self, coro: Any, timeout: float) -> Any:
-        loop = self._loop
-        if loop is None:
-            coro.close()
-            raise StandInError("The Discord stand-in is not running; enter it first.")
-        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
-
-    def _notify(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
+    async def closing(self) -> None:
+        for session in list(self._sessions):
+            with contextlib.suppress(Exception):
+                await session.ws.close(code=1001)
 
     # -- HTTP: recording, failures, auth ---------------------------------------------------
 
@@ -1363,13 +1248,6 @@ class DiscordStandIn:
 
 # --------------------------------------------------------------------------------------------
 # Helpers
-
-
-async def _cancel_the_rest() -> None:
-    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _read_body(request: web.Request, call: RestCall) -> None:

@@ -44,16 +44,13 @@ streaming, :attr:`SlackStandIn.status_error` one that refuses thread statuses, a
 
 The server (``aiohttp.web``) runs in a thread with its own event loop.
 
-Exceptions::
-
-    StandInError            the stand-in was misused or failed to start
-    └── StandInTimeoutError      a wait ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import itertools
@@ -63,14 +60,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 from urllib.parse import quote, urlencode
 
 import httpx
 from aiohttp import web
 
 from core.config.settings import SlackSettings
+from tests.support.standin import StandInError, StandInTimeoutError, ThreadedStandIn
 
 __all__ = [
     "ApiCall",
@@ -93,14 +90,6 @@ BOT_USER_ID: Final = "UBOT0001"
 BOT_ID: Final = "BBOT0001"
 TEAM_ID: Final = "T0STANDIN"
 APP_ID: Final = "A0STANDIN"
-
-
-class StandInError(Exception):
-    """The Slack stand-in was misused or could not start."""
-
-
-class StandInTimeoutError(StandInError, TimeoutError):
-    """A wait on the Slack stand-in ran out of time."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,8 +248,12 @@ class _File:
     served_as: str | None = None
 
 
-class SlackStandIn:
+class SlackStandIn(ThreadedStandIn):
     """Slack's Web API, file hosts and event deliveries for one workspace and one bot."""
+
+    name = "Slack stand-in"
+    wait_hint = "check that the bridge really made the call"
+    wait_timeout = 10.0
 
     def __init__(
         self,
@@ -271,6 +264,7 @@ class SlackStandIn:
         bot_id: str = BOT_ID,
         team_id: str = TEAM_ID,
     ) -> None:
+        super().__init__()
         self.bot_token = bot_token
         self.signing_secret = signing_secret
         self.bot_user_id = bot_user_id
@@ -297,19 +291,8 @@ class SlackStandIn:
         self._ids = itertools.count(1)
         self._last_delivery: tuple[str, bytes, int] | None = None
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._port: int | None = None
-        self._start_error: BaseException | None = None
 
     # -- where it is ---------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        if self._port is None:
-            raise StandInError("The Slack stand-in is not listening; enter it or start() it.")
-        return f"http://127.0.0.1:{self._port}"
 
     @property
     def api_url(self) -> str:
@@ -442,19 +425,6 @@ class SlackStandIn:
             for message in self.live.values()
             if message.channel == channel and message.thread_ts == thread_ts
         ]
-
-    async def wait_until(
-        self, predicate: Callable[[], bool], timeout: float = 10.0, *, what: str = "a condition"
-    ) -> None:
-        """Poll ``predicate`` from the caller's loop until it holds."""
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise StandInTimeoutError(
-                    f"The Slack stand-in waited {timeout} s for {what} in vain; check that the "
-                    "bridge really made the call, or give the wait more time."
-                )
-            await asyncio.sleep(0.01)
 
     # -- events, as Slack sends them -----------------------------------------------------
 
@@ -683,74 +653,16 @@ class SlackStandIn:
         body, headers = self.signed_form(payload, timestamp=timestamp)
         return await self._post(url, body, headers, timeout)
 
-    # -- running in a thread -------------------------------------------------------------
+    # -- serving -------------------------------------------------------------------------
 
-    def start(self, timeout: float = 10.0) -> Self:
-        if self._thread is not None:
-            raise StandInError("This Slack stand-in is already running; stop() it first.")
-        ready = threading.Event()
-        self._start_error = None
-        self._thread = threading.Thread(
-            target=self._run, args=(ready,), name="slack-standin", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout) or self._start_error is not None:
-            self.stop()
-            raise StandInError(f"The Slack stand-in could not start ({self._start_error!r}).")
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        self._thread = self._loop = self._stop = None
-        self._port = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _run(self, ready: threading.Event) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve(ready))
-        except BaseException as exc:  # reported to start(); the thread must not die loudly
-            self._start_error = exc
-        finally:
-            ready.set()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self, ready: threading.Event) -> None:
-        self._stop = asyncio.Event()
+    def application(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_post("/upload/v1/{upload_id}", self._upload)
         app.router.add_post("/actions/{team}/{response}", self._response_url)
         app.router.add_get("/files-pri/{team_file}/{name:.+}", self._file)
         app.router.add_get("/", self._sign_in)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self._port = runner.addresses[0][1]
-            ready.set()
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
+        return app
 
     # -- the Web API ---------------------------------------------------------------------
 
@@ -991,13 +903,7 @@ class SlackStandIn:
             failure = self._take_failure("response_url")
         await self._pause()
         if failure is not None:
-            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
-            return web.Response(
-                status=failure.status,
-                text=failure.error,
-                headers=headers,
-                content_type="text/plain",
-            )
+            return _failed_plainly(failure)
         try:
             body = await request.json()
         except json.JSONDecodeError:
@@ -1089,13 +995,7 @@ class SlackStandIn:
             failure = self._take_failure("download")
         await self._pause()
         if failure is not None:
-            headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
-            return web.Response(
-                status=failure.status,
-                text=failure.error,
-                headers=headers,
-                content_type="text/plain",
-            )
+            return _failed_plainly(failure)
         if not authorized:
             # As Slack: a redirect to the workspace's sign-in page, never a 401.
             raise web.HTTPFound(f"/?redir={quote(request.path, safe='')}")
@@ -1145,6 +1045,14 @@ def _bearer(header: str | None) -> str | None:
 
 def _refused(error: str) -> web.Response:
     return web.json_response({"ok": False, "error": error})
+
+
+def _failed_plainly(failure: _Failure) -> web.Response:
+    """A scripted failure of a URL outside the Web API (a download, a ``response_url``)."""
+    headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after else {}
+    return web.Response(
+        status=failure.status, text=failure.error, headers=headers, content_type="text/plain"
+    )
 
 
 _TS: Final = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")

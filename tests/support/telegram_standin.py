@@ -33,10 +33,8 @@ with UTF-16 offsets, as Telegram adds them), :meth:`TelegramStandIn.press` (a
 :meth:`TelegramStandIn.deliver` carrying ``X-Telegram-Bot-Api-Secret-Token`` (the right, a
 wrong or no secret); delivering the same update again is a re-delivery.
 
-Exceptions::
-
-    StandInError            the stand-in was misused (not started, an unknown file) or failed
-    └── StandInTimeoutError      a wait helper ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
@@ -50,11 +48,11 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal
 
-import aiohttp
 from aiohttp import web
+
+from tests.support.standin import StandInError, StandInTimeoutError, ThreadedStandIn
 
 __all__ = [
     "BOT_TOKEN",
@@ -105,14 +103,6 @@ _DEFAULT: Final[Any] = object()
 
 ChatType = Literal["private", "group", "supergroup", "channel"]
 MediaKind = Literal["document", "photo", "voice", "audio", "video", "video_note"]
-
-
-class StandInError(Exception):
-    """The Telegram stand-in was misused or could not start."""
-
-
-class StandInTimeoutError(StandInError, TimeoutError):
-    """A wait on the Telegram stand-in ran out of time."""
 
 
 class _Refusal(Exception):
@@ -253,8 +243,12 @@ class _Failure:
 # The stand-in
 
 
-class TelegramStandIn:
+class TelegramStandIn(ThreadedStandIn):
     """The Bot API, its file server and a webhook sender, on 127.0.0.1 in a thread of its own."""
+
+    name = "Telegram stand-in"
+    wait_hint = "check that the bot really made the call"
+    wait_timeout = 10.0
 
     def __init__(
         self,
@@ -266,6 +260,7 @@ class TelegramStandIn:
         download_limit: int = DOWNLOAD_LIMIT,
         upload_limit: int = UPLOAD_LIMIT,
     ) -> None:
+        super().__init__()
         self.token = token
         self.bot = User(
             id=int(token.partition(":")[0]),
@@ -290,6 +285,7 @@ class TelegramStandIn:
         self._users: dict[int, User] = {}
         self._query_ids = itertools.count(4_200_000_001)
         self._lock = threading.Lock()
+        # The waits' condition holds the records' lock: a wait sees a call and its answer.
         self._changed = threading.Condition(self._lock)
         self._failures: deque[_Failure] = deque()
         self._chats: dict[int, Chat] = {}
@@ -301,85 +297,14 @@ class TelegramStandIn:
         self._file_numbers = itertools.count(1)
         self._user_ids = itertools.count(1_000_001)
         self._group_ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._stop: asyncio.Event | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._port: int | None = None
 
-    # -- life ----------------------------------------------------------------------------
+    # -- serving, and where -------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Listen on 127.0.0.1 on a free port, in a thread with its own event loop."""
-        if self._thread is not None:
-            raise StandInError("The Telegram stand-in is already running; start it once.")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        loop = asyncio.new_event_loop()
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._serve(ready))
-            except BaseException as exc:  # reported to start() below
-                failure.append(exc)
-                ready.set()
-            finally:
-                loop.close()
-
-        self._loop = loop
-        self._thread = threading.Thread(target=run, name="telegram-standin", daemon=True)
-        self._thread.start()
-        if not ready.wait(10) or failure:
-            raise StandInError("The Telegram stand-in did not start.") from (
-                failure[0] if failure else None
-            )
-
-    def stop(self) -> None:
-        """Stop serving and wait for the thread (idempotent)."""
-        if self._thread is None or self._loop is None or self._stop is None:
-            return
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-        self._thread = None
-
-    async def _serve(self, ready: threading.Event) -> None:
-        self._stop = asyncio.Event()
+    def application(self) -> web.Application:
         app = web.Application(client_max_size=max(self.upload_limit, 1 << 20) + (1 << 20))
         app.router.add_route("*", "/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._file)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        self._session = aiohttp.ClientSession()
-        try:
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self._port = runner.addresses[0][1]
-            ready.set()
-            await self._stop.wait()
-        finally:
-            await self._session.close()
-            await runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        if self._port is None:
-            raise StandInError("The Telegram stand-in is not running; start it first.")
-        return f"http://127.0.0.1:{self._port}"
+        return app
 
     @property
     def api_url(self) -> str:
@@ -451,19 +376,15 @@ class TelegramStandIn:
 
     def wait_for_calls(self, method: str, count: int, timeout: float = 10.0) -> list[ApiCall]:
         """The first ``count`` answered calls to ``method``, once there are that many."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while True:
-                done = [c for c in self.calls if c.method == method and c.status is not None]
-                if len(done) >= count:
-                    return done[:count]
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StandInTimeoutError(
-                        f"The bot made {len(done)} {method} calls in {timeout:g} s; "
-                        f"{count} were awaited."
-                    )
-                self._changed.wait(left)
+
+        def answered() -> list[ApiCall]:  # called with the records' lock held
+            return [c for c in self.calls if c.method == method and c.status is not None]
+
+        self.wait_until(
+            lambda: len(answered()) >= count, timeout, what=f"{count} answered {method} call(s)"
+        )
+        with self._lock:
+            return answered()[:count]
 
     def sent_messages(self, chat: Chat) -> list[dict[str, Any]]:
         """The messages the bot sent to ``chat``, as Telegram keeps them."""
@@ -725,17 +646,13 @@ class TelegramStandIn:
         if target is None:
             raise StandInError("No webhook URL: give url= or have the bot call setWebhook.")
         headers, body = self.delivery(update, secret=secret)
-        if self._loop is None or self._session is None:
-            raise StandInError("The Telegram stand-in is not running; start it first.")
-        session = self._session
+        session = self.session
 
         async def post() -> Delivered:
-            timeout = aiohttp.ClientTimeout(total=30)
-            async with session.post(target, data=body, headers=headers, timeout=timeout) as answer:
+            async with session.post(target, data=body, headers=headers) as answer:
                 return Delivered(status=answer.status, body=await answer.read())
 
-        future = asyncio.run_coroutine_threadsafe(post(), self._loop)
-        return await asyncio.wrap_future(future)
+        return await self.in_loop(post())
 
     # -- the Bot API ---------------------------------------------------------------------
 
@@ -762,9 +679,8 @@ class TelegramStandIn:
             body = {"ok": False, "error_code": refusal.status, "description": refusal.description}
             if refusal.parameters:
                 body["parameters"] = refusal.parameters
-        with self._changed:
+        with self._lock:
             call.status = status
-            self._changed.notify_all()
         return web.json_response(body, status=status)
 
     async def _file(self, request: web.Request) -> web.Response:

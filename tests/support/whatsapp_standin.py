@@ -36,11 +36,8 @@ or a list row is :meth:`press` (the ``interactive`` message Meta delivers) and
 The server is aiohttp's, in a thread with its own event loop; deliveries to a webhook also
 run there (:meth:`deliver` is awaited from any loop).
 
-Exceptions::
-
-    StandInError             the stand-in was misused (started twice, not started) or failed
-    │                        to start
-    └── StandInTimeoutError  a wait helper ran out of time (also a TimeoutError)
+Its start, stop, address, waits and errors (``StandInError``, ``StandInTimeoutError``) are
+the stand-ins' base's, :mod:`tests.support.standin`.
 """
 
 from __future__ import annotations
@@ -52,14 +49,12 @@ import hashlib
 import hmac
 import itertools
 import secrets
-import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Final, Self, TypeVar
+from typing import Any, Final, TypeVar
 
 import aiohttp
 import msgspec
@@ -67,6 +62,7 @@ from aiohttp import web
 from yarl import URL
 
 from core.config.settings import WhatsAppSettings
+from tests.support.standin import StandInError, StandInTimeoutError, ThreadedStandIn
 
 __all__ = [
     "ACCESS_TOKEN",
@@ -110,14 +106,6 @@ THROTTLE_MESSAGES: Final = {
 _T = TypeVar("_T")
 _JSON: Final = msgspec.json.Encoder()
 _MEDIA_KINDS: Final = frozenset({"image", "document", "audio", "video", "sticker"})
-
-
-class StandInError(Exception):
-    """The WhatsApp stand-in was misused or could not start."""
-
-
-class StandInTimeoutError(StandInError, TimeoutError):
-    """A wait on the WhatsApp stand-in ran out of time."""
 
 
 @dataclass(frozen=True)
@@ -196,8 +184,13 @@ class _Script:
     delay_s: float = 0.0
 
 
-class WhatsAppStandIn:
+class WhatsAppStandIn(ThreadedStandIn):
     """WhatsApp's Cloud API on 127.0.0.1; a context manager running it in a thread."""
+
+    name = "WhatsApp stand-in"
+    wait_hint = "check that the bridge really sent them"
+    wait_timeout = 10.0
+    shutdown_timeout = 1.0
 
     def __init__(
         self,
@@ -208,6 +201,7 @@ class WhatsAppStandIn:
         phone_number_id: str = "106540352242922",
         display_phone_number: str = "15550783881",
     ) -> None:
+        super().__init__()
         self.access_token = access_token
         self.app_secret = app_secret
         self.verify_token = verify_token
@@ -222,96 +216,21 @@ class WhatsAppStandIn:
         self._scripts: deque[_Script] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
-        self._session: aiohttp.ClientSession | None = None
-        self._port = 0
 
-    # --- running ------------------------------------------------------------------------------
+    # --- serving ------------------------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        """Listen on 127.0.0.1 (a free port) in a thread of its own."""
-        if self._thread is not None:
-            raise StandInError("The WhatsApp stand-in is already running; start it once.")
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._start_serving())
-            except BaseException as exc:  # handed to the starting thread
-                failure.append(exc)
-                ready.set()
-                loop.close()
-                return
-            ready.set()
-            try:
-                loop.run_forever()
-            finally:
-                loop.run_until_complete(self._stop_serving())
-                loop.close()
-
-        self._thread = threading.Thread(target=run, name="whatsapp-standin", daemon=True)
-        self._thread.start()
-        if not ready.wait(10) or failure:
-            raise StandInError("The WhatsApp stand-in could not start.") from (
-                failure[0] if failure else None
-            )
-
-    def stop(self) -> None:
-        """Stop serving and close every connection and the webhook client."""
-        thread, loop = self._thread, self._loop
-        if thread is None or loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        self._thread = None
-        self._loop = None
-
-    async def _start_serving(self) -> None:
+    def application(self) -> web.Application:
         app = web.Application(client_max_size=200 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        return app
 
-    async def _stop_serving(self) -> None:
+    async def closing(self) -> None:
         # A handler still waiting (slow_next) or a delivery under way is cancelled rather
         # than left pending when the loop closes.
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         for task in others:
             task.cancel()
         await asyncio.gather(*others, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        """Where the stand-in listens: ``http://127.0.0.1:<port>``."""
-        if self._thread is None:
-            raise StandInError("The WhatsApp stand-in is not running; start it first.")
-        return f"http://127.0.0.1:{self._port}"
 
     @property
     def api_url(self) -> str:
@@ -434,15 +353,10 @@ class WhatsAppStandIn:
     async def wait_for_messages(self, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
         """The first ``count`` messages the bridge sent, once it has sent that many (polled
         from the caller's loop)."""
-        deadline = time.monotonic() + timeout
-        while len(sent := self.sent_messages()) < count:
-            if time.monotonic() >= deadline:
-                raise StandInTimeoutError(
-                    f"The bridge sent {len(sent)} WhatsApp messages in {timeout:g} s; "
-                    f"{count} were awaited."
-                )
-            await asyncio.sleep(0.02)
-        return sent[:count]
+        await self.wait_until_async(
+            lambda: len(self.sent_messages()) >= count, timeout, what=f"{count} message(s)"
+        )
+        return self.sent_messages()[:count]
 
     def interactive_messages(self) -> list[dict[str, Any]]:
         """The bodies of the interactive messages (buttons, lists) the bridge sent."""
@@ -710,11 +624,11 @@ class WhatsAppStandIn:
         header = self.sign(body, secret=secret) if signature is None else signature
         if header:
             headers["X-Hub-Signature-256"] = header
-        return await self._in_loop(self._call_webhook("POST", url, body, headers))
+        return await self.in_loop(self._call_webhook("POST", url, body, headers))
 
     async def redeliver(self, delivery: Delivery) -> Delivery:
         """The same delivery again, byte for byte, as Meta retries one."""
-        return await self._in_loop(
+        return await self.in_loop(
             self._call_webhook(delivery.method, delivery.url, delivery.body, delivery.headers)
         )
 
@@ -733,22 +647,14 @@ class WhatsAppStandIn:
             "hub.verify_token": self.verify_token if token is None else token,
         }
         target = str(URL(url).update_query(query))
-        return await self._in_loop(self._call_webhook("GET", target, b"", {}))
+        return await self.in_loop(self._call_webhook("GET", target, b"", {}))
 
     async def _call_webhook(
         self, method: str, url: str, body: bytes, headers: dict[str, str]
     ) -> Delivery:
-        if self._session is None:
-            raise StandInError("The WhatsApp stand-in is not running; start it first.")
-        async with self._session.request(method, url, data=body or None, headers=headers) as r:
+        async with self.session.request(method, url, data=body or None, headers=headers) as r:
             answer = await r.read()
             return Delivery(url, method, body, dict(headers), r.status, answer)
-
-    async def _in_loop(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        if self._loop is None:
-            coroutine.close()
-            raise StandInError("The WhatsApp stand-in is not running; start it first.")
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
 
     # --- Graph ----------------------------------------------------------------------------------
 
