@@ -1,6 +1,7 @@
 """The Slack bridge: signed Events API deliveries and button presses read into
 :class:`Received` and :class:`Pressed`, replies, files and private answers through the Web
-API, and the names of the bot and the people it reads."""
+API, and the names of the bot and the people it reads. The package's docstring
+(:mod:`bridges.slack`) tells the whole of it, its exception tree included."""
 
 from __future__ import annotations
 
