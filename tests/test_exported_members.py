@@ -9,7 +9,17 @@ import pytest
 
 @pytest.mark.parametrize(
     "package",
-    ["core", "core.model", "core.spaces", "channel_http", "auth_providers", "bridges", "dev_model"],
+    [
+        "core",
+        "core.model",
+        "core.spaces",
+        "channel_http",
+        "auth_providers",
+        "bridges",
+        "bridges.slack",
+        "bridges.telegram",
+        "dev_model",
+    ],
 )
 def test_every_package_exports_a_sorted_all_of_real_names(package: str) -> None:
     module = importlib.import_module(package)

@@ -29,13 +29,13 @@ import msgspec
 from core.clock import Clock, system_clock
 from core.engine import events
 from core.engine.answering import Answerer
+from core.engine.capturing import Capturer
 from core.engine.confirmations import is_token
 from core.engine.confirming import Confirmer
 from core.engine.conversation_order import OrderError
 from core.engine.history import Session, interrupted_answer, shown_time
 from core.engine.transcript import ShownMessage
 from core.engine.turn_events import TurnEvents
-from core.memory.capture import conversational
 from core.model import (
     ChatMessage,
     ModelBrokeOff,
@@ -50,7 +50,7 @@ from core.people.timezones import stamp
 from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
 from core.spaces.turn import memory_block
-from core.tools.registry import ToolCallContext, ToolRegistry, headline
+from core.tools.registry import ToolCallContext, ToolRegistry
 
 if TYPE_CHECKING:
     from core.engine.confirmations import ConfirmationStore, ResumeSlots
@@ -208,6 +208,10 @@ class SessionManager:
         self.memory = memory
         self.archive = archive
         self.capture = capture
+        #: The capture of a session's words after a turn, and before it is compacted or freed.
+        self.capturer = (
+            None if capture is None else Capturer(capture, threshold=limits.capture_threshold)
+        )
         self.limits = limits
         self.clock = clock
         self.locks = SessionLocks()
@@ -231,7 +235,6 @@ class SessionManager:
         )
         self.sessions: dict[str, Session] = {}
         self._turns: set[Turn] = set()
-        self._captures: set[asyncio.Task[None]] = set()
         #: Transcript writes under way, each shielded from its turn's cancellation.
         self._writes: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -500,8 +503,8 @@ class SessionManager:
             archive_user=turn_input.text,
             received_at=turn_input.received_at,
         )
-        if conversation_id is not None:
-            await self._capture_after_turn(session, context, emit, turn_input.text)
+        if conversation_id is not None and self.capturer is not None:
+            await self.capturer.after_turn(session, context, emit, turn_input.text)
 
     @contextlib.asynccontextmanager
     async def _hold(self, key: str, conversation_id: str | None) -> AsyncIterator[HeldTurn | None]:
@@ -602,56 +605,7 @@ class SessionManager:
             for m in archived
         ]
 
-    # ------------------------------------------------------------------ memory
-
-    async def _capture_after_turn(
-        self, session: Session, context: ToolCallContext, emit: _Emit, words: str
-    ) -> None:
-        """Capture once enough new messages exist; the stream shows it as a nameless tool.
-
-        Its detail is the head of the person's ``words`` (the message of the turn that set
-        it off): one short line, never the answer, which the client has just rendered.
-
-        The capture runs in a task of its own, so a client leaving after ``final`` doesn't
-        cancel it; the turn waits for it (holding the session) while its client stays.
-        """
-        if self.capture is None:
-            return
-        said = conversational(session.messages)
-        if len(said) - session.captured_upto < self.limits.capture_threshold:
-            return
-        translator = context.translator
-        call_id = f"mem_{uuid.uuid4().hex[:16]}"
-        await emit(
-            events.Tool(
-                label=translator.gettext("Noting something important…"),
-                detail=headline(words),
-                tool_call_id=call_id,
-            )
-        )
-        outcome: list[events.ToolOutcome] = ["failed"]
-        task = asyncio.get_running_loop().create_task(self._capture(session, said, outcome))
-        self._captures.add(task)
-        task.add_done_callback(self._captures.discard)
-        await asyncio.shield(task)
-        await emit(events.ToolFinish(tool_call_id=call_id, outcome=outcome[0]))
-
-    async def _capture(
-        self, session: Session, said: list[ChatMessage], outcome: list[events.ToolOutcome]
-    ) -> None:
-        if self.capture is None:
-            return
-        try:
-            await self.capture.capture(
-                session.person_key, session.key, said[session.captured_upto :]
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # retried at the next trigger, never a turn error
-            log.warning("memory capture for %s failed: %r", _printable(session.key), error)
-            return
-        session.captured_upto = len(said)
-        outcome[0] = "success"
+    # ----------------------------------------------------------- idle sessions
 
     def start_background(self) -> None:
         """Start the idle sweep: idle sessions are captured, then freed from memory.
@@ -691,9 +645,8 @@ class SessionManager:
             self._compacted.add(key)
             if session is None:
                 return False
-            said = conversational(session.messages)
-            if self.capture is not None and len(said) > session.captured_upto:
-                await self._capture(session, said, ["failed"])
+            if self.capturer is not None:
+                await self.capturer.rest(session)
             return True
 
     async def sweep_idle(self) -> int:
@@ -707,9 +660,8 @@ class SessionManager:
                     continue
                 if self.clock().timestamp() - session.last_active < self.limits.idle_timeout_s:
                     continue  # a turn ran while we waited for the session
-                said = conversational(session.messages)
-                if self.capture is not None and len(said) > session.captured_upto:
-                    await self._capture(session, said, ["failed"])
+                if self.capturer is not None:
+                    await self.capturer.rest(session)
                 del self.sessions[key]
                 freed += 1
         return freed
@@ -880,8 +832,3 @@ def attachments_note(paths: tuple[str, ...]) -> str:
 
 def _space_id(turn_input: TurnInput) -> str | None:
     return None if turn_input.space is None else turn_input.space.space_id
-
-
-def _printable(text: str) -> str:
-    """``text`` safe for one log line: control characters become ``?``."""
-    return "".join("?" if ord(c) < 32 or ord(c) == 127 else c for c in text)

@@ -15,9 +15,9 @@ backoff, so nothing overtakes it.
 
 - **Full queue.** ``submit`` stays synchronous and never waits: once the in-memory queue holds
   ``queue_size`` items, new ones go to an overflow list that a second task writes to the
-  ``archive_spill`` SQLite table. Until the spill has been drained back, every new item follows
-  it there, so the store still sees items in order. Without a database the overflow stays in
-  memory.
+  ``archive_spill`` SQLite table (:mod:`core.memory.spill`). Until the spill has been
+  drained back, every new item follows it there, so the store still sees items in order.
+  Without a database the overflow stays in memory.
 - **Embedder down.** The item is stored without a vector (listed, never matched by a search)
   and kept for a backfill, also recorded in SQLite, which re-embeds and rewrites it after the
   next successful embedding or every ``backfill_every_s`` while idle. Rewriting the same id is
@@ -45,12 +45,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
 
@@ -65,36 +64,10 @@ from core.memory import (
     StoreUnavailable,
 )
 from core.memory.embedder import Embedder, EmbeddingFailed
-from core.state import Database, Migration, Schema
+from core.memory.spill import Item, Spill
+from core.state import Database
 
 log = logging.getLogger(__name__)
-
-SPILL_SCHEMA: Final = Schema(
-    "archive_spill",
-    (
-        Migration(
-            1,
-            """
-CREATE TABLE IF NOT EXISTS archive_spill (
-    seq {id},
-    kind TEXT NOT NULL CHECK (kind IN ('pending', 'backfill', 'dead')),
-    point_id TEXT NOT NULL,
-    collection TEXT NOT NULL,
-    payload TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS archive_spill_kind ON archive_spill (kind, seq);
-""",
-        ),
-        # Several instances share the table on PostgreSQL: each row is claimed by one writer.
-        Migration(
-            2,
-            """
-ALTER TABLE archive_spill ADD COLUMN claimed_by TEXT;
-ALTER TABLE archive_spill ADD COLUMN claim_expires BIGINT NOT NULL DEFAULT 0;
-""",
-        ),
-    ),
-)
 
 EMBEDDED_FIELD: Final[Mapping[Collection, str]] = {
     "verbatim": "content",
@@ -115,16 +88,6 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True):
 
     def next(self, delay: float) -> float:
         return min(delay * 2, self.max_s)
-
-
-class _Item(msgspec.Struct, kw_only=True):
-    id: str
-    collection: Collection
-    payload: dict[str, Any]
-    seq: int | None = None  # the archive_spill row holding it, if any
-    n: int = 0  # its place in this writer's submissions (0: left by an earlier writer)
-    vector: list[float] | None = None
-    attempts: int = 0
 
 
 def _iso(moment: datetime) -> str:
@@ -155,7 +118,10 @@ class ArchiveWriter:
             raise ValueError("ArchiveWriter needs queue_size and batch_size of at least 1.")
         self._store = store
         self._embedder = embedder
-        self._db = db
+        #: Who claims this writer's rows of the spill table.
+        self.holder = uuid.uuid4().hex
+        #: The rows of items held outside memory (None without a database: they stay in it).
+        self._spill = None if db is None else Spill(db, holder=self.holder, claim_s=claim_s)
         self._queue_size = queue_size
         self._clock = clock
         self._vector_size = vector_size
@@ -166,12 +132,10 @@ class ArchiveWriter:
         self._embed_timeout_s = embed_timeout_s
         self._claim_s = claim_s
         self._linger_s = linger_s
-        #: Who claims this writer's rows of the spill table.
-        self.holder = uuid.uuid4().hex
 
-        self._mem: deque[_Item] = deque()
-        self._overflow: list[_Item] = []
-        self._backfill: dict[str, _Item] = {}
+        self._mem: deque[Item] = deque()
+        self._overflow: list[Item] = []
+        self._backfill: dict[str, Item] = {}
         self._spill_pending = False  # SQLite may hold pending rows not loaded yet
         #: Items spilled to SQLite since start-up because the queue was full.
         self.spilled = 0
@@ -223,14 +187,14 @@ class ArchiveWriter:
 
     async def start(self) -> None:
         """Reload leftovers from SQLite, then launch the ensure, drain and spill tasks."""
-        if self._db is not None:
-            await self._db.migrate(SPILL_SCHEMA)
+        if self._spill is not None:
+            await self._spill.migrate()
             await self._adopt_orphans()
         self._tasks = [
             asyncio.create_task(self._ensure_loop(), name="archive-ensure"),
             asyncio.create_task(self._drain_loop(), name="archive-drain"),
         ]
-        if self._db is not None:
+        if self._spill is not None:
             self._tasks.append(asyncio.create_task(self._spill_loop(), name="archive-spill"))
             self._tasks.append(asyncio.create_task(self._claim_loop(), name="archive-claims"))
 
@@ -249,7 +213,7 @@ class ArchiveWriter:
             stamped["ts"] = ts
             stamped.setdefault("timestamp", _iso(datetime.fromtimestamp(ts, UTC)))
         self._submitted += 1
-        item = _Item(id=str(uuid.uuid4()), collection=collection, payload=stamped)
+        item = Item(id=str(uuid.uuid4()), collection=collection, payload=stamped)
         item.n = self._submitted
         for held in _hold_keys(collection, stamped):
             self._held[held] = self._held.get(held, 0) + 1
@@ -370,7 +334,7 @@ class ArchiveWriter:
             async with asyncio.timeout(self._linger_s):
                 await self._hurry.wait()
 
-    def _stored(self, batch: list[_Item]) -> None:
+    def _stored(self, batch: list[Item]) -> None:
         """Count a batch as stored (or parked): readers waiting in :meth:`settled` may go."""
         for item in batch:
             if not item.n:
@@ -403,7 +367,7 @@ class ArchiveWriter:
                 await self._backfill_some()
 
     async def _spill_loop(self) -> None:
-        assert self._db is not None  # noqa: S101 - only started with a database
+        assert self._spill is not None  # noqa: S101 - only started with a database
         delay = self._backoff.initial_s
         while True:
             await self._spill_wake.wait()
@@ -411,7 +375,7 @@ class ArchiveWriter:
             while self._overflow:
                 chunk = self._overflow[:_SPILL_BATCH]
                 try:
-                    await self._insert("pending", chunk)
+                    await self._spill.insert("pending", chunk)
                 except Exception:
                     log.exception(
                         "Couldn't spill %d archive items to SQLite; retrying.", len(chunk)
@@ -433,10 +397,7 @@ class ArchiveWriter:
         while True:
             await asyncio.sleep(self._claim_s / 3)
             try:
-                await self._db_required.execute(
-                    "UPDATE archive_spill SET claim_expires = ? WHERE claimed_by = ?",
-                    (self._claim_expiry(), self.holder),
-                )
+                await self._spill_required.renew()
                 await self._adopt_orphans()
             except Exception:
                 log.exception("Couldn't renew or take up archive spill rows; retrying.")
@@ -445,7 +406,7 @@ class ArchiveWriter:
 
     async def _refill(self) -> None:
         """Bring spilled items back into the in-memory queue once it has emptied."""
-        if self._db is None:
+        if self._spill is None:
             take = self._overflow[: self._queue_size]
             del self._overflow[: len(take)]
             self._mem.extend(take)
@@ -453,33 +414,9 @@ class ArchiveWriter:
         if not self._spill_pending:
             return
         generation = self._spill_generation
-        # This writer's own rows not loaded yet, and rows nobody holds (left by a flush, or
-        # by a writer whose claims lapsed): claimed in one statement, so no two writers
-        # ever load the same row. The outer condition is checked again on each row once
-        # it is locked, so a row another writer claimed meanwhile is left out.
-        now = _now_us()
-        rows = await self._db.fetch_all(
-            "UPDATE archive_spill SET claimed_by = ?, claim_expires = ? WHERE seq IN ("  # noqa: S608 - fixed text
-            "SELECT seq FROM archive_spill WHERE kind = 'pending' AND ("
-            "(claimed_by = ? AND seq > ?) OR claimed_by IS NULL "
-            "OR (claimed_by <> ? AND claim_expires < ?)) "
-            f"ORDER BY seq LIMIT ?{self._skip_locked}) "
-            "AND (claimed_by = ? OR claimed_by IS NULL OR claim_expires < ?) "
-            "RETURNING seq, point_id, collection, payload",
-            (
-                self.holder,
-                self._claim_expiry(),
-                self.holder,
-                self._last_loaded_seq,
-                self.holder,
-                now,
-                self._queue_size,
-                self.holder,
-                now,
-            ),
-        )
+        rows = await self._spill.claim_pending(self._last_loaded_seq, self._queue_size)
         if rows:
-            items = sorted((self._from_row(row) for row in rows), key=lambda i: i.seq or 0)
+            items = sorted(rows, key=lambda i: i.seq or 0)
             for item in items:
                 item.n = self._spilled_n.pop(item.id, 0)
             self._last_loaded_seq = max(item.seq or 0 for item in items)
@@ -487,7 +424,7 @@ class ArchiveWriter:
         elif generation == self._spill_generation:
             self._spill_pending = False
 
-    async def _store_batch(self, batch: list[_Item]) -> bool:
+    async def _store_batch(self, batch: list[Item]) -> bool:
         """Embed and store one batch; ``True`` once it is stored (or parked)."""
         embedded = await self._embed([i for i in batch if i.vector is None])
         try:
@@ -520,7 +457,7 @@ class ArchiveWriter:
             return True
         self._drop(batch)
         self._stored(batch)
-        await self._forget_rows([i.seq for i in batch if i.seq is not None])
+        await self._forget([i.seq for i in batch if i.seq is not None])
         unembedded = [i for i in batch if i.vector is None and self._text(i)]
         if unembedded:
             await self._defer(unembedded)
@@ -528,7 +465,7 @@ class ArchiveWriter:
             await self._backfill_some()
         return True
 
-    async def _embed(self, items: list[_Item]) -> bool:
+    async def _embed(self, items: list[Item]) -> bool:
         """Give the items their vectors; ``False`` when the embedder failed (they stay without)."""
         todo = [i for i in items if self._text(i)]
         if not todo:
@@ -563,57 +500,42 @@ class ArchiveWriter:
             return
         for item in done:
             del self._backfill[item.id]
-        await self._forget_rows([i.seq for i in done if i.seq is not None])
+        await self._forget([i.seq for i in done if i.seq is not None])
 
-    async def _defer(self, items: list[_Item]) -> None:
+    async def _defer(self, items: list[Item]) -> None:
         """Remember items stored without a vector, in SQLite too, for the backfill."""
         for item in items:
             item.seq = None  # its pending row, if any, is gone: the point is stored
             self._backfill[item.id] = item
-        if self._db is None:
+        if self._spill is None:
             return
         try:
-            await self._insert("backfill", items)
-            await self._adopt_seqs("backfill", items)
+            await self._spill.insert("backfill", items)
+            await self._spill.adopt_seqs("backfill", items)
         except Exception:
             log.exception("Couldn't record %d items for the vector backfill.", len(items))
 
-    async def _park(self, items: list[_Item]) -> None:
-        if self._db is None:
+    async def _park(self, items: list[Item]) -> None:
+        if self._spill is None:
             log.error("Dropping archive items the store refuses: %s", [i.id for i in items])
             return
         try:
-            await self._forget_rows([i.seq for i in items if i.seq is not None])
-            await self._insert("dead", items)
+            await self._forget([i.seq for i in items if i.seq is not None])
+            await self._spill.insert("dead", items)
         except Exception:
             log.exception("Couldn't park refused archive items %s.", [i.id for i in items])
 
-    def _drop(self, batch: list[_Item]) -> None:
+    def _drop(self, batch: list[Item]) -> None:
         for _ in batch:
             self._mem.popleft()
 
     async def _adopt_orphans(self) -> None:
         """Take up rows nobody holds: backfills into the set, pending rows on the next refill."""
-        db = self._db_required
-        now = _now_us()
-        for row in await db.fetch_all(
-            "UPDATE archive_spill SET claimed_by = ?, claim_expires = ? WHERE seq IN ("  # noqa: S608 - fixed text
-            "SELECT seq FROM archive_spill WHERE kind = 'backfill' "
-            "AND (claimed_by IS NULL OR (claimed_by <> ? AND claim_expires < ?)) "
-            f"ORDER BY seq{self._skip_locked}) "
-            "AND (claimed_by IS NULL OR claim_expires < ?) "
-            "RETURNING seq, point_id, collection, payload",
-            (self.holder, self._claim_expiry(), self.holder, now, now),
-        ):
-            item = self._from_row(row)
+        spill = self._spill_required
+        for item in await spill.claim_backfills():
             self._backfill[item.id] = item
         if not self._spill_pending:
-            orphans = await db.fetch_one(
-                "SELECT COUNT(*) FROM archive_spill WHERE kind = 'pending' "
-                "AND (claimed_by IS NULL OR (claimed_by <> ? AND claim_expires < ?))",
-                (self.holder, now),
-            )
-            if orphans and orphans[0]:
+            if await spill.has_unclaimed_pending():
                 self._spill_pending = True
                 self._spill_generation += 1
                 self._wake.set()
@@ -622,101 +544,40 @@ class ArchiveWriter:
         fresh = [i for i in self._mem if i.seq is None] + self._overflow
         fresh_backfill = [i for i in self._backfill.values() if i.seq is None]
         kept = len(self._mem) + len(self._overflow) + len(self._backfill)
-        if self._db is None:
+        if self._spill is None:
             if kept:
                 log.error("Archive writer stopped with %d unstored items and no database.", kept)
             return kept
-        await self._insert("pending", fresh, claimed=False)
+        await self._spill.insert("pending", fresh, claimed=False)
         if fresh_backfill:
             # A flush can cut _defer between its insert and its seq adoption: skip the
             # rows already recorded, or the next start would backfill them twice.
-            recorded = {
-                row[0]
-                for row in await self._db.fetch_all(
-                    "SELECT point_id FROM archive_spill WHERE kind = 'backfill'"
-                )
-            }
+            recorded = await self._spill.backfill_ids()
             fresh_backfill = [i for i in fresh_backfill if i.id not in recorded]
-        await self._insert("backfill", fresh_backfill, claimed=False)
+        await self._spill.insert("backfill", fresh_backfill, claimed=False)
         # What this writer held is free for the next writer, here or on another instance.
-        await self._db.execute(
-            "UPDATE archive_spill SET claimed_by = NULL WHERE claimed_by = ?", (self.holder,)
-        )
+        await self._spill.release()
         self._mem.clear()
         self._overflow.clear()
-        row = await self._db.fetch_one(
-            "SELECT COUNT(*) FROM archive_spill WHERE kind IN ('pending', 'backfill')"
-        )
-        return int(row[0]) if row else kept
-
-    # -- SQLite ------------------------------------------------------------------------
-
-    async def _insert(self, kind: str, items: Iterable[_Item], *, claimed: bool = True) -> None:
-        """Write rows, claimed by this writer unless ``claimed`` is false (left for others)."""
-        assert self._db is not None  # noqa: S101 - callers check
-        holder = self.holder if claimed else None
-        expiry = self._claim_expiry() if claimed else 0
-        rows = [
-            (kind, i.id, i.collection, msgspec.json.encode(i.payload).decode(), holder, expiry)
-            for i in items
-        ]
-        if rows:
-            await self._db.execute_many(
-                "INSERT INTO archive_spill "
-                "(kind, point_id, collection, payload, claimed_by, claim_expires) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-
-    async def _adopt_seqs(self, kind: str, items: list[_Item]) -> None:
-        assert self._db is not None  # noqa: S101 - callers check
-        for item in items:
-            row = await self._db.fetch_one(
-                "SELECT MAX(seq) FROM archive_spill WHERE kind = ? AND point_id = ?",
-                (kind, item.id),
-            )
-            item.seq = int(row[0]) if row and row[0] is not None else None
-
-    async def _forget_rows(self, seqs: list[int]) -> None:
-        if self._db is None or not seqs:
-            return
-        try:
-            await self._db.execute_many(
-                "DELETE FROM archive_spill WHERE seq = ?", [(s,) for s in seqs]
-            )
-        except Exception:
-            # The rows only cause an idempotent resend after a restart.
-            log.exception("Couldn't clear %d archive rows from SQLite.", len(seqs))
-
-    @staticmethod
-    def _from_row(row: Any) -> _Item:
-        return _Item(
-            id=row["point_id"],
-            collection=cast(Collection, row["collection"]),
-            payload=msgspec.json.decode(row["payload"]),
-            seq=int(row["seq"]),
-        )
+        waiting = await self._spill.waiting()
+        return kept if waiting is None else waiting
 
     # -- helpers -----------------------------------------------------------------------
 
-    @property
-    def _db_required(self) -> Database:
-        assert self._db is not None  # noqa: S101 - only called with a database
-        return self._db
+    async def _forget(self, seqs: list[int]) -> None:
+        if self._spill is not None:
+            await self._spill.forget(seqs)
 
     @property
-    def _skip_locked(self) -> str:
-        """PostgreSQL: rows another writer is claiming right now are skipped, not waited on."""
-        return " FOR UPDATE SKIP LOCKED" if self._db_required.dialect == "postgresql" else ""
-
-    def _claim_expiry(self) -> int:
-        return _now_us() + int(self._claim_s * 1_000_000)
+    def _spill_required(self) -> Spill:
+        assert self._spill is not None  # noqa: S101 - only called with a database
+        return self._spill
 
     def _is_empty(self) -> bool:
         return not self._mem and not self._overflow and not self._spill_pending
 
     @staticmethod
-    def _text(item: _Item) -> str:
+    def _text(item: Item) -> str:
         value = item.payload.get(EMBEDDED_FIELD[item.collection])
         return value if isinstance(value, str) else ""
 
@@ -729,10 +590,6 @@ def _hold_keys(collection: Collection, payload: Mapping[str, Any]) -> tuple[tupl
         return (person, ("memory", person[1]))
     session = payload.get("sessionKey")
     return (person, ("session", session)) if isinstance(session, str) else (person,)
-
-
-def _now_us() -> int:
-    return int(time.time() * 1_000_000)
 
 
 def _said(error: BaseException) -> str:

@@ -1,52 +1,17 @@
-"""The Telegram bridge: Bot API updates in at our webhook, replies out through the Bot API.
-
-It drives python-telegram-bot's :class:`telegram.Bot` (on httpx) against
-``TelegramSettings.api_url``, so a local Bot API server or a stand-in takes the cloud's
-place by configuration alone. How Telegram maps onto the port:
-
-* a thread is ``telegram:<chat_id>``, or ``telegram:<chat_id>:<message_thread_id>`` for a
-  forum topic; a topic is a space of its own, and a chat whose id is positive is a DM;
-* only new ``message`` updates are read: an edit, a channel post, a bot's message, an
-  automatic forward from a linked channel and a message with nothing to read (a service
-  message, a sticker) are ``ignored``;
-* a ``mention`` of ``@<bot username>`` or a ``text_mention`` of the bot is written
-  ``@<bot_name>``; other mentions stay as Telegram shows them;
-* documents, photos (the largest size), voice notes, audio, video and video notes are
-  attachments whose ``ref`` is the ``file_id``; a caption is the message's text;
-* a reply is plain text (no parse mode) split at 4,096 UTF-16 units, answering the triggering
-  message in a group, in its topic; files follow as documents;
-* a live reply (#37) is a draft (``sendMessageDraft``) in a private chat, replaced by the
-  final message, and elsewhere a message posted once there is something to show and edited
-  (``editMessageText``) as the answer grows; buttons are an inline keyboard whose
-  ``callback_data`` is the button's action, and a press comes back as a ``callback_query``
-  update (a :class:`bridges.port.Pressed`), answered with ``answerCallbackQuery``; the stop
-  button of a draft is Telegram's own (``can_stop``), reported as a
-  ``stopped_message_generation`` update.
-
-The bot's own id is the digits before the token's colon; its username comes from ``getMe``,
-asked in the background on the first update and kept. A webhook's answer never waits for
-Telegram: an update read before ``getMe`` answered is read again with the username by
-:meth:`TelegramBridge.complete`, which the pipeline calls after the acknowledgement.
-
-Exceptions (the port's)::
-
-    BridgeError                  Telegram refused a call (400, 403, a bad token, a file too big)
-    └── PlatformUnavailable      Telegram could not be reached, timed out, answered 5xx or 429
-"""
+"""The Telegram bridge: updates read into :class:`Received` and :class:`Pressed`, replies,
+files, presses and private answers through the Bot API. The package's docstring
+(:mod:`bridges.telegram`) tells the whole of it, its exception tree included."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import hmac
 import logging
 import mimetypes
 import os
-import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Generic, TypeVar
@@ -56,7 +21,6 @@ import msgspec
 from telegram import (
     Bot,
     CallbackQuery,
-    InlineKeyboardButton,
     InlineKeyboardMarkup,
     InputFile,
     Message,
@@ -93,13 +57,11 @@ from bridges.port import (
     ThreadInfo,
     WebhookOutcome,
 )
+from bridges.telegram.live import _LiveReply
+from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, split_text
 from core.config.settings import ConfigurationError, TelegramSettings
 from core.spaces.ids import parse_space_id
 
-__all__ = ["LIVE_LIMITS", "MAX_MESSAGE_CHARS", "SECRET_HEADER", "TelegramBridge", "split_text"]
-
-#: The longest text one ``sendMessage`` takes, in UTF-16 code units as Telegram counts.
-MAX_MESSAGE_CHARS: Final = 4096
 #: The header every webhook delivery carries the ``secret_token`` of ``setWebhook`` in.
 SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a header's name
 
@@ -112,8 +74,6 @@ LIVE_LIMITS: Final = LiveLimits(max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0
 DRAFT_REFRESH_S: Final = 20.0
 #: "typing…" shows for about 5 s: sent again this often until a group's message is posted.
 TYPING_REFRESH_S: Final = 4.5
-#: How long a reply's status is kept alive at most (a reply never finished stops there).
-_KEEPALIVE_MAX_S: Final = 15 * 60.0
 
 #: The most an answer to a press (an alert) shows.
 _ALERT_MAX_CHARS: Final = 200
@@ -732,204 +692,6 @@ class TelegramBridge:
         return text.replace(self._token, "<token>")
 
 
-class _LiveReply:
-    """One reply being written: a draft in a private chat, else a message posted then edited.
-
-    Calls come one at a time (the pacer's), so the state needs no lock.
-    """
-
-    def __init__(
-        self,
-        bridge: TelegramBridge,
-        to: Received,
-        chat_id: int,
-        topic: int | None,
-        buttons: Sequence[ReplyButton],
-    ) -> None:
-        self._bridge = bridge
-        self._to = to
-        self._chat_id = chat_id
-        self._topic = topic
-        self._stop = _keyboard(buttons)
-        self._can_stop = bool(buttons)
-        #: Nonzero, random: a new draft for every reply (the same id would animate from the
-        #: last reply's text).
-        self.draft_id = secrets.randbelow(2**31 - 1) + 1
-        self._message_id: int | None = None
-        self._shown: str | None = None
-        #: How many steps of ``finish`` are done (a retried finish goes on from there).
-        self._done = 0
-        #: The task keeping the status alive (see :meth:`keep_alive`); set by the bridge.
-        self.keeping: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-        self._last_call = time.monotonic()
-
-    @property
-    def _bot(self) -> Bot:
-        return self._bridge._bot
-
-    async def type(self, *, unless_shown: bool = False) -> None:
-        """``typing…`` in the reply's chat and topic (see :meth:`TelegramBridge._type`)."""
-        await self._bridge._type(self._chat_id, self._topic, unless_shown=unless_shown)
-        self._last_call = time.monotonic()
-
-    async def keep_alive(self, every_s: float) -> None:
-        """Until the reply ends: a draft unchanged for ``every_s`` is sent again; in a group,
-        ``typing…`` again every ``every_s`` until the message is posted. Best effort: a
-        refused refresh is only logged."""
-        until = time.monotonic() + _KEEPALIVE_MAX_S
-        while time.monotonic() < until:
-            await asyncio.sleep(max(self._last_call + every_s - time.monotonic(), 0.05))
-            if time.monotonic() - self._last_call < every_s:
-                continue
-            if not self._to.is_dm and self._message_id is not None:
-                return
-            try:
-                async with self._lock:
-                    if self._to.is_dm:
-                        await self._draft(self._shown or "")
-                    else:
-                        await self.type()
-            except BridgeError as exc:
-                log.info("A Telegram status was not kept alive: %s", exc)
-                self._last_call = time.monotonic()
-
-    async def _settled(self) -> None:
-        """The keep-alive stopped, and any refresh it had under way done with."""
-        if self.keeping is not None:
-            self.keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.keeping
-
-    async def _draft(self, shown: str) -> None:
-        # An empty draft is Telegram's own "Thinking…" placeholder.
-        extra = {"can_stop": True} if self._can_stop else None
-        await self._bridge._call(
-            "sendMessageDraft",
-            self._bot.send_message_draft(
-                self._chat_id,
-                self.draft_id,
-                shown,
-                message_thread_id=self._topic,
-                api_kwargs=extra,
-            ),
-        )
-        self._last_call = time.monotonic()
-
-    async def show(self, text: str, status: str | None) -> None:
-        async with self._lock:
-            await self._show(text, status)
-
-    async def _show(self, text: str, status: str | None) -> None:
-        shown = _preview(text, status)
-        if shown == self._shown:
-            return
-        if self._to.is_dm:
-            await self._draft(shown)
-        elif not shown:
-            return  # nothing to post yet (the chat shows typing), or to edit a message into
-        elif self._message_id is None:
-            self._message_id = await self._post(shown, self._stop)
-        else:
-            await self._bridge._edit(self._chat_id, self._message_id, shown, self._stop)
-        self._shown = shown
-
-    async def finish(
-        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
-    ) -> None:
-        """The text (in more messages past 4,096 units, the buttons under the last), then the
-        files. Tried again after a 429 with the same arguments, it goes on where it stopped:
-        nothing is sent twice."""
-        await self._settled()
-        parts = split_text(text)
-        markup = _keyboard(buttons)
-        steps: list[Callable[[], Awaitable[None]]] = []
-        for index, part in enumerate(parts):
-            keys = markup if index == len(parts) - 1 else None
-            steps.append(functools.partial(self._leave, index, part, keys))
-        if not parts and self._message_id is not None:
-            steps.append(self._remove)  # files alone: the status shown so far goes
-        steps.extend(functools.partial(self._send_file, file) for file in files)
-        for step in steps[self._done :]:
-            await step()
-            self._done += 1
-
-    async def _leave(self, index: int, part: str, markup: InlineKeyboardMarkup | None) -> None:
-        """Part ``index`` of the final text, in the message shown so far for the first."""
-        if index == 0 and self._message_id is not None:
-            await self._bridge._edit(self._chat_id, self._message_id, part, markup)
-            message_id = self._message_id
-        else:
-            message_id = await self._post(part, markup)
-        if markup is not None:
-            self._bridge._texts.keep((self._chat_id, message_id), part)
-
-    async def _remove(self) -> None:
-        if self._message_id is not None:
-            await self._bridge._call(
-                "deleteMessage", self._bot.delete_message(self._chat_id, self._message_id)
-            )
-
-    async def _send_file(self, file: EgressFile) -> None:
-        document = InputFile(file.data, filename=file.filename)
-        document.mimetype = file.mime_type
-        await self._bridge._call(
-            "sendDocument",
-            self._bot.send_document(self._chat_id, document, message_thread_id=self._topic),
-        )
-
-    async def fail(self, text: str) -> None:
-        await self._settled()
-        for index, part in enumerate(split_text(text) or [text]):
-            if index == 0 and self._message_id is not None:
-                await self._bridge._edit(self._chat_id, self._message_id, part, None)
-            else:
-                await self._post(part, None)
-
-    async def _post(self, text: str, markup: InlineKeyboardMarkup | None) -> int:
-        """A new message in the reply's chat and topic; the first answers ``to`` in a group."""
-        answer = None
-        if not self._to.is_dm and self._message_id is None:
-            answer = ReplyParameters(int(self._to.message_id), allow_sending_without_reply=True)
-        sent = await self._bridge._call(
-            "sendMessage",
-            self._bot.send_message(
-                self._chat_id,
-                text,
-                message_thread_id=self._topic,
-                reply_parameters=answer,
-                reply_markup=markup,
-            ),
-        )
-        if self._message_id is None:
-            self._message_id = sent.message_id
-        return sent.message_id
-
-
-def _keyboard(buttons: Sequence[ReplyButton]) -> InlineKeyboardMarkup | None:
-    """One button a row (labels stay whole), ``callback_data`` the action; ``None`` for none."""
-    if not buttons:
-        return None
-    return InlineKeyboardMarkup(
-        [[InlineKeyboardButton(b.label, callback_data=b.action)] for b in buttons]
-    )
-
-
-def _preview(text: str, status: str | None) -> str:
-    """What a live reply shows: the text so far and the status line under it, within a
-    message (a preview too long loses the end of its text, never the status)."""
-    tail = f"\n\n{status}" if status and text else (status or "")
-    room = MAX_MESSAGE_CHARS - _units(tail)
-    if _units(text) > room:
-        text = text[: _fitting_prefix(text, max(room - 1, 0))] + "…"
-    return text + tail
-
-
-def _units(text: str) -> int:
-    """``text``'s length in UTF-16 code units, as Telegram counts."""
-    return len(text.encode("utf-16-le")) // 2
-
-
 def _never_started(description: str) -> bool:
     """Whether Telegram refused a private message because the person never started the bot."""
     lowered = description.lower()
@@ -937,35 +699,6 @@ def _never_started(description: str) -> bool:
         words in lowered
         for words in ("can't initiate conversation", "bot was blocked", "chat not found")
     )
-
-
-def split_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """``text`` in parts of at most ``limit`` UTF-16 code units, cut after a paragraph, a
-    line or a space where one falls in the part's second half; blank parts are dropped."""
-    parts: list[str] = []
-    rest = text
-    while rest:
-        cut = _fitting_prefix(rest, limit)
-        if cut < len(rest):
-            for separator in ("\n\n", "\n", " "):
-                at = rest.rfind(separator, cut // 2, cut)
-                if at > 0:
-                    cut = at + len(separator)
-                    break
-        part, rest = rest[:cut], rest[cut:]
-        if part.strip():
-            parts.append(part)
-    return parts
-
-
-def _fitting_prefix(text: str, limit: int) -> int:
-    """How many characters of ``text`` fit in ``limit`` UTF-16 code units."""
-    units = 0
-    for index, char in enumerate(text):
-        units += 2 if ord(char) > 0xFFFF else 1
-        if units > limit:
-            return index
-    return len(text)
 
 
 def _why_ignored(message: Message) -> str:

@@ -1,44 +1,7 @@
-"""The Slack bridge: Events API deliveries in, Web API replies out, on the official ``slack_sdk``.
-
-Slack posts every event to ``POST /webhooks/slack``, signed with the app's signing secret
-(``v0=`` HMAC-SHA256 of ``v0:<timestamp>:<body>``, at most five minutes old); the bridge
-checks the signature before it reads anything else (:meth:`SlackBridge.receive`), answers
-the URL verification challenge, and turns each human message into a :class:`Received`:
-
-* ``thread_id`` is ``slack:<channel>`` for a top-level message and
-  ``slack:<channel>:<thread_ts>`` for one inside a thread, so every Slack thread is a
-  conversation of its channel's space;
-* the bot's mention ``<@UBOT>`` becomes ``@<bot_name>``; other people's mentions, channels
-  and links are written as a person reads them (``@Ada``, ``#general``, ``label (url)``);
-* files arrive as :class:`Attachment` refs (their ``url_private``), downloaded only when the
-  pipeline asks, with the bot token and the size cap enforced while streaming.
-
-A reply is threaded: in a channel under the message it answers (or in that message's
-thread), in a DM only when the message was in a thread. Text longer than 3,500 characters
-goes as several messages cut at line or word boundaries; files follow the text through
-``files_upload_v2`` (``files.getUploadURLExternal``, the upload, then
-``files.completeUploadExternal`` into the same thread).
-
-Slack has no typing indicator for Events API bots, so :meth:`SlackBridge.start_typing` does
-nothing. Nothing here logs or repeats the bot token or the signing secret.
-
-Live answers (#37, :class:`bridges.port.LiveBridge`): a reply in a thread streams natively
-(``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream``, called directly: the
-pacer already coalesces, so the SDK's buffering ``chat_stream`` helper would only delay),
-with the thread's status (``assistant.threads.setStatus``) for "is thinking…"; a workspace
-that answers the stream with ``unknown_method`` and the like gets a message posted and
-edited (``chat.postMessage`` + ``chat.update``) and is remembered. Buttons are Block Kit
-``actions``; their presses come to the same URL as events, as a signed form with a
-``payload`` (``block_actions``), and become :class:`bridges.port.Pressed`. A press is
-answered privately through its ``response_url`` (``AsyncWebhookClient``, ephemeral) and
-settled by ``chat.update``; private text goes by ``chat.postEphemeral``.
-
-Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.config.settings`'s)::
-
-    BridgeError                  Slack refused a call; the message carries Slack's error code
-    └── PlatformUnavailable      Slack could not be reached, answered 5xx or rate-limited us
-    ConfigurationError           the bridge was built without its bot token or signing secret
-"""
+"""The Slack bridge: signed Events API deliveries and button presses read into
+:class:`Received` and :class:`Pressed`, replies, files and private answers through the Web
+API, and the names of the bot and the people it reads. The package's docstring
+(:mod:`bridges.slack`) tells the whole of it, its exception tree included."""
 
 from __future__ import annotations
 
@@ -50,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
@@ -80,17 +43,33 @@ from bridges.port import (
     ThreadInfo,
     WebhookOutcome,
 )
+from bridges.slack.blocks import (
+    LIVE_MAX_CHARS,
+    MAX_MESSAGE_CHARS,
+    _context,
+    _escape,
+    _sections,
+    split_message,
+)
+from bridges.slack.live import _NO_STREAMING, _SlackReply
+from bridges.slack.wire import (
+    _ENVELOPE,
+    _EVENT_KIND,
+    _INTERACTION,
+    _MESSAGE,
+    _api_error,
+    _Authorization,
+    _Message,
+    _Profile,
+    _Refused,
+    _seconds,
+)
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, SlackSettings
 from core.spaces.ids import InvalidSpaceId, parse_space_id
 
-__all__ = ["LIVE_MAX_CHARS", "MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]
-
 log = logging.getLogger("mercury.bridges.slack")
 
-#: Slack truncates a message's text past 40,000 characters and advises under 4,000; we cut
-#: at 3,500 so that a few escaped ``&<>`` never push a part over.
-MAX_MESSAGE_CHARS: Final = 3_500
 #: Seconds a Web API call may take in all (connect, send, answer).
 _CALL_TIMEOUT_S: Final = 15.0
 #: Seconds :meth:`SlackBridge.complete` waits for an author's name, counted from the moment
@@ -115,39 +94,11 @@ _READ_CHUNK: Final = 64 * 1024
 _SPECIAL: Final = re.compile(r"<([^<>\n]+)>")
 _TS: Final = re.compile(r"[0-9]{1,12}\.[0-9]{1,8}")
 
-#: The most one live reply holds: Slack advises messages under 4,000 characters; a Block Kit
-#: section holds 3,000, so a live reply's text goes in as many sections as it needs.
-LIVE_MAX_CHARS: Final = 3_900
-#: The most a Block Kit section's text holds.
-_SECTION_MAX_CHARS: Final = 3_000
 #: The least time between two updates of one reply: ``chat.update`` is a tier-3 method (about
 #: 50 a minute), ``chat.appendStream`` tier 4; 1.2 s keeps one chat within either.
 _EDIT_INTERVAL_S: Final = 1.2
 #: How many buttons a reply carries (an ``actions`` block holds 25; more would not read well).
 _MAX_BUTTONS: Final = 5
-#: A button's label, in characters (Block Kit's limit for a button's text).
-_LABEL_MAX_CHARS: Final = 75
-#: What ``chat.startStream`` answers where the workspace has no streaming for this app: the
-#: method unknown or retired there, a token type it does not take, arguments it does not know.
-#: Remembered for the workspace: its replies go by ``chat.postMessage`` + ``chat.update``.
-_NO_STREAMING: Final = frozenset(
-    {
-        "unknown_method",
-        "method_deprecated",
-        "deprecated_endpoint",
-        "not_allowed_token_type",
-        "invalid_arguments",
-        "feature_not_enabled",
-        "not_allowed",
-        # The app without the Agents & AI Apps feature (its assistant:write scope).
-        "missing_scope",
-    }
-)
-#: What ``chat.startStream`` answers where this one conversation can't stream (a channel type
-#: it does not serve): that reply goes by post and edit, the workspace keeps streaming.
-_NO_STREAMING_HERE: Final = frozenset(
-    {"channel_type_not_supported", "missing_recipient_user_id", "missing_recipient_team_id"}
-)
 #: What ``assistant.threads.setStatus`` answers where the app may not show a status at all;
 #: remembered, so that it is not asked again.
 _NO_STATUS: Final = frozenset(
@@ -157,115 +108,8 @@ _NO_STATUS: Final = frozenset(
 _PRESSED_KEPT: Final = 1_024
 
 
-class _File(msgspec.Struct, frozen=True, kw_only=True):
-    id: str = ""
-    name: str | None = None
-    title: str | None = None
-    mimetype: str | None = None
-    size: int | None = None
-    url_private: str | None = None
-
-
-class _Profile(msgspec.Struct, frozen=True, kw_only=True):
-    display_name: str | None = None
-    real_name: str | None = None
-    name: str | None = None
-
-
-class _Message(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    subtype: str | None = None
-    user: str | None = None
-    bot_id: str | None = None
-    text: str | None = None
-    ts: str | None = None
-    thread_ts: str | None = None
-    parent_user_id: str | None = None
-    channel: str | None = None
-    files: tuple[_File, ...] = ()
-    user_profile: _Profile | None = None
-    #: The author's workspace (``user_team``), else the event's (``team``): a streamed
-    #: answer's recipient team.
-    team: str | None = None
-    user_team: str | None = None
-
-
-class _EventKind(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-
-
-class _Authorization(msgspec.Struct, frozen=True, kw_only=True):
-    user_id: str | None = None
-    team_id: str | None = None
-    is_bot: bool = False
-
-
-class _Envelope(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    challenge: str | None = None
-    event_id: str | None = None
-    #: When Slack says the event happened (epoch seconds): the message's age.
-    event_time: int | float | None = None
-    # Read in a second step: events we don't handle may carry fields (``user`` as an object
-    # in ``user_change``) that the message's shape would call malformed.
-    event: msgspec.Raw = msgspec.Raw(b"")  # empty: the envelope has no event
-    authorizations: tuple[_Authorization, ...] = ()
-
-
-class _PressUser(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    name: str | None = None
-    username: str | None = None
-    team_id: str | None = None
-
-
-class _PressChannel(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-
-
-class _PressContainer(msgspec.Struct, frozen=True, kw_only=True):
-    type: str = ""
-    message_ts: str | None = None
-    channel_id: str | None = None
-    thread_ts: str | None = None
-    is_ephemeral: bool = False
-
-
-class _PressMessage(msgspec.Struct, frozen=True, kw_only=True):
-    ts: str | None = None
-    thread_ts: str | None = None
-    text: str | None = None
-    blocks: tuple[dict[str, Any], ...] = ()
-
-
-class _PressAction(msgspec.Struct, frozen=True, kw_only=True):
-    type: str = ""
-    action_id: str = ""
-    block_id: str = ""
-    value: str | None = None
-    action_ts: str | None = None
-
-
-class _Interaction(msgspec.Struct, frozen=True, kw_only=True):
-    """An interactivity payload; only ``block_actions`` is read further."""
-
-    type: str
-    user: _PressUser | None = None
-    channel: _PressChannel | None = None
-    container: _PressContainer | None = None
-    message: _PressMessage | None = None
-    trigger_id: str | None = None
-    response_url: str | None = None
-    actions: tuple[_PressAction, ...] = ()
-
-
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-
-_ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
-_EVENT_KIND: Final = msgspec.json.Decoder(_EventKind)
-_MESSAGE: Final = msgspec.json.Decoder(_Message)
-_INTERACTION: Final = msgspec.json.Decoder(_Interaction)
 
 
 class _ClockForSdk(SdkClock):
@@ -1054,338 +898,7 @@ class SlackBridge:
             await http.close()
 
 
-class _Refused(BridgeError):
-    """Slack answered a call ``ok: false``; ``code`` is its ``error``."""
-
-    def __init__(self, message: str, *, code: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class _SlackReply:
-    """One live reply: a native stream in its thread, or a message posted and edited.
-
-    Streaming (``chat.startStream`` → ``chat.appendStream`` with the new text only →
-    ``chat.stopStream``): the stream only grows, so the status goes to the thread's status
-    (``assistant.threads.setStatus``) and the stop button rides at the stream's head as a
-    blocks chunk; the end replaces the whole message (``chat.update``) with the final text
-    and its buttons, so the stop button goes. Where the workspace has no streaming, or the
-    stream ended under us (``message_not_in_streaming_state``), the message is posted once
-    and edited (``chat.update``), the status a line under the text.
-    """
-
-    def __init__(
-        self,
-        bridge: SlackBridge,
-        *,
-        channel: str,
-        thread_ts: str | None,
-        conversation: str,
-        recipient_user: str,
-        recipient_team: str | None,
-        stream: bool,
-        stop: tuple[ReplyButton, ...],
-    ) -> None:
-        self._bridge = bridge
-        self._client = bridge._client
-        self._channel = channel
-        self._thread_ts = thread_ts
-        self._block_id = conversation
-        self._recipient_user = recipient_user
-        self._recipient_team = recipient_team
-        self._mode: Literal["stream", "edit"] = "stream" if stream else "edit"
-        self._stop = stop
-        #: The message's ts, once posted or started.
-        self._ts: str | None = None
-        #: The text the message shows (as given, unescaped) and its status line.
-        self._shown = ""
-        self._status: str | None = None
-        #: Whether the thread's status was set (and so must be cleared at the end).
-        self._thread_status = False
-        #: Whether the stream carries the stop button (the end then rewrites the message).
-        self._stream_has_stop = False
-
-    # -- the contract ---------------------------------------------------------------------
-
-    async def begin(self, status: str | None) -> None:
-        """Show ``status`` and the stop button, as the mode can."""
-        if self._mode == "stream":
-            self._status = status
-            if status and self._thread_ts is not None:
-                self._thread_status = await self._bridge._set_status(
-                    self._channel, self._thread_ts, status
-                )
-            if self._stop:
-                await self._start("")
-            return
-        if status or self._stop:
-            await self._edit("", status, self._stop)
-
-    async def show(self, text: str, status: str | None) -> None:
-        if self._mode == "stream" and not text.startswith(self._shown):
-            await self._leave_stream()
-        if self._mode == "edit":
-            if self._ts is None or (text, status) != (self._shown, self._status):
-                await self._edit(text, status, self._stop)
-            return
-        if self._ts is None:
-            if text:
-                await self._start(text)
-        elif len(text) > len(self._shown):
-            await self._append(self._ts, text)
-        if self._mode == "stream" and status != self._status and self._thread_ts is not None:
-            if status or self._thread_status:
-                self._thread_status = await self._bridge._set_status(
-                    self._channel, self._thread_ts, status or ""
-                ) and bool(status)
-            self._status = status
-
-    async def finish(
-        self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
-    ) -> None:
-        if self._mode == "stream" and self._ts is not None:
-            grows = text.startswith(self._shown)
-            await self._stop_stream(self._ts, text[len(self._shown) :] if grows else "")
-            if self._stream_has_stop or buttons or not grows:
-                await self._update(self._ts, text, None, buttons)
-        elif self._ts is None:
-            await self._post(text, None, buttons)
-        else:
-            await self._update(self._ts, text, None, buttons)
-        self._shown = text
-        await self._clear_status()
-        await self._bridge._upload(self._channel, self._thread_ts, files)
-
-    async def fail(self, text: str) -> None:
-        if self._mode == "stream" and self._ts is not None:
-            await self._stop_stream(self._ts, "")
-        if self._ts is None:
-            await self._post(text, None, ())
-        else:
-            await self._update(self._ts, text, None, ())
-        self._shown = text
-        await self._clear_status()
-
-    # -- streaming ------------------------------------------------------------------------
-
-    async def _start(self, text: str) -> None:
-        """``chat.startStream`` in the thread with ``text`` (and the stop button at its head);
-        where the workspace has no streaming, the post-and-edit message instead."""
-        if self._thread_ts is None:  # never: a stream is only chosen in a thread
-            self._mode = "edit"
-            await self._edit(text, self._status, self._stop)
-            return
-        chunks: list[dict[str, Any]] = []
-        if self._stop:
-            chunks.append({"type": "blocks", "blocks": [self._actions(self._stop)]})
-        if text:
-            chunks.append({"type": "markdown_text", "text": _escape(text)})
-        try:
-            answer = await self._bridge._call(
-                "chat.startStream",
-                partial(
-                    self._client.chat_startStream,
-                    channel=self._channel,
-                    thread_ts=self._thread_ts,
-                    recipient_user_id=self._recipient_user,
-                    recipient_team_id=self._recipient_team,
-                    chunks=chunks,
-                ),
-            )
-        except _Refused as refused:
-            if refused.code not in _NO_STREAMING | _NO_STREAMING_HERE:
-                raise
-            self._bridge._streaming_refused(refused.code)
-            self._mode = "edit"
-            await self._edit(text, self._status, self._stop)
-            return
-        self._ts = str(answer["ts"])
-        self._shown = text
-        self._stream_has_stop = bool(self._stop)
-        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
-
-    async def _append(self, ts: str, text: str) -> None:
-        """``chat.appendStream`` with what ``text`` adds to what is shown."""
-        try:
-            await self._bridge._call(
-                "chat.appendStream",
-                partial(
-                    self._client.chat_appendStream,
-                    channel=self._channel,
-                    ts=ts,
-                    markdown_text=_escape(text[len(self._shown) :]),
-                ),
-            )
-        except _Refused as refused:
-            if refused.code != "message_not_in_streaming_state":
-                raise
-            # Slack ended the stream (it does after a while): the message goes on by edits.
-            self._mode = "edit"
-            await self._update(ts, text, self._status, self._stop)
-            return
-        self._shown = text
-
-    async def _stop_stream(self, ts: str, delta: str) -> None:
-        try:
-            await self._bridge._call(
-                "chat.stopStream",
-                partial(
-                    self._client.chat_stopStream,
-                    channel=self._channel,
-                    ts=ts,
-                    markdown_text=_escape(delta) if delta else None,
-                ),
-            )
-        except _Refused as refused:
-            if refused.code != "message_not_in_streaming_state":
-                raise
-            # Already ended by Slack: the update that follows writes the whole text.
-            self._stream_has_stop = True
-            return
-        self._shown += delta
-
-    async def _leave_stream(self) -> None:
-        """Go on by edits (the text changed where a stream can only grow)."""
-        if self._ts is not None:
-            await self._stop_stream(self._ts, "")
-            self._stream_has_stop = True
-        self._mode = "edit"
-
-    # -- post and edit --------------------------------------------------------------------
-
-    async def _edit(self, text: str, status: str | None, buttons: Sequence[ReplyButton]) -> None:
-        if self._ts is None:
-            await self._post(text, status, buttons)
-        else:
-            await self._update(self._ts, text, status, buttons)
-
-    async def _post(self, text: str, status: str | None, buttons: Sequence[ReplyButton]) -> None:
-        answer = await self._bridge._call(
-            "chat.postMessage",
-            partial(
-                self._client.chat_postMessage,
-                channel=self._channel,
-                thread_ts=self._thread_ts,
-                text=_escape(text or status or "…"),
-                blocks=self._blocks(text, status, buttons),
-            ),
-        )
-        self._ts = str(answer["ts"])
-        self._shown, self._status = text, status
-        self._bridge._wrote(self._channel, self._ts, self._thread_ts)
-
-    async def _update(
-        self, ts: str, text: str, status: str | None, buttons: Sequence[ReplyButton]
-    ) -> None:
-        await self._bridge._call(
-            "chat.update",
-            partial(
-                self._client.chat_update,
-                channel=self._channel,
-                ts=ts,
-                text=_escape(text or status or "…"),
-                blocks=self._blocks(text, status, buttons),
-            ),
-        )
-        self._shown, self._status = text, status
-
-    async def _clear_status(self) -> None:
-        if self._thread_status and self._thread_ts is not None:
-            await self._bridge._set_status(self._channel, self._thread_ts, "")
-            self._thread_status = False
-
-    # -- Block Kit ------------------------------------------------------------------------
-
-    def _blocks(
-        self, text: str, status: str | None, buttons: Sequence[ReplyButton]
-    ) -> list[dict[str, Any]]:
-        blocks = _sections(text)
-        if status:
-            blocks.append(_context(status))
-        if buttons:
-            blocks.append(self._actions(buttons))
-        return blocks
-
-    def _actions(self, buttons: Sequence[ReplyButton]) -> dict[str, Any]:
-        """An ``actions`` block, its ``block_id`` the conversation the reply belongs to (read
-        back when a button is pressed)."""
-        return {
-            "type": "actions",
-            "block_id": self._block_id,
-            "elements": [_button(button) for button in buttons],
-        }
-
-
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _sections(text: str) -> list[dict[str, Any]]:
-    """``text`` (escaped here) as ``section`` blocks of at most 3,000 characters each, cut
-    after a line or a space, never inside an entity; no character lost."""
-    rest = _escape(text)
-    parts: list[str] = []
-    while len(rest) > _SECTION_MAX_CHARS:
-        cut = max(rest.rfind("\n", 0, _SECTION_MAX_CHARS), rest.rfind(" ", 0, _SECTION_MAX_CHARS))
-        if cut >= _SECTION_MAX_CHARS // 2:
-            cut += 1
-        else:
-            cut = _SECTION_MAX_CHARS
-            entity = rest.rfind("&", cut - 5, cut)
-            if entity > 0 and ";" not in rest[entity:cut]:
-                cut = entity
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    parts.append(rest)
-    return [
-        {"type": "section", "text": {"type": "mrkdwn", "text": part}}
-        for part in parts
-        if part.strip()
-    ]
-
-
-def _context(text: str) -> dict[str, Any]:
-    """A line in small print (a status, what a press chose), as plain text."""
-    return {"type": "context", "elements": [{"type": "plain_text", "text": text[:2_000]}]}
-
-
-def _button(button: ReplyButton) -> dict[str, Any]:
-    element: dict[str, Any] = {
-        "type": "button",
-        "text": {"type": "plain_text", "text": button.label[:_LABEL_MAX_CHARS] or "…"},
-        "action_id": button.action,
-        "value": button.action,
-    }
-    if button.style != "default":
-        element["style"] = button.style
-    return element
-
-
-def split_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """``text`` in parts of at most ``limit`` characters, cut at a paragraph, line or word.
-
-    A word longer than ``limit`` is cut where it must, never inside an ``&amp;``-style entity.
-    Empty parts are dropped, so blank text gives no part at all.
-    """
-    parts: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[: limit + 1]  # a separator right after the limit still counts
-        for separator in ("\n\n", "\n", " "):
-            cut = window.rfind(separator, 0, limit + 1)
-            if cut >= limit // 2:
-                # Blank lines around a cut would only show as a gap at a message's edge.
-                parts.append(rest[:cut].rstrip("\n"))
-                rest = rest[cut + len(separator) :].lstrip("\n")
-                break
-        else:
-            cut = limit
-            entity = window.rfind("&", max(0, limit - 7), limit)
-            if entity > 0 and ";" not in window[entity:limit]:
-                cut = entity
-            parts.append(rest[:cut])
-            rest = rest[cut:]
-    parts.append(rest)
-    return [part for part in parts if part.strip()]
 
 
 def _split_thread(thread_id: str) -> tuple[str, str | None]:
@@ -1393,11 +906,6 @@ def _split_thread(thread_id: str) -> tuple[str, str | None]:
     platform, _, rest = thread_id.partition(":")
     channel, _, thread_ts = rest.partition(":")
     return f"{platform}:{channel}", thread_ts or None
-
-
-def _escape(text: str) -> str:
-    """Slack's three control characters escaped, so that no text becomes a ping or a link."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _remember_in(kept: OrderedDict[_K, _V], key: _K, value: _V, most: int = _NAMES_KEPT) -> None:
@@ -1438,32 +946,3 @@ def _too_large(attachment: Attachment, max_bytes: int) -> BridgeError:
         f"{attachment.name!r} is larger than the {max_bytes:,} bytes a file may have here; "
         "share a smaller one."
     )
-
-
-def _api_error(method: str, response: Any) -> BridgeError:
-    """The failure of ``method`` as Slack answered it (status, ``error`` code, Retry-After)."""
-    status = int(getattr(response, "status_code", 0) or 0)
-    data = getattr(response, "data", None)
-    code = data.get("error") if isinstance(data, dict) else None
-    if status == 429:
-        retry_after = (getattr(response, "headers", None) or {}).get("Retry-After")
-        wait = f" after {retry_after} s" if retry_after else " later"
-        return PlatformUnavailable(
-            f"Slack rate-limited {method}; try again{wait}.", retry_after_s=_seconds(retry_after)
-        )
-    if status >= 500:
-        return PlatformUnavailable(
-            f"Slack answered {status} to {method}"
-            + (f" ({code})" if code else "")
-            + "; try again later."
-        )
-    return _Refused(f"Slack refused {method}: {code or f'HTTP {status}'}.", code=str(code or ""))
-
-
-def _seconds(value: object) -> float | None:
-    """A ``Retry-After`` in seconds (Slack writes whole seconds), None if unreadable."""
-    try:
-        seconds = float(str(value))
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds < 86_400 else None

@@ -1,0 +1,72 @@
+"""Telegram's text: lengths in UTF-16 code units as Telegram counts them, a long answer cut
+into messages, a live reply's preview, an inline keyboard."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from telegram import (
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+)
+
+from bridges.port import (
+    ReplyButton,
+)
+
+#: The longest text one ``sendMessage`` takes, in UTF-16 code units as Telegram counts.
+MAX_MESSAGE_CHARS: Final = 4096
+
+
+def _keyboard(buttons: Sequence[ReplyButton]) -> InlineKeyboardMarkup | None:
+    """One button a row (labels stay whole), ``callback_data`` the action; ``None`` for none."""
+    if not buttons:
+        return None
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(b.label, callback_data=b.action)] for b in buttons]
+    )
+
+
+def _preview(text: str, status: str | None) -> str:
+    """What a live reply shows: the text so far and the status line under it, within a
+    message (a preview too long loses the end of its text, never the status)."""
+    tail = f"\n\n{status}" if status and text else (status or "")
+    room = MAX_MESSAGE_CHARS - _units(tail)
+    if _units(text) > room:
+        text = text[: _fitting_prefix(text, max(room - 1, 0))] + "…"
+    return text + tail
+
+
+def _units(text: str) -> int:
+    """``text``'s length in UTF-16 code units, as Telegram counts."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def split_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
+    """``text`` in parts of at most ``limit`` UTF-16 code units, cut after a paragraph, a
+    line or a space where one falls in the part's second half; blank parts are dropped."""
+    parts: list[str] = []
+    rest = text
+    while rest:
+        cut = _fitting_prefix(rest, limit)
+        if cut < len(rest):
+            for separator in ("\n\n", "\n", " "):
+                at = rest.rfind(separator, cut // 2, cut)
+                if at > 0:
+                    cut = at + len(separator)
+                    break
+        part, rest = rest[:cut], rest[cut:]
+        if part.strip():
+            parts.append(part)
+    return parts
+
+
+def _fitting_prefix(text: str, limit: int) -> int:
+    """How many characters of ``text`` fit in ``limit`` UTF-16 code units."""
+    units = 0
+    for index, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > limit:
+            return index
+    return len(text)
