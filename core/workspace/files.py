@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import msgspec
 
 from core.workspace.file_types import describe_size, sniff
+from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir
 from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
@@ -61,9 +62,7 @@ OUTBOX: Final = "outbox"
 Folder = Literal["inbox", "outbox"]
 
 MAX_NAME_BYTES: Final = 200
-_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 _STEERING: Final = "/\\"
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -125,18 +124,6 @@ class StoredFile(msgspec.Struct, frozen=True, kw_only=True):
     def path(self) -> str:
         """``inbox/<name>`` or ``outbox/<name>``: how the model names it."""
         return f"{self.folder}/{self.name}"
-
-
-def holds_invisible(text: str, *, allowed: str = "") -> bool:
-    """Whether ``text`` holds a control, format (U+202E…), private-use, surrogate or line
-    separator character, those in ``allowed`` aside.
-
-    The one rule for text kept and shown again: file names, a space's preferences and mute
-    reasons and targets refuse what it finds (#34).
-    """
-    return any(
-        unicodedata.category(char) in _REFUSED_CATEGORIES and char not in allowed for char in text
-    )
 
 
 def checked_name(name: str) -> str:
@@ -249,12 +236,12 @@ class PersonFiles:
         if person is None:
             return None
         try:
-            fd = os.open(os.path.realpath(self.root), _DIR_FLAGS)
+            fd = os.open(os.path.realpath(self.root), DIR_FLAGS)
         except OSError:
             return None
         for name in ("users", person, folder):
             try:
-                child = _open_child(fd, name, create=create)
+                child = open_child_dir(fd, name, create=create, mode=0o700)
             finally:
                 os.close(fd)
             if child is None:
@@ -420,22 +407,6 @@ def _strip_folder(name: str, folder: Folder) -> str:
     """``inbox/x`` → ``x``: the model may name a file with its folder, as it was shown."""
     prefix = folder + "/"
     return name[len(prefix) :] if isinstance(name, str) and name.startswith(prefix) else name
-
-
-def _open_child(parent_fd: int, name: str, *, create: bool) -> int | None:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError:
-        return None
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        return None
 
 
 def _free_name(fd: int, name: str, taken: set[str]) -> str:

@@ -38,6 +38,7 @@ import msgspec
 import re2
 
 from core.state import Database
+from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir
 
 MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
@@ -55,8 +56,6 @@ _MAX_NAME_BYTES: Final = 255
 _PERSONAL_KINDS: Final = ("notes", "inferred")
 # Characters that steer a path; a Unicode look-alike folding into one of them is refused.
 _STEERING: Final = "/.\\%"
-_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO named like a note must not hang the worker thread.
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -136,7 +135,7 @@ def person_folder(person_key: str) -> str | None:
 def _is_safe_text(path: str) -> bool:
     if not path or len(path) > MAX_PATH_CHARS or "%" in path or "\\" in path:
         return False
-    if any(unicodedata.category(char) in _REFUSED_CATEGORIES for char in path):
+    if holds_invisible(path):
         return False
     if not path.isascii():
         folded = unicodedata.normalize("NFKC", path)
@@ -179,22 +178,6 @@ def _parse(person_key: str, view_path: str) -> _Target | None:
 def _shown(view_path: object) -> str:
     text = view_path if isinstance(view_path, str) else repr(view_path)
     return repr(text if len(text) <= 120 else text[:120] + "…")
-
-
-def _open_child_dir(parent_fd: int, name: str, *, create: bool) -> int | None:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError:
-        return None
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        return None
 
 
 def _read_at(dir_fd: int, name: str, view_path: str) -> bytes | None:
@@ -365,12 +348,12 @@ class Vault:
     def _open_folders(self, folders: tuple[str, ...], *, create: bool) -> int | None:
         """A descriptor of the folder ``folders`` below the root, walked without symlinks."""
         try:
-            fd = os.open(self._real_root(), _DIR_FLAGS)
+            fd = os.open(self._real_root(), DIR_FLAGS)
         except OSError:
             return None
         for name in folders:
             try:
-                child = _open_child_dir(fd, name, create=create)
+                child = open_child_dir(fd, name, create=create, mode=0o755)
             finally:
                 os.close(fd)
             if child is None:
@@ -449,7 +432,7 @@ class Vault:
         for name, is_dir in children:
             view_path = f"{prefix}/{name}"
             if is_dir:
-                child = _open_child_dir(dir_fd, name, create=False)
+                child = open_child_dir(dir_fd, name, create=False, mode=0o755)
                 if child is None:
                     continue
                 try:
