@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import os
 import stat
 import time
@@ -34,7 +33,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import msgspec
 
 from core.workspace.file_types import describe_size, sniff
-from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir
+from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir, replace_at
 from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
@@ -275,7 +274,7 @@ class PersonFiles:
             for file in files:
                 name = _free_name(fd, f"{stamp}-{file.name}", taken)
                 taken.add(name)
-                _write_at(fd, name, file.data)
+                replace_at(fd, name, file.data, mode=0o600, durable=False)
                 saved.append(_stored(fd, INBOX, name, file.data))
         finally:
             os.close(fd)
@@ -397,7 +396,7 @@ class PersonFiles:
         if fd is None:
             raise FileError("The outbox can't be opened for this person.")
         try:
-            _write_at(fd, name, data)
+            replace_at(fd, name, data, mode=0o600, durable=False)
             return _stored(fd, OUTBOX, name, data)
         finally:
             os.close(fd)
@@ -437,23 +436,6 @@ def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             return None
         return file.read(limit)
-
-
-def _write_at(dir_fd: int, name: str, data: bytes) -> None:
-    """Write ``name`` atomically: a hidden temporary file, then a rename over the name."""
-    temporary = f".tmp-{os.urandom(8).hex()}.part"
-
-    def opener(path: str, flags: int) -> int:
-        return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-
-    try:
-        with open(temporary, "wb", opener=opener) as file:
-            file.write(data)
-        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=dir_fd)
-        raise
 
 
 def _stored(fd: int, folder: Folder, name: str, data: bytes) -> StoredFile:

@@ -1,14 +1,16 @@
 """The rules the files and the wiki share: which characters text kept and shown again may not
-hold, and how a folder is opened one step at a time without following a symlink."""
+hold, how a folder is opened one step at a time without following a symlink, and how a file
+is written whole or not at all."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import unicodedata
 from typing import Final
 
-__all__ = ["DIR_FLAGS", "holds_invisible", "open_child_dir"]
+__all__ = ["DIR_FLAGS", "holds_invisible", "open_child_dir", "replace_at"]
 
 # Control, format (U+202E…), surrogate, private-use and line or paragraph separators.
 _REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
@@ -43,3 +45,26 @@ def open_child_dir(parent_fd: int, name: str, *, create: bool, mode: int) -> int
         return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except OSError:
         return None
+
+
+def replace_at(dir_fd: int, name: str, data: bytes, *, mode: int, durable: bool) -> None:
+    """Write ``name`` in ``dir_fd`` atomically: a hidden temporary file (``mode``), then a
+    rename over the name; ``durable`` syncs the file and the folder to disk as well."""
+    temporary = f".tmp-{secrets.token_hex(8)}.part"
+
+    def opener(path: str, flags: int) -> int:
+        return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+
+    try:
+        with open(temporary, "wb", opener=opener) as file:
+            file.write(data)
+            if durable:
+                file.flush()
+                os.fsync(file.fileno())
+        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=dir_fd)
+        raise
+    if durable:
+        os.fsync(dir_fd)

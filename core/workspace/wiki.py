@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import functools
 import os
-import secrets
 import stat
 import time
 import unicodedata
@@ -38,7 +36,7 @@ import msgspec
 import re2
 
 from core.state import Database
-from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir
+from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir, replace_at
 
 MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
@@ -215,26 +213,6 @@ def _read_all(fd: int, limit: int) -> bytes:
         parts.append(part)
         left -= len(part)
     return b"".join(parts)
-
-
-def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
-    """Write ``name`` in ``dir_fd`` atomically: a hidden temporary file, fsync, rename."""
-    temporary = f".tmp-{secrets.token_hex(8)}.part"
-
-    def opener(path: str, flags: int) -> int:
-        return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-
-    try:
-        with open(temporary, "wb", opener=opener) as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=dir_fd)
-        raise
-    os.fsync(dir_fd)
 
 
 async def _to_thread_to_the_end(function: Callable[..., _T], *args: Any) -> _T:
@@ -566,7 +544,7 @@ class Vault:
                         "a note; choose another path."
                     )
             current = _read_at(fd, target.name, target.view) if exists and needs_current else None
-            _replace_at(fd, target.name, build(current))
+            replace_at(fd, target.name, build(current), mode=0o644, durable=True)
         finally:
             os.close(fd)
         return not exists
