@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import msgspec
 
 from core.workspace.file_types import describe_size, sniff
-from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir, replace_at
+from core.workspace.safe_paths import holds_invisible, open_folders, replace_at
 from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
@@ -234,19 +234,9 @@ class PersonFiles:
         person = person_folder(person_key)
         if person is None:
             return None
-        try:
-            fd = os.open(os.path.realpath(self.root), DIR_FLAGS)
-        except OSError:
-            return None
-        for name in ("users", person, folder):
-            try:
-                child = open_child_dir(fd, name, create=create, mode=0o700)
-            finally:
-                os.close(fd)
-            if child is None:
-                return None
-            fd = child
-        return fd
+        return open_folders(
+            os.path.realpath(self.root), ("users", person, folder), create=create, mode=0o700
+        )
 
     # -- the inbox -----------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ import contextlib
 import os
 import secrets
 import unicodedata
+from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["DIR_FLAGS", "holds_invisible", "open_child_dir", "replace_at"]
+__all__ = ["DIR_FLAGS", "holds_invisible", "open_child_dir", "open_folders", "replace_at"]
 
 # Control, format (U+202E…), surrogate, private-use and line or paragraph separators.
 _REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
@@ -45,6 +46,24 @@ def open_child_dir(parent_fd: int, name: str, *, create: bool, mode: int) -> int
         return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except OSError:
         return None
+
+
+def open_folders(root: str, names: Iterable[str], *, create: bool, mode: int) -> int | None:
+    """A descriptor of the folder ``names`` below ``root``, walked one step at a time without
+    following a symlink (missing steps made with ``mode`` when ``create``), or None."""
+    try:
+        fd = os.open(root, DIR_FLAGS)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            child = open_child_dir(fd, name, create=create, mode=mode)
+        finally:
+            os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
 
 
 def replace_at(dir_fd: int, name: str, data: bytes, *, mode: int, durable: bool) -> None:

@@ -36,7 +36,7 @@ import msgspec
 import re2
 
 from core.state import Database
-from core.workspace.safe_paths import DIR_FLAGS, holds_invisible, open_child_dir, replace_at
+from core.workspace.safe_paths import holds_invisible, open_child_dir, open_folders, replace_at
 
 MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
@@ -325,19 +325,7 @@ class Vault:
 
     def _open_folders(self, folders: tuple[str, ...], *, create: bool) -> int | None:
         """A descriptor of the folder ``folders`` below the root, walked without symlinks."""
-        try:
-            fd = os.open(self._real_root(), DIR_FLAGS)
-        except OSError:
-            return None
-        for name in folders:
-            try:
-                child = open_child_dir(fd, name, create=create, mode=0o755)
-            finally:
-                os.close(fd)
-            if child is None:
-                return None
-            fd = child
-        return fd
+        return open_folders(self._real_root(), folders, create=create, mode=0o755)
 
     # -- reading ------------------------------------------------------------------------
 
