@@ -11,7 +11,7 @@ link goes to the person's private chat; the stop button cancels the turn.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,21 +24,7 @@ from tests.support.telegram_standin import ApiCall, Chat, TelegramStandIn, User
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
-SECRET = "live-end-to-end-secret"
 BOT = "@mercury_test_bot"
-
-
-@pytest.fixture(scope="module")
-def telegram_server() -> Iterator[TelegramStandIn]:
-    with TelegramStandIn(webhook_secret=SECRET) as standin:
-        yield standin
-
-
-@pytest.fixture
-def telegram(telegram_server: TelegramStandIn) -> Iterator[TelegramStandIn]:
-    telegram_server.reset()
-    yield telegram_server
-    telegram_server.reset()
 
 
 @pytest.fixture
