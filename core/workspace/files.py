@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import os
 import stat
 import time
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Final, Literal
 import msgspec
 
 from core.workspace.file_types import describe_size, sniff
+from core.workspace.safe_paths import holds_invisible, open_folders, replace_at
 from core.workspace.wiki import person_folder
 
 if TYPE_CHECKING:
@@ -61,9 +61,7 @@ OUTBOX: Final = "outbox"
 Folder = Literal["inbox", "outbox"]
 
 MAX_NAME_BYTES: Final = 200
-_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
 _STEERING: Final = "/\\"
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -125,18 +123,6 @@ class StoredFile(msgspec.Struct, frozen=True, kw_only=True):
     def path(self) -> str:
         """``inbox/<name>`` or ``outbox/<name>``: how the model names it."""
         return f"{self.folder}/{self.name}"
-
-
-def holds_invisible(text: str, *, allowed: str = "") -> bool:
-    """Whether ``text`` holds a control, format (U+202E…), private-use, surrogate or line
-    separator character, those in ``allowed`` aside.
-
-    The one rule for text kept and shown again: file names, a space's preferences and mute
-    reasons and targets refuse what it finds (#34).
-    """
-    return any(
-        unicodedata.category(char) in _REFUSED_CATEGORIES and char not in allowed for char in text
-    )
 
 
 def checked_name(name: str) -> str:
@@ -248,19 +234,9 @@ class PersonFiles:
         person = person_folder(person_key)
         if person is None:
             return None
-        try:
-            fd = os.open(os.path.realpath(self.root), _DIR_FLAGS)
-        except OSError:
-            return None
-        for name in ("users", person, folder):
-            try:
-                child = _open_child(fd, name, create=create)
-            finally:
-                os.close(fd)
-            if child is None:
-                return None
-            fd = child
-        return fd
+        return open_folders(
+            os.path.realpath(self.root), ("users", person, folder), create=create, mode=0o700
+        )
 
     # -- the inbox -----------------------------------------------------------------------
 
@@ -288,7 +264,7 @@ class PersonFiles:
             for file in files:
                 name = _free_name(fd, f"{stamp}-{file.name}", taken)
                 taken.add(name)
-                _write_at(fd, name, file.data)
+                replace_at(fd, name, file.data, mode=0o600, durable=False)
                 saved.append(_stored(fd, INBOX, name, file.data))
         finally:
             os.close(fd)
@@ -410,7 +386,7 @@ class PersonFiles:
         if fd is None:
             raise FileError("The outbox can't be opened for this person.")
         try:
-            _write_at(fd, name, data)
+            replace_at(fd, name, data, mode=0o600, durable=False)
             return _stored(fd, OUTBOX, name, data)
         finally:
             os.close(fd)
@@ -420,22 +396,6 @@ def _strip_folder(name: str, folder: Folder) -> str:
     """``inbox/x`` → ``x``: the model may name a file with its folder, as it was shown."""
     prefix = folder + "/"
     return name[len(prefix) :] if isinstance(name, str) and name.startswith(prefix) else name
-
-
-def _open_child(parent_fd: int, name: str, *, create: bool) -> int | None:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError:
-        return None
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o700, dir_fd=parent_fd)
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        return None
 
 
 def _free_name(fd: int, name: str, taken: set[str]) -> str:
@@ -466,23 +426,6 @@ def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
             return None
         return file.read(limit)
-
-
-def _write_at(dir_fd: int, name: str, data: bytes) -> None:
-    """Write ``name`` atomically: a hidden temporary file, then a rename over the name."""
-    temporary = f".tmp-{os.urandom(8).hex()}.part"
-
-    def opener(path: str, flags: int) -> int:
-        return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-
-    try:
-        with open(temporary, "wb", opener=opener) as file:
-            file.write(data)
-        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=dir_fd)
-        raise
 
 
 def _stored(fd: int, folder: Folder, name: str, data: bytes) -> StoredFile:

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import functools
 import os
-import secrets
 import stat
 import time
 import unicodedata
@@ -38,6 +36,7 @@ import msgspec
 import re2
 
 from core.state import Database
+from core.workspace.safe_paths import holds_invisible, open_child_dir, open_folders, replace_at
 
 MAX_NOTE_BYTES: Final = 1024 * 1024
 MAX_PATH_CHARS: Final = 512
@@ -55,8 +54,6 @@ _MAX_NAME_BYTES: Final = 255
 _PERSONAL_KINDS: Final = ("notes", "inferred")
 # Characters that steer a path; a Unicode look-alike folding into one of them is refused.
 _STEERING: Final = "/.\\%"
-_REFUSED_CATEGORIES: Final = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: a FIFO named like a note must not hang the worker thread.
 _READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
@@ -136,7 +133,7 @@ def person_folder(person_key: str) -> str | None:
 def _is_safe_text(path: str) -> bool:
     if not path or len(path) > MAX_PATH_CHARS or "%" in path or "\\" in path:
         return False
-    if any(unicodedata.category(char) in _REFUSED_CATEGORIES for char in path):
+    if holds_invisible(path):
         return False
     if not path.isascii():
         folded = unicodedata.normalize("NFKC", path)
@@ -181,22 +178,6 @@ def _shown(view_path: object) -> str:
     return repr(text if len(text) <= 120 else text[:120] + "…")
 
 
-def _open_child_dir(parent_fd: int, name: str, *, create: bool) -> int | None:
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        if not create:
-            return None
-    except OSError:
-        return None
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(name, 0o755, dir_fd=parent_fd)
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except OSError:
-        return None
-
-
 def _read_at(dir_fd: int, name: str, view_path: str) -> bytes | None:
     """The bytes of the regular file ``name`` in ``dir_fd``; None if missing or not regular."""
     try:
@@ -232,26 +213,6 @@ def _read_all(fd: int, limit: int) -> bytes:
         parts.append(part)
         left -= len(part)
     return b"".join(parts)
-
-
-def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
-    """Write ``name`` in ``dir_fd`` atomically: a hidden temporary file, fsync, rename."""
-    temporary = f".tmp-{secrets.token_hex(8)}.part"
-
-    def opener(path: str, flags: int) -> int:
-        return os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-
-    try:
-        with open(temporary, "wb", opener=opener) as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary, dir_fd=dir_fd)
-        raise
-    os.fsync(dir_fd)
 
 
 async def _to_thread_to_the_end(function: Callable[..., _T], *args: Any) -> _T:
@@ -364,19 +325,7 @@ class Vault:
 
     def _open_folders(self, folders: tuple[str, ...], *, create: bool) -> int | None:
         """A descriptor of the folder ``folders`` below the root, walked without symlinks."""
-        try:
-            fd = os.open(self._real_root(), _DIR_FLAGS)
-        except OSError:
-            return None
-        for name in folders:
-            try:
-                child = _open_child_dir(fd, name, create=create)
-            finally:
-                os.close(fd)
-            if child is None:
-                return None
-            fd = child
-        return fd
+        return open_folders(self._real_root(), folders, create=create, mode=0o755)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -449,7 +398,7 @@ class Vault:
         for name, is_dir in children:
             view_path = f"{prefix}/{name}"
             if is_dir:
-                child = _open_child_dir(dir_fd, name, create=False)
+                child = open_child_dir(dir_fd, name, create=False, mode=0o755)
                 if child is None:
                     continue
                 try:
@@ -583,7 +532,7 @@ class Vault:
                         "a note; choose another path."
                     )
             current = _read_at(fd, target.name, target.view) if exists and needs_current else None
-            _replace_at(fd, target.name, build(current))
+            replace_at(fd, target.name, build(current), mode=0o644, durable=True)
         finally:
             os.close(fd)
         return not exists

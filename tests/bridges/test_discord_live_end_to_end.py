@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.discord_standin import (
     ALICE,
     BOB,
@@ -23,6 +22,7 @@ from tests.support.discord_standin import (
     Pressing,
     RestCall,
 )
+from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 
@@ -30,47 +30,6 @@ pytestmark = [pytest.mark.timeout(120)]
 
 WAIT_S = 30.0
 MENTION = f"<@{BOT.id}> "
-
-
-class Desk:
-    """A confirm-required tool of two choices (counting its runs) and one that needs a login."""
-
-    def __init__(self) -> None:
-        self.booked: list[str] = []
-
-    def plugin(self) -> Plugin:
-        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [("Small room", "small"), ("Big room", "big")]
-
-        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            self.booked.append(str(arguments.get("size")))
-            return f"booked the {arguments.get('size')} room"
-
-        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1")
-
-        return Plugin(
-            name="desk",
-            api_version=4,
-            tools=(
-                Tool(
-                    name="book",
-                    description="Book a room.",
-                    parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a room for Friday",
-                    choices=rooms,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="calendar",
-                    description="Read the calendar.",
-                    parameters={"type": "object", "properties": {}},
-                    run=calendar,
-                ),
-            ),
-        )
 
 
 @pytest.fixture

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from bridges.live import stop_action
 from bridges.port import LiveLimits
-from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
 from tests.support.contract import check_response
+from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.recording_bridge import LiveMessage, LiveRecordingBridge
 from tests.support.server import RunningServer
@@ -36,47 +35,6 @@ spaces:
   "slack:C5":
     live_answers: false
 """
-
-
-class Desk:
-    """A plugin with a confirm-required tool of two choices, counting its runs."""
-
-    def __init__(self) -> None:
-        self.booked: list[str] = []
-
-    def plugin(self) -> Plugin:
-        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [("Small room", "small"), ("Big room", "big")]
-
-        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            self.booked.append(str(arguments.get("size")))
-            return f"booked the {arguments.get('size')} room"
-
-        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1")
-
-        return Plugin(
-            name="desk",
-            api_version=4,
-            tools=(
-                Tool(
-                    name="book",
-                    description="Book a room.",
-                    parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a room for Friday",
-                    choices=rooms,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="calendar",
-                    description="Read the calendar.",
-                    parameters={"type": "object", "properties": {}},
-                    run=calendar,
-                ),
-            ),
-        )
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from bridges.slack import LIVE_MAX_CHARS
-from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.slack_standin import LiveMessage, SlackStandIn
@@ -345,50 +345,9 @@ async def test_slacks_url_verification_is_answered_with_the_challenge(
 # -- live answers and buttons (#37) ---------------------------------------------------------
 
 
-class Desk:
-    """A plugin with a confirm-required tool of two choices and one that needs a sign-in."""
-
-    def __init__(self) -> None:
-        self.booked: list[str] = []
-
-    def plugin(self) -> Plugin:
-        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [("Small room", "small"), ("Big room", "big")]
-
-        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            self.booked.append(str(arguments.get("size")))
-            return f"booked the {arguments.get('size')} room"
-
-        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1&x=<y>")
-
-        return Plugin(
-            name="desk",
-            api_version=4,
-            tools=(
-                Tool(
-                    name="book",
-                    description="Book a room.",
-                    parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a room for Friday",
-                    choices=rooms,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="calendar",
-                    description="Read the calendar.",
-                    parameters={"type": "object", "properties": {}},
-                    run=calendar,
-                ),
-            ),
-        )
-
-
 @pytest.fixture
 def desk() -> Desk:
-    return Desk()
+    return Desk(login_url=LOGIN_URL + "&x=<y>")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -24,21 +24,7 @@ from tests.support.telegram_standin import ApiCall, Chat, TelegramStandIn, User
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
-SECRET = "end-to-end-secret"
 BOT = "@mercury_test_bot"
-
-
-@pytest.fixture(scope="module")
-def telegram_server() -> Iterator[TelegramStandIn]:
-    with TelegramStandIn(webhook_secret=SECRET) as standin:
-        yield standin
-
-
-@pytest.fixture
-def telegram(telegram_server: TelegramStandIn) -> Iterator[TelegramStandIn]:
-    telegram_server.reset()
-    yield telegram_server
-    telegram_server.reset()
 
 
 @pytest.fixture

@@ -11,75 +11,20 @@ link goes to the person's private chat; the stop button cancels the turn.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
 
-from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.support.live_scenarios import Desk, until
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.telegram_standin import ApiCall, Chat, TelegramStandIn, User
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
-SECRET = "live-end-to-end-secret"
 BOT = "@mercury_test_bot"
-
-
-class Desk:
-    """A plugin with a confirm-required tool of two choices and one that needs a sign-in."""
-
-    def __init__(self) -> None:
-        self.booked: list[str] = []
-
-    def plugin(self) -> Plugin:
-        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [("Small room", "small"), ("Big room", "big")]
-
-        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            self.booked.append(str(arguments.get("size")))
-            return f"booked the {arguments.get('size')} room"
-
-        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1")
-
-        return Plugin(
-            name="desk",
-            api_version=4,
-            tools=(
-                Tool(
-                    name="book",
-                    description="Book a room.",
-                    parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a room for Friday",
-                    choices=rooms,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="calendar",
-                    description="Read the calendar.",
-                    parameters={"type": "object", "properties": {}},
-                    run=calendar,
-                ),
-            ),
-        )
-
-
-@pytest.fixture(scope="module")
-def telegram_server() -> Iterator[TelegramStandIn]:
-    with TelegramStandIn(webhook_secret=SECRET) as standin:
-        yield standin
-
-
-@pytest.fixture
-def telegram(telegram_server: TelegramStandIn) -> Iterator[TelegramStandIn]:
-    telegram_server.reset()
-    yield telegram_server
-    telegram_server.reset()
 
 
 @pytest.fixture
@@ -110,17 +55,6 @@ async def say(
         delivered = await telegram.deliver(update, url=chat.url + "/webhooks/telegram")
     assert delivered.status == 200, delivered.body
     return dict(delivered.json())
-
-
-async def until(what: str, check: Callable[[], Any], timeout: float = 40.0) -> Any:
-    """``check()``'s first truthy value, polled until ``timeout``."""
-    with anyio.fail_after(timeout):
-        while True:
-            found = check()
-            if found:
-                return found
-            await anyio.sleep(0.05)
-    raise AssertionError(what)  # pragma: no cover
 
 
 def finished(telegram: TelegramStandIn, chat: Chat) -> list[dict[str, Any]]:

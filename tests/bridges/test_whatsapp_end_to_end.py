@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,7 +19,7 @@ import anyio
 import httpx
 import pytest
 
-from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.support.live_scenarios import Desk, until
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.whatsapp_standin import Inbound, WhatsAppStandIn
@@ -287,65 +287,9 @@ async def test_delivery_receipts_and_the_bots_own_echo_run_nothing(
 # --- live answers and buttons (#37) -------------------------------------------------------------
 
 
-class Desk:
-    """A plugin with confirm-required tools of two and of four choices, and one that needs a
-    sign-in; it counts its runs."""
-
-    def __init__(self) -> None:
-        self.booked: list[str] = []
-
-    def plugin(self) -> Plugin:
-        def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [("Small room", "small"), ("Big room", "big")]
-
-        def floors(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-            return [(f"Floor {n}", f"floor{n}") for n in range(1, 5)]
-
-        async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            self.booked.append(str(arguments.get("size")))
-            return f"booked {arguments.get('size')}"
-
-        async def calendar(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-            raise LoginRequired("Calendar", "https://calendar.example/login?state=s1")
-
-        schema = {"type": "object", "properties": {"size": {"type": "string"}}}
-        return Plugin(
-            name="desk",
-            api_version=4,
-            tools=(
-                Tool(
-                    name="book",
-                    description="Book a room.",
-                    parameters=schema,
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a room for Friday",
-                    choices=rooms,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="book_floor",
-                    description="Book a floor.",
-                    parameters=schema,
-                    run=book,
-                    confirm=True,
-                    summary=lambda context, arguments: "Book a floor for Friday",
-                    choices=floors,
-                    choice_argument="size",
-                ),
-                Tool(
-                    name="calendar",
-                    description="Read the calendar.",
-                    parameters={"type": "object", "properties": {}},
-                    run=calendar,
-                ),
-            ),
-        )
-
-
 @pytest.fixture
 def desk() -> Desk:
-    return Desk()
+    return Desk(floors=True)
 
 
 @pytest.fixture
@@ -363,16 +307,6 @@ def tool_then(name: str, answer: str) -> Callable[[dict[str, Any]], ChatScript]:
         return calls.pop() if calls else ChatScript.words(answer)
 
     return respond
-
-
-async def until(what: str, check: Callable[[], Any], timeout: float = 40.0) -> Any:
-    """``check()`` once it is truthy (polled), or a failure naming ``what``."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (value := check()):
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout:g} s")
-        await asyncio.sleep(0.05)
-    return value
 
 
 def sent_with_ids(whatsapp: WhatsAppStandIn) -> list[tuple[str, dict[str, Any]]]:

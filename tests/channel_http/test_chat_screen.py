@@ -19,7 +19,7 @@ import pytest
 
 from channel_http.chat_view import thought_for
 from core.memory.edge import EdgeStore
-from core.tools.registry import Plugin, Tool, ToolCallContext
+from tests.support.live_scenarios import Desk
 from tests.support.memory_doubles import SlowStore
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
@@ -96,33 +96,6 @@ class Terminal:
         return status
 
 
-def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-    return [("Small room", "small"), ("Big room", "big")]
-
-
-async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-    return f"booked the {arguments.get('size', 'small')} room"
-
-
-def desk() -> Plugin:
-    return Plugin(
-        name="desk",
-        api_version=4,
-        tools=(
-            Tool(
-                name="book",
-                description="Book a room.",
-                parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                run=book,
-                confirm=True,
-                summary=lambda context, arguments: "Book a room for Friday",
-                choices=rooms,
-                choice_argument="size",
-            ),
-        ),
-    )
-
-
 def client_env(tmp_path: Path, server: RunningServer) -> dict[str, str]:
     return {
         "PATH": os.environ["PATH"],
@@ -171,7 +144,7 @@ def test_a_tool_after_final_shows_below_the_answer_printed_once(
 def test_a_confirmation_with_choices_leaves_the_tool_line_and_the_prompt(
     tmp_path: Path, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
 ) -> None:
-    server = make_server({"plugins": [desk()]})
+    server = make_server({"plugins": [Desk().plugin()]})
     ollama.responder = None
     ollama.enqueue(
         ChatScript(

@@ -9,13 +9,12 @@ so B confirms it, once; the press delivered to A as well runs nothing there.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from core.tools.registry import Plugin, Tool, ToolCallContext
+from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.postgres import PostgresServer
 from tests.support.recording_bridge import LiveRecordingBridge
@@ -25,32 +24,6 @@ from tests.support.slack_standin import SlackStandIn
 pytestmark = [pytest.mark.timeout(120)]
 
 
-def desk(booked: list[str]) -> Plugin:
-    def rooms(context: ToolCallContext, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-        return [("Small room", "small"), ("Big room", "big")]
-
-    async def book(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
-        booked.append(str(arguments.get("size")))
-        return "booked"
-
-    return Plugin(
-        name="desk",
-        api_version=4,
-        tools=(
-            Tool(
-                name="book",
-                description="Book a room.",
-                parameters={"type": "object", "properties": {"size": {"type": "string"}}},
-                run=book,
-                confirm=True,
-                summary=lambda context, arguments: "Book a room",
-                choices=rooms,
-                choice_argument="size",
-            ),
-        ),
-    )
-
-
 def test_a_button_on_an_answer_written_by_a_is_handled_once_by_b(
     make_server: Callable[..., RunningServer],
     postgres_server: PostgresServer,
@@ -58,15 +31,16 @@ def test_a_button_on_an_answer_written_by_a_is_handled_once_by_b(
     tmp_path: Path,
 ) -> None:
     url = postgres_server.create_database()
-    booked: list[str] = []
+    desk = Desk()
+    booked = desk.booked
     on_a, on_b = LiveRecordingBridge(), LiveRecordingBridge()
     a = make_server(
-        {"bridges": [on_a], "plugins": [desk(booked)]},
+        {"bridges": [on_a], "plugins": [desk.plugin()]},
         MERCURY_STATE_URL=url,
         MERCURY_DATA_DIR=str(tmp_path / "a"),
     )
     b = make_server(
-        {"bridges": [on_b], "plugins": [desk(booked)]},
+        {"bridges": [on_b], "plugins": [desk.plugin()]},
         MERCURY_STATE_URL=url,
         MERCURY_DATA_DIR=str(tmp_path / "b"),
     )
@@ -98,11 +72,12 @@ async def test_a_slack_button_on_an_answer_streamed_by_a_is_pressed_through_b_on
 ) -> None:
     """The same through Slack's own wire: the Slack stand-in, the real slack_sdk on both."""
     url = postgres_server.create_database()
-    booked: list[str] = []
+    desk = Desk()
+    booked = desk.booked
     with SlackStandIn() as slack:
         a, b = (
             make_server(
-                {"plugins": [desk(booked)]},
+                {"plugins": [desk.plugin()]},
                 MERCURY_STATE_URL=url,
                 MERCURY_DATA_DIR=str(tmp_path / name),
                 **slack.env(),
