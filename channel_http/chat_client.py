@@ -35,7 +35,15 @@ import httpx
 if TYPE_CHECKING:
     from channel_http.chat_view import View
 
-__all__ = ["DEFAULT_SERVER", "Exit", "add_command", "run"]
+__all__ = [
+    "DEFAULT_SERVER",
+    "ChatProblem",
+    "Exit",
+    "add_command",
+    "refusal",
+    "resolve_connection",
+    "run",
+]
 
 DEFAULT_SERVER: Final = "http://127.0.0.1:4100"
 CONFIG_NAME: Final = "mercury-http/config.toml"
@@ -129,6 +137,25 @@ def _read_config(path: Path) -> dict[str, Any]:
         raise ChatProblem(f"The config file {path} can't be read: {error}", Exit.USAGE) from None
 
 
+def resolve_connection(server_argument: str | None) -> tuple[str, str]:
+    """The server and the token a command talks with: ``--server``, ``MERCURY_SERVER`` or the
+    config file's ``server`` (default :data:`DEFAULT_SERVER`); ``MERCURY_TOKEN`` or its
+    ``token``. Shared by ``chat`` and the space commands (:mod:`channel_http.admin_client`)."""
+    environ = dict(os.environ)
+    config = _read_config(config_file(environ))
+    token = environ.get("MERCURY_TOKEN") or config.get("token")
+    if not isinstance(token, str) or not token.strip():
+        raise ChatProblem(
+            f'No token: set MERCURY_TOKEN, or token = "..." in {config_file(environ)}.',
+            Exit.USAGE,
+        )
+    server = server_argument or environ.get("MERCURY_SERVER") or config.get("server")
+    server = str(server or DEFAULT_SERVER).rstrip("/")
+    if not server.startswith(("http://", "https://")):
+        raise ChatProblem(f"The server {server!r} is not an http(s) URL.", Exit.USAGE)
+    return server, token.strip()
+
+
 def default_conversation() -> str:
     """One conversation per terminal session: the session id and the terminal, hashed."""
     try:
@@ -164,7 +191,7 @@ class Session:
 # ------------------------------------------------------------------------------ the wire
 
 
-def _refusal(response: httpx.Response) -> ChatProblem:
+def refusal(response: httpx.Response) -> ChatProblem:
     try:
         message = str(response.json().get("error") or response.reason_phrase)
     except (ValueError, AttributeError):
@@ -214,7 +241,7 @@ def stream_turn(session: Session, text: str) -> Outcome:
     with session.client.stream("POST", "/turn", json=body) as response:
         if response.status_code != 200:
             response.read()
-            raise _refusal(response)
+            raise refusal(response)
         for name, data in _sse_events(response.iter_lines()):
             if name == "turn":  # the turn's id, for rejoining a dropped stream; not shown
                 continue
@@ -237,7 +264,7 @@ def chat_once(session: Session, text: str, files: Sequence[Path]) -> Outcome:
         ]
     response = session.client.post("/chat", json=body)
     if response.status_code != 200:
-        raise _refusal(response)
+        raise refusal(response)
     answer = response.json()
     session.view.answer(answer)
     session.view.close()
@@ -333,18 +360,7 @@ def _build_session(arguments: argparse.Namespace, interactive: bool) -> Session:
 
     from channel_http.chat_view import JsonView, LiveView, PlainView
 
-    environ = dict(os.environ)
-    config = _read_config(config_file(environ))
-    token = environ.get("MERCURY_TOKEN") or config.get("token")
-    if not isinstance(token, str) or not token.strip():
-        raise ChatProblem(
-            f'No token: set MERCURY_TOKEN, or token = "..." in {config_file(environ)}.',
-            Exit.USAGE,
-        )
-    server = arguments.server or environ.get("MERCURY_SERVER") or config.get("server")
-    server = str(server or DEFAULT_SERVER).rstrip("/")
-    if not server.startswith(("http://", "https://")):
-        raise ChatProblem(f"The server {server!r} is not an http(s) URL.", Exit.USAGE)
+    server, token = resolve_connection(arguments.server)
     view: View
     if arguments.json:
         view = JsonView()
@@ -354,7 +370,7 @@ def _build_session(arguments: argparse.Namespace, interactive: bool) -> Session:
         view = PlainView()
     return Session(
         server=server,
-        token=token.strip(),
+        token=token,
         conversation=arguments.conversation or default_conversation(),
         view=view,
         save_to=arguments.save_to,

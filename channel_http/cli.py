@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from channel_http import chat_client, collector, logs, switching
+from channel_http import admin_client, chat_client, collector, logs, switching
 from channel_http.accept import GreedyAccept, accept_greedily
 from core.channels import admits
 from core.config.settings import ConfigurationError, Settings, help_text, load_settings
@@ -394,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "chat and embedding models",
     )
     chat_client.add_command(commands)
+    admin_client.add_commands(commands)
     arguments = parser.parse_args(argv)
     if arguments.command == "dev-model":
         from dev_model.command import run as run_dev_model
@@ -401,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_dev_model(arguments)
     if arguments.command == "chat":
         return chat_client.run(arguments)
+    if arguments.command in admin_client.COMMANDS:
+        return admin_client.run(arguments)
     if arguments.command in ("check-config", "init"):
         from channel_http.config_commands import check_config, init
 

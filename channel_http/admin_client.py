@@ -1,0 +1,472 @@
+"""The space commands of ``mercury-http``: spaces, preferences, mutes, settings and pairing.
+
+Each talks to a running server over its HTTP routes (``/spaces…``, ``/pairing…``) with the
+caller's token, found as ``mercury-http chat`` finds it
+(:func:`~channel_http.chat_client.resolve_connection`), so the server decides who may do what
+by the same rule its routes and the agent's tools use: a refusal is the server's sentence,
+printed as it came. ``--json`` prints the server's answer as one JSON object, for scripts.
+
+Exit statuses (:class:`~channel_http.chat_client.Exit`): 0 done, 1 the server failed or
+can't be reached, 2 a usage error or a request the server refused as wrong (400, 404), 4
+refused (401, 403, 429). Deleting a space and muting someone ask first on a terminal; with
+no terminal they need ``--yes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, Final, TextIO
+from urllib.parse import quote
+
+import httpx
+
+from channel_http.chat_client import ChatProblem, Exit, refusal, resolve_connection
+
+__all__ = ["COMMANDS", "add_commands", "run"]
+
+#: The sub-commands this module declares on ``mercury-http``.
+COMMANDS: Final = ("spaces", "prefs", "mute", "unmute", "mutes", "settings", "pairing")
+
+
+# ---------------------------------------------------------------------------- the parser
+
+
+def add_commands(commands: Any) -> None:
+    """Declare the space commands on the ``mercury-http`` sub-command parser."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", metavar="URL", help="the server (as for chat)")
+    common.add_argument(
+        "--json", action="store_true", help="print the server's answer as JSON, for scripts"
+    )
+    # The same options on an action (``spaces list --json``), not overriding what was
+    # given before it (``spaces --json list``).
+    nested = argparse.ArgumentParser(add_help=False)
+    nested.add_argument("--server", metavar="URL", default=argparse.SUPPRESS, help="the server")
+    nested.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, for scripts"
+    )
+    asking = argparse.ArgumentParser(add_help=False)
+    asking.add_argument(
+        "--yes",
+        action="store_true",
+        help="don't ask for a confirmation (needed without a terminal)",
+    )
+    epilog = (
+        "The token and server come as for chat (MERCURY_TOKEN, MERCURY_SERVER or the user "
+        "config file). Exit statuses: 0 done, 1 the server failed or can't be reached, 2 usage "
+        "error or a request refused as wrong (400, 404), 4 refused (401, 403, 429)."
+    )
+
+    spaces = commands.add_parser(
+        "spaces",
+        parents=[common],
+        help="list your spaces, show one, or delete one",
+        description="Without arguments, the spaces you take part in with your role. "
+        "'show SPACE' gives its members and roles; 'delete SPACE' forgets it (asks first).",
+        epilog=epilog,
+    )
+    spaces_actions = spaces.add_subparsers(dest="action")
+    spaces_actions.add_parser("list", parents=[nested], help="the spaces you take part in")
+    show = spaces_actions.add_parser("show", parents=[nested], help="one space and its members")
+    show.add_argument("space", help="the space id, e.g. slack:C0123")
+    forget = spaces_actions.add_parser(
+        "delete", parents=[nested, asking], help="forget a space (admins)"
+    )
+    forget.add_argument("space")
+
+    prefs = commands.add_parser(
+        "prefs",
+        parents=[common],
+        help="a space's preferences",
+        description="List, read, set or delete a space's preferences. 'set' takes the rest of "
+        "the line as the value.",
+        epilog=epilog,
+    )
+    prefs_actions = prefs.add_subparsers(dest="action", required=True)
+    listed = prefs_actions.add_parser("list", parents=[nested], help="every preference")
+    listed.add_argument("space")
+    got = prefs_actions.add_parser("get", parents=[nested], help="one preference")
+    got.add_argument("space")
+    got.add_argument("key")
+    put = prefs_actions.add_parser("set", parents=[nested], help="set a preference")
+    put.add_argument("space")
+    put.add_argument("key")
+    put.add_argument("value", nargs="+", help="the value (the rest of the line)")
+    dropped = prefs_actions.add_parser(
+        "delete", parents=[nested, asking], help="delete a preference"
+    )
+    dropped.add_argument("space")
+    dropped.add_argument("key")
+
+    mute = commands.add_parser(
+        "mute",
+        parents=[common, asking],
+        help="mute a person in a space (shows the reminder, then asks)",
+        description="Mute PERSON in SPACE for DURATION (10m, 1h, 24h, 7d). The server's "
+        "reminder of what muting does is shown first, then you confirm.",
+        epilog=epilog,
+    )
+    mute.add_argument("space")
+    mute.add_argument("person", help="slack:U0123, static:alice or people:alice")
+    mute.add_argument("duration", help="10m, 1h, 24h, 7d (1 minute to 30 days)")
+    mute.add_argument("--reason", help="why, kept with the mute")
+    unmute = commands.add_parser(
+        "unmute", parents=[common], help="lift a person's mute", epilog=epilog
+    )
+    unmute.add_argument("space")
+    unmute.add_argument("person")
+    mutes = commands.add_parser(
+        "mutes", parents=[common], help="the mutes in force in a space", epilog=epilog
+    )
+    mutes.add_argument("space")
+
+    settings = commands.add_parser(
+        "settings",
+        parents=[common],
+        help="a space's runtime settings",
+        description="SPACE alone lists the settings with where each value comes from; KEY "
+        "shows one; KEY VALUE sets it; --unset KEY falls back to the file or the default.",
+        epilog=epilog,
+    )
+    settings.add_argument("space")
+    settings.add_argument("key", nargs="?")
+    settings.add_argument("value", nargs="*", help="the new value (the rest of the line)")
+    settings.add_argument(
+        "--unset", action="store_true", help="remove the space's own value of KEY"
+    )
+
+    pairing = commands.add_parser(
+        "pairing",
+        parents=[common],
+        help="people waiting to be let in (admins)",
+        description="The pairing requests of people who wrote to the assistant and are not "
+        "known yet; approve or deny one by its code.",
+        epilog=epilog,
+    )
+    pairing_actions = pairing.add_subparsers(dest="action")
+    pairing_actions.add_parser("list", parents=[nested], help="the pending requests")
+    for verb in ("approve", "deny"):
+        decided = pairing_actions.add_parser(verb, parents=[nested], help=f"{verb} a request")
+        decided.add_argument("code")
+
+
+# ----------------------------------------------------------------------------- the wire
+
+
+class Client:
+    """The server, with the caller's token; answers are the JSON objects of the routes."""
+
+    def __init__(self, server: str, token: str) -> None:
+        self.http = httpx.Client(
+            base_url=server,
+            headers={"authorization": f"Bearer {token}", "user-agent": "mercury-http-admin"},
+            timeout=30.0,
+        )
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        try:
+            response = self.http.request(method, path, json=body)
+        except httpx.HTTPError as error:
+            raise ChatProblem(
+                f"The server at {self.http.base_url} can't be reached: {error}", Exit.FAILED
+            ) from None
+        if response.status_code >= 400:
+            raise refusal(response)
+        try:
+            answer = response.json()
+        except ValueError:
+            raise ChatProblem("The server's answer is not JSON.", Exit.FAILED) from None
+        if not isinstance(answer, dict):
+            raise ChatProblem("The server's answer is not a JSON object.", Exit.FAILED)
+        return answer
+
+
+def _segment(value: str) -> str:
+    """One path segment: a space id (``slack:C1``) or a person keeps its colons."""
+    return quote(value, safe=":@")
+
+
+# ---------------------------------------------------------------------------- the commands
+
+
+class Console:
+    """Where a command writes, and how it asks (a terminal, or ``--yes``)."""
+
+    def __init__(self, out: TextIO, arguments: argparse.Namespace, read: Callable[[str], str]):
+        self.out = out
+        self.json = bool(arguments.json)
+        self.yes = bool(getattr(arguments, "yes", False))
+        self._read = read
+        self._interactive = _is_tty(sys.stdin)
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self.out)
+
+    def answer(self, answer: dict[str, Any], human: Callable[[dict[str, Any]], None]) -> None:
+        if self.json:
+            print(json.dumps(answer, ensure_ascii=False), file=self.out)
+        else:
+            human(answer)
+
+    def confirm(self, question: str, expected: str = "y") -> bool:
+        """True once confirmed: ``--yes``, or the expected answer typed on a terminal."""
+        if self.yes:
+            return True
+        if not self._interactive:
+            raise ChatProblem(
+                "There is no terminal to ask on: add --yes to go ahead without asking.",
+                Exit.USAGE,
+            )
+        try:
+            typed = self._read(question)
+        except EOFError:
+            return False
+        return typed.strip().lower() == expected.lower()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _who(entry: dict[str, Any], key: str = "person") -> str:
+    """A person as people read them: the name, with the id beside it."""
+    person = str(entry.get(key) or entry.get("id") or "")
+    name = entry.get("name")
+    return f"{name} ({person})" if isinstance(name, str) and name else person
+
+
+def _spaces(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    action = arguments.action or "list"
+    if action == "list":
+        answer = client.call("GET", "/spaces")
+
+        def listed(answer: dict[str, Any]) -> None:
+            spaces = answer.get("spaces") or []
+            if not spaces:
+                console.say("You take part in no space yet.")
+            for space in spaces:
+                title = space.get("title") or ("direct messages" if space.get("isDm") else "")
+                console.say(f"{space['spaceId']}\t{space['role']}\t{title}".rstrip())
+
+        console.answer(answer, listed)
+        return
+    space = _segment(arguments.space)
+    if action == "show":
+        answer = client.call("GET", f"/spaces/{space}")
+
+        def shown(answer: dict[str, Any]) -> None:
+            about = answer.get("space") or {}
+            console.say(f"{about.get('spaceId')}  {about.get('title') or ''}".rstrip())
+            console.say(f"platform: {about.get('platform')}, your role: {about.get('role')}")
+            permissions = ", ".join(about.get("permissions") or []) or "none"
+            console.say(f"you may: {permissions}")
+            members = answer.get("members") or []
+            console.say(f"members ({len(members)}):")
+            for member in members:
+                console.say(f"  {_who(member, 'id')}\t{member.get('role')}")
+
+        console.answer(answer, shown)
+        return
+    # delete
+    if not console.confirm(
+        f"Forget the space {arguments.space}: its members, preferences, mutes and settings? "
+        "Type its id to confirm: ",
+        expected=arguments.space,
+    ):
+        raise ChatProblem("Nothing was deleted.", Exit.USAGE)
+    answer = client.call("DELETE", f"/spaces/{space}")
+    console.answer(answer, lambda _: console.say(f"Forgot the space {arguments.space}."))
+
+
+def _prefs(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    base = f"/spaces/{_segment(arguments.space)}/prefs"
+    if arguments.action == "list":
+
+        def listed(answer: dict[str, Any]) -> None:
+            preferences = answer.get("preferences") or []
+            if not preferences:
+                console.say("The space has no preferences.")
+            for preference in preferences:
+                console.say(f"{preference['key']} = {preference['value']}")
+
+        console.answer(client.call("GET", base), listed)
+    elif arguments.action == "get":
+        answer = client.call("GET", f"{base}/{_segment(arguments.key)}")
+        console.answer(answer, lambda a: console.say(str(a["preference"]["value"])))
+    elif arguments.action == "set":
+        value = " ".join(arguments.value)
+        answer = client.call("PUT", f"{base}/{_segment(arguments.key)}", {"value": value})
+        verb = "Added" if answer.get("created") else "Replaced"
+        console.answer(answer, lambda _: console.say(f"{verb} {arguments.key} = {value}"))
+    else:
+        if not console.confirm(f"Delete the preference {arguments.key}? [y/N] "):
+            raise ChatProblem("Nothing was deleted.", Exit.USAGE)
+        answer = client.call("DELETE", f"{base}/{_segment(arguments.key)}")
+        console.answer(answer, lambda _: console.say(f"Deleted {arguments.key}."))
+
+
+def _mute(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    path = f"/spaces/{_segment(arguments.space)}/mutes"
+    body: dict[str, Any] = {"person": arguments.person, "duration": arguments.duration}
+    if arguments.reason is not None:
+        body["reason"] = arguments.reason
+    reminder = client.call("POST", path, body)
+    if not console.json or not console.yes:
+        # The reminder goes to stderr under --json, so stdout stays one JSON object.
+        stream = sys.stderr if console.json else console.out
+        print(str(reminder.get("reminder") or ""), file=stream)
+    if not console.confirm("Mute? [y/N] "):
+        raise ChatProblem("Nobody was muted.", Exit.USAGE)
+    answer = client.call("POST", path, {**body, "confirm": True})
+
+    def muted(answer: dict[str, Any]) -> None:
+        mute = answer.get("mute") or {}
+        console.say(f"Muted {_who(mute)} until {mute.get('until')}.")
+
+    console.answer(answer, muted)
+
+
+def _unmute(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    path = f"/spaces/{_segment(arguments.space)}/mutes/{_segment(arguments.person)}"
+    answer = client.call("DELETE", path)
+    console.answer(answer, lambda a: console.say(f"Unmuted {a.get('unmuted')}."))
+
+
+def _mutes(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    answer = client.call("GET", f"/spaces/{_segment(arguments.space)}/mutes")
+
+    def listed(answer: dict[str, Any]) -> None:
+        mutes = answer.get("mutes") or []
+        if not mutes:
+            console.say("Nobody is muted in this space.")
+        for mute in mutes:
+            reason = f" ({mute['reason']})" if mute.get("reason") else ""
+            console.say(f"{_who(mute)}\tuntil {mute['until']}\tby {mute['by']}{reason}")
+
+    console.answer(answer, listed)
+
+
+def _typed(value: str, current: Any) -> Any:
+    """A value typed on the command line, in the type the setting has now (``5`` a number,
+    ``on`` a truth value); text stays text."""
+    if isinstance(current, bool):
+        lowered = value.strip().lower()
+        if lowered in ("true", "on", "yes", "1"):
+            return True
+        if lowered in ("false", "off", "no", "0"):
+            return False
+        return value
+    if isinstance(current, int):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return value
+    if current is None:
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        return parsed if isinstance(parsed, bool | int) else value
+    return value
+
+
+def _setting_line(setting: dict[str, Any]) -> str:
+    value = json.dumps(setting.get("value"), ensure_ascii=False)
+    return f"{setting['key']} = {value}\t({setting.get('source')})"
+
+
+def _settings(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    base = f"/spaces/{_segment(arguments.space)}/settings"
+    if arguments.key is None:
+        if arguments.unset or arguments.value:
+            raise ChatProblem("Name the setting: settings SPACE KEY [VALUE].", Exit.USAGE)
+
+        def every(answer: dict[str, Any]) -> None:
+            for setting in answer.get("settings") or []:
+                console.say(_setting_line(setting))
+
+        console.answer(client.call("GET", base), every)
+        return
+    path = f"{base}/{_segment(arguments.key)}"
+    if arguments.unset:
+        if arguments.value:
+            raise ChatProblem("--unset takes no value.", Exit.USAGE)
+        answer = client.call("DELETE", path)
+        console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
+        return
+    listed = client.call("GET", base)
+    current = {s.get("key"): s for s in listed.get("settings") or [] if isinstance(s, dict)}
+    if arguments.key not in current:
+        known = ", ".join(sorted(str(k) for k in current))
+        raise ChatProblem(
+            f"There is no setting {arguments.key}; the settings: {known}.", Exit.USAGE
+        )
+    if not arguments.value:
+        console.answer(
+            {"ok": True, "spaceId": listed.get("spaceId"), "setting": current[arguments.key]},
+            lambda a: console.say(_setting_line(a["setting"])),
+        )
+        return
+    value = _typed(" ".join(arguments.value), current[arguments.key].get("value"))
+    answer = client.call("PUT", path, {"value": value})
+    console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
+
+
+def _pairing(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    action = arguments.action or "list"
+    if action == "list":
+
+        def listed(answer: dict[str, Any]) -> None:
+            pairings = answer.get("pairings") or []
+            if not pairings:
+                console.say("Nobody is waiting.")
+            for request in pairings:
+                who = _who(request, "account")
+                console.say(
+                    f"{request['code']}\t{request['platform']}\t{who}\t"
+                    f"expires {request['expiresAt']}"
+                )
+
+        console.answer(client.call("GET", "/pairing"), listed)
+        return
+    answer = client.call("POST", f"/pairing/{_segment(arguments.code)}/{action}")
+    done = "Approved" if action == "approve" else "Denied"
+    console.answer(answer, lambda _: console.say(f"{done} {arguments.code}."))
+
+
+_RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = {
+    "spaces": _spaces,
+    "prefs": _prefs,
+    "mute": _mute,
+    "unmute": _unmute,
+    "mutes": _mutes,
+    "settings": _settings,
+    "pairing": _pairing,
+}
+
+
+def run(
+    arguments: argparse.Namespace,
+    out: TextIO | None = None,
+    read: Callable[[str], str] = input,
+) -> int:
+    """Run one space command; returns its exit status."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    out = out or sys.stdout
+    try:
+        server, token = resolve_connection(arguments.server)
+        client = Client(server, token)
+        _RUN[arguments.command](client, Console(out, arguments, read), arguments)
+    except ChatProblem as problem:
+        print(problem, file=sys.stderr)
+        return int(problem.status)
+    except KeyboardInterrupt:
+        return int(Exit.CANCELLED)
+    return int(Exit.ANSWERED)

@@ -1,0 +1,219 @@
+"""The space commands of ``mercury-http`` (#40) against a real server: who may do what is the
+server's rule, seen from the command line as from the routes; confirmations asked on a real
+terminal (pexpect), refused without one unless ``--yes``; ``--json`` for scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from core.spaces.ids import parse_space_id
+from tests.conftest import TOKENS
+from tests.support.server import RunningServer
+
+pytestmark = [pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+SPACE = "slack:C1"
+CONFIG = """
+spaces:
+  "slack:C1":
+    admins: [static:alice]
+    members: [static:bob]
+    rate_limit: 7
+"""
+PEOPLE = [
+    {"id": "alice", "displayName": "Alice", "identities": ["static:alice"]},
+    {"id": "bob", "displayName": "Bob", "identities": ["static:bob", "slack:UBOB"]},
+    {"id": "carol", "displayName": "Carol", "identities": ["static:carol"]},
+]
+
+
+@pytest.fixture
+def server(make_server: Callable[..., RunningServer], tmp_path: Path) -> RunningServer:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    tokens = {**TOKENS, "carol-token": {"id": "carol", "displayName": "Carol"}}
+    running = make_server(
+        None,
+        MERCURY_CONFIG_FILE=str(config),
+        AUTH_STATIC_TOKENS=json.dumps(tokens),
+        DIRECTORY_STATIC_PEOPLE=json.dumps(PEOPLE),
+    )
+    stores = running.services.space_stores
+    running.call(stores.spaces.open(parse_space_id(SPACE), title="#general"))
+    return running
+
+
+def env_of(tmp_path: Path, server: RunningServer, token: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "MERCURY_TOKEN": token,
+        "MERCURY_SERVER": server.url,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+    }
+
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, server: RunningServer) -> Run:
+    """``mercury-http ARGS`` as a script runs it (pipes, no terminal), as ``token``'s owner."""
+
+    def run(*args: str, token: str = "alice-token") -> subprocess.CompletedProcess[str]:  # noqa: S107
+        return subprocess.run(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "channel_http", *args],
+            cwd=ROOT,
+            env=env_of(tmp_path, server, token),
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    return run
+
+
+def test_preferences_over_the_command_line_with_the_rest_of_the_line_as_the_value(cli: Run) -> None:
+    saved = cli("prefs", "set", SPACE, "tone", "short", "and", "friendly")
+    assert saved.returncode == 0, saved.stderr
+    assert saved.stdout.strip() == "Added tone = short and friendly"
+    assert cli("prefs", "get", SPACE, "tone").stdout.strip() == "short and friendly"
+    listed = cli("prefs", "list", SPACE, "--json")
+    answer = json.loads(listed.stdout)
+    assert [(p["key"], p["value"]) for p in answer["preferences"]] == [
+        ("tone", "short and friendly")
+    ]
+    # Deleting asks first: without a terminal, only with --yes.
+    unasked = cli("prefs", "delete", SPACE, "tone")
+    assert unasked.returncode == 2 and "--yes" in unasked.stderr
+    assert cli("prefs", "get", SPACE, "tone").returncode == 0
+    deleted = cli("prefs", "delete", "--yes", SPACE, "tone")
+    assert deleted.returncode == 0 and deleted.stdout.strip() == "Deleted tone."
+    gone = cli("prefs", "get", SPACE, "tone")
+    assert gone.returncode == 2 and gone.stderr.strip()
+
+
+def test_the_permission_matrix_is_the_servers_admin_member_outsider(cli: Run) -> None:
+    assert cli("prefs", "set", SPACE, "tone", "formal").returncode == 0
+    # A member reads the preferences but can't change them or mute.
+    assert cli("prefs", "list", SPACE, token="bob-token").returncode == 0
+    refused = cli("prefs", "set", SPACE, "tone", "casual", token="bob-token")
+    assert refused.returncode == 4
+    assert refused.stderr.strip().endswith(".") and "Traceback" not in refused.stderr
+    muting = cli("mute", "--yes", SPACE, "static:carol", "1h", token="bob-token")
+    assert muting.returncode == 4
+    # An outsider gets nothing of the space.
+    outsider = cli("prefs", "list", SPACE, token="carol-token")
+    assert outsider.returncode in (2, 4) and outsider.stdout == ""
+    assert cli("prefs", "get", SPACE, "tone").stdout.strip() == "formal"
+
+
+def test_a_mute_shows_the_reminder_then_needs_a_yes_on_the_terminal(
+    tmp_path: Path, server: RunningServer, cli: Run
+) -> None:
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "channel_http", "mute", SPACE, "slack:UBOB", "1h", "--reason", "spam"],
+        cwd=str(ROOT),
+        env=env_of(tmp_path, server, "alice-token"),
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect(r"Mute\? \[y/N\]")
+    reminder = child.before
+    assert "mute" in reminder.lower()  # the server's reminder, shown before the question
+    child.sendline("n")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2
+    assert cli("mutes", SPACE).stdout.strip() == "Nobody is muted in this space."
+
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "channel_http", "mute", SPACE, "slack:UBOB", "1h", "--reason", "spam"],
+        cwd=str(ROOT),
+        env=env_of(tmp_path, server, "alice-token"),
+        encoding="utf-8",
+        timeout=60,
+    )
+    child.expect(r"Mute\? \[y/N\]")
+    child.sendline("y")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "Muted " in child.before
+    listed = cli("mutes", SPACE, "--json")
+    (mute,) = json.loads(listed.stdout)["mutes"]
+    assert mute["person"] == "people:bob" and mute["reason"] == "spam"
+    # Lifted under another of Bob's names.
+    lifted = cli("unmute", SPACE, "static:bob")
+    assert lifted.returncode == 0, lifted.stderr
+    assert json.loads(cli("mutes", SPACE, "--json").stdout)["mutes"] == []
+
+
+def test_a_mute_without_a_terminal_needs_yes_and_an_admin_cant_be_muted(cli: Run) -> None:
+    unasked = cli("mute", SPACE, "static:bob", "10m")
+    assert unasked.returncode == 2 and "--yes" in unasked.stderr
+    assert json.loads(cli("mutes", SPACE, "--json").stdout)["mutes"] == []
+    admin = cli("mute", "--yes", SPACE, "static:alice", "10m")
+    assert admin.returncode == 4 and admin.stderr.strip()
+    muted = cli("mute", "--yes", "--json", SPACE, "static:bob", "10m")
+    assert muted.returncode == 0, muted.stderr
+    assert json.loads(muted.stdout)["mute"]["person"] == "people:bob"
+
+
+def test_spaces_list_show_and_delete_with_a_confirmation(cli: Run) -> None:
+    listed = cli("spaces")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split("\t")[:2] == [SPACE, "admin"]
+    assert json.loads(cli("spaces", "list", "--json").stdout)["spaces"][0]["role"] == "admin"
+    assert cli("spaces", token="carol-token").stdout.strip() == "You take part in no space yet."
+    refused = cli("spaces", "delete", SPACE, token="bob-token")
+    assert refused.returncode == 2  # no terminal to ask on: nothing sent
+    refused = cli("spaces", "delete", "--yes", SPACE, token="bob-token")
+    assert refused.returncode == 4
+    forgot = cli("spaces", "delete", "--yes", SPACE)
+    assert forgot.returncode == 0 and forgot.stdout.strip() == f"Forgot the space {SPACE}."
+
+
+def test_usage_and_connection_problems_are_one_sentence(
+    tmp_path: Path, server: RunningServer
+) -> None:
+    env = env_of(tmp_path, server, "alice-token")
+    env["MERCURY_SERVER"] = "http://127.0.0.1:9"
+    unreachable = subprocess.run(
+        [sys.executable, "-m", "channel_http", "spaces"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert unreachable.returncode == 1 and "can't be reached" in unreachable.stderr
+    assert "Traceback" not in unreachable.stderr
+    del env["MERCURY_TOKEN"]
+    env["MERCURY_SERVER"] = server.url
+    tokenless = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "channel_http", "mutes", SPACE],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert tokenless.returncode == 2 and "No token" in tokenless.stderr
