@@ -154,9 +154,17 @@ class SlackSocketBridge(SlackBot):
             # Not acknowledged: Slack sends it again, and what was taken runs once.
             log.exception("a Slack %s envelope could not be taken", envelope.type[:40])
             return
-        await connections.send_socket_mode_response(
-            SocketModeResponse(envelope_id=envelope.envelope_id)
-        )
+        try:
+            await connections.send_socket_mode_response(
+                SocketModeResponse(envelope_id=envelope.envelope_id)
+            )
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            # The connection went away first: Slack sends the envelope again, and what was
+            # taken runs once.
+            log.info(
+                "a Slack envelope's acknowledgement was lost with its connection (%s)",
+                type(exc).__name__,
+            )
 
     async def _read_envelope(self, kind: str, payload: bytes) -> WebhookOutcome:
         """An envelope's payload, read as its webhook delivery would be."""
