@@ -8,6 +8,7 @@ acknowledgement, and an app-level token Slack refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -263,3 +264,37 @@ async def test_the_bridge_stops_connecting_once_slack_refuses_its_token(
     finally:
         await bridge.close()
     assert slack.refused_opens == 1 and slack.opened == 0
+
+
+async def test_an_envelope_the_bridge_could_not_take_is_not_acknowledged_and_comes_again(
+    slack: SlackSocketStandIn,
+) -> None:
+    bridge = SlackSocketBridge(
+        slack.settings(mode="socket", app_token=slack.app_token, signing_secret=None),
+        bot_name="Mercury",
+    )
+    taken: list[str] = []
+    failed: list[str] = []
+
+    async def deliver(message: Received | Pressed) -> None:
+        if not failed:  # the state store is down, once
+            failed.append(message.delivery_id)
+            raise ConnectionError("the state store can't be reached")
+        taken.append(message.delivery_id)
+
+    opened = slack.hellos
+    running = asyncio.create_task(bridge.run(deliver))
+    try:
+        await slack.wait_until_async(lambda: slack.hellos > opened, timeout=20, what="a connection")
+        envelope = await slack.send_event(slack.message("D7", "U1", "take me"))
+        await slack.wait_until_async(lambda: failed, timeout=20, what="the failed take")
+        await settle(0.3)
+        assert envelope.acked == 0  # never acknowledged before it was taken
+        await slack.retry_unacked()  # Slack's retry of an envelope not acknowledged in time
+        await all_acknowledged(slack)
+        assert taken == failed and envelope.sent == 2
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await bridge.close()

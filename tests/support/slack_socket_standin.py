@@ -16,7 +16,9 @@ be replaced), keeps an envelope until it is acknowledged, and sends one whose co
 away unacknowledged again on the next (``retry_attempt`` + 1). A connection it asked to be
 replaced (:meth:`SlackSocketStandIn.refresh`) gets no new envelopes and is closed by the
 client; :meth:`SlackSocketStandIn.drop` ends a connection abruptly, and
-``drop_after=True`` ends it right after an envelope, before its acknowledgement can count.
+``drop_after=True`` ends it right after an envelope, before its acknowledgement can count;
+:meth:`SlackSocketStandIn.retry_unacked` sends what is not acknowledged yet again, as Slack
+does when an acknowledgement is late.
 
 Everything else (``chat.postMessage``, users, files, ``response_url``) is the Slack stand-in's
 (:mod:`tests.support.slack_standin`).
@@ -133,6 +135,11 @@ class SlackSocketStandIn(SlackStandIn):
         """``disconnect`` with reason ``refresh_requested`` on every open connection."""
         await self.in_loop(self._disconnect("refresh_requested"))
 
+    async def retry_unacked(self) -> None:
+        """Send every envelope not acknowledged yet again on a connection, as Slack does when
+        an acknowledgement is late (``retry_reason`` ``timeout``)."""
+        await self.in_loop(self._retry())
+
     async def drop(self) -> None:
         """End every open connection abruptly, as a network failure would."""
         await self.in_loop(self._drop_all())
@@ -246,6 +253,11 @@ class SlackSocketStandIn(SlackStandIn):
             if not envelope.acked and (carrier is None or not carrier.live):
                 if await self._send(envelope) is None:
                     return
+
+    async def _retry(self) -> None:
+        for envelope in list(self.envelopes.values()):
+            if not envelope.acked:
+                await self._send(envelope)
 
     async def _disconnect(self, reason: str) -> None:
         for link in list(self._links):
