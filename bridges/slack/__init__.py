@@ -38,6 +38,7 @@ Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.co
     BridgeError                  Slack refused a call; the message carries Slack's error code
     └── PlatformUnavailable      Slack could not be reached, answered 5xx or rate-limited us
     ConfigurationError           the bridge was built without its bot token or signing secret
+                                 (in Socket Mode: its app-level token)
 
 Socket Mode (``SLACK_MODE=socket``, #38): the same events and presses come over WebSocket
 connections the bridge opens with an app-level token (:class:`SlackSocketBridge`, a

@@ -65,6 +65,9 @@ _TOKEN_REFUSED: Final = frozenset(
         "no_permission",
     }
 )
+#: Seconds between the client's pings (a connection silent for four is replaced), and its
+#: pause after a failed attempt to connect (the SDK's own default).
+_PING_INTERVAL_S: Final = 5.0
 #: Seconds an ``apps.connections.open`` call may take.
 _OPEN_TIMEOUT_S: Final = 15
 
@@ -80,6 +83,7 @@ class SlackSocketBridge(SlackBot):
         bot_name: str,
         first_wait_s: float = _FIRST_WAIT_S,
         most_wait_s: float = _MOST_WAIT_S,
+        ping_interval_s: float = _PING_INTERVAL_S,
     ) -> None:
         if not settings.bot_token or not settings.app_token:
             raise ConfigurationError(
@@ -90,6 +94,7 @@ class SlackSocketBridge(SlackBot):
         self._app_token = settings.app_token
         self._first_wait_s = first_wait_s
         self._most_wait_s = most_wait_s
+        self._ping_interval_s = ping_interval_s
 
     async def run(self, deliver: Deliver) -> None:
         """Hold Socket Mode connections and hand on what comes over them, until cancelled
@@ -99,6 +104,7 @@ class SlackSocketBridge(SlackBot):
             self._app_token,
             logger=logging.getLogger("mercury.bridges.slack.socket_mode"),
             web_client=AsyncWebClient(base_url=self._api_url, timeout=_OPEN_TIMEOUT_S),
+            ping_interval=self._ping_interval_s,
         )
         client.refused = refused
         client.first_wait_s, client.most_wait_s = self._first_wait_s, self._most_wait_s

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -293,6 +295,40 @@ async def test_an_envelope_the_bridge_could_not_take_is_not_acknowledged_and_com
         await slack.retry_unacked()  # Slack's retry of an envelope not acknowledged in time
         await all_acknowledged(slack)
         assert taken == failed and envelope.sent == 2
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await bridge.close()
+
+
+async def test_failed_attempts_to_connect_wait_longer_and_longer_until_slack_says_hello(
+    slack: SlackSocketStandIn,
+) -> None:
+    bridge = SlackSocketBridge(
+        slack.settings(mode="socket", app_token=slack.app_token, signing_secret=None),
+        bot_name="Mercury",
+        first_wait_s=0.2,
+        ping_interval_s=0.05,
+    )
+    slack.fail_next(3, status=500, error="internal_error", method="apps.connections.open")
+
+    async def deliver(message: Received | Pressed) -> None:
+        raise AssertionError(f"nothing was sent, not {message}")
+
+    opened = slack.hellos
+    running = asyncio.create_task(bridge.run(deliver))
+    try:
+        await slack.wait_until_async(
+            lambda: slack.hellos > opened, timeout=20, what="a connection at last"
+        )
+        first, second, third = (b - a for a, b in itertools.pairwise(slack.open_times))
+        assert first < second < third and third > 2 * first
+        # Slack's hello starts the count again: a refresh reconnects without the waits.
+        refreshed = time.monotonic()
+        await slack.refresh()
+        await slack.wait_until_async(lambda: slack.hellos > opened + 1, timeout=20, what="hello")
+        assert len(slack.open_times) == 5 and slack.open_times[-1] - refreshed < third
     finally:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -1,9 +1,9 @@
 """A stand-in for Slack's Socket Mode, on top of the Slack stand-in's Web API (127.0.0.1).
 
 ``apps.connections.open`` (the app-level token as ``Authorization: Bearer``; a bot token is
-``not_allowed_token_type``, any other ``invalid_auth``) hands out a one-use
-``ws://127.0.0.1:<port>/link/?ticket=…`` URL; the WebSocket there speaks Slack's envelope
-protocol::
+``not_allowed_token_type``, any other ``invalid_auth``; ``fail_next`` fails it too) hands out
+a one-use ``ws://127.0.0.1:<port>/link/?ticket=…`` URL; the WebSocket there speaks Slack's
+envelope protocol::
 
     server ─► {"type": "hello", "num_connections": 1, "connection_info": {...}, ...}
     server ─► {"type": "events_api" | "interactive", "envelope_id": "…", "payload": {...},
@@ -30,12 +30,13 @@ import contextlib
 import hmac
 import itertools
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import WSMsgType, web
 
-from tests.support.slack_standin import APP_ID, SlackStandIn, _bearer, _refused
+from tests.support.slack_standin import APP_ID, ApiCall, SlackStandIn, _bearer, _refused
 
 __all__ = ["APP_TOKEN", "Envelope", "SlackSocketStandIn"]
 
@@ -87,6 +88,8 @@ class SlackSocketStandIn(SlackStandIn):
         self.refused_opens = 0
         #: Connections that got Slack's hello.
         self.hellos = 0
+        #: When each ``apps.connections.open`` came (``time.monotonic``).
+        self.open_times: list[float] = []
         self._links: list[_Link] = []
         self._tickets: set[str] = set()
         self._numbers = itertools.count(1)
@@ -103,6 +106,7 @@ class SlackSocketStandIn(SlackStandIn):
         super().reset()
         self.envelopes.clear()
         self.opened = self.refused_opens = 0
+        self.open_times.clear()
 
     @property
     def unacked(self) -> list[Envelope]:
@@ -155,6 +159,19 @@ class SlackSocketStandIn(SlackStandIn):
         if request.match_info["method"] != "apps.connections.open":
             return await super()._api(request)
         token = _bearer(request.headers.get("Authorization"))
+        with self._lock:
+            self.calls.append(
+                ApiCall(
+                    method="apps.connections.open",
+                    params={},
+                    http_method=request.method,
+                    token=token,
+                )
+            )
+            self.open_times.append(time.monotonic())
+            failure = self._take_failure("apps.connections.open")
+        if failure is not None:
+            return web.json_response({"ok": False, "error": failure.error}, status=failure.status)
         if token is None:
             self.refused_opens += 1
             return _refused("not_authed")
