@@ -1,6 +1,7 @@
-"""The Slack bridge: signed Events API deliveries and button presses read into
-:class:`Received` and :class:`Pressed`, replies, files and private answers through the Web
-API, and the names of the bot and the people it reads. The package's docstring
+"""The Slack bridge: Events API callbacks and button presses read into :class:`Received` and
+:class:`Pressed` (:class:`SlackBot`, whichever way they come; :class:`SlackBridge` checks the
+signed webhook deliveries that carry them), replies, files and private answers through the
+Web API, and the names of the bot and the people it reads. The package's docstring
 (:mod:`bridges.slack`) tells the whole of it, its exception tree included."""
 
 from __future__ import annotations
@@ -301,21 +302,6 @@ class SlackBot:
             ),
             sent_at=sent_at,
         )
-
-    def _read_interaction(self, body: bytes) -> WebhookOutcome:
-        """A signed interactivity delivery: the form around one ``payload``."""
-        try:
-            form = parse_qs(
-                body.decode("utf-8"), strict_parsing=True, max_num_fields=8, errors="strict"
-            )
-        except (UnicodeDecodeError, ValueError) as exc:
-            return WebhookOutcome(verdict="malformed", reason=f"the form is unreadable: {exc}")
-        payloads = form.get("payload", [])
-        if len(payloads) != 1:
-            return WebhookOutcome(
-                verdict="malformed", reason="an interactivity form without exactly one payload"
-            )
-        return self._read_press(payloads[0].encode())
 
     def _read_press(self, payload: bytes) -> WebhookOutcome:
         """An interactivity payload (a webhook form's ``payload``, a Socket Mode
@@ -922,6 +908,21 @@ class SlackBridge(SlackBot):
                 verdict="malformed", reason=f"Slack delivers by POST, not {method}"
             )
         return self._read_interaction(body)
+
+    def _read_interaction(self, body: bytes) -> WebhookOutcome:
+        """A signed interactivity delivery: the form around one ``payload``."""
+        try:
+            form = parse_qs(
+                body.decode("utf-8"), strict_parsing=True, max_num_fields=8, errors="strict"
+            )
+        except (UnicodeDecodeError, ValueError) as exc:
+            return WebhookOutcome(verdict="malformed", reason=f"the form is unreadable: {exc}")
+        payloads = form.get("payload", [])
+        if len(payloads) != 1:
+            return WebhookOutcome(
+                verdict="malformed", reason="an interactivity form without exactly one payload"
+            )
+        return self._read_press(payloads[0].encode())
 
 
 # -- helpers ---------------------------------------------------------------------------------
