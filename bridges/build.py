@@ -11,9 +11,10 @@ if TYPE_CHECKING:
 
 __all__ = ["build_bridges"]
 
-#: Per platform, the module and class of its bridge; a bridge that is off never loads its SDK.
+#: Per platform, the module and class (or builder) of its bridge; a bridge that is off never
+#: loads its SDK.
 BRIDGES: Final = {
-    "slack": ("bridges.slack", "SlackBridge"),
+    "slack": ("bridges.slack", "slack_bridge"),
     "telegram": ("bridges.telegram", "TelegramBridge"),
     "discord": ("bridges.discord", "DiscordBridge"),
     "whatsapp": ("bridges.whatsapp", "WhatsAppBridge"),

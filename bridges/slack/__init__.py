@@ -38,15 +38,40 @@ Exception tree (see :mod:`bridges.port`; ``ConfigurationError`` is :mod:`core.co
     BridgeError                  Slack refused a call; the message carries Slack's error code
     └── PlatformUnavailable      Slack could not be reached, answered 5xx or rate-limited us
     ConfigurationError           the bridge was built without its bot token or signing secret
+                                 (in Socket Mode: its app-level token)
 
-The package, module by module: ``bridge`` (:class:`SlackBridge`: deliveries, presses,
-replies, files, names), ``live`` (a reply streamed or posted and edited), ``blocks`` (text
-and Block Kit), ``wire`` (the payloads Slack sends and its Web API's failures).
+Socket Mode (``SLACK_MODE=socket``, #38): the same events and presses come over WebSocket
+connections the bridge opens with an app-level token (:class:`SlackSocketBridge`, a
+:class:`bridges.port.GatewayBridge` run on every instance); no request URL, no signing
+secret, and ``/webhooks/slack`` is not served.
+
+The package, module by module: ``bridge`` (:class:`SlackBot`: events and presses read,
+replies, files, names; :class:`SlackBridge`: signed deliveries), ``socket_mode``
+(:class:`SlackSocketBridge`: Socket Mode connections), ``live`` (a reply streamed or posted
+and edited), ``blocks`` (text and Block Kit), ``wire`` (the payloads Slack sends and its Web
+API's failures).
 """
 
 from __future__ import annotations
 
 from bridges.slack.blocks import LIVE_MAX_CHARS, MAX_MESSAGE_CHARS, split_message
-from bridges.slack.bridge import SlackBridge
+from bridges.slack.bridge import SlackBot, SlackBridge
+from bridges.slack.socket_mode import SlackSocketBridge
+from core.config.settings import SlackSettings
 
-__all__ = ["LIVE_MAX_CHARS", "MAX_MESSAGE_CHARS", "SlackBridge", "split_message"]
+__all__ = [
+    "LIVE_MAX_CHARS",
+    "MAX_MESSAGE_CHARS",
+    "SlackBot",
+    "SlackBridge",
+    "SlackSocketBridge",
+    "slack_bridge",
+    "split_message",
+]
+
+
+def slack_bridge(settings: SlackSettings, *, bot_name: str) -> SlackBot:
+    """The Slack bridge of ``settings.mode``: webhooks (``http``) or Socket Mode (``socket``)."""
+    if settings.mode == "socket":
+        return SlackSocketBridge(settings, bot_name=bot_name)
+    return SlackBridge(settings, bot_name=bot_name)

@@ -1,6 +1,7 @@
-"""The Slack bridge: signed Events API deliveries and button presses read into
-:class:`Received` and :class:`Pressed`, replies, files and private answers through the Web
-API, and the names of the bot and the people it reads. The package's docstring
+"""The Slack bridge: Events API callbacks and button presses read into :class:`Received` and
+:class:`Pressed` (:class:`SlackBot`, whichever way they come; :class:`SlackBridge` checks the
+signed webhook deliveries that carry them), replies, files and private answers through the
+Web API, and the names of the bot and the people it reads. The package's docstring
 (:mod:`bridges.slack`) tells the whole of it, its exception tree included."""
 
 from __future__ import annotations
@@ -122,21 +123,21 @@ class _ClockForSdk(SdkClock):
         return self._clock().timestamp()
 
 
-class SlackBridge:
-    """One Slack app's bot: reads its Events API deliveries, answers through the Web API."""
+class SlackBot:
+    """One Slack app's bot, however its events come: reads an Events API callback or an
+    interactivity payload, answers through the Web API. :class:`SlackBridge` takes them from
+    signed webhook deliveries, :class:`bridges.slack.socket_mode.SlackSocketBridge` from
+    Socket Mode connections; both read them here, the same way."""
 
-    def __init__(
-        self, settings: SlackSettings, *, bot_name: str, clock: Clock = system_clock
-    ) -> None:
-        if not settings.bot_token or not settings.signing_secret:
+    def __init__(self, settings: SlackSettings, *, bot_name: str) -> None:
+        if not settings.bot_token:
             raise ConfigurationError(
-                "The Slack bridge needs SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET; set both "
-                "from the Slack app's settings, or turn MERCURY_SLACK off."
+                "The Slack bridge needs SLACK_BOT_TOKEN; set it from the Slack app's "
+                "settings, or turn MERCURY_SLACK off."
             )
         self._token = settings.bot_token
         self._api_url = settings.api_url
         self._bot_name = bot_name
-        self._verifier = SignatureVerifier(settings.signing_secret, clock=_ClockForSdk(clock))
         # One retry of a dropped connection, as the SDK's default, written out so that it stays
         # bounded; rate limits and 5xx are not retried here: the pipeline hears of them.
         self._client = AsyncWebClient(
@@ -197,34 +198,9 @@ class SlackBridge:
 
     # -- deliveries --------------------------------------------------------------------------
 
-    async def receive(
-        self,
-        method: str,
-        query: Mapping[str, str],
-        headers: Mapping[str, str],
-        body: bytes,
-    ) -> WebhookOutcome:
-        """Check one Events API delivery's signature, then read the message it carries.
-
-        A retry (``X-Slack-Retry-Num``) carries the same ``event_id`` and is parsed again:
-        the pipeline's de-duplication runs it once. Nothing here waits for Slack: the bot's
-        user id comes from the delivery's ``authorizations``, the author's name from the event
-        or from what is known; what is missing is learned in the background and filled in by
-        :meth:`complete`, after the acknowledgement.
-        """
-        if not self._is_signed(headers, body):
-            return WebhookOutcome(
-                verdict="forged",
-                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
-            )
-        if method.upper() != "POST":
-            return WebhookOutcome(
-                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
-            )
-        content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-        if content_type == "application/x-www-form-urlencoded":
-            # A button pressed: Slack posts interactivity as a form with one ``payload``.
-            return self._read_interaction(body)
+    async def _read_callback(self, body: bytes) -> WebhookOutcome:
+        """An Events API callback (a webhook's JSON body, a Socket Mode ``events_api``
+        envelope's payload): the message it carries, or the URL verification's answer."""
         try:
             envelope = decode(_ENVELOPE, body)
         except msgspec.DecodeError as exc:
@@ -246,21 +222,6 @@ class SlackBridge:
         return await self._read_event(
             envelope.event_id, envelope.event, envelope.authorizations, envelope.event_time
         )
-
-    def _is_signed(self, headers: Mapping[str, str], body: bytes) -> bool:
-        signature = headers.get("x-slack-signature")
-        if signature is not None and not signature.isascii():
-            # The SDK compares the signatures as text, which refuses non-ASCII with a
-            # TypeError: a signature Slack never writes is simply not Slack's.
-            return False
-        try:
-            return self._verifier.is_valid(
-                body=body,
-                timestamp=headers.get("x-slack-request-timestamp"),
-                signature=signature,
-            )
-        except ValueError:  # a timestamp that isn't a number, a body that isn't UTF-8
-            return False
 
     async def _read_event(
         self,
@@ -342,42 +303,12 @@ class SlackBridge:
             sent_at=sent_at,
         )
 
-    async def receive_interactions(
-        self,
-        method: str,
-        query: Mapping[str, str],
-        headers: Mapping[str, str],
-        body: bytes,
-    ) -> WebhookOutcome:
-        """Check one interactivity delivery (``/webhooks/slack/interactions``) as strictly as
-        an event, then read its presses. Never raises; calls nothing."""
-        if not self._is_signed(headers, body):
-            return WebhookOutcome(
-                verdict="forged",
-                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
-            )
-        if method.upper() != "POST":
-            return WebhookOutcome(
-                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
-            )
-        return self._read_interaction(body)
-
-    def _read_interaction(self, body: bytes) -> WebhookOutcome:
-        """A signed interactivity delivery: each button of a ``block_actions`` as a
+    def _read_press(self, payload: bytes) -> WebhookOutcome:
+        """An interactivity payload (a webhook form's ``payload``, a Socket Mode
+        ``interactive`` envelope's): each button of a ``block_actions`` as a
         :class:`Pressed`; other interactions (shortcuts, views) are ignored."""
         try:
-            form = parse_qs(
-                body.decode("utf-8"), strict_parsing=True, max_num_fields=8, errors="strict"
-            )
-        except (UnicodeDecodeError, ValueError) as exc:
-            return WebhookOutcome(verdict="malformed", reason=f"the form is unreadable: {exc}")
-        payloads = form.get("payload", [])
-        if len(payloads) != 1:
-            return WebhookOutcome(
-                verdict="malformed", reason="an interactivity form without exactly one payload"
-            )
-        try:
-            interaction = decode(_INTERACTION, payloads[0].encode())
+            interaction = decode(_INTERACTION, payload)
         except msgspec.DecodeError as exc:
             return WebhookOutcome(verdict="malformed", reason=f"the payload is unreadable: {exc}")
         if interaction.type != "block_actions":
@@ -896,6 +827,102 @@ class SlackBridge:
         self._client.session = None
         if http is not None:
             await http.close()
+
+
+class SlackBridge(SlackBot):
+    """One Slack app's bot over HTTP: reads its signed Events API and interactivity
+    deliveries (``/webhooks/slack``, ``/webhooks/slack/interactions``)."""
+
+    def __init__(
+        self, settings: SlackSettings, *, bot_name: str, clock: Clock = system_clock
+    ) -> None:
+        if not settings.bot_token or not settings.signing_secret:
+            raise ConfigurationError(
+                "The Slack bridge needs SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET; set both "
+                "from the Slack app's settings, or turn MERCURY_SLACK off."
+            )
+        super().__init__(settings, bot_name=bot_name)
+        self._verifier = SignatureVerifier(settings.signing_secret, clock=_ClockForSdk(clock))
+
+    async def receive(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """Check one Events API delivery's signature, then read the message it carries.
+
+        A retry (``X-Slack-Retry-Num``) carries the same ``event_id`` and is parsed again:
+        the pipeline's de-duplication runs it once. Nothing here waits for Slack: the bot's
+        user id comes from the delivery's ``authorizations``, the author's name from the event
+        or from what is known; what is missing is learned in the background and filled in by
+        :meth:`complete`, after the acknowledgement.
+        """
+        if not self._is_signed(headers, body):
+            return WebhookOutcome(
+                verdict="forged",
+                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
+            )
+        if method.upper() != "POST":
+            return WebhookOutcome(
+                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
+            )
+        content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+        if content_type == "application/x-www-form-urlencoded":
+            # A button pressed: Slack posts interactivity as a form with one ``payload``.
+            return self._read_interaction(body)
+        return await self._read_callback(body)
+
+    def _is_signed(self, headers: Mapping[str, str], body: bytes) -> bool:
+        signature = headers.get("x-slack-signature")
+        if signature is not None and not signature.isascii():
+            # The SDK compares the signatures as text, which refuses non-ASCII with a
+            # TypeError: a signature Slack never writes is simply not Slack's.
+            return False
+        try:
+            return self._verifier.is_valid(
+                body=body,
+                timestamp=headers.get("x-slack-request-timestamp"),
+                signature=signature,
+            )
+        except ValueError:  # a timestamp that isn't a number, a body that isn't UTF-8
+            return False
+
+    async def receive_interactions(
+        self,
+        method: str,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+        body: bytes,
+    ) -> WebhookOutcome:
+        """Check one interactivity delivery (``/webhooks/slack/interactions``) as strictly as
+        an event, then read its presses. Never raises; calls nothing."""
+        if not self._is_signed(headers, body):
+            return WebhookOutcome(
+                verdict="forged",
+                reason="the X-Slack-Signature is missing, wrong or older than five minutes",
+            )
+        if method.upper() != "POST":
+            return WebhookOutcome(
+                verdict="malformed", reason=f"Slack delivers by POST, not {method}"
+            )
+        return self._read_interaction(body)
+
+    def _read_interaction(self, body: bytes) -> WebhookOutcome:
+        """A signed interactivity delivery: the form around one ``payload``."""
+        try:
+            form = parse_qs(
+                body.decode("utf-8"), strict_parsing=True, max_num_fields=8, errors="strict"
+            )
+        except (UnicodeDecodeError, ValueError) as exc:
+            return WebhookOutcome(verdict="malformed", reason=f"the form is unreadable: {exc}")
+        payloads = form.get("payload", [])
+        if len(payloads) != 1:
+            return WebhookOutcome(
+                verdict="malformed", reason="an interactivity form without exactly one payload"
+            )
+        return self._read_press(payloads[0].encode())
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -115,7 +115,21 @@ class _Interaction(msgspec.Struct, frozen=True, kw_only=True):
     actions: tuple[_PressAction, ...] = ()
 
 
+class _SocketEnvelope(msgspec.Struct, frozen=True, kw_only=True):
+    """A Socket Mode message: ``hello``, ``disconnect``, or an envelope to acknowledge
+    (``events_api``: an Events API callback as its ``payload``; ``interactive``: an
+    interactivity payload)."""
+
+    type: str
+    envelope_id: str = ""
+    payload: msgspec.Raw = msgspec.Raw(b"")
+    retry_attempt: int | None = None
+    #: Why Slack closes the connection (a ``disconnect``).
+    reason: str | None = None
+
+
 _ENVELOPE: Final = msgspec.json.Decoder(_Envelope)
+_SOCKET_ENVELOPE: Final = msgspec.json.Decoder(_SocketEnvelope)
 _EVENT_KIND: Final = msgspec.json.Decoder(_EventKind)
 _MESSAGE: Final = msgspec.json.Decoder(_Message)
 _INTERACTION: Final = msgspec.json.Decoder(_Interaction)

@@ -125,11 +125,13 @@ MemoryStoreName = Literal["edge", "qdrant", "off"]
 ModelProvider = Literal["ollama", "openai"]
 UnknownPeople = Literal["refuse", "allow"]
 TriggerMatch = Literal["mention", "prefix", "always"]
+SlackMode = Literal["http", "socket"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["text", "json"]
 
 AUTH_PROVIDERS: Final = ("static", "oidc")
 TRIGGER_MATCHES: Final = ("mention", "prefix", "always")
+SLACK_MODES: Final = ("http", "socket")
 MODEL_PROVIDERS: Final = ("ollama", "openai")
 # Asymmetric algorithms only: "none" and the HMAC family would let a shared secret (or
 # nothing) stand in for the issuer's key.
@@ -342,13 +344,16 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
-    """The Slack bridge (Events API webhook, Web API replies)."""
+    """The Slack bridge (Events API webhook or Socket Mode, Web API replies)."""
 
-    _secrets: ClassVar[frozenset[str]] = frozenset({"bot_token", "signing_secret"})
+    _secrets: ClassVar[frozenset[str]] = frozenset({"bot_token", "signing_secret", "app_token"})
 
     enabled: bool
+    #: ``http``: events at ``POST /webhooks/slack``; ``socket``: Socket Mode connections.
+    mode: SlackMode = "http"
     bot_token: str | None
     signing_secret: str | None
+    app_token: str | None = None
     api_url: str
 
 
@@ -729,12 +734,20 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Show the model's reasoning in chats while an answer is written live: its latest "
             "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
-            "Run the Slack bridge: events at `POST /webhooks/slack`."),
+            "Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode."),
+    Setting("slack.mode", "SLACK_MODE", _Choice(SLACK_MODES), "http",
+            "`http`: Slack posts events and button presses to `/webhooks/slack` (a public "
+            "HTTPS URL, checked by the signing secret); `socket`: the bridge opens Socket "
+            "Mode connections to Slack itself (no public URL; needs `SLACK_APP_TOKEN`), on "
+            "every instance."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
             "The Slack app's bot token (`xoxb-…`).", secret=True),
     Setting("slack.signing_secret", "SLACK_SIGNING_SECRET", _Text(raw=True), None,
-            "The Slack app's signing secret, which every event is checked against.",
-            secret=True),
+            "The Slack app's signing secret, which every event is checked against (`http` "
+            "mode).", secret=True),
+    Setting("slack.app_token", "SLACK_APP_TOKEN", _Text(raw=True), None,
+            "The Slack app's app-level token (`xapp-…`, scope `connections:write`) that "
+            "opens Socket Mode connections (`socket` mode).", secret=True),
     Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api",
             "Slack's Web API address."),
     Setting("telegram.enabled", "MERCURY_TELEGRAM", _Bool(), False,
@@ -884,6 +897,11 @@ _BRIDGE_SECRETS: Final = {
         ("slack.bot_token", "SLACK_BOT_TOKEN"),
         ("slack.signing_secret", "SLACK_SIGNING_SECRET"),
     ),
+    # Socket Mode reads no signed requests: the app-level token opens its connections.
+    "slack:socket": (
+        ("slack.bot_token", "SLACK_BOT_TOKEN"),
+        ("slack.app_token", "SLACK_APP_TOKEN"),
+    ),
     "telegram": (
         ("telegram.bot_token", "TELEGRAM_BOT_TOKEN"),
         ("telegram.webhook_secret", "TELEGRAM_WEBHOOK_SECRET"),
@@ -900,6 +918,7 @@ _BRIDGE_SECRETS: Final = {
 
 _BRIDGE_NAMES: Final = {
     "slack": "Slack",
+    "slack:socket": "Slack",
     "telegram": "Telegram",
     "discord": "Discord",
     "whatsapp": "WhatsApp",
@@ -908,16 +927,27 @@ _BRIDGE_NAMES: Final = {
 
 def _check_bridges(values: Mapping[str, Any]) -> None:
     """A bridge that is on runs only with every secret it needs."""
-    for bridge, needed in _BRIDGE_SECRETS.items():
-        if not values[f"{bridge}.enabled"]:
+    for key, needed in _BRIDGE_SECRETS.items():
+        bridge, _, mode = key.partition(":")
+        if not values[f"{bridge}.enabled"] or (
+            bridge == "slack" and values["slack.mode"] != (mode or "http")
+        ):
             continue
         missing = [variable for path, variable in needed if not values[path]]
         if missing:
             raise ConfigurationError(
-                f"The {_BRIDGE_NAMES[bridge]} bridge is on but {' and '.join(missing)} "
+                f"The {_BRIDGE_NAMES[key]} bridge is on{' in Socket Mode' if mode else ''} but "
+                f"{' and '.join(missing)} "
                 f"{'is' if len(missing) == 1 else 'are'} not set; set "
                 f"{'it' if len(missing) == 1 else 'them'} in the environment, or turn the "
                 "bridge off."
+            )
+    app_token = values["slack.app_token"]
+    if values["slack.enabled"] and values["slack.mode"] == "socket" and app_token:
+        if not app_token.startswith("xapp-"):
+            raise ConfigurationError(
+                "SLACK_APP_TOKEN is not an app-level token (those begin with xapp-); create "
+                "one with the connections:write scope under the Slack app's Basic Information."
             )
 
 

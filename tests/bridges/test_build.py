@@ -72,3 +72,41 @@ def test_a_secret_in_the_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError) as refused:
         load_settings({"MERCURY_CONFIG_FILE": str(config)}, cwd=tmp_path)
     assert "xoxb-leak" not in str(refused.value)
+
+
+SOCKET_MODE = {
+    "MERCURY_CONFIG_FILE": "",
+    "MERCURY_SLACK": "true",
+    "SLACK_MODE": "socket",
+    "SLACK_BOT_TOKEN": "xoxb-test",
+    "SLACK_APP_TOKEN": "xapp-1-A1-test",
+}
+
+
+def test_slack_in_socket_mode_is_a_gateway_needing_no_signing_secret(tmp_path: Path) -> None:
+    [bridge] = build_bridges(load_settings(SOCKET_MODE, cwd=tmp_path))
+    assert isinstance(bridge, GatewayBridge) and not isinstance(bridge, WebhookBridge)
+    asyncio.run(bridge.close())
+
+
+@pytest.mark.parametrize(
+    ("environ", "named"),
+    [
+        (
+            {k: v for k, v in SOCKET_MODE.items() if k != "SLACK_APP_TOKEN"},
+            "The Slack bridge is on in Socket Mode but SLACK_APP_TOKEN is not set",
+        ),
+        (
+            {**SOCKET_MODE, "SLACK_APP_TOKEN": "xoxb-the-bot-token-again"},
+            "SLACK_APP_TOKEN is not an app-level token (those begin with xapp-)",
+        ),
+        ({**SOCKET_MODE, "SLACK_MODE": "websocket"}, "SLACK_MODE"),
+    ],
+)
+def test_socket_mode_without_its_app_token_stops_the_start_in_one_sentence(
+    tmp_path: Path, environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings(environ, cwd=tmp_path)
+    assert str(refused.value).startswith(named)
+    assert "xoxb-the-bot-token-again" not in str(refused.value)

@@ -1,0 +1,232 @@
+"""Slack over Socket Mode: the bridge opens its connections to Slack, no public URL needed.
+
+``SLACK_MODE=socket`` with an app-level token (``xapp-…``, scope ``connections:write``):
+:meth:`SlackSocketBridge.run` asks ``apps.connections.open`` for a WebSocket URL and holds the
+connection through ``slack_sdk``'s asyncio Socket Mode client on aiohttp
+(:mod:`slack_sdk.socket_mode.aiohttp`: the bridge's own HTTP stack already; it pings, notices
+a connection gone silent and keeps trying to connect on its own, where the ``websockets``
+client gives up after one failed attempt and speaks no proxy). Each envelope is read the way
+a webhook delivery is (:class:`bridges.slack.bridge.SlackBot`: an ``events_api`` payload is an
+Events API callback, an ``interactive`` one a button press), handed to the pipeline, and
+acknowledged (its ``envelope_id`` sent back) once taken, before any turn runs. An envelope
+not acknowledged is sent again by Slack, on this connection or another instance's: one the
+bridge could not take (the state store down) is left unacknowledged on purpose, and one taken
+already is run once by the de-duplication of deliveries (:mod:`bridges.deliveries`).
+
+A ``disconnect`` (``refresh_requested``, ``warning``, ``link_disabled``) or a connection lost
+opens a new one through ``apps.connections.open``; attempts that never reach Slack's ``hello``
+wait longer and longer (:data:`_FIRST_WAIT_S` doubling up to :data:`_MOST_WAIT_S`). An
+app-level token Slack refuses (``invalid_auth``, ``not_allowed_token_type``, …) ends the
+connection with one error in the log: no retry mends it.
+
+Every instance holds its own connections (Slack spreads envelopes over them, up to ten per
+app); nothing is leased. Nothing here logs the tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Final
+
+import aiohttp
+import msgspec
+from slack_sdk.errors import SlackApiError
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.response import SocketModeResponse
+from slack_sdk.web.async_client import AsyncWebClient
+
+from bridges.json_body import decode
+from bridges.port import BridgeError, Deliver, WebhookOutcome
+from bridges.slack.bridge import SlackBot
+from bridges.slack.wire import _SOCKET_ENVELOPE, _seconds
+from core.config.settings import ConfigurationError, SlackSettings
+
+__all__ = ["SlackSocketBridge"]
+
+log = logging.getLogger("mercury.bridges.slack")
+
+#: Seconds before the second attempt at a connection that never said hello; doubled each
+#: further attempt, up to :data:`_MOST_WAIT_S`.
+_FIRST_WAIT_S: Final = 1.0
+_MOST_WAIT_S: Final = 60.0
+#: ``apps.connections.open``'s errors that no retry mends: the app-level token is wrong,
+#: revoked, of another kind, or lacks ``connections:write``.
+_TOKEN_REFUSED: Final = frozenset(
+    {
+        "not_authed",
+        "invalid_auth",
+        "account_inactive",
+        "token_revoked",
+        "token_expired",
+        "not_allowed_token_type",
+        "missing_scope",
+        "no_permission",
+    }
+)
+#: Seconds between the client's pings (a connection silent for four is replaced), and its
+#: pause after a failed attempt to connect (the SDK's own default).
+_PING_INTERVAL_S: Final = 5.0
+#: Seconds an ``apps.connections.open`` call may take.
+_OPEN_TIMEOUT_S: Final = 15
+
+
+class SlackSocketBridge(SlackBot):
+    """One Slack app's bot over Socket Mode: a :class:`~bridges.port.GatewayBridge` that
+    every instance runs (no webhook: ``/webhooks/slack`` answers 404)."""
+
+    def __init__(
+        self,
+        settings: SlackSettings,
+        *,
+        bot_name: str,
+        first_wait_s: float = _FIRST_WAIT_S,
+        most_wait_s: float = _MOST_WAIT_S,
+        ping_interval_s: float = _PING_INTERVAL_S,
+    ) -> None:
+        if not settings.bot_token or not settings.app_token:
+            raise ConfigurationError(
+                "The Slack bridge in Socket Mode needs SLACK_BOT_TOKEN and SLACK_APP_TOKEN; "
+                "set both from the Slack app's settings, or turn MERCURY_SLACK off."
+            )
+        super().__init__(settings, bot_name=bot_name)
+        self._app_token = settings.app_token
+        self._first_wait_s = first_wait_s
+        self._most_wait_s = most_wait_s
+        self._ping_interval_s = ping_interval_s
+
+    async def run(self, deliver: Deliver) -> None:
+        """Hold Socket Mode connections and hand on what comes over them, until cancelled
+        (or until Slack refuses the app-level token, which is logged once)."""
+        refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        client = _Connections(
+            self._app_token,
+            logger=logging.getLogger("mercury.bridges.slack.socket_mode"),
+            web_client=AsyncWebClient(base_url=self._api_url, timeout=_OPEN_TIMEOUT_S),
+            ping_interval=self._ping_interval_s,
+        )
+        client.refused = refused
+        client.first_wait_s, client.most_wait_s = self._first_wait_s, self._most_wait_s
+
+        async def on_message(
+            connections: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None
+        ) -> None:
+            await self._take(connections, deliver, raw)
+
+        client.message_listeners.append(on_message)
+        try:
+            await client.connect()  # type: ignore[no-untyped-call]
+            code = await refused
+            log.error(
+                "Slack refused the app-level token (%s), so the Slack bridge receives nothing: "
+                "set SLACK_APP_TOKEN to the app's xapp- token with the connections:write "
+                "scope, turn Socket Mode on in the app's settings, and restart.",
+                code,
+            )
+        finally:
+            await client.close()  # type: ignore[no-untyped-call]
+
+    async def _take(
+        self, connections: AsyncBaseSocketModeClient, deliver: Deliver, raw: str | None
+    ) -> None:
+        """Read one Socket Mode message; an envelope's messages and presses are handed to
+        ``deliver`` and the envelope acknowledged, unless taking them failed."""
+        try:
+            envelope = decode(_SOCKET_ENVELOPE, (raw or "").encode())
+        except msgspec.DecodeError as exc:
+            log.warning("a Slack Socket Mode message could not be read: %s", exc)
+            return
+        if envelope.type == "hello":
+            if isinstance(connections, _Connections):
+                connections.attempts = 0
+            log.info("Slack's Socket Mode connection is open.")
+            return
+        if not envelope.envelope_id:
+            return
+        outcome = await self._read_envelope(envelope.type, bytes(envelope.payload))
+        if outcome.verdict in ("malformed", "challenge"):
+            log.warning(
+                "a Slack %s envelope could not be read: %s",
+                envelope.type[:40],
+                outcome.reason or outcome.verdict,
+            )
+        try:
+            for message in outcome.messages:
+                await deliver(message)
+            for press in outcome.presses:
+                await deliver(press)
+        except Exception:
+            # Not acknowledged: Slack sends it again, and what was taken runs once.
+            log.exception("a Slack %s envelope could not be taken", envelope.type[:40])
+            return
+        try:
+            await connections.send_socket_mode_response(
+                SocketModeResponse(envelope_id=envelope.envelope_id)
+            )
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            # The connection went away first: Slack sends the envelope again, and what was
+            # taken runs once.
+            log.info(
+                "a Slack envelope's acknowledgement was lost with its connection (%s)",
+                type(exc).__name__,
+            )
+
+    async def _read_envelope(self, kind: str, payload: bytes) -> WebhookOutcome:
+        """An envelope's payload, read as its webhook delivery would be."""
+        if kind == "events_api":
+            return await self._read_callback(payload)
+        if kind == "interactive":
+            return self._read_press(payload)
+        # Slash commands, shortcuts' and views' envelopes: nothing for the assistant.
+        return WebhookOutcome(verdict="ignored", reason=f"a {kind} envelope")
+
+
+class _Connections(SocketModeClient):
+    """The SDK's aiohttp Socket Mode client, its new connections spaced out while they
+    fail and stopped when Slack refuses the token."""
+
+    refused: asyncio.Future[str] | None = None
+    first_wait_s: float = _FIRST_WAIT_S
+    most_wait_s: float = _MOST_WAIT_S
+    #: ``apps.connections.open`` calls since Slack last said hello.
+    attempts: int = 0
+
+    async def issue_new_wss_url(self) -> str:
+        if self.attempts:
+            wait = min(self.first_wait_s * 2 ** (self.attempts - 1), self.most_wait_s)
+            await asyncio.sleep(wait)
+        self.attempts += 1
+        try:
+            answer = await self.web_client.apps_connections_open(app_token=self.app_token)
+        except SlackApiError as exc:
+            code = str(exc.response.get("error") or f"HTTP {exc.response.status_code}")
+            if code in _TOKEN_REFUSED:
+                self.closed = True
+                self.auto_reconnect_enabled = False
+                if self.refused is not None and not self.refused.done():
+                    self.refused.set_result(code)
+            elif code == "ratelimited":
+                retry = _seconds(exc.response.headers.get("Retry-After")) or self.most_wait_s
+                await asyncio.sleep(min(retry, self.most_wait_s))
+            log.warning("Slack's apps.connections.open failed (%s).", code)
+            raise BridgeError(f"Slack refused apps.connections.open: {code}.") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning(
+                "Slack could not be reached for apps.connections.open (%s); trying again.",
+                type(exc).__name__,
+            )
+            raise
+        return str(answer["url"])
+
+    async def run_message_listeners(self, message: dict[str, Any], raw_message: str) -> None:
+        if message.get("type") == "disconnect":
+            reason = str(message.get("reason") or "")[:60]
+            if reason == "link_disabled":
+                log.warning(
+                    "Slack turned Socket Mode off for the app (link_disabled); the bridge "
+                    "keeps asking for a connection: turn Socket Mode on in the app's settings."
+                )
+            else:
+                log.info("Slack asked for a new Socket Mode connection (%s).", reason)
+        await super().run_message_listeners(message, raw_message)
