@@ -12,7 +12,7 @@ Each chat bridge has a DM policy (``<platform>.dm_policy``, :data:`DM_POLICIES`)
 A request (:class:`PairingRequest`) is one row per sender and platform: asking again while it
 is pending gives the same code back, sent at most once every :data:`RESEND_AFTER`; it expires
 :data:`CODE_TTL` after it was made, and a platform holds at most ``max_pending`` of them
-(:data:`MAX_PENDING` by default), so a flood of strangers can't fill the store. Denying a
+(``bridges.pairing_max_pending``, :data:`MAX_PENDING` by default), so a flood of strangers can't fill the store. Denying a
 code keeps its row, marked denied and never listed, until it expires: the sender is told
 nothing and asks in vain until then. An approved account (:class:`AdmittedAccount`) is kept
 under its user key (``telegram:123``) with who approved it and when;
@@ -29,7 +29,7 @@ from __future__ import annotations
 import builtins
 import secrets
 from datetime import datetime, timedelta
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
@@ -37,7 +37,12 @@ from core.clock import Clock, system_clock
 from core.codes import from_micros, to_micros
 from core.state import Database, Migration, Row, Schema
 
+if TYPE_CHECKING:
+    from core.people.i18n import Translator
+    from core.people.principal import Person
+
 __all__ = [
+    "APPROVER_ROLE",
     "CODE_ALPHABET",
     "CODE_LENGTH",
     "CODE_TTL",
@@ -50,12 +55,18 @@ __all__ = [
     "DmPolicy",
     "Pairing",
     "PairingRequest",
+    "admitted_text",
+    "code_text",
+    "full_text",
+    "may_approve",
     "normalized_code",
 ]
 
 DmPolicy = Literal["pairing", "allowlist", "open"]
 DM_POLICIES: Final[tuple[DmPolicy, ...]] = ("pairing", "allowlist", "open")
 
+#: The role that makes a person an approver.
+APPROVER_ROLE: Final = "admin"
 #: Upper-case letters and digits without those read as one another (0/O, 1/I/L).
 CODE_ALPHABET: Final = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH: Final = 8
@@ -156,6 +167,31 @@ def normalized_code(text: str) -> str | None:
     if len(code) != CODE_LENGTH or any(c not in CODE_ALPHABET for c in code):
         return None
     return code
+
+
+def may_approve(person: Person) -> bool:
+    """Whether ``person`` may see and answer requests for access: their roles include ``admin``."""
+    return APPROVER_ROLE in person.roles
+
+
+def code_text(code: str, translator: Translator) -> str:
+    """What a stranger's direct message is answered with under ``pairing``."""
+    return translator.gettext(
+        "This assistant doesn't know you yet. To ask for access, give this code to an "
+        "administrator: %(code)s. It expires in one hour."
+    ) % {"code": code}
+
+
+def full_text(translator: Translator) -> str:
+    """What a stranger is told when their platform holds as many requests as it may."""
+    return translator.gettext(
+        "Too many requests for access are waiting right now. Try again later."
+    )
+
+
+def admitted_text(translator: Translator) -> str:
+    """What an account is told once an approver let it in."""
+    return translator.gettext("An administrator gave you access: you can talk to me now.")
 
 
 def _draw() -> str:
