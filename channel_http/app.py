@@ -307,7 +307,7 @@ async def open_services(
     )
     vault = Vault(settings.wiki.vault_path, db=db)
     await vault.init()
-    pairing = Pairing(db, clock=clock)
+    pairing = Pairing(db, clock=clock, max_pending=settings.bridges.pairing_max_pending)
     await pairing.ensure_schema()
     people = People(
         directory,

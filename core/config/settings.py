@@ -342,6 +342,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     max_message_age_s: int
     live_answers: bool
     show_reasoning: bool
+    pairing_max_pending: int
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -765,6 +766,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("bridges.show_reasoning", "BRIDGE_SHOW_REASONING", _Bool(), False,
             "Show the model's reasoning in chats while an answer is written live: its latest "
             "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
+    Setting("bridges.pairing_max_pending", "BRIDGE_PAIRING_MAX_PENDING", _Int(1, 10_000), 100,
+            "Requests for access (pairing codes) one chat platform holds at once; past it a "
+            "stranger is told to try later, so a flood can't fill the store."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,

@@ -202,3 +202,24 @@ async def test_under_open_a_stranger_is_answered(
         while (await bot_texts(telegram, dm, 1))[0] != "Hi there.":
             await asyncio.sleep(0.05)
     assert pairing(chat, "GET", "/pairing", ALICE).json()["pairings"] == []
+
+
+async def test_past_the_platforms_bound_a_stranger_is_told_to_try_later_once(
+    start: Callable[..., RunningServer],
+    telegram: TelegramStandIn,
+    ollama: OllamaStandIn,
+) -> None:
+    chat = start(BRIDGE_PAIRING_MAX_PENDING="2")
+    first, second, third = (telegram.user(name) for name in ("Ann", "Ben", "Cat"))
+    for user in (first, second):
+        await code_of(telegram, chat, telegram.private_chat(user), user)
+    late = telegram.private_chat(third)
+    await say(telegram, chat, telegram.message(late, third, SECRET))
+    [told] = await bot_texts(telegram, late, 1)
+    assert told == "Too many requests for access are waiting right now. Try again later."
+    await say(telegram, chat, telegram.message(late, third, "and now?"))
+    await settle()
+    assert len(telegram.sent_messages(late)) == 1  # once, not per message
+    waiting = pairing(chat, "GET", "/pairing", ALICE).json()["pairings"]
+    assert sorted(p["account"] for p in waiting) == sorted([str(first.id), str(second.id)])
+    assert ollama.requests == []
