@@ -12,11 +12,11 @@ Each chat bridge has a DM policy (``<platform>.dm_policy``, :data:`DM_POLICIES`)
 A request (:class:`PairingRequest`) is one row per sender and platform: asking again while it
 is pending gives the same code back, sent at most once every :data:`RESEND_AFTER`; it expires
 :data:`CODE_TTL` after it was made, and a platform holds at most ``max_pending`` of them
-(``bridges.pairing_max_pending``, :data:`MAX_PENDING` by default), so a flood of strangers can't fill the store. Denying a
-code keeps its row, marked denied and never listed, until it expires: the sender is told
-nothing and asks in vain until then. An approved account (:class:`AdmittedAccount`) is kept
-under its user key (``telegram:123``) with who approved it and when;
-:meth:`Pairing.is_admitted` is one primary-key read, which
+(``bridges.pairing_max_pending``, :data:`MAX_PENDING` by default), so a flood of strangers
+can't fill the store. Denying a code keeps its row, marked denied and never listed, until it
+expires: the sender is told nothing and asks in vain until then. An approved account
+(:class:`AdmittedAccount`) is kept under its user key (``telegram:123``) with who approved it
+and when; :meth:`Pairing.is_admitted` is one primary-key read, which
 :meth:`core.people.people.People.identify` makes for an unknown sender of a ``pairing``
 platform, so admission is decided there for every path.
 
