@@ -61,6 +61,7 @@ from bridges.port import (
 )
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
+from core.people.i18n import primary_language
 from core.people.pairing import RESEND_AFTER, code_text, full_text
 from core.people.people import Admitted
 from core.people.principal import Principal
@@ -364,7 +365,8 @@ class Pipeline:
     async def _pair(self, bridge: PlatformBridge, message: Received) -> None:
         """A stranger's direct message under ``pairing``: their code, sent once in a while;
         a sentence, once in a while, when the platform holds as many requests as it may."""
-        language = self._settings.defaults.language
+        # A stranger has no saved language: the platform's word for theirs, else the default.
+        language = primary_language(message.language) or self._settings.defaults.language
         translator = self._catalogs.translator(language)
         # What answering them again needs, never what they wrote.
         reach = msgspec.json.encode(replace_struct(message, text="", attachments=())).decode()

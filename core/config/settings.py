@@ -354,7 +354,7 @@ class SlackSettings(_Group, frozen=True, kw_only=True):
     bot_token: str | None
     signing_secret: str | None
     api_url: str
-    dm_policy: DmPolicy | None
+    dm_policy: DmPolicy | None = None
 
 
 class TelegramSettings(_Group, frozen=True, kw_only=True):
@@ -367,7 +367,7 @@ class TelegramSettings(_Group, frozen=True, kw_only=True):
     webhook_secret: str | None
     api_url: str
     file_url: str
-    dm_policy: DmPolicy | None
+    dm_policy: DmPolicy | None = None
 
 
 class DiscordSettings(_Group, frozen=True, kw_only=True):
@@ -378,7 +378,7 @@ class DiscordSettings(_Group, frozen=True, kw_only=True):
     enabled: bool
     bot_token: str | None
     api_url: str
-    dm_policy: DmPolicy | None
+    dm_policy: DmPolicy | None = None
 
 
 class WhatsAppSettings(_Group, frozen=True, kw_only=True):
@@ -392,7 +392,7 @@ class WhatsAppSettings(_Group, frozen=True, kw_only=True):
     verify_token: str | None
     phone_number_id: str | None
     api_url: str
-    dm_policy: DmPolicy | None
+    dm_policy: DmPolicy | None = None
 
 
 class LogSettings(_Group, frozen=True, kw_only=True):

@@ -135,14 +135,15 @@ async def test_a_strangers_dm_gets_a_code_the_model_sees_nothing_and_approval_le
 
 
 async def test_a_denied_stranger_is_told_nothing_and_stays_out(
-    start: Callable[..., RunningServer],
-    telegram: TelegramStandIn,
-    ollama: OllamaStandIn,
-    stranger: User,
+    start: Callable[..., RunningServer], telegram: TelegramStandIn, ollama: OllamaStandIn
 ) -> None:
     chat = start()
-    dm = telegram.private_chat(stranger)
-    code = await code_of(telegram, chat, dm, stranger)
+    # Telegram says which language the stranger's app is in: the code is sent in it.
+    french = telegram.user("Zoé", language_code="fr-FR")
+    dm = telegram.private_chat(french)
+    code = await code_of(telegram, chat, dm, french)
+    [text] = await bot_texts(telegram, dm, 1)
+    assert text.startswith("Cet assistant ne vous connaît pas encore.")
     assert pairing(chat, "POST", f"/pairing/{code}/deny", BOB).status_code == 403
     denied = pairing(chat, "POST", f"/pairing/{code}/deny", ALICE)
     assert denied.status_code == 200
@@ -152,7 +153,7 @@ async def test_a_denied_stranger_is_told_nothing_and_stays_out(
     assert pairing(chat, "POST", f"/pairing/{code}/deny", ALICE).status_code == 404
     assert pairing(chat, "POST", "/pairing/not-a-code/deny", ALICE).status_code == 404
 
-    await say(telegram, chat, telegram.message(dm, stranger, "please?"))
+    await say(telegram, chat, telegram.message(dm, french, "please?"))
     await settle()
     assert len(telegram.sent_messages(dm)) == 1 and ollama.requests == []
 
