@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
+import msgspec
 from msgspec.structs import replace as replace_struct
 
 from bridges.live import (
@@ -60,6 +61,8 @@ from bridges.port import (
 )
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
+from core.people.i18n import primary_language
+from core.people.pairing import RESEND_AFTER, code_text, full_text
 from core.people.people import Admitted
 from core.people.principal import Principal
 from core.spaces import area_key, parse_space_id
@@ -72,6 +75,7 @@ from core.spaces.routing import (
     Refuse,
     Router,
     Run,
+    Stranger,
     Withdraw,
 )
 from core.workspace.file_types import describe_size
@@ -92,6 +96,7 @@ if TYPE_CHECKING:
     from core.config.settings import Settings
     from core.engine.sessions import SessionManager
     from core.people.i18n import Catalogs, Translator
+    from core.people.pairing import Pairing
     from core.people.people import People
     from core.people.person_settings import PersonSettings
     from core.spaces.ambient import Ambient
@@ -160,6 +165,7 @@ class PipelineStores:
     mutes: Mutes
     ambient: Ambient
     deliveries: Deliveries
+    pairing: Pairing
 
     async def delete_space(self, space_id: str) -> None:
         """Forget everything kept for a space but its memory and files."""
@@ -327,6 +333,10 @@ class Pipeline:
             if decision.hint is not None:  # only people let in are answered
                 await self._reply(bridge, message, decision.hint)
             return None
+        if isinstance(decision, Stranger):
+            if decision.pair:
+                await self._pair(bridge, message)
+            return None  # nothing a stranger wrote is run or kept
         if isinstance(decision, Muted | AmbientKept):
             return None  # a mute is silent: no model call, no reply, not even ambient
         who = decision.who
@@ -351,6 +361,34 @@ class Pipeline:
         )
         started = await self._start(ingress, decision, translator)
         return replace(started, notes=notes)
+
+    async def _pair(self, bridge: PlatformBridge, message: Received) -> None:
+        """A stranger's direct message under ``pairing``: their code, sent once in a while;
+        a sentence, once in a while, when the platform holds as many requests as it may."""
+        # A stranger has no saved language: the platform's word for theirs, else the default.
+        language = primary_language(message.language) or self._settings.defaults.language
+        translator = self._catalogs.translator(language)
+        # What answering them again needs, never what they wrote.
+        reach = msgspec.json.encode(replace_struct(message, text="", attachments=())).decode()
+        asked = await self._stores.pairing.ask(
+            message.platform,
+            message.author_id,
+            name=message.author_name,
+            language=language,
+            reach=reach,
+        )
+        if asked.request is not None:
+            log.info(
+                "%s account %s asked to be let in (code %s)",
+                message.platform,
+                message.author_id[:80],
+                asked.request.code,
+            )
+            await self._reply(bridge, message, code_text(asked.request.code, translator))
+        elif asked.outcome == "full":
+            bucket = f"pairing-full|{message.platform}:{message.author_id}"
+            if self._once(bucket, RESEND_AFTER.total_seconds()):
+                await self._reply(bridge, message, full_text(translator))
 
     async def stop(self, command: Command, translator: Translator) -> str:
         """Stop the conversation's running turn here, if the sender may (a bridge's ``stop``,

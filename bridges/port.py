@@ -124,6 +124,9 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     is_reply_to_bot: bool = False
     attachments: tuple[Attachment, ...] = ()
     sent_at: datetime | None = None
+    #: The author's language as the platform tells it (Telegram's ``language_code``), for
+    #: someone the instance has no saved language for yet; None where it says nothing.
+    language: str | None = None
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -27,6 +27,7 @@ from channel_http.errors import EXCEPTION_HANDLERS
 from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
+from channel_http.pairing import pairing_routes
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.probes import (
     fetch_hint,
@@ -44,7 +45,7 @@ from channel_http.tracing import traced
 from channel_http.ui import ui_router
 from channel_http.webhooks import webhook, webhook_interactions
 from core.clock import Clock, system_clock
-from core.config.settings import ConfigurationError, Settings
+from core.config.settings import ConfigurationError, Settings, dm_policies
 from core.engine.confirmations import ConfirmationStore, ResumeSlots
 from core.engine.conversation_order import ConversationOrder
 from core.engine.sessions import EngineLimits, SessionManager
@@ -61,6 +62,7 @@ from core.people.directory import Directory, DirectoryConfigurationError
 from core.people.directory_static import StaticDirectory
 from core.people.i18n import Catalogs
 from core.people.linking import Linking
+from core.people.pairing import Pairing
 from core.people.people import People
 from core.people.person_settings import PersonSettings
 from core.rate_limits import rate_limiter
@@ -243,6 +245,7 @@ def build_app(
         routes.conversations,
         routes.memory_scroll,
         *space_routes,
+        *pairing_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
@@ -304,7 +307,15 @@ async def open_services(
     )
     vault = Vault(settings.wiki.vault_path, db=db)
     await vault.init()
-    people = People(directory, access_unknown=settings.access.unknown, clock=clock)
+    pairing = Pairing(db, clock=clock, max_pending=settings.bridges.pairing_max_pending)
+    await pairing.ensure_schema()
+    people = People(
+        directory,
+        access_unknown=settings.access.unknown,
+        dm_policies=dm_policies(settings),
+        admitted=pairing,
+        clock=clock,
+    )
     person_settings = PersonSettings(db, clock=clock)
     linking = Linking(db, people, clock=clock)
     confirmations = ConfirmationStore(db, clock=clock)
@@ -316,7 +327,7 @@ async def open_services(
         clock=clock,
     )
     resume_slots = ResumeSlots(db, dict[str, str], clock=clock)
-    space_stores = await open_space_stores(db, settings, people, clock)
+    space_stores = await open_space_stores(db, settings, people, clock, pairing=pairing)
     # The schemas are migrated now, before the first request, whichever instance is first.
     await person_settings.ensure_schema()
     await linking.ensure_schema()

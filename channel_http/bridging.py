@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from core.config.settings import Settings
     from core.engine.sessions import SessionManager
     from core.people.i18n import Catalogs
+    from core.people.pairing import Pairing
     from core.people.people import People
     from core.people.person_settings import PersonSettings
     from core.state import Database
@@ -41,7 +42,7 @@ __all__ = ["Bridging", "open_space_stores", "start_bridging"]
 
 log = logging.getLogger("mercury.bridges")
 
-#: Seconds between sweeps of expired mutes and old delivery ids.
+#: Seconds between sweeps of expired mutes, old delivery ids and expired pairing codes.
 _SWEEP_S: Final = 300.0
 
 
@@ -104,10 +105,11 @@ class Bridging:
 
 
 async def open_space_stores(
-    db: Database, settings: Settings, people: People, clock: Clock
+    db: Database, settings: Settings, people: People, clock: Clock, *, pairing: Pairing
 ) -> PipelineStores:
     """The space stores, their schemas migrated; roles resolve the file's names by ``people``."""
     stores = PipelineStores(
+        pairing=pairing,
         spaces=Spaces(db, settings.spaces, people=people, clock=clock),
         preferences=SpacePreferences(db, clock=clock),
         mutes=Mutes(db, clock=clock),
@@ -123,6 +125,7 @@ async def open_space_stores(
     await stores.mutes.ensure_schema()
     await stores.ambient.ensure_schema()
     await stores.deliveries.ensure_schema()
+    await stores.pairing.ensure_schema()
     return stores
 
 
@@ -192,8 +195,9 @@ async def _sweep(stores: PipelineStores) -> None:
         try:
             await stores.mutes.purge_expired()
             await stores.deliveries.purge()
+            await stores.pairing.purge_expired()
         except Exception:
-            log.exception("sweeping expired mutes and delivery ids failed")
+            log.exception("sweeping expired mutes, delivery ids and pairing codes failed")
 
 
 async def _keep_deliveries(

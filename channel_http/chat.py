@@ -56,6 +56,7 @@ from core.spaces.routing import (
     Refuse,
     Router,
     Run,
+    Stranger,
     Withdraw,
 )
 from core.workspace.file_types import describe_size
@@ -311,7 +312,7 @@ async def _routed(
         )
     if isinstance(decision, Withdraw) and decision.hint is not None:
         raise BadRequest(decision.hint)
-    if isinstance(decision, Withdraw | AmbientKept):
+    if isinstance(decision, Withdraw | AmbientKept | Stranger):
         # Only a person the directory stopped admitting since the caller's admission.
         raise Unavailable(tr.gettext("Something went wrong on our side. Try again in a moment."))
     if isinstance(decision, Refuse):

@@ -381,6 +381,7 @@ class TelegramBridge:
             is_reply_to_bot=_replies_to(message, me),
             attachments=_attachments(message),
             sent_at=message.date,
+            language=author.language_code,
         )
 
     def _with_mentions(self, text: str, mentions: dict[MessageEntity, str], me: _Identity) -> str:

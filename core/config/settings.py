@@ -69,11 +69,13 @@ from core.config.kinds import (
     service_secret_variable,
 )
 from core.people.i18n import SUPPORTED_LANGUAGES
+from core.people.pairing import DM_POLICIES, DmPolicy
 from core.spaces.config import SpaceConfig, _Spaces
 
 __all__ = [
     "CONFIG_FILE_VARIABLE",
     "DEFAULT_CONFIG_FILES",
+    "DM_POLICY_PLATFORMS",
     "SERVICE_SECRET_VARIABLE",
     "SETTINGS",
     "AccessSettings",
@@ -106,6 +108,7 @@ __all__ = [
     "TriggerSettings",
     "WhatsAppSettings",
     "WikiSettings",
+    "dm_policies",
     "help_text",
     "load_settings",
     "read_settings",
@@ -341,6 +344,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     max_message_age_s: int
     live_answers: bool
     show_reasoning: bool
+    pairing_max_pending: int
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -355,6 +359,7 @@ class SlackSettings(_Group, frozen=True, kw_only=True):
     signing_secret: str | None
     app_token: str | None = None
     api_url: str
+    dm_policy: DmPolicy | None = None
 
 
 class TelegramSettings(_Group, frozen=True, kw_only=True):
@@ -367,6 +372,7 @@ class TelegramSettings(_Group, frozen=True, kw_only=True):
     webhook_secret: str | None
     api_url: str
     file_url: str
+    dm_policy: DmPolicy | None = None
 
 
 class DiscordSettings(_Group, frozen=True, kw_only=True):
@@ -377,6 +383,7 @@ class DiscordSettings(_Group, frozen=True, kw_only=True):
     enabled: bool
     bot_token: str | None
     api_url: str
+    dm_policy: DmPolicy | None = None
 
 
 class WhatsAppSettings(_Group, frozen=True, kw_only=True):
@@ -390,6 +397,7 @@ class WhatsAppSettings(_Group, frozen=True, kw_only=True):
     verify_token: str | None
     phone_number_id: str | None
     api_url: str
+    dm_policy: DmPolicy | None = None
 
 
 class LogSettings(_Group, frozen=True, kw_only=True):
@@ -524,6 +532,36 @@ class Setting:
 
 _PORT: Final = _Int(0, 65535)
 _SECONDS: Final = _Float(0, inclusive=False)
+
+#: The chat bridges whose direct messages follow a DM policy (``<platform>.dm_policy``): a
+#: new bridge adds its name here, a ``dm_policy`` field to its section and
+#: ``_dm_policy("<platform>")`` to the table.
+DM_POLICY_PLATFORMS: Final = ("slack", "telegram", "discord", "whatsapp")
+
+
+def _dm_policy(platform: str) -> Setting:
+    """The DM policy row of a chat bridge's section (core/people/pairing.py says what each does)."""
+    return Setting(
+        f"{platform}.dm_policy",
+        f"{platform.upper()}_DM_POLICY",
+        _Choice(DM_POLICIES),
+        None,
+        "Who may talk to the assistant from this platform when the directory doesn't know "
+        "them: `pairing` (an unknown sender's direct message gets a code an admin approves), "
+        "`allowlist` (the directory's people only) or `open` (everyone). "
+        "`MERCURY_ACCESS_UNKNOWN=allow` lets everyone in whatever this says.",
+        default_doc="`pairing` with a directory, `open` without",
+    )
+
+
+def dm_policies(settings: Settings) -> dict[str, DmPolicy | None]:
+    """Each chat bridge's DM policy as set (``None``: the default, which depends on the
+    directory: :meth:`core.people.people.People.dm_policy` decides it)."""
+    policies: dict[str, DmPolicy | None] = {}
+    for platform in DM_POLICY_PLATFORMS:
+        policies[platform] = getattr(settings, platform).dm_policy
+    return policies
+
 
 #: Every setting, in the order the reference lists them.
 # fmt: off
@@ -733,6 +771,9 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("bridges.show_reasoning", "BRIDGE_SHOW_REASONING", _Bool(), False,
             "Show the model's reasoning in chats while an answer is written live: its latest "
             "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
+    Setting("bridges.pairing_max_pending", "BRIDGE_PAIRING_MAX_PENDING", _Int(1, 10_000), 100,
+            "Requests for access (pairing codes) one chat platform holds at once; past it a "
+            "stranger is told to try later, so a flood can't fill the store."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode."),
     Setting("slack.mode", "SLACK_MODE", _Choice(SLACK_MODES), "http",
@@ -750,6 +791,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "opens Socket Mode connections (`socket` mode).", secret=True),
     Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api",
             "Slack's Web API address."),
+    _dm_policy("slack"),
     Setting("telegram.enabled", "MERCURY_TELEGRAM", _Bool(), False,
             "Run the Telegram bridge: updates at `POST /webhooks/telegram`."),
     Setting("telegram.bot_token", "TELEGRAM_BOT_TOKEN", _Text(raw=True), None,
@@ -761,12 +803,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "https://api.telegram.org/bot", "The Bot API's address, the token follows it."),
     Setting("telegram.file_url", "TELEGRAM_FILE_URL", _Url(base=True),
             "https://api.telegram.org/file/bot", "Where the Bot API serves files."),
+    _dm_policy("telegram"),
     Setting("discord.enabled", "MERCURY_DISCORD", _Bool(), False,
             "Run the Discord bridge over the gateway."),
     Setting("discord.bot_token", "DISCORD_BOT_TOKEN", _Text(raw=True), None,
             "The Discord bot's token.", secret=True),
     Setting("discord.api_url", "DISCORD_API_URL", _Url(base=True),
             "https://discord.com/api/v10", "Discord's REST API address."),
+    _dm_policy("discord"),
     Setting("whatsapp.enabled", "MERCURY_WHATSAPP", _Bool(), False,
             "Run the WhatsApp bridge: Cloud API events at `/webhooks/whatsapp`."),
     Setting("whatsapp.access_token", "WHATSAPP_ACCESS_TOKEN", _Text(raw=True), None,
@@ -780,6 +824,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The business phone number's id, which replies are sent from."),
     Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
             "https://graph.facebook.com/v21.0", "The Graph API's address."),
+    _dm_policy("whatsapp"),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),

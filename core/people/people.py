@@ -5,7 +5,11 @@ Identification follows the instance's directory:
 * no directory: the person is whoever the auth provider says, keyed by the user key;
 * a directory that knows the identity: ``<directory name>:<id>`` with its name, email, roles;
 * a directory that doesn't: refused as ``unknown``, unless unknown people are allowed in, in
-  which case the person is as the auth provider says, with no roles;
+  which case the person is as the auth provider says, with no roles. They are allowed in
+  everywhere by ``MERCURY_ACCESS_UNKNOWN=allow``, from one chat platform by its DM policy
+  ``open``, and one account at a time under its DM policy ``pairing`` once an approver let it
+  in (:mod:`core.people.pairing`; asked on every such identification, never cached, so an
+  approval made on any instance holds on every instance at once);
 * a directory that fails, however it fails: refused as ``unavailable``, even when unknown people
   are allowed in, because an open door must not hide who has roles.
 
@@ -30,19 +34,21 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Final, Literal, Protocol
+from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 import msgspec
 
 from core.clock import Clock, system_clock
 from core.people.directory import Directory, DirectoryPerson, DirectoryUnavailable
 from core.people.i18n import Translator
+from core.people.pairing import DmPolicy
 from core.people.principal import Person, Principal
 
 __all__ = [
     "DEFAULT_TTL",
     "SWEEP_THRESHOLD",
     "AccessUnknown",
+    "AdmissionLookup",
     "Admitted",
     "Identification",
     "LinkLookup",
@@ -58,6 +64,9 @@ SWEEP_THRESHOLD: Final = 1000
 
 AccessUnknown = Literal["refuse", "allow"]
 RefusalReason = Literal["unknown", "unavailable"]
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +108,14 @@ class LinkLookup(Protocol):
         ...
 
 
+class AdmissionLookup(Protocol):
+    """Which accounts an approver let in (:class:`core.people.pairing.Pairing` is one)."""
+
+    async def is_admitted(self, user_key: str) -> bool:
+        """Whether ``user_key`` was let in."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class _Answer:
     # ``effective_key`` is the user key the directory was asked about: the owner's when the
@@ -122,6 +139,8 @@ class People:
         *,
         access_unknown: AccessUnknown,
         links: LinkLookup | None = None,
+        dm_policies: Mapping[str, DmPolicy | None] | None = None,
+        admitted: AdmissionLookup | None = None,
         clock: Clock = system_clock,
         ttl: timedelta = DEFAULT_TTL,
     ) -> None:
@@ -132,6 +151,8 @@ class People:
         self._directory = directory
         self._access_unknown: AccessUnknown = access_unknown
         self._links = links
+        self._dm_policies = dict(dm_policies or {})
+        self._admitted = admitted
         self._clock = clock
         self._ttl = ttl
         self._cache: dict[str, _Entry] = {}
@@ -161,6 +182,16 @@ class People:
     def cache_size(self) -> int:
         """How many answers the cache holds, expired ones not yet swept included."""
         return len(self._cache)
+
+    def dm_policy(self, platform: str) -> DmPolicy | None:
+        """The DM policy of the chat platform ``platform`` (``None`` for a provider that is
+        no chat platform): as set, else ``pairing`` with a directory and ``open`` without."""
+        if platform not in self._dm_policies:
+            return None
+        policy = self._dm_policies[platform]
+        if policy is None:
+            return "pairing" if self._directory is not None else "open"
+        return policy
 
     def attach_links(self, links: LinkLookup) -> None:
         """Consult ``links`` from now on (the link store is built after this object)."""
@@ -194,11 +225,34 @@ class People:
                     roles=found.roles,
                 )
             )
-        if directory is not None and self._access_unknown != "allow":
-            return Refused(reason="unknown")
+        if directory is not None:
+            let_in = await self._lets_in(principal)
+            if let_in is None:
+                return Refused(reason="unavailable")
+            if not let_in:
+                return Refused(reason="unknown")
         return Admitted(
             person=Person(key=answer.effective_key, display_name=principal.display_name)
         )
+
+    async def _lets_in(self, principal: Principal) -> bool | None:
+        """Whether someone the directory doesn't know is let in: the one rule for every path
+        (``None``: whether an approver let them in can't be read now)."""
+        if self._access_unknown == "allow":
+            return True
+        policy = self.dm_policy(principal.provider)
+        if policy == "open":
+            return True
+        if policy != "pairing" or self._admitted is None:
+            return False
+        try:
+            return await self._admitted.is_admitted(principal.user_key)
+        except Exception:
+            logger.exception(
+                "Couldn't read whether %s was let in; refusing it as unavailable.",
+                principal.user_key,
+            )
+            return None
 
     async def directory_key(self, user_key: str) -> str | None:
         """The person key the directory alone gives ``user_key``, links aside and uncached.

@@ -3,6 +3,8 @@
 ::
 
     ChatMessage ─► identify ─► muted?                      Muted (nothing runs, nothing kept)
+                ─► a direct message from someone not let in? Stranger (nothing kept; a code
+                                                            to ask for, under ``pairing``)
                 ─► a link code in a group?                 Withdraw (the hint, for people let in)
                 ─► for the assistant? (trigger, DM, reply)  no: kept as ambient talk → Ambient
                 ─► stop, compact?                          Command (no rate limit, no queue)
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
 from core.people.i18n import choose_language
-from core.people.people import Admitted
+from core.people.people import Admitted, Refused
 from core.people.timezones import choose_zone
 from core.rate_limits import bucket_key
 from core.spaces.ambient import AmbientMessage, render_ambient
@@ -56,6 +58,7 @@ __all__ = [
     "Refuse",
     "Router",
     "Run",
+    "Stranger",
     "Withdraw",
 ]
 
@@ -110,6 +113,18 @@ class ChatMessage:
 @dataclass(frozen=True, slots=True)
 class Muted:
     """The author is muted in the space: nothing runs, nothing is kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stranger:
+    """A direct message from someone not let in: nothing runs, nothing is kept (#40).
+
+    ``pair``: the platform's DM policy is ``pairing`` and the directory doesn't know the
+    sender, so the caller gives them a code to ask an approver with (:mod:`core.people.pairing`);
+    otherwise they are told nothing.
+    """
+
+    pair: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +187,7 @@ class Run:
     who: Addressed
 
 
-Decision = Muted | Withdraw | AmbientKept | Command | Refuse | Run
+Decision = Muted | Stranger | Withdraw | AmbientKept | Command | Refuse | Run
 
 
 class Router:
@@ -213,6 +228,15 @@ class Router:
         targets = [caller_id] if person is None else [caller_id, person.key]
         if await self._mutes.is_muted(space.id, targets):
             return Muted()
+        if person is None and message.is_dm:
+            # Nothing a stranger writes in a direct chat reaches the model, not even as
+            # ambient talk shown once they are let in.
+            pair = (
+                isinstance(identification, Refused)
+                and identification.reason == "unknown"
+                and self._people.dm_policy(message.principal.provider) == "pairing"
+            )
+            return Stranger(pair=pair)
         trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
         said = without_trigger(message.text, trigger)
         if not message.is_dm and self._engine.is_link_code(said):

@@ -9,7 +9,15 @@ import pytest
 from core.clock import ManualClock
 from core.people.directory import DirectoryPerson, DirectoryUnavailable
 from core.people.i18n import Translation
-from core.people.people import SWEEP_THRESHOLD, Admitted, People, Refused, refusal_message
+from core.people.pairing import DmPolicy
+from core.people.people import (
+    SWEEP_THRESHOLD,
+    AccessUnknown,
+    Admitted,
+    People,
+    Refused,
+    refusal_message,
+)
 from core.people.principal import Person, Principal
 
 
@@ -432,3 +440,82 @@ async def test_the_directory_key_reports_any_failure_as_unavailable(failure: Exc
 def test_a_cache_time_to_live_must_be_positive() -> None:
     with pytest.raises(ValueError, match="positive"):
         People(None, access_unknown="refuse", ttl=timedelta(0))
+
+
+# ---------------------------------------------------------------- DM policies, pairing (#40)
+
+ZED = Principal(id="42", provider="telegram", display_name="Zed")
+ZED_ON_SLACK = Principal(id="42", provider="slack", display_name="Zed")
+
+
+class SetAdmitted:
+    """Accounts an approver let in, counting its reads; ``broken`` fails every read."""
+
+    def __init__(self, *keys: str) -> None:
+        self.keys = set(keys)
+        self.reads = 0
+        self.broken = False
+
+    async def is_admitted(self, user_key: str) -> bool:
+        self.reads += 1
+        if self.broken:
+            raise OSError("disk I/O error")
+        return user_key in self.keys
+
+
+def policed(
+    admitted: SetAdmitted,
+    *,
+    directory: RecordingDirectory | None = None,
+    telegram: DmPolicy | None = None,
+    access_unknown: AccessUnknown = "refuse",
+) -> People:
+    return People(
+        RecordingDirectory({"static:alice": ALICE_ENTRY}) if directory is None else directory,
+        access_unknown=access_unknown,
+        dm_policies={"telegram": telegram, "slack": "allowlist"},
+        admitted=admitted,
+        clock=ManualClock(),
+    )
+
+
+@pytest.mark.anyio
+async def test_under_pairing_an_account_an_approver_let_in_is_admitted_at_once() -> None:
+    admitted = SetAdmitted()
+    people = policed(admitted)
+    assert people.dm_policy("telegram") == "pairing"  # the default with a directory
+    assert await people.identify(ZED) == Refused(reason="unknown")
+    admitted.keys.add("telegram:42")  # approved, here or on another instance
+    assert await people.identify(ZED) == Admitted(
+        person=Person(key="telegram:42", display_name="Zed")
+    )
+    assert admitted.reads == 2  # never cached
+    # Another platform, under allowlist, doesn't ask; nor does a provider with no DM policy.
+    assert await people.identify(ZED_ON_SLACK) == Refused(reason="unknown")
+    assert await people.identify(BOB) == Refused(reason="unknown")
+    assert admitted.reads == 2 and people.dm_policy("static") is None
+
+
+@pytest.mark.anyio
+async def test_allowlist_ignores_approvals_open_and_allow_let_everyone_in() -> None:
+    admitted = SetAdmitted("telegram:42")
+    assert await policed(admitted, telegram="allowlist").identify(ZED) == Refused(reason="unknown")
+    for people in (
+        policed(admitted, telegram="open"),
+        policed(admitted, telegram="allowlist", access_unknown="allow"),
+    ):
+        assert await people.identify(ZED) == Admitted(
+            person=Person(key="telegram:42", display_name="Zed")
+        )
+    assert admitted.reads == 0
+    assert (
+        People(None, access_unknown="refuse", dm_policies={"telegram": None}).dm_policy("telegram")
+        == "open"
+    )
+
+
+@pytest.mark.anyio
+async def test_an_approval_that_cant_be_read_refuses_as_unavailable() -> None:
+    admitted = SetAdmitted("telegram:42")
+    admitted.broken = True
+    assert await policed(admitted).identify(ZED) == Refused(reason="unavailable")

@@ -128,6 +128,8 @@ class User:
     last_name: str | None = None
     username: str | None = None
     is_bot: bool = False
+    #: The IETF tag of the user's app language, as Telegram sends it (optional).
+    language_code: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "is_bot": self.is_bot, "first_name": self.first_name}
@@ -135,6 +137,8 @@ class User:
             data["last_name"] = self.last_name
         if self.username:
             data["username"] = self.username
+        if self.language_code:
+            data["language_code"] = self.language_code
         return data
 
 

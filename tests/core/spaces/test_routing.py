@@ -27,6 +27,7 @@ from core.spaces.routing import (
     Refuse,
     Router,
     Run,
+    Stranger,
     Withdraw,
 )
 from core.state import Database
@@ -90,6 +91,23 @@ class _Setup:
     preferences: SpacePreferences
     mutes: Mutes
     ambient: Ambient
+    person_settings: PersonSettings
+    settings: Settings
+    clock: ManualClock
+
+    def with_people(self, people: People) -> Router:
+        """The same routing over these stores, with ``people`` deciding who is let in."""
+        return Router(
+            settings=self.settings,
+            engine=self.engine,
+            people=people,
+            person_settings=self.person_settings,
+            spaces=self.spaces,
+            preferences=self.preferences,
+            mutes=self.mutes,
+            ambient=self.ambient,
+            clock=self.clock,
+        )
 
 
 @pytest.fixture
@@ -120,7 +138,9 @@ async def setup(db: Database, clock: ManualClock, settings: Settings) -> _Setup:
         ambient=ambient,
         clock=clock,
     )
-    return _Setup(router, engine, spaces, preferences, mutes, ambient)
+    return _Setup(
+        router, engine, spaces, preferences, mutes, ambient, person_settings, settings, clock
+    )
 
 
 def said(
@@ -178,6 +198,28 @@ async def test_someone_the_directory_does_not_let_in_is_only_ambient_talk(
     decision = await setup.router.route(said("@Mercury let me in", author="UNOBODY"))
     assert isinstance(decision, AmbientKept)
     assert [m.text for m in await setup.ambient.take("slack:C1")] == ["@Mercury let me in"]
+
+
+async def test_a_strangers_direct_message_is_neither_run_nor_kept_and_pairing_asks_a_code(
+    setup: _Setup,
+) -> None:
+    """#40: nothing a stranger writes in a DM is kept, so nothing reaches the model once
+    they are let in; under the DM policy ``pairing`` the transport gives them a code."""
+    dm = said("my secret plan", author="UNOBODY", space="slack:D9")
+    assert await setup.router.route(dm) == Stranger(pair=False)  # no DM policy: no code
+    for policy, pair in ((None, True), ("pairing", True), ("allowlist", False)):
+        people = People(
+            StaticDirectory(PEOPLE),
+            access_unknown="refuse",
+            dm_policies={"slack": policy},
+            clock=setup.clock,
+        )
+        assert await setup.with_people(people).route(dm) == Stranger(pair=pair)
+    assert await setup.ambient.take("slack:D9") == []
+    assert await setup.spaces.role("slack:D9", "slack:UNOBODY") is None
+    people = People(StaticDirectory(PEOPLE), access_unknown="refuse", dm_policies={"slack": None})
+    group = said("@Mercury let me in", author="UNOBODY")
+    assert isinstance(await setup.with_people(people).route(group), AmbientKept)
 
 
 async def test_a_muted_author_is_muted_silently_and_nothing_is_kept(setup: _Setup) -> None:
