@@ -30,7 +30,7 @@ spaces:
     rate_limit: 7
 """
 PEOPLE = [
-    {"id": "alice", "displayName": "Alice", "identities": ["static:alice"]},
+    {"id": "alice", "displayName": "Alice", "roles": ["admin"], "identities": ["static:alice"]},
     {"id": "bob", "displayName": "Bob", "identities": ["static:bob", "slack:UBOB"]},
     {"id": "carol", "displayName": "Carol", "identities": ["static:carol"]},
 ]
@@ -217,3 +217,28 @@ def test_usage_and_connection_problems_are_one_sentence(
         check=False,
     )
     assert tokenless.returncode == 2 and "No token" in tokenless.stderr
+
+
+def test_pairing_requests_are_listed_approved_and_denied_by_an_approver_only(
+    server: RunningServer, cli: Run
+) -> None:
+    pairing = server.services.space_stores.pairing
+    asked = [
+        server.call(pairing.ask("telegram", account, name=name, language="en", reach="{}"))
+        for account, name in (("7", "Dora"), ("8", "Eve"))
+    ]
+    dora, eve = (a.request.code for a in asked if a.request is not None)
+    assert cli("pairing", token="bob-token").returncode == 4  # no approver
+    listed = cli("pairing", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = sorted(listed.stdout.splitlines())
+    assert [line.split("\t")[:3] for line in lines] == sorted(
+        [[dora, "telegram", "Dora (7)"], [eve, "telegram", "Eve (8)"]]
+    )
+    approved = cli("pairing", "approve", dora.lower(), "--json")
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["approved"] is True
+    assert cli("pairing", "deny", eve).stdout.strip() == f"Denied {eve}."
+    assert cli("pairing").stdout.strip() == "Nobody is waiting."
+    again = cli("pairing", "approve", eve)
+    assert again.returncode == 2 and again.stderr.strip()
