@@ -196,7 +196,8 @@ class Spaces:
 
     async def members(self, space_id: str) -> builtins.list[tuple[str, str | None]]:
         """Who took part in the space, with the name each was last seen under, and who
-        the file names there (each entry as the person it belongs to), by key."""
+        the file names there (each entry as the person it belongs to, named as the directory
+        names them), by key."""
         parse_space_id(space_id)
         await self.ensure_schema()
         rows = await self._db.fetch_all(
@@ -207,7 +208,8 @@ class Spaces:
         if configured is not None:
             for entry in (*configured.admins, *configured.members):
                 key = await self.names.person(entry) or entry
-                found.setdefault(key, None)
+                if found.get(key) is None:
+                    found[key] = await self.names.display_name(entry)
         return sorted(found.items())
 
     async def names_of(self, space_id: str, keys: Iterable[str]) -> dict[str, str]:

@@ -19,7 +19,6 @@ from core.people.principal import Person, Principal
 from core.rate_limits import RateDecision, bucket_key
 from core.rate_limits.memory import MemoryRateLimiter
 from core.spaces import Ambient, Mutes, SpacePreferences, Spaces, parse_space_id
-from core.spaces.settings import SpaceSettings
 from core.spaces.routing import (
     AmbientKept,
     ChatMessage,
@@ -30,6 +29,7 @@ from core.spaces.routing import (
     Run,
     Withdraw,
 )
+from core.spaces.settings import SpaceSettings
 from core.state import Database
 
 pytestmark = pytest.mark.anyio
