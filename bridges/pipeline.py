@@ -103,6 +103,7 @@ if TYPE_CHECKING:
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
+    from core.spaces.settings import SpaceSettings
     from core.workspace.files import PersonFiles
 
 __all__ = ["Pipeline", "PipelineStores"]
@@ -137,6 +138,8 @@ class _Started:
     owner_key: str = ""
     #: Sentences for the person about files of the message that were refused.
     notes: tuple[str, ...] = ()
+    #: Whether the answer is written live (the space's settings in force).
+    live_answers: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +169,12 @@ class PipelineStores:
     ambient: Ambient
     deliveries: Deliveries
     pairing: Pairing
+    settings: SpaceSettings
 
     async def delete_space(self, space_id: str) -> None:
         """Forget everything kept for a space but its memory and files."""
         await self.preferences.delete_space(space_id)
+        await self.settings.delete_space(space_id)
         await self.mutes.delete_space(space_id)
         await self.ambient.delete_space(space_id)
         await self.spaces.delete(space_id)
@@ -209,6 +214,7 @@ class Pipeline:
             mutes=stores.mutes,
             ambient=stores.ambient,
             clock=clock,
+            space_settings=stores.settings,
         )
         #: Past this many messages in hand, :attr:`full` turns new deliveries away.
         self.max_in_flight = MAX_IN_FLIGHT
@@ -347,7 +353,7 @@ class Pipeline:
                 return _Compact(key=who.key, bucket=decision.reply_bucket, translator=translator)
             outcome = await self._stop_turn(decision)
             if outcome == "stopped" and isinstance(bridge, LiveBridge):
-                if self.live_answers(who.space_id):
+                if who.live_answers:
                     return None  # the answer being written says "Stopped." itself
             text = _stop_text(outcome, translator)
             if self._once(decision.reply_bucket, COMMAND_REPLY_WINDOW_S):
@@ -701,6 +707,7 @@ class Pipeline:
             translator=translator,
             space_id=who.space_id,
             owner_key=who.person.key,
+            live_answers=who.live_answers,
         )
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
@@ -708,7 +715,7 @@ class Pipeline:
         write it as it comes and the space wants it so, else as one message at the end."""
         turn, key = started.turn, started.key
         try:
-            if isinstance(bridge, LiveBridge) and self.live_answers(started.space_id):
+            if isinstance(bridge, LiveBridge) and started.live_answers:
                 answer = LiveAnswer(
                     bridge,
                     message,
@@ -735,14 +742,6 @@ class Pipeline:
         if started.notes:
             text = "\n\n".join((text, *started.notes))
         await self._reply(bridge, message, text, files)
-
-    def live_answers(self, space_id: str) -> bool:
-        """Whether answers in ``space_id`` are written live (the space's own setting, else
-        ``bridges.live_answers``)."""
-        own = self._settings.spaces.get(space_id)
-        if own is not None and own.live_answers is not None:
-            return own.live_answers
-        return self._settings.bridges.live_answers
 
     async def _files_of(self, started: _Started) -> list[EgressFile]:
         # This turn's own files: another conversation of the space writes to the same outbox.

@@ -372,7 +372,12 @@ async def open_services(
             *builtin_plugins(vault=vault, person_settings=person_settings),
             files_plugin(files, chat_model.accepts_images),
             *memory_plugins,
-            *space_plugins(space_stores.preferences, space_stores.mutes, space_stores.spaces),
+            *space_plugins(
+                space_stores.preferences,
+                space_stores.mutes,
+                space_stores.spaces,
+                settings=space_stores.settings,
+            ),
             *plugins,
         ),
         access=settings.access.plugins,
@@ -438,6 +443,7 @@ async def open_services(
             mutes=space_stores.mutes,
             ambient=space_stores.ambient,
             clock=clock,
+            space_settings=space_stores.settings,
         ),
     )
 

@@ -27,6 +27,7 @@ from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
 from core.spaces.mutes import Mutes
 from core.spaces.preferences import SpacePreferences
+from core.spaces.settings import SpaceSettings
 
 if TYPE_CHECKING:
     from core.config.settings import Settings
@@ -119,6 +120,7 @@ async def open_space_stores(
             max_chars=settings.ambient.max_chars,
         ),
         deliveries=Deliveries(db, lease_s=settings.state.lease_s, clock=clock),
+        settings=SpaceSettings(db, settings, clock=clock),
     )
     await stores.spaces.ensure_schema()
     await stores.preferences.ensure_schema()
@@ -126,6 +128,7 @@ async def open_space_stores(
     await stores.ambient.ensure_schema()
     await stores.deliveries.ensure_schema()
     await stores.pairing.ensure_schema()
+    await stores.settings.ensure_schema()
     return stores
 
 

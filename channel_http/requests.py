@@ -61,11 +61,25 @@ class MuteBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="
     confirm: bool = False
 
 
+class SettingBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """A space setting's new value, as JSON types it (checked by core/spaces/settings.py)."""
+
+    value: Any
+
+
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     body_type: msgspec.json.Decoder(body_type)
-    for body_type in (TurnBody, ConfirmBody, ChatBody, MeBody, PreferenceBody, MuteBody)
+    for body_type in (
+        TurnBody,
+        ConfirmBody,
+        ChatBody,
+        MeBody,
+        PreferenceBody,
+        MuteBody,
+        SettingBody,
+    )
 }
 _EXPECTED: Final = {
     "str": "a string",

@@ -1,10 +1,16 @@
-"""``/spaces``: a caller's shared spaces, their preferences and their mutes.
+"""``/spaces``: a caller's shared spaces, their people, preferences, settings and mutes.
 
 Every route names the space in its path (``/spaces/slack:C0123/prefs``; a client may
 percent-encode the colon). A space the caller doesn't belong to answers 404 as an unknown one
 does, so nobody learns which spaces exist; a member without the permission a route needs
-(``prefs.get`` for reading preferences, ``prefs.set`` for changing them, ``mute`` for the mutes)
-is refused with 403.
+(``prefs.get`` for reading preferences, ``prefs.set`` for changing them, ``mute`` for the mutes,
+``config.get`` for reading the settings, ``config.set`` for changing them) is refused with 403.
+Any member may read the space itself and who is in it (``GET /spaces/{space}``), each person
+by name where one is known.
+
+A setting (``/spaces/{space}/settings/{key}``) is the value in force with where it comes from:
+the space's runtime value, else the file's, else the global one
+(:mod:`core.spaces.settings`); deleting the runtime value answers the value it falls back to.
 
 The permission check is the one the agent's tools make (:func:`core.spaces.access.require`).
 Muting over HTTP is two-step, as the agent's tool is: a ``POST`` without ``confirm: true``
@@ -23,19 +29,22 @@ from litestar import Request, Response, delete, get, post, put
 from litestar.params import FromPath
 
 from channel_http.errors import BadRequest, Forbidden, NotFound, Unavailable
-from channel_http.requests import MuteBody, PreferenceBody, decode_body
+from channel_http.requests import MuteBody, PreferenceBody, SettingBody, decode_body
 from core.spaces import InvalidSpaceId, parse_space_id
 from core.spaces.access import MuteTargets, NotPermitted, require
 from core.spaces.members import PERMISSIONS, Permission
 from core.spaces.mutes import MAX_REASON_CHARS, MuteError, checked_reason, parse_duration
 from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, PreferenceError
+from core.spaces.settings import SettingError
 
 if TYPE_CHECKING:
     from channel_http.middleware import Caller
     from channel_http.services import Services
     from core.people.i18n import Translator
+    from core.spaces.members import Space
     from core.spaces.mutes import Mute
     from core.spaces.preferences import Preference
+    from core.spaces.settings import Resolved
     from core.spaces.turn import Role
 
 __all__ = ["space_routes"]
@@ -125,13 +134,49 @@ def _preference(preference: Preference) -> dict[str, Any]:
     }
 
 
-def _mute(mute: Mute) -> dict[str, Any]:
+def _mute(mute: Mute, names: dict[str, str | None]) -> dict[str, Any]:
     return {
         "person": mute.target,
+        "name": names.get(mute.target),
         "until": mute.until.isoformat(),
         "reason": mute.reason,
         "by": mute.by,
     }
+
+
+async def _names(request: AnyRequest, space_id: str, keys: list[str]) -> dict[str, str | None]:
+    """Each person's name: the one they were last seen under in the space (the directory's
+    or the platform's), else the one they asked the assistant to call them; else ``None``."""
+    services: Services = request.app.state.services
+    seen = await _stores(request).spaces.names_of(space_id, keys)
+    names: dict[str, str | None] = {}
+    for key in keys:
+        names[key] = seen.get(key) or (await services.person_settings.get(key)).name
+    return names
+
+
+def _space(space: Space, role: Role) -> dict[str, Any]:
+    return {
+        "spaceId": space.id,
+        "platform": space.platform,
+        "isDm": space.is_dm,
+        "title": space.title,
+        "role": role,
+        "permissions": sorted(p for p, roles in PERMISSIONS.items() if role in roles),
+    }
+
+
+def _setting(setting: Resolved) -> dict[str, Any]:
+    shown: dict[str, Any] = {"key": setting.key, "value": setting.value, "source": setting.source}
+    if setting.bounds is not None:
+        shown["bounds"] = {"min": setting.bounds[0], "max": setting.bounds[1]}
+    return shown
+
+
+def _setting_refusal(error: SettingError, tr: Translator) -> Exception:
+    """A refused setting's answer: 404 for a key that is none, 400 for a value, translated."""
+    said = tr.gettext(error.template) % dict(error.params)
+    return NotFound(said) if error.fault == "key" else BadRequest(said)
 
 
 @get("/spaces")
@@ -145,17 +190,63 @@ async def spaces_list(request: AnyRequest) -> Response[Any]:
         role = await stores.spaces.role(space.id, caller.person.key, identities)
         if role is None:
             continue
-        found.append(
-            {
-                "spaceId": space.id,
-                "platform": space.platform,
-                "isDm": space.is_dm,
-                "title": space.title,
-                "role": role,
-                "permissions": sorted(p for p, roles in PERMISSIONS.items() if role in roles),
-            }
-        )
+        found.append(_space(space, role))
     return _ok({"spaces": found})
+
+
+@get("/spaces/{space:str}")
+async def space_get(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    """The space, the caller's role in it, and its people with their roles and names."""
+    space_id, role = await _role(request, space, None)
+    spaces = _stores(request).spaces
+    known = await spaces.get(space_id) or await spaces.open(parse_space_id(space_id))
+    members = await spaces.members(space_id)
+    names = await _names(request, space_id, [key for key, seen in members if seen is None])
+    people = []
+    for key, seen in members:
+        held = await spaces.role(space_id, key)
+        if held is not None:
+            people.append({"id": key, "name": seen or names[key], "role": held})
+    return _ok({"space": _space(known, role), "members": people})
+
+
+@get("/spaces/{space:str}/settings")
+async def settings_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
+    """Every setting of the space in force, with where each comes from."""
+    space_id, _ = await _role(request, space, "config.get")
+    found = await _stores(request).settings.listing(space_id)
+    return _ok({"spaceId": space_id, "settings": [_setting(s) for s in found.values()]})
+
+
+@put("/spaces/{space:str}/settings/{key:str}", status_code=200)
+async def settings_put(
+    request: AnyRequest, space: FromPath[str], key: FromPath[str]
+) -> Response[Any]:
+    """Set the space's own value of ``key``: in force from the next message, everywhere."""
+    space_id, _ = await _role(request, space, "config.set")
+    caller: Caller = request.scope["state"]["caller"]
+    body = decode_body(SettingBody, await request.body(), caller.translator)
+    try:
+        saved = await _stores(request).settings.set(
+            space_id, unquote(key), body.value, by=caller.person.key
+        )
+    except SettingError as error:
+        raise _setting_refusal(error, caller.translator) from None
+    return _ok({"spaceId": space_id, "setting": _setting(saved)})
+
+
+@delete("/spaces/{space:str}/settings/{key:str}", status_code=200)
+async def settings_delete(
+    request: AnyRequest, space: FromPath[str], key: FromPath[str]
+) -> Response[Any]:
+    """Drop the space's own value of ``key``; answers the value it falls back to."""
+    space_id, _ = await _role(request, space, "config.set")
+    caller: Caller = request.scope["state"]["caller"]
+    try:
+        fallen = await _stores(request).settings.delete(space_id, unquote(key))
+    except SettingError as error:
+        raise _setting_refusal(error, caller.translator) from None
+    return _ok({"spaceId": space_id, "setting": _setting(fallen)})
 
 
 @delete("/spaces/{space:str}", status_code=200)
@@ -225,7 +316,8 @@ async def prefs_delete(
 async def mutes_list(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
     space_id, _ = await _role(request, space, "mute")
     mutes = await _stores(request).mutes.list(space_id)
-    return _ok({"spaceId": space_id, "mutes": [_mute(m) for m in mutes]})
+    names = await _names(request, space_id, [m.target for m in mutes])
+    return _ok({"spaceId": space_id, "mutes": [_mute(m, names) for m in mutes]})
 
 
 def _targets(request: AnyRequest) -> MuteTargets:
@@ -290,7 +382,8 @@ async def mutes_post(request: AnyRequest, space: FromPath[str]) -> Response[Any]
     mute = await _stores(request).mutes.mute(
         space_id, target.key, duration, reason=reason, by=caller.person.key
     )
-    return _ok({"spaceId": space_id, "confirmed": True, "mute": _mute(mute)})
+    names = await _names(request, space_id, [mute.target])
+    return _ok({"spaceId": space_id, "confirmed": True, "mute": _mute(mute, names)})
 
 
 @delete("/spaces/{space:str}/mutes/{person:str}", status_code=200)
@@ -315,7 +408,11 @@ async def mutes_delete(
 
 space_routes: Final = (
     spaces_list,
+    space_get,
     space_delete,
+    settings_list,
+    settings_put,
+    settings_delete,
     prefs_list,
     prefs_get,
     prefs_put,

@@ -25,6 +25,7 @@ from core.spaces.preferences import (
     SpacePreferences,
     render_preferences,
 )
+from core.spaces.settings import SETTING_KEYS, SettingError, SettingKey, SpaceSettings
 from core.spaces.turn import Role, SpaceTurn
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "PERMISSIONS",
     "PLATFORMS",
     "PREFERENCE_KEY",
+    "SETTING_KEYS",
     "Ambient",
     "AmbientMessage",
     "InvalidSpaceId",
@@ -54,10 +56,13 @@ __all__ = [
     "PreferenceError",
     "PreferenceFault",
     "Role",
+    "SettingError",
+    "SettingKey",
     "Space",
     "SpaceConfig",
     "SpacePreferences",
     "SpaceRef",
+    "SpaceSettings",
     "SpaceTrigger",
     "SpaceTurn",
     "Spaces",

@@ -83,13 +83,23 @@ class Ambient:
             await self._db.migrate(_SCHEMA)
             self._ready = True
 
-    async def add(self, space_id: str, message: AmbientMessage) -> None:
+    async def add(
+        self,
+        space_id: str,
+        message: AmbientMessage,
+        *,
+        max_messages: int | None = None,
+        max_chars: int | None = None,
+    ) -> None:
         """Keep ``message`` for the space's next run, dropping the oldest past the budget.
 
+        The budget is the space's own when given (its settings in force), else the store's.
         A message longer than the whole character budget keeps its first ``max_chars``.
         """
         parse_space_id(space_id)
-        if self.max_messages == 0 or self.max_chars == 0 or not message.text:
+        max_messages = self.max_messages if max_messages is None else max(0, max_messages)
+        max_chars = self.max_chars if max_chars is None else max(0, max_chars)
+        if max_messages == 0 or max_chars == 0 or not message.text:
             return
         await self.ensure_schema()
         async with self._db.transaction(lock=f"space_ambient:{space_id}") as transaction:
@@ -100,7 +110,7 @@ class Ambient:
                     space_id,
                     message.author_name,
                     message.caller_id,
-                    message.text[: self.max_chars],
+                    message.text[:max_chars],
                     to_micros(message.at),
                 ),
             )
@@ -110,7 +120,7 @@ class Ambient:
                 "SELECT seq, ROW_NUMBER() OVER (ORDER BY seq DESC) AS n, "
                 "SUM(LENGTH(text)) OVER (ORDER BY seq DESC ROWS UNBOUNDED PRECEDING) AS chars "
                 "FROM space_ambient WHERE space_id = ?) ranked WHERE n > ? OR chars > ?)",
-                (space_id, self.max_messages, self.max_chars),
+                (space_id, max_messages, max_chars),
             )
 
     async def take(self, space_id: str) -> list[AmbientMessage]:

@@ -46,13 +46,16 @@ if TYPE_CHECKING:
 
 __all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
 
-Permission = Literal["prefs.get", "prefs.set", "mute"]
+Permission = Literal["prefs.get", "prefs.set", "mute", "config.get", "config.set"]
 
 PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
     {
         "prefs.get": frozenset({"admin", "member"}),
         "prefs.set": frozenset({"admin"}),
         "mute": frozenset({"admin"}),
+        # The space's runtime settings (core/spaces/settings.py, #40).
+        "config.get": frozenset({"admin", "member"}),
+        "config.set": frozenset({"admin"}),
     }
 )
 
@@ -78,6 +81,9 @@ CREATE TABLE IF NOT EXISTS space_members (
 CREATE INDEX IF NOT EXISTS space_members_person ON space_members (person_key);
 """,
         ),
+        # The name a member was last seen under (the directory's or the platform's), so the
+        # people of a space are shown by name (#40).
+        Migration(2, "ALTER TABLE space_members ADD COLUMN name TEXT;"),
     ),
 )
 
@@ -162,15 +168,22 @@ class Spaces:
         )
         return None if row is None else _space(row)
 
-    async def join(self, space_id: str, person_key: str) -> None:
-        """Record that ``person_key`` takes part in the space; a key lookup once they do."""
+    async def join(self, space_id: str, person_key: str, *, name: str | None = None) -> None:
+        """Record that ``person_key`` takes part in the space, seen under ``name`` (the
+        directory's or the platform's); a key lookup once they do, under the same name."""
         parse_space_id(space_id)
-        if await self._joined(space_id, person_key):
+        await self.ensure_schema()
+        row = await self._db.fetch_key(
+            "SELECT name FROM space_members WHERE space_id = ? AND person_key = ?",
+            (space_id, person_key),
+        )
+        if row is not None and (name is None or name == row[0]):
             return
         await self._db.execute(
-            "INSERT INTO space_members (space_id, person_key, joined_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (space_id, person_key) DO NOTHING",
-            (space_id, person_key, to_micros(self._clock())),
+            "INSERT INTO space_members (space_id, person_key, joined_at, name) "
+            "VALUES (?, ?, ?, ?) ON CONFLICT (space_id, person_key) DO UPDATE SET "
+            "name = COALESCE(excluded.name, space_members.name)",
+            (space_id, person_key, to_micros(self._clock()), name),
         )
 
     async def _joined(self, space_id: str, person_key: str) -> bool:
@@ -180,6 +193,38 @@ class Spaces:
             (space_id, person_key),
         )
         return row is not None
+
+    async def members(self, space_id: str) -> builtins.list[tuple[str, str | None]]:
+        """Who took part in the space, with the name each was last seen under, and who
+        the file names there (each entry as the person it belongs to, named as the directory
+        names them), by key."""
+        parse_space_id(space_id)
+        await self.ensure_schema()
+        rows = await self._db.fetch_all(
+            "SELECT person_key, name FROM space_members WHERE space_id = ?", (space_id,)
+        )
+        found: dict[str, str | None] = {row[0]: row[1] for row in rows}
+        configured = self._config.get(space_id)
+        if configured is not None:
+            for entry in (*configured.admins, *configured.members):
+                key = await self.names.person(entry) or entry
+                if found.get(key) is None:
+                    found[key] = await self.names.display_name(entry)
+        return sorted(found.items())
+
+    async def names_of(self, space_id: str, keys: Iterable[str]) -> dict[str, str]:
+        """The names the people ``keys`` were last seen under in the space, those known."""
+        wanted = builtins.list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+        await self.ensure_schema()
+        placeholders = ", ".join(["?"] * len(wanted))
+        rows = await self._db.fetch_all(
+            "SELECT person_key, name FROM space_members WHERE space_id = ? "  # noqa: S608 - fixed text
+            f"AND person_key IN ({placeholders}) AND name IS NOT NULL",
+            (space_id, *wanted),
+        )
+        return {row[0]: row[1] for row in rows}
 
     async def role(
         self, space_id: str, person_key: str, identities: Iterable[str] = ()

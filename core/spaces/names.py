@@ -13,6 +13,9 @@ directory's time to live (:attr:`People.ttl`) and dropped as soon as People forg
 own (a link made here or on another instance): a message costs dictionary lookups, not a
 directory call or a link read per entry of the file.
 
+:meth:`Names.display_name` is the name the same answer gives the person (the directory's
+``displayName``), so a space's people are shown by name, not as ``static:alice`` (#40).
+
 Nothing is raised here: a name the directory can't place right now is ``None``, and each
 caller decides (a role falls back to the literal name, a mute is refused).
 """
@@ -39,6 +42,7 @@ _SWEEP_AT: Final = 1000
 @dataclass(frozen=True, slots=True)
 class _Kept:
     key: str
+    display_name: str | None
     expires_at: datetime
     generation: int
 
@@ -58,6 +62,17 @@ class Names:
         A name that is no account's user key (a person key, a bare name) and an account the
         instance doesn't talk to are their own key.
         """
+        kept = await self._answer(name)
+        return kept if kept is None or isinstance(kept, str) else kept.key
+
+    async def display_name(self, name: str) -> str | None:
+        """The display name of the person ``name`` belongs to, as the directory gives it;
+        ``None`` when there is none or it can't be asked right now."""
+        kept = await self._answer(name)
+        return None if kept is None or isinstance(kept, str) else kept.display_name
+
+    async def _answer(self, name: str) -> _Kept | str | None:
+        """What People says of ``name`` (kept); ``name`` itself when it is no account."""
         people = self._people
         provider, _, account = name.partition(":")
         if people is None or not provider or not account or provider == "none":
@@ -65,16 +80,24 @@ class Names:
         now = self._clock()
         kept = self._kept.get(name)
         if kept is not None and now < kept.expires_at and kept.generation == people.generation:
-            return kept.key
+            return kept
         generation = people.generation
         identified = await people.identify(Principal(id=account, provider=provider))
+        display_name: str | None = None
         if isinstance(identified, Admitted):
             key = identified.person.key
+            display_name = identified.person.display_name
         elif identified.reason == "unavailable":
             return None  # never kept: the next message asks again
         else:
             key = name  # someone the instance doesn't talk to: known by this name alone
         if len(self._kept) >= _SWEEP_AT:
             self._kept = {n: k for n, k in self._kept.items() if now < k.expires_at}
-        self._kept[name] = _Kept(key=key, expires_at=now + people.ttl, generation=generation)
-        return key
+        kept = _Kept(
+            key=key,
+            display_name=display_name,
+            expires_at=now + people.ttl,
+            generation=generation,
+        )
+        self._kept[name] = kept
+        return kept

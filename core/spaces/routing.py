@@ -28,8 +28,9 @@ from core.people.timezones import choose_zone
 from core.rate_limits import bucket_key
 from core.spaces.ambient import AmbientMessage, render_ambient
 from core.spaces.preferences import render_preferences
+from core.spaces.settings import InForce, resolve
 from core.spaces.triggers import Command as CommandKind
-from core.spaces.triggers import command_of, trigger_for, without_trigger
+from core.spaces.triggers import command_of, without_trigger
 from core.spaces.turn import SpaceTurn
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
+    from core.spaces.settings import SpaceSettings
 
 __all__ = [
     "Addressed",
@@ -151,6 +153,9 @@ class Addressed:
     key: str
     language: str
     time_zone: str
+    #: Whether the answer is written live, by the space's settings in force (a button's
+    #: stop, which writes no answer, leaves it as it is).
+    live_answers: bool = True
 
     @property
     def bucket(self) -> str:
@@ -205,8 +210,10 @@ class Router:
         mutes: Mutes,
         ambient: Ambient,
         clock: Clock,
+        space_settings: SpaceSettings | None = None,
     ) -> None:
         self._settings = settings
+        self._space_settings = space_settings
         self._engine = engine
         self._people = people
         self._person_settings = person_settings
@@ -237,7 +244,10 @@ class Router:
                 and self._people.dm_policy(message.principal.provider) == "pairing"
             )
             return Stranger(pair=pair)
-        trigger = trigger_for(self._settings.trigger, self._settings.spaces, space.id)
+        # The space's settings in force, read anew for every message: a value an admin
+        # changed through any instance is the one this message meets (#40).
+        in_force = await self.in_force(space.id)
+        trigger = in_force.trigger
         said = without_trigger(message.text, trigger)
         if not message.is_dm and self._engine.is_link_code(said):
             # Everyone in a group saw the code: it is withdrawn, never run nor kept (#34).
@@ -256,9 +266,9 @@ class Router:
             addressed()
         await self._spaces.open(space)
         if person is not None:
-            await self._spaces.join(space.id, person.key)
+            await self._spaces.join(space.id, person.key, name=person.display_name)
         if not matched or person is None:
-            await self._keep_ambient(message)
+            await self._keep_ambient(message, in_force)
             return AmbientKept()
         language, zone = await self.language_and_zone(person)
         who = Addressed(
@@ -269,20 +279,24 @@ class Router:
             key=self._engine.session_key(person, message.conversation, space.id),
             language=language,
             time_zone=zone,
+            live_answers=in_force.live_answers,
         )
         command = command_of(message.text, trigger)
         if command is not None:
             return Command(kind=command, who=who)
-        own = self._settings.spaces.get(space.id)
         decision = await self._engine.check_rate(
-            person,
-            message.text,
-            space=space.id,
-            limit=own.rate_limit if own is not None else None,
+            person, message.text, space=space.id, limit=in_force.rate_limit
         )
         if decision is not None and not decision.allowed:
             return Refuse(who=who, retry_after_s=decision.retry_after_s)
         return Run(who=who)
+
+    async def in_force(self, space_id: str) -> InForce:
+        """The settings ``space_id``'s messages are routed by: its runtime values, else the
+        file's, else the global ones (:mod:`core.spaces.settings`)."""
+        if self._space_settings is None:
+            return InForce.of(resolve(self._settings, space_id, {}))
+        return await self._space_settings.in_force(space_id)
 
     async def may_stop(self, command: Command, author: str) -> bool:
         """Whether ``command``'s sender may stop a turn ``author`` (a person key) asked for:
@@ -320,7 +334,7 @@ class Router:
         language = choose_language(saved.language, None, defaults.language)
         return language, choose_zone(saved.time_zone, None, defaults.time_zone)
 
-    async def _keep_ambient(self, message: ChatMessage) -> None:
+    async def _keep_ambient(self, message: ChatMessage, in_force: InForce) -> None:
         text = message.text.strip()
         if self._engine.is_link_code(text):
             return  # never kept, so never shown to the model (issue #34)
@@ -336,4 +350,6 @@ class Router:
                 text=text,
                 at=self._clock(),
             ),
+            max_messages=in_force.ambient_max_messages,
+            max_chars=in_force.ambient_max_chars,
         )

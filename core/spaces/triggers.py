@@ -21,23 +21,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
-if TYPE_CHECKING:
-    from core.config.settings import TriggerSettings
-    from core.spaces.config import SpaceConfig
-
-__all__ = ["COMMANDS", "Command", "Trigger", "command_of", "trigger_for", "without_trigger"]
+__all__ = ["COMMANDS", "Command", "Trigger", "command_of", "without_trigger"]
 
 Command = Literal["stop", "compact"]
 COMMANDS: Final[tuple[Command, ...]] = ("stop", "compact")
 
 
 class Trigger(msgspec.Struct, frozen=True, kw_only=True):
-    """A space's trigger, its own settings over the global ones."""
+    """A space's trigger in force (:func:`core.spaces.settings.resolve` says which)."""
 
     match: Literal["mention", "prefix", "always"]
     pattern: str
@@ -54,23 +49,6 @@ class Trigger(msgspec.Struct, frozen=True, kw_only=True):
         if self.match == "prefix":
             return _prefix(self.pattern).match(text) is not None
         return _word(self.pattern).search(text) is not None
-
-
-def trigger_for(
-    settings: TriggerSettings, spaces: Mapping[str, SpaceConfig], space_id: str
-) -> Trigger:
-    """The trigger in force in ``space_id``."""
-    own = spaces.get(space_id)
-    mine = own.trigger if own is not None else None
-    return Trigger(
-        match=(mine.match if mine and mine.match else settings.match),
-        pattern=(mine.pattern if mine and mine.pattern else settings.pattern or settings.name),
-        media_in_groups=(
-            mine.media_in_groups
-            if mine and mine.media_in_groups is not None
-            else settings.media_in_groups
-        ),
-    )
 
 
 def command_of(text: str, trigger: Trigger) -> Command | None:

@@ -1,6 +1,6 @@
-"""The assistant's tools for a shared space: its preferences, and mutes.
+"""The assistant's tools for a shared space: its preferences, settings and mutes.
 
-Two plugins, offered everywhere but working only in a space (a call elsewhere is a
+Three plugins, offered everywhere but working only in a space (a call elsewhere is a
 :class:`~core.tools.registry.ToolError` saying so):
 
 * ``prefs``: ``prefs_list``, ``prefs_get``, ``prefs_set``, ``prefs_delete``. Reading takes
@@ -13,6 +13,9 @@ Two plugins, offered everywhere but working only in a space (a call elsewhere is
   with ``confirm: true`` applies it. One call slipped in by a message can mute nobody. The
   person named is resolved to their person key first, which the mute is kept under, and an
   admin is refused under any of their names (:class:`core.spaces.access.MuteTargets`).
+* ``space_config``: ``space_settings`` reads the space's settings in force (``config.get``) or
+  sets or deletes its runtime value of one (``config.set``), with the routes' check and
+  validation (:mod:`core.spaces.settings`): a member may read them, only an admin change them.
 
 The texts given to the model (descriptions, skills, errors) are English.
 """
@@ -31,6 +34,7 @@ from core.spaces.access import MuteTargets, NotPermitted, require
 from core.spaces.members import Permission, Spaces
 from core.spaces.mutes import MuteError, Mutes, checked_reason, parse_duration
 from core.spaces.preferences import MAX_VALUE_CHARS, PreferenceError, SpacePreferences
+from core.spaces.settings import SETTING_KEYS, SettingError, SpaceSettings
 from core.spaces.turn import SpaceTurn
 from core.tools.registry import Plugin, Skill, Tool, ToolCallContext, ToolError
 from core.version import PLUGIN_API_VERSION
@@ -42,6 +46,7 @@ __all__ = [
     "PREFERENCES_SKILL",
     "moderation_plugin",
     "prefs_plugin",
+    "settings_plugin",
     "space_plugins",
 ]
 
@@ -101,6 +106,11 @@ _REFUSALS: Final[Mapping[Permission, str]] = {
         "Only an admin of this space may have someone muted or unmuted, or see who is "
         "muted, and the person whose message you answer isn't one; nothing was done. Tell "
         "them an admin can ask you."
+    ),
+    "config.get": "Only the people of this space may read its settings; tell the person so.",
+    "config.set": (
+        "Only an admin of this space may change its settings, and the person asking isn't "
+        "one; nothing was changed. Tell them an admin can do it."
     ),
 }
 
@@ -217,6 +227,82 @@ def prefs_plugin(prefs: SpacePreferences) -> Plugin:
                 description="Delete one of this space's preferences. Only for an admin's request.",
                 parameters=by_key,
                 run=prefs_delete,
+                detail=lambda a: str(a.get("key", "")),
+            ),
+        ),
+    )
+
+
+def settings_plugin(settings: SpaceSettings) -> Plugin:
+    """``space_settings``: read the space's settings, or set or delete its own value of one."""
+
+    async def space_settings(context: ToolCallContext, arguments: Mapping[str, Any]) -> str:
+        space = _space(context, "space_settings")
+        action = str(arguments.get("action", "get"))
+        key = arguments.get("key")
+        try:
+            if action == "get":
+                _require(space, "config.get")
+                found = await settings.listing(space.space_id)
+                shown = [found[k] for k in found if key is None or k == key]
+                if key is not None and not shown:
+                    raise SettingError("key", str(key), {})
+                return _json(
+                    {
+                        "settings": [
+                            {"key": s.key, "value": s.value, "source": s.source} for s in shown
+                        ]
+                    }
+                )
+            _require(space, "config.set")
+            if key is None:
+                raise ToolError("Name the setting to change (key).")
+            if action == "set":
+                if "value" not in arguments:
+                    raise ToolError("Give the setting's new value (value).")
+                saved = await settings.set(
+                    space.space_id, str(key), arguments["value"], by=space.caller_id
+                )
+            elif action == "delete":
+                saved = await settings.delete(space.space_id, str(key))
+            else:
+                raise ToolError("action is get, set or delete.")
+        except SettingError as error:
+            raise ToolError(str(error)) from None
+        return _json({"key": saved.key, "value": saved.value, "source": saved.source})
+
+    return Plugin(
+        name="space_config",
+        api_version=PLUGIN_API_VERSION,
+        builtin=True,
+        tools=(
+            Tool(
+                name="space_settings",
+                description=(
+                    "Read this space's settings (rate limit, trigger, ambient context bounds, "
+                    "live answers), each with where its value comes from: the space's own, "
+                    "the file's or the global one; or, for an admin's request, set or delete "
+                    "the space's own value of one (delete falls back to the file's or global)."
+                ),
+                parameters={
+                    "type": "object",
+                    "properties": {
+                        "action": {"type": "string", "enum": ["get", "set", "delete"]},
+                        "key": {"type": "string", "enum": list(SETTING_KEYS)},
+                        "value": {
+                            "type": ["integer", "boolean", "string"],
+                            "description": (
+                                "rate_limit 1-1000; trigger.match mention, prefix or always; "
+                                "trigger.pattern a word; ambient.max_messages 0-500; "
+                                "ambient.max_chars 0-100000; trigger.media_in_groups and "
+                                "live_answers true or false."
+                            ),
+                        },
+                    },
+                    "required": ["action"],
+                    "additionalProperties": False,
+                },
+                run=space_settings,
                 detail=lambda a: str(a.get("key", "")),
             ),
         ),
@@ -361,7 +447,10 @@ def space_plugins(
     mutes: Mutes,
     spaces: Spaces,
     *,
+    settings: SpaceSettings | None = None,
     clock: Clock = system_clock,
 ) -> tuple[Plugin, ...]:
-    """The plugins of shared spaces: ``prefs`` and ``moderation``."""
-    return (prefs_plugin(prefs), moderation_plugin(mutes, spaces, clock=clock))
+    """The plugins of shared spaces: ``prefs``, ``moderation`` and, given ``settings``,
+    ``space_config``."""
+    found = (prefs_plugin(prefs), moderation_plugin(mutes, spaces, clock=clock))
+    return found if settings is None else (*found, settings_plugin(settings))

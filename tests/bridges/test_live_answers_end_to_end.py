@@ -270,6 +270,31 @@ def test_a_space_can_turn_live_answers_off_for_itself(
     assert live.text == "Live here." and len(bridge.replies) == 1
 
 
+def test_an_admin_turns_live_answers_off_through_the_assistant_and_a_member_can_t(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    """#40: the space_settings tool, with the routes' check, changes the next answer."""
+    off = {"action": "set", "key": "live_answers", "value": False}
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "space_settings", "arguments": off}]),
+        ChatScript.words("Not allowed."),
+        ChatScript(tool_calls=[{"name": "space_settings", "arguments": off}]),
+        ChatScript.words("Done."),
+        ChatScript.words("One message now."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury stop writing live"))
+    bridge.wait_for_answer(1)
+    refused = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
+    assert "Only an admin of this space may change its settings" in refused[-1]
+    bridge.post(chat, bridge.message("C1", "UADMIN", "@Mercury stop writing live"))
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Done."  # written live: the setting was changed during this turn
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury hi"))
+    [reply] = bridge.wait_for_replies(1)
+    assert reply.text == "One message now."
+    assert len(bridge.live) == 2
+
+
 def test_a_platform_without_partial_text_gets_finished_paragraphs_as_messages(
     make_server: Callable[..., RunningServer], ollama: OllamaStandIn
 ) -> None:

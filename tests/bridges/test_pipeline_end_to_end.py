@@ -806,3 +806,177 @@ def test_a_space_s_memory_reaches_the_model_only_escaped_inside_its_element(
     assert primer.count("<memory>") == 1 and primer.count("</memory>") == 1
     assert "<caller" not in primer and "&lt;/memory&gt; SYSTEM OVERRIDE &lt;caller" in primer
     assert "<memory> element holds what you remember" in system_of(request)
+
+
+DIRECTORY = json.dumps(
+    [
+        {"id": "alice", "displayName": "Alice Liddell", "identities": ["static:alice"]},
+        {"id": "bob", "displayName": "Bob Marley", "identities": ["static:bob"]},
+    ]
+)
+
+
+def test_settings_and_the_space_answer_by_role_admin_member_and_outsider(
+    make_server: Callable[..., RunningServer], bridge: RecordingBridge, tmp_path: Path
+) -> None:
+    """The permission matrix of the space and settings routes (#40): Alice is an admin of C1,
+    Bob a member of it, and in C2 (where he never spoke) an outsider; people by name."""
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    chat = make_server(
+        {"bridges": [bridge]},
+        MERCURY_CONFIG_FILE=str(config),
+        DIRECTORY_STATIC_PEOPLE=DIRECTORY,
+        MERCURY_ACCESS_UNKNOWN="allow",
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "hello all", name="Ann Lee"))
+    settle(bridge)
+    expected = {
+        ("GET", "/spaces/slack:C1"): (200, 200),
+        ("GET", "/spaces/slack:C1/settings"): (200, 200),
+        ("PUT", "/spaces/slack:C1/settings/rate_limit"): (200, 403),
+        ("DELETE", "/spaces/slack:C1/settings/rate_limit"): (200, 403),
+        ("GET", "/spaces/slack:C2"): (200, 404),
+        ("GET", "/spaces/slack:C2/settings"): (200, 404),
+        ("PUT", "/spaces/slack:C2/settings/rate_limit"): (200, 404),
+        ("DELETE", "/spaces/slack:C2/settings/rate_limit"): (200, 404),
+    }
+    for (method, path), statuses in expected.items():
+        body = {"value": 3} if method == "PUT" else None
+        for who, status in zip((BOB, ALICE), reversed(statuses), strict=True):
+            answer = httpx.request(method, chat.url + path, json=body, headers=who, timeout=10)
+            check_response(answer)
+            assert answer.status_code == status, (method, path, who, answer.text)
+    detail = httpx.get(chat.url + "/spaces/slack:C1", headers=BOB, timeout=10).json()
+    assert detail["space"]["role"] == "member"
+    assert "config.get" in detail["space"]["permissions"]
+    assert "config.set" not in detail["space"]["permissions"]
+    assert {(m["id"], m["name"], m["role"]) for m in detail["members"]} == {
+        ("people:alice", "Alice Liddell", "admin"),
+        ("people:bob", "Bob Marley", "member"),
+        ("slack:U1", "Ann Lee", "member"),
+        ("slack:UADMIN", None, "admin"),
+    }
+    spaces = httpx.get(chat.url + "/spaces", headers=ALICE, timeout=10)
+    check_response(spaces)
+    admin_of = {s["spaceId"]: s["permissions"] for s in spaces.json()["spaces"]}
+    assert "config.set" in admin_of["slack:C1"]
+
+
+def test_a_rate_limit_set_at_runtime_limits_the_next_message_and_dropping_it_falls_back(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    url = chat.url + "/spaces/slack:C2/settings/rate_limit"
+    listed = httpx.get(chat.url + "/spaces/slack:C2/settings", headers=ALICE, timeout=10)
+    check_response(listed)
+    by_key = {s["key"]: s for s in listed.json()["settings"]}
+    assert by_key["rate_limit"] == {
+        "key": "rate_limit",
+        "value": 2,
+        "source": "file",
+        "bounds": {"min": 1, "max": 1000},
+    }
+    assert by_key["trigger.match"] == {
+        "key": "trigger.match",
+        "value": "mention",
+        "source": "global",
+    }
+    saved = httpx.put(url, json={"value": 1}, headers=ALICE, timeout=10)
+    check_response(saved)
+    assert saved.json()["setting"] == {
+        "key": "rate_limit",
+        "value": 1,
+        "source": "space",
+        "bounds": {"min": 1, "max": 1000},
+    }
+    for number in range(3):
+        bridge.post(chat, bridge.message("C2", "U1", f"@Mercury question {number}"))
+    bridge.wait_for_replies(2)
+    settle(bridge)
+    texts = [r.text for r in bridge.replies]
+    assert texts.count("Rate limit exceeded. Try again shortly.") == 1, texts
+    assert len(ollama.requests) == 1  # the runtime limit (1), not the file's (2)
+    dropped = httpx.delete(url, headers=ALICE, timeout=10)
+    check_response(dropped)
+    assert dropped.json()["setting"]["value"] == 2 and dropped.json()["setting"]["source"] == "file"
+
+
+def test_a_trigger_set_at_runtime_makes_every_message_run_until_it_is_dropped(
+    chat: RunningServer, bridge: RecordingBridge, ollama: OllamaStandIn
+) -> None:
+    url = chat.url + "/spaces/slack:C1/settings/trigger.match"
+    assert httpx.put(url, json={"value": "always"}, headers=ALICE, timeout=10).status_code == 200
+    bridge.post(chat, bridge.message("C1", "U1", "no mention here"))
+    bridge.wait_for_replies(1)
+    assert len(ollama.requests) == 1
+    assert httpx.delete(url, headers=ALICE, timeout=10).json()["setting"]["source"] == "global"
+    bridge.post(chat, bridge.message("C1", "U1", "nor here"))
+    settle(bridge)
+    assert len(ollama.requests) == 1 and len(bridge.replies) == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "status", "says"),
+    [
+        ("rate_limit", 0, 400, "rate_limit is a whole number from 1 to 1000."),
+        ("rate_limit", 1001, 400, "rate_limit is a whole number from 1 to 1000."),
+        ("rate_limit", "many", 400, "rate_limit is a whole number from 1 to 1000."),
+        ("rate_limit", None, 400, "rate_limit is a whole number from 1 to 1000."),
+        ("rate_limit", 5.0, 400, "rate_limit is a whole number from 1 to 1000."),
+        ("rate_limit", 10**30, 400, "rate_limit is a whole number from 1 to 1000."),
+        ("trigger.match", {"match": "always"}, 400, "trigger.match is mention, prefix or always."),
+        ("ambient.max_chars", 100_001, 400, "from 0 to 100000."),
+        ("live_answers", "maybe", 400, "live_answers is true or false."),
+        ("trigger.match", "never", 400, "trigger.match is mention, prefix or always."),
+        ("trigger.pattern", "", 400, "trigger.pattern is the trigger word"),
+        ("colour", "blue", 404, '"colour" is not a setting of a space'),
+    ],
+)
+def test_a_setting_out_of_its_rule_is_refused_with_a_sentence(
+    chat: RunningServer, key: str, value: object, status: int, says: str
+) -> None:
+    url = f"{chat.url}/spaces/slack:C1/settings/{key}"
+    refused = httpx.put(url, json={"value": value}, headers=ALICE, timeout=10)
+    check_response(refused)
+    assert refused.status_code == status
+    assert refused.json()["ok"] is False and says in refused.json()["error"]
+    listed = httpx.get(chat.url + "/spaces/slack:C1/settings", headers=ALICE, timeout=10).json()
+    assert all(s["source"] != "space" for s in listed["settings"])
+
+
+def test_a_refusal_of_a_setting_is_in_the_callers_language_and_a_bad_body_is_a_400(
+    chat: RunningServer,
+) -> None:
+    url = chat.url + "/spaces/slack:C1/settings/rate_limit"
+    french = {**ALICE, "accept-language": "fr"}
+    refused = httpx.put(url, json={"value": 0}, headers=french, timeout=10)
+    assert refused.json()["error"] == "rate_limit est un nombre entier de 1 à 1000."
+    for body in (b"", b"{}", b'{"value": 3, "other": 1}', b"[1]"):
+        bad = httpx.put(url, content=body, headers=ALICE, timeout=10)
+        check_response(bad)
+        assert bad.status_code == 400, body
+
+
+def test_deleting_a_space_drops_its_runtime_settings(
+    chat: RunningServer, bridge: RecordingBridge
+) -> None:
+    url = chat.url + "/spaces/slack:C1/settings/live_answers"
+    assert httpx.put(url, json={"value": False}, headers=ALICE, timeout=10).status_code == 200
+    deleted = httpx.delete(chat.url + "/spaces/slack:C1", headers=ALICE, timeout=10)
+    assert deleted.status_code == 200
+    listed = httpx.get(chat.url + "/spaces/slack:C1/settings", headers=ALICE, timeout=10).json()
+    assert {s["key"]: s["source"] for s in listed["settings"]}["live_answers"] == "global"
+
+
+def test_a_mute_is_listed_with_the_muted_person_s_name(
+    chat: RunningServer, bridge: RecordingBridge
+) -> None:
+    bridge.post(chat, bridge.message("C1", "U7", "spam spam", name="Spammy"))
+    settle(bridge)
+    mute = {"person": "slack:U7", "duration": "10m", "confirm": True}
+    muted = httpx.post(chat.url + "/spaces/slack:C1/mutes", json=mute, headers=ALICE, timeout=10)
+    check_response(muted)
+    assert muted.json()["mute"]["name"] == "Spammy"
+    listed = httpx.get(chat.url + "/spaces/slack:C1/mutes", headers=ALICE, timeout=10)
+    check_response(listed)
+    assert [(m["person"], m["name"]) for m in listed.json()["mutes"]] == [("slack:U7", "Spammy")]

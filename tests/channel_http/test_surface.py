@@ -224,6 +224,10 @@ def test_every_route_answers_a_preflight_with_204_without_auth(
         ("POST", "/spaces/telegram:-100123/mutes"),
         ("DELETE", "/spaces/telegram:-100123/mutes/slack:U1"),
         ("DELETE", "/spaces/discord:1:2"),
+        ("GET", "/spaces/slack:C1"),
+        ("GET", "/spaces/slack:C1/settings"),
+        ("PUT", "/spaces/slack:C1/settings/rate_limit"),
+        ("DELETE", "/spaces/slack:C1/settings/trigger.match"),
     ],
 )
 def test_a_preflight_to_a_parameterized_route_is_answered_with_its_method(

@@ -140,6 +140,37 @@ async def test_a_preference_set_through_one_instance_is_in_the_next_run_on_the_o
     assert "<preferences>" not in in_c2
 
 
+async def test_a_setting_put_through_one_instance_rules_the_next_message_on_the_other(
+    cluster: Cluster, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    """#40: a space's runtime value is in force on every instance from the next message,
+    and dropping it through either falls back on both."""
+    url = "/spaces/slack:C2/settings/trigger.match"
+    async with httpx.AsyncClient(timeout=30) as client:
+        saved = await client.put(cluster["a"].url + url, json={"value": "always"}, headers=ALICE)
+        assert saved.status_code == 200, saved.text
+        assert saved.json()["setting"] == {
+            "key": "trigger.match",
+            "value": "always",
+            "source": "space",
+        }
+        read = await client.get(cluster["b"].url + "/spaces/slack:C2/settings", headers=ALICE)
+        in_force = {s["key"]: (s["value"], s["source"]) for s in read.json()["settings"]}
+        assert in_force["trigger.match"] == ("always", "space")
+    await say(slack, cluster, "b", "C2", "U2", "no mention at all")
+    await slack.wait_until_async(lambda: len(slack.messages) >= 1, timeout=60, what="the reply")
+    async with httpx.AsyncClient(timeout=30) as client:
+        dropped = await client.delete(cluster["b"].url + url, headers=ALICE)
+        assert dropped.json()["setting"]["source"] == "global", dropped.text
+    await say(slack, cluster, "a", "C2", "U2", "still no mention")
+    await say(slack, cluster, "a", "C2", "U2", mention(slack, "and now?"))
+    await slack.wait_until_async(lambda: len(slack.messages) >= 2, timeout=60, what="the reply")
+    first, second = ollama.requests
+    assert "no mention at all" in last_user_words(first)
+    # The message without a mention was only kept as ambient talk for the next run.
+    assert "still no mention" in last_user_words(second) and "<ambient" in last_user_words(second)
+
+
 def test_the_instances_logged_no_error(cluster: Cluster) -> None:
     logged = cluster.logs()
     assert "Traceback" not in logged, logged[-4000:]

@@ -127,12 +127,14 @@ async def test_a_slack_channel_but_a_d_one_is_a_group_where_speaking_first_makes
     assert await spaces.role(space_id, "people:ivan") == "member"
 
 
-def test_members_read_preferences_and_only_admins_change_them_or_mute() -> None:
+def test_members_read_preferences_and_settings_and_only_admins_change_them_or_mute() -> None:
     assert allows("admin", "prefs.get") and allows("member", "prefs.get")
     assert allows("admin", "prefs.set") and not allows("member", "prefs.set")
     assert allows("admin", "mute") and not allows("member", "mute")
+    assert allows("admin", "config.get") and allows("member", "config.get")
+    assert allows("admin", "config.set") and not allows("member", "config.set")
     assert not any(allows(None, permission) for permission in PERMISSIONS)
-    assert set(PERMISSIONS) == {"prefs.get", "prefs.set", "mute"}
+    assert set(PERMISSIONS) == {"prefs.get", "prefs.set", "mute", "config.get", "config.set"}
 
 
 async def test_a_person_s_spaces_are_those_they_spoke_in_or_the_file_names_them_in(
@@ -289,3 +291,25 @@ async def test_is_admin_agrees_with_role_on_every_rule(db: Database, clock: Manu
     gina = Spaces(db, {}, clock=clock)
     await gina.join("slack:D0GINA", "people:gina")
     assert await gina.is_admin("slack:D0GINA", "people:gina")
+
+
+async def test_the_people_of_a_space_are_those_who_spoke_and_those_the_file_names_by_name(
+    spaces: Spaces,
+) -> None:
+    await spaces.open(parse_space_id(GROUP))
+    await spaces.join(GROUP, "slack:U03DAN", name="Dan")
+    await spaces.join(GROUP, "slack:U04EVE")
+    await spaces.join(GROUP, "slack:U04EVE", name="Eve")
+    await spaces.join(GROUP, "slack:U03DAN")  # no name given: the one seen stays
+    assert await spaces.members(GROUP) == [
+        ("people:alice", None),
+        ("slack:U01ADMIN", None),
+        ("slack:U02BOB", None),
+        ("slack:U03DAN", "Dan"),
+        ("slack:U04EVE", "Eve"),
+    ]
+    assert await spaces.names_of(GROUP, ["slack:U03DAN", "slack:U02BOB", "slack:U04EVE"]) == {
+        "slack:U03DAN": "Dan",
+        "slack:U04EVE": "Eve",
+    }
+    assert await spaces.names_of(OTHER, ["slack:U03DAN"]) == {}

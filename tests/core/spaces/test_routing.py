@@ -30,6 +30,7 @@ from core.spaces.routing import (
     Stranger,
     Withdraw,
 )
+from core.spaces.settings import SpaceSettings
 from core.state import Database
 
 pytestmark = pytest.mark.anyio
@@ -92,13 +93,14 @@ class _Setup:
     mutes: Mutes
     ambient: Ambient
     person_settings: PersonSettings
-    settings: Settings
+    config: Settings
     clock: ManualClock
+    settings: SpaceSettings
 
     def with_people(self, people: People) -> Router:
         """The same routing over these stores, with ``people`` deciding who is let in."""
         return Router(
-            settings=self.settings,
+            settings=self.config,
             engine=self.engine,
             people=people,
             person_settings=self.person_settings,
@@ -107,6 +109,7 @@ class _Setup:
             mutes=self.mutes,
             ambient=self.ambient,
             clock=self.clock,
+            space_settings=self.settings,
         )
 
 
@@ -124,7 +127,8 @@ async def setup(db: Database, clock: ManualClock, settings: Settings) -> _Setup:
     mutes = Mutes(db, clock=clock)
     ambient = Ambient(db, max_messages=50, max_chars=10_000)
     person_settings = PersonSettings(db, clock=clock)
-    for store in (spaces, preferences, mutes, ambient, person_settings):
+    space_settings = SpaceSettings(db, settings, clock=clock)
+    for store in (spaces, preferences, mutes, ambient, person_settings, space_settings):
         await store.ensure_schema()
     engine = _Engine(clock)
     router = Router(
@@ -137,9 +141,19 @@ async def setup(db: Database, clock: ManualClock, settings: Settings) -> _Setup:
         mutes=mutes,
         ambient=ambient,
         clock=clock,
+        space_settings=space_settings,
     )
     return _Setup(
-        router, engine, spaces, preferences, mutes, ambient, person_settings, settings, clock
+        router,
+        engine,
+        spaces,
+        preferences,
+        mutes,
+        ambient,
+        person_settings,
+        settings,
+        clock,
+        space_settings,
     )
 
 
@@ -257,6 +271,27 @@ async def test_the_spaces_own_rate_limit_refuses_but_never_a_command(setup: _Set
     # The limit is the person's in that space: Ben and another space still run.
     assert isinstance(await setup.router.route(said("@Mercury q", "UBEN", "slack:C2")), Run)
     assert isinstance(await setup.router.route(said("@Mercury q4")), Run)
+
+
+async def test_a_space_s_runtime_settings_rule_its_next_message_and_fall_back_when_dropped(
+    setup: _Setup,
+) -> None:
+    admin = "people:ada"
+    await setup.settings.set("slack:C2", "rate_limit", 1, by=admin)
+    decisions = [await setup.router.route(said(f"@Mercury q{n}", space="slack:C2")) for n in "12"]
+    assert [type(d) for d in decisions] == [Run, Refuse]  # 1, not the file's 2
+    await setup.settings.set("slack:C1", "trigger.match", "always", by=admin)
+    await setup.settings.set("slack:C1", "live_answers", False, by=admin)
+    always = await setup.router.route(said("lunch?"))
+    assert isinstance(always, Run) and always.who.live_answers is False
+    await setup.settings.delete("slack:C1", "trigger.match")
+    assert isinstance(await setup.router.route(said("lunch?")), AmbientKept)
+    await setup.settings.set("slack:C1", "ambient.max_messages", 1, by=admin)
+    await setup.router.route(said("and dessert?"))
+    assert [m.text for m in await setup.ambient.take("slack:C1")] == ["and dessert?"]
+    await setup.settings.set("slack:C1", "ambient.max_messages", 0, by=admin)
+    await setup.router.route(said("coffee?"))
+    assert await setup.ambient.take("slack:C1") == []
 
 
 async def test_a_turn_is_stopped_by_whoever_asked_or_an_admin_of_the_space(setup: _Setup) -> None:

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import pytest
 
-from core.config.settings import TriggerSettings
-from core.spaces import SpaceConfig, SpaceTrigger
-from core.spaces.triggers import Trigger, command_of, trigger_for, without_trigger
+from core.spaces.triggers import Trigger, command_of, without_trigger
 
 MENTION = Trigger(match="mention", pattern="Mercury", media_in_groups=False)
 
@@ -56,21 +52,6 @@ def test_a_file_alone_in_a_group_triggers_only_when_the_space_allows_media() -> 
     media = Trigger(match="mention", pattern="Mercury", media_in_groups=True)
     assert group(media, "  ", files=True)
     assert not group(media, "  ", files=False)
-
-
-def test_a_space_of_its_own_overrides_the_global_trigger_field_by_field() -> None:
-    settings = TriggerSettings(match="mention", name="Mercury", pattern=None, media_in_groups=False)
-    spaces = MappingProxyType(
-        {"slack:C1": SpaceConfig(trigger=SpaceTrigger(match="prefix", media_in_groups=True))}
-    )
-    own = trigger_for(settings, spaces, "slack:C1")
-    assert own == Trigger(match="prefix", pattern="Mercury", media_in_groups=True)
-    other = trigger_for(settings, spaces, "slack:C2")
-    assert other == Trigger(match="mention", pattern="Mercury", media_in_groups=False)
-    named = TriggerSettings(
-        match="mention", name="Mercury", pattern="Hermes", media_in_groups=False
-    )
-    assert trigger_for(named, spaces, "slack:C2").pattern == "Hermes"
 
 
 @pytest.mark.parametrize(
