@@ -126,11 +126,6 @@ class TurnStops:
         finally:
             del self._waiting[ask_id]
 
-    async def close(self) -> None:
-        """Let the answers being sent finish (the subscription ends with the store)."""
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=1.0)
-
     # --- inside -----------------------------------------------------------------------
 
     def _heard(self, notice: Notice) -> None:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Final
 
 from bridges.deliveries import Deliveries
 from bridges.freshness import staleness
+from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import GatewayBridge, PlatformBridge, Pressed, Received, WebhookBridge
+from bridges.stops import TurnStops
 from core.clock import Clock
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
@@ -117,12 +119,16 @@ async def open_space_stores(
             max_chars=settings.ambient.max_chars,
         ),
         deliveries=Deliveries(db, lease_s=settings.state.lease_s, clock=clock),
+        notices=NoticeClaims(db, clock=clock),
+        stops=TurnStops(db),
     )
     await stores.spaces.ensure_schema()
     await stores.preferences.ensure_schema()
     await stores.mutes.ensure_schema()
     await stores.ambient.ensure_schema()
     await stores.deliveries.ensure_schema()
+    await stores.notices.ensure_schema()
+    await stores.stops.start()
     return stores
 
 
