@@ -7,8 +7,10 @@
            ─► pre-route trigger check (no I/O) ─► typing
            ─► not for the assistant: kept as the space's ambient context
            ─► command (stop, compact): done at once, no rate limit, no queue;
-              its answer told once a window per person
-           ─► rate limit (space:person, the space's own limit) ─► refused: told once a window
+              its answer told once a window per person; a stop reaches the turn on
+              whichever instance runs it (bridges.stops)
+           ─► rate limit (space:person, the space's own limit) ─► refused: told once a window,
+              by one instance of all (bridges.notices)
            ─► normalize (media into the space's inbox; a refused file named in the reply)
            ─► run the turn ─► reply with the files this turn wrote ─► delivery handled
 
@@ -59,6 +61,7 @@ from bridges.port import (
     Pressed,
     Received,
 )
+from bridges.stops import StopAsk
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
 from core.people.i18n import primary_language
@@ -78,6 +81,7 @@ from core.spaces.routing import (
     Stranger,
     Withdraw,
 )
+from core.state import StateError
 from core.workspace.file_types import describe_size
 from core.workspace.files import (
     FileError,
@@ -92,6 +96,9 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from bridges.deliveries import Deliveries
+    from bridges.notices import NoticeClaims
+    from bridges.stops import StopOutcome as AnsweredStop
+    from bridges.stops import TurnStops
     from core.clock import Clock
     from core.config.settings import Settings
     from core.engine.sessions import SessionManager
@@ -170,6 +177,10 @@ class PipelineStores:
     deliveries: Deliveries
     pairing: Pairing
     settings: SpaceSettings
+    #: Which instance tells a once-a-window notice (the rate limit's, a command's answer).
+    notices: NoticeClaims
+    #: ``stop`` for a turn running on another instance.
+    stops: TurnStops
 
     async def delete_space(self, space_id: str) -> None:
         """Forget everything kept for a space but its memory and files."""
@@ -225,8 +236,7 @@ class Pipeline:
         self._running: dict[str, _Running] = {}
         #: Each space's messages routed one at a time, in the order they were taken.
         self._order = SessionLocks()
-        #: Per rate-limit bucket or command bucket, until when it was told (once a window).
-        self._told: dict[str, float] = {}
+        stores.stops.serve(self._stop_asked)
 
     # ---------------------------------------------------------------- intake
 
@@ -356,7 +366,7 @@ class Pipeline:
                 if who.live_answers:
                     return None  # the answer being written says "Stopped." itself
             text = _stop_text(outcome, translator)
-            if self._once(decision.reply_bucket, COMMAND_REPLY_WINDOW_S):
+            if await self._once(decision.reply_bucket, COMMAND_REPLY_WINDOW_S):
                 await self._reply(bridge, message, text)
             return None
         if isinstance(decision, Refuse):
@@ -404,11 +414,39 @@ class Pipeline:
     async def _stop_turn(self, command: Command) -> StopOutcome:
         running = self._running.get(command.who.key)
         if running is None:
-            return "idle"
+            return await self._stop_elsewhere(command, turn_mark(command.who.key))
         if await self._router.may_stop(command, running.author):
             running.turn.cancel()
             return "stopped"
         return "refused"
+
+    async def _stop_elsewhere(self, command: Command, mark: str) -> StopOutcome:
+        """Stop the conversation's turn running on another instance (a shared store), by
+        the same rule; "idle" when none runs there."""
+        order = self._manager.order
+        key = command.who.key
+        if not self._stores.stops.shared or order is None or turn_mark(key) != mark:
+            return "idle"
+        if not await order.claimed_elsewhere(key):
+            return "idle"  # no instance runs or queues a turn of it: nobody to ask
+        ask = StopAsk(
+            mark=mark,
+            person_key=command.who.person.key,
+            admin=await self._router.administers(command),
+        )
+        answered = await self._stores.stops.ask(ask)
+        return "idle" if answered is None else answered
+
+    async def _stop_asked(self, ask: StopAsk) -> AnsweredStop | None:
+        """Another instance's stop: cancel the turn here if its sender may; None when the
+        turn isn't running here."""
+        running = next((r for key, r in self._running.items() if turn_mark(key) == ask.mark), None)
+        if running is None:
+            return None
+        if not ask.allows(running.author):
+            return "refused"
+        running.turn.cancel()
+        return "stopped"
 
     # ---------------------------------------------------------------- button presses
 
@@ -568,7 +606,7 @@ class Pipeline:
             (r for key, r in self._running.items() if turn_mark(key) == asked.turn), None
         )
         if running is None:
-            text = translator.gettext("Nothing is running here.")
+            text = _stop_text(await self._stop_elsewhere(stop, asked.turn), translator)
         elif await self._router.may_stop(stop, running.author):
             running.turn.cancel()
             text = translator.gettext("Stopped.")
@@ -591,7 +629,7 @@ class Pipeline:
         except Exception:
             log.exception("compacting %s failed", message.thread_id)
             return
-        if self._once(compact.bucket, COMMAND_REPLY_WINDOW_S):
+        if await self._once(compact.bucket, COMMAND_REPLY_WINDOW_S):
             await self._reply(
                 bridge,
                 message,
@@ -607,20 +645,19 @@ class Pipeline:
         translator: Translator,
     ) -> None:
         """Tell the person they are over the limit, once per window, never per message."""
-        if self._once(bucket, retry_after_s):
+        if await self._once(bucket, retry_after_s):
             await self._reply(
                 bridge, message, translator.gettext("Rate limit exceeded. Try again shortly.")
             )
 
-    def _once(self, bucket: str, window_s: float) -> bool:
-        """True once per ``window_s`` for ``bucket``: whether to tell the person now."""
-        now = self._clock().timestamp()
-        if self._told.get(bucket, 0.0) > now:
-            return False
-        if len(self._told) > 10_000:
-            self._told = {b: until for b, until in self._told.items() if until > now}
-        self._told[bucket] = now + window_s
-        return True
+    async def _once(self, bucket: str, window_s: float) -> bool:
+        """True once per ``window_s`` for ``bucket``, across every instance: whether to tell
+        the person now. When the store can't say, the person is told (once more, at worst)."""
+        try:
+            return await self._stores.notices.claim(bucket, window_s)
+        except StateError as error:
+            log.warning("a notice was told without its claim: %s", error)
+            return True
 
     # ---------------------------------------------------------------- the run
 

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Final
 
 from bridges.deliveries import Deliveries
 from bridges.freshness import staleness
+from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import GatewayBridge, PlatformBridge, Pressed, Received, WebhookBridge
+from bridges.stops import TurnStops
 from core.clock import Clock
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
@@ -121,6 +123,8 @@ async def open_space_stores(
         ),
         deliveries=Deliveries(db, lease_s=settings.state.lease_s, clock=clock),
         settings=SpaceSettings(db, settings, clock=clock),
+        notices=NoticeClaims(db, clock=clock),
+        stops=TurnStops(db),
     )
     await stores.spaces.ensure_schema()
     await stores.preferences.ensure_schema()
@@ -129,6 +133,8 @@ async def open_space_stores(
     await stores.deliveries.ensure_schema()
     await stores.pairing.ensure_schema()
     await stores.settings.ensure_schema()
+    await stores.notices.ensure_schema()
+    await stores.stops.start()
     return stores
 
 

@@ -23,7 +23,9 @@ messages it added (the person's message as soon as its turn starts, the rest whe
 with what the person saw of them (:mod:`core.engine.transcript`), and raises the conversation's
 **version**. An instance whose in-memory history carries
 another version than the store rebuilds it from the transcript before the turn runs, so a
-history is never stale.
+history is never stale. ``compact`` holds the conversation as a turn would, empties its
+transcript and raises the version (:meth:`HeldTurn.start_afresh`): the next turn, on any
+instance, starts from memory's summary, not from what was compacted (#39).
 
 Exceptions::
 
@@ -147,6 +149,11 @@ class HeldTurn:
         """Renew this turn's claim now; raises OrderError when it has lapsed already."""
         await self._order.keep(self)
 
+    async def start_afresh(self) -> None:
+        """Empty the transcript and raise the version (one transaction): every instance's
+        next turn of the conversation starts without what was said (``compact``)."""
+        self.version = await self._order.start_afresh(self)
+
 
 _FENCE: Final = (
     "SELECT 1 FROM conversation_queue WHERE session_key = ? AND ticket = ? AND holder = ?"
@@ -241,6 +248,29 @@ class ConversationOrder:
             )
         assert row is not None  # noqa: S101 - the ticket's row exists since it was taken
         return int(row[0])
+
+    async def start_afresh(self, held: HeldTurn) -> int:
+        async with self._db.transaction() as tx:
+            await self._fence(tx, held)
+            await tx.execute(
+                "DELETE FROM conversation_transcript WHERE session_key = ?", (held.key,)
+            )
+            row = await tx.fetch_one(
+                "UPDATE conversation_turns SET version = version + 1 "
+                "WHERE session_key = ? RETURNING version",
+                (held.key,),
+            )
+        assert row is not None  # noqa: S101 - the ticket's row exists since it was taken
+        return int(row[0])
+
+    async def claimed_elsewhere(self, key: str) -> bool:
+        """Whether another instance runs, or queues, a turn of conversation ``key`` now."""
+        row = await self._db.fetch_one(
+            "SELECT 1 FROM conversation_queue "
+            "WHERE session_key = ? AND holder <> ? AND expires_at >= ? LIMIT 1",
+            (key, self.holder, _now_us()),
+        )
+        return row is not None
 
     async def _fence(self, tx: Transaction, held: HeldTurn) -> None:
         """OrderError unless ``held``'s claim is still there; on PostgreSQL it stays locked

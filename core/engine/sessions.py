@@ -239,7 +239,8 @@ class SessionManager:
         self._writes: set[asyncio.Future[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._stopping = False
-        #: Sessions compacted here: their next turn starts from memory's summary alone.
+        #: Sessions compacted here: their next turn starts from memory's summary alone (on a
+        #: shared store, every instance's does: the transcript of record is emptied too).
         self._compacted: set[str] = set()
 
     # ------------------------------------------------------------------ turns
@@ -639,10 +640,16 @@ class SessionManager:
 
         The ``compact`` command of a chat: what was said is captured (the primer brings the
         summary back), the history is dropped. False when nothing was held for it here.
+
+        With a shared order it waits for the conversation's turns on every instance, then
+        empties the transcript of record, so another instance's next turn starts afresh too.
         """
-        async with self.locks.hold(key):
+        async with self._hold(key, key) as held:
             session = self.sessions.pop(key, None)
-            self._compacted.add(key)
+            if held is None:
+                self._compacted.add(key)
+            else:  # the transcript, emptied, is the mark every instance reads
+                await held.start_afresh()
             if session is None:
                 return False
             if self.capturer is not None:

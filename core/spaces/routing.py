@@ -62,6 +62,7 @@ __all__ = [
     "Run",
     "Stranger",
     "Withdraw",
+    "may_stop",
 ]
 
 #: What an ambient entry says for a file sent without text.
@@ -195,6 +196,12 @@ class Run:
 Decision = Muted | Stranger | Withdraw | AmbientKept | Command | Refuse | Run
 
 
+def may_stop(author: str, sender: str, *, admin: bool) -> bool:
+    """The ``stop`` rule: a turn ``author`` asked for stops for its author, or an admin of
+    the space (person keys), on whichever instance the turn runs."""
+    return admin or author == sender
+
+
 class Router:
     """Decides what to do with each message in a space, for every transport alike."""
 
@@ -301,9 +308,13 @@ class Router:
     async def may_stop(self, command: Command, author: str) -> bool:
         """Whether ``command``'s sender may stop a turn ``author`` (a person key) asked for:
         the one who asked, or an admin of the space."""
+        if may_stop(author, command.who.person.key, admin=False):
+            return True  # their own turn: no role to look up
+        return may_stop(author, command.who.person.key, admin=await self.administers(command))
+
+    async def administers(self, command: Command) -> bool:
+        """Whether ``command``'s sender is an admin of its space."""
         who = command.who
-        if author == who.person.key:
-            return True
         role = await self._spaces.role(who.space_id, who.person.key, (who.principal.user_key,))
         return role == "admin"
 

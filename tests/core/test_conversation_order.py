@@ -202,6 +202,38 @@ async def test_a_turn_finds_the_version_and_transcript_another_instance_left(
         assert await other.transcript() == []
 
 
+async def test_a_conversation_started_afresh_on_one_instance_is_empty_and_newer_on_the_other(
+    instances: Instances,
+) -> None:
+    """``compact`` through one instance: the next turn on another finds a newer version and
+    none of what was said before, then its own messages as usual (#39)."""
+    a, b = await instances.open(), await instances.open()
+    async with b.hold("space:C1:c1") as turn:
+        await turn.append([ChatMessage(role="user", content="the word is tangerine")])
+        before = turn.version
+    async with a.hold("space:C1:c1") as turn:
+        await turn.start_afresh()
+        assert turn.version == before + 1
+    async with b.hold("space:C1:c1") as turn:
+        assert turn.version == before + 1
+        assert await turn.transcript() == []
+        await turn.append([ChatMessage(role="user", content="hello again")])
+    async with a.hold("space:C1:c1") as turn:
+        assert [m.content for m in await turn.transcript()] == ["hello again"]
+
+
+async def test_a_turn_held_on_another_instance_is_claimed_elsewhere_not_here(
+    instances: Instances,
+) -> None:
+    a, b = await instances.open(), await instances.open()
+    assert not await a.claimed_elsewhere("space:C1:c1")
+    async with b.hold("space:C1:c1"):
+        assert await a.claimed_elsewhere("space:C1:c1")
+        assert not await b.claimed_elsewhere("space:C1:c1")
+        assert not await a.claimed_elsewhere("space:C1:c2")
+    assert not await a.claimed_elsewhere("space:C1:c1")
+
+
 def shown(person: str, role: str, content: str, *, interrupted: bool = False) -> ShownMessage:
     return ShownMessage(
         person_key=person,
