@@ -102,6 +102,7 @@ __all__ = [
     "SlackSettings",
     "SpaceConfig",
     "StateSettings",
+    "TeamsSettings",
     "TelegramSettings",
     "TriggerSettings",
     "WhatsAppSettings",
@@ -387,6 +388,19 @@ class WhatsAppSettings(_Group, frozen=True, kw_only=True):
     api_url: str
 
 
+class TeamsSettings(_Group, frozen=True, kw_only=True):
+    """The Microsoft Teams bridge (Bot Framework activities in, the connector service out)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"app_password"})
+
+    enabled: bool
+    app_id: str | None
+    app_password: str | None
+    tenant_id: str | None
+    openid_url: str
+    token_url: str | None
+
+
 class LogSettings(_Group, frozen=True, kw_only=True):
     """What the service logs and how each line looks."""
 
@@ -430,6 +444,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     telegram: TelegramSettings
     discord: DiscordSettings
     whatsapp: WhatsAppSettings
+    teams: TeamsSettings
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
@@ -485,6 +500,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "telegram": TelegramSettings,
     "discord": DiscordSettings,
     "whatsapp": WhatsAppSettings,
+    "teams": TeamsSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
 }
@@ -767,6 +783,25 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The business phone number's id, which replies are sent from."),
     Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
             "https://graph.facebook.com/v21.0", "The Graph API's address."),
+    Setting("teams.enabled", "MERCURY_TEAMS", _Bool(), False,
+            "Run the Microsoft Teams bridge: activities at `POST /webhooks/teams`."),
+    Setting("teams.app_id", "TEAMS_APP_ID", _Text(), None,
+            "The bot's Microsoft App ID (its Entra app registration's client id): the "
+            "audience every incoming token must carry."),
+    Setting("teams.app_password", "TEAMS_APP_PASSWORD", _Text(raw=True), None,
+            "The app registration's client secret, which replies' tokens are asked with.",
+            secret=True),
+    Setting("teams.tenant_id", "TEAMS_TENANT_ID", _Text(), None,
+            "For a single-tenant bot: its Entra tenant id. Tokens are then asked from that "
+            "tenant, and activities from any other tenant are ignored.", default_doc="none"),
+    Setting("teams.openid_url", "TEAMS_OPENID_URL", _Url(),
+            "https://login.botframework.com/v1/.well-known/openidconfiguration",
+            "The Bot Framework's OpenID metadata: the issuer and the keys incoming tokens "
+            "are checked against."),
+    Setting("teams.token_url", "TEAMS_TOKEN_URL", _Url(), None,
+            "Where the bot asks for its own tokens (OAuth client credentials).",
+            default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
+            "the tenant `botframework.com` unless `teams.tenant_id` is set"),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
@@ -895,6 +930,10 @@ _BRIDGE_SECRETS: Final = {
         ("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN"),
         ("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID"),
     ),
+    "teams": (
+        ("teams.app_id", "TEAMS_APP_ID"),
+        ("teams.app_password", "TEAMS_APP_PASSWORD"),
+    ),
 }
 
 
@@ -903,6 +942,7 @@ _BRIDGE_NAMES: Final = {
     "telegram": "Telegram",
     "discord": "Discord",
     "whatsapp": "WhatsApp",
+    "teams": "Microsoft Teams",
 }
 
 
@@ -1252,6 +1292,7 @@ _SECTION_TITLES: Final = {
     "telegram": "Telegram bridge",
     "discord": "Discord bridge",
     "whatsapp": "WhatsApp bridge",
+    "teams": "Microsoft Teams bridge",
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
