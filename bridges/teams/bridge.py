@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 import aiohttp
-import pydantic
 from microsoft_agents.activity import Activity, ConversationAccount, ConversationParameters
 from microsoft_agents.activity.channel_id import ChannelId
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
@@ -129,7 +128,7 @@ class TeamsBridge:
             return WebhookOutcome(verdict="malformed", reason=f"Teams posts, never {method}s")
         try:
             activity = Activity.model_validate_json(body)
-        except (pydantic.ValidationError, ValueError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
             return WebhookOutcome(
                 verdict="malformed", reason=f"the body is no activity ({type(exc).__name__})"
             )
@@ -392,7 +391,7 @@ class TeamsBridge:
                 raise PlatformUnavailable(
                     f"Teams could not be reached to {what} ({type(exc).__name__}); try again later."
                 ) from exc
-            except (pydantic.ValidationError, ValueError) as exc:
+            except ValueError as exc:  # pydantic's ValidationError too
                 raise BridgeError(
                     f"Teams answered something unreadable when the bot tried to {what}."
                 ) from exc

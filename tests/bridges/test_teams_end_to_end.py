@@ -218,6 +218,18 @@ async def test_a_live_answer_streams_in_a_personal_chat_and_ends_equal_to_final(
     assert final.id == typing[0].id  # the final message is the stream's
 
 
+async def test_a_stream_teams_stops_ends_as_one_message_equal_to_final(
+    live_chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
+) -> None:
+    teams.stop_streams_after = 1
+    words = [f"word{n} " for n in range(60)]
+    ollama.enqueue(ChatScript(content=words, delay_s=0.05))
+    await say(teams, live_chat, teams.activity(teams.personal("dee"), "dee", "talk"))
+    await teams.wait_until_async(lambda: teams.messages, timeout=40, what="the answer")
+    [answer] = teams.messages
+    assert not answer.streamed and answer.text == "".join(words)
+
+
 async def test_a_confirmation_is_a_card_only_its_owner_confirms_once(
     live_chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn, desk: Desk
 ) -> None:

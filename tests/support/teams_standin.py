@@ -130,6 +130,9 @@ class TeamsStandIn(ThreadedStandIn):
             self.downloads: list[str] = []
             self.opened: list[dict[str, Any]] = []
             self._streams: dict[str, int] = {}
+            #: After this many of a stream's updates, Teams answers 403
+            #: ``ContentStreamNotAllowed`` (the person pressed Teams' own stop).
+            self.stop_streams_after: int | None = None
 
     # -- addresses and settings ----------------------------------------------------------
 
@@ -408,6 +411,12 @@ class TeamsStandIn(ThreadedStandIn):
             self._streams[stream_id] = 0
         elif stream_id not in self._streams:
             return web.json_response({"error": {"code": "BadArgument"}}, status=400)
+        if kind == "streaming" and self.stop_streams_after is not None:
+            if self._streams[stream_id] > self.stop_streams_after:
+                return web.json_response(
+                    {"error": {"code": "ContentStreamNotAllowed", "message": "Stopped"}},
+                    status=403,
+                )
         if kind != "final":
             sequence = int(stream.get("streamSequence") or 0)
             if sequence <= self._streams[stream_id]:
