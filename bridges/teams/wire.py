@@ -10,6 +10,7 @@ personal chat's ``a:…``, a group chat's ``19:…@thread.v2``, a channel thread
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from datetime import UTC
@@ -24,6 +25,7 @@ __all__ = [
     "ACTION_KEY",
     "FILE_DOWNLOAD_INFO",
     "Route",
+    "delivery_of",
     "read_activity",
     "split_thread",
 ]
@@ -112,6 +114,7 @@ def read_activity(activity: Activity, *, bot_name: str) -> Received | Pressed | 
         sent_at = sent_at.replace(tzinfo=UTC)
     if not activity.id:
         raise ValueError("the activity has no id")
+    delivery_id = delivery_of(activity.id, thread_id)
     action = _action_of(activity)
     if action is not None:
         if not activity.reply_to_id:
@@ -119,7 +122,7 @@ def read_activity(activity: Activity, *, bot_name: str) -> Received | Pressed | 
         return Pressed(
             platform="teams",
             thread_id=thread_id,
-            delivery_id=activity.id,
+            delivery_id=delivery_id,
             message_id=activity.reply_to_id,
             author_id=author_id,
             author_name=author.name or None,
@@ -136,7 +139,7 @@ def read_activity(activity: Activity, *, bot_name: str) -> Received | Pressed | 
     return Received(
         platform="teams",
         thread_id=thread_id,
-        delivery_id=activity.id,
+        delivery_id=delivery_id,
         message_id=activity.id,
         author_id=author_id,
         author_name=author.name or None,
@@ -145,6 +148,13 @@ def read_activity(activity: Activity, *, bot_name: str) -> Received | Pressed | 
         attachments=attachments,
         sent_at=sent_at,
     )
+
+
+def delivery_of(activity_id: str, thread_id: str) -> str:
+    """What a retried activity is known by: its id, which Teams repeats on a retry, and its
+    conversation (a message id is a time in milliseconds, unique only inside its chat)."""
+    conversation = hashlib.sha256(thread_id.partition(_THREAD_MARK)[0].encode()).hexdigest()
+    return f"{activity_id[:120]}@{conversation[:20]}"
 
 
 def readable(activity: Activity, bot_name: str) -> str:

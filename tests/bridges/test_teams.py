@@ -141,8 +141,18 @@ def test_the_bots_mention_is_written_with_its_name_and_another_persons_with_thei
     assert received.text == "@Mercury ask @Ben Li too"
     assert received.thread_id == f"teams:{TENANT}:19:general@thread.tacv2;messageid=5"
     assert (received.author_id, received.author_name, received.is_dm) == ("aad-ann", "Ann", False)
-    assert received.delivery_id == received.message_id == payload["id"]
+    assert received.message_id == payload["id"]
+    assert received.delivery_id.startswith(payload["id"] + "@")
     assert received.sent_at is not None and received.sent_at.tzinfo is not None
+
+
+def test_the_same_message_id_in_two_chats_is_two_deliveries(teams: TeamsStandIn) -> None:
+    # Teams' message ids are times in milliseconds: two chats may share one.
+    one = read(teams.activity(teams.personal("dee"), "dee", "hi", id="1700000000123"))
+    two = read(teams.activity(teams.personal("eve"), "eve", "hi", id="1700000000123"))
+    again = read(teams.activity(teams.personal("dee"), "dee", "hi", id="1700000000123"))
+    assert isinstance(one, Received) and isinstance(two, Received) and isinstance(again, Received)
+    assert one.delivery_id != two.delivery_id and one.delivery_id == again.delivery_id
 
 
 def test_a_personal_chat_is_a_dm_and_a_group_chat_takes_its_tenant_from_the_channel_data(
