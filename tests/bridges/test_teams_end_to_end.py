@@ -135,6 +135,22 @@ async def test_in_a_channel_only_the_mention_runs_in_its_thread_with_the_talk_as
     assert len(ollama.requests) == 1 and len(teams.messages) == 1
 
 
+async def test_a_group_chat_is_a_space_where_only_the_mention_runs(
+    chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript.words("Noted."))
+    group = teams.group_chat()  # its tenant only in the channel data, as Teams sends it
+    await say(teams, chat, teams.activity(group, "ann", "first!"))
+    await say(teams, chat, teams.activity(group, "ann", "who am I here?", mention_bot=True))
+    await teams.wait_until_async(lambda: teams.messages, timeout=40, what="the answer")
+    [request] = ollama.requests
+    assert f"group chat (teams:{TENANT}:19:team-chat@thread.v2)" in system_of(request)
+    words = user_contents(request)[-1]
+    assert "first!" in words.partition("<caller")[0]  # ambient context, not a turn
+    assert '<caller id="teams:aad-ann" name="Ann" role="member">' in words
+    assert teams.messages[0].conversation == "19:team-chat@thread.v2"
+
+
 async def test_an_activity_delivered_again_runs_once(
     chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
 ) -> None:
@@ -268,3 +284,23 @@ async def test_a_confirmation_is_a_card_only_its_owner_confirms_once(
     assert asked.text == "Which room would you like?"  # its text kept
     await settle()
     assert desk.booked == ["small"] and len(ollama.requests) == 2
+
+
+async def test_a_sign_in_link_asked_in_a_channel_goes_to_the_persons_personal_chat(
+    live_chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Please sign in first, then ask again."),
+    )
+    thread = teams.channel("400")
+    await say(teams, live_chat, teams.activity(thread, "ann", "my calendar?", mention_bot=True))
+    await teams.wait_until_async(
+        lambda: len(teams.messages) == 2, timeout=40, what="the link and the answer"
+    )
+    [private] = teams.in_conversation("a:personal-ann")
+    assert private.text == "Sign in to Calendar: https://calendar.example/login?state=s1"
+    [opened] = teams.opened
+    assert opened["members"] == [{"id": "29:ann"}] and opened["tenantId"] == TENANT
+    [answer] = teams.in_conversation(thread["id"])
+    assert answer.text == "Please sign in first, then ask again."
