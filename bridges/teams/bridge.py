@@ -57,6 +57,23 @@ _MAX_BUTTONS: Final = 5
 _READ_CHUNK: Final = 64 * 1024
 
 
+class _NoValidationTracebacks(logging.Filter):
+    """Drops the Agents SDK's own log of an activity it could not validate: it logs each one
+    at ERROR with a traceback, and the bridge reports such a body itself (``malformed``, 400)
+    in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Validation error for Activity")
+
+
+_SDK_ACTIVITY_LOG: Final = logging.getLogger("microsoft_agents.activity.activity")
+
+
+def _quiet_sdk_validation_log() -> None:
+    if not any(isinstance(f, _NoValidationTracebacks) for f in _SDK_ACTIVITY_LOG.filters):
+        _SDK_ACTIVITY_LOG.addFilter(_NoValidationTracebacks())
+
+
 class TeamsBridge:
     """One Teams bot (an Azure Bot's app id): reads its activities, answers through the
     connector service at each activity's ``serviceUrl``."""
@@ -71,6 +88,7 @@ class TeamsBridge:
         token_url = settings.token_url or (
             f"https://login.microsoftonline.com/{tenant or 'botframework.com'}/oauth2/v2.0/token"
         )
+        _quiet_sdk_validation_log()
         self._bot_name = bot_name
         self._tenant = tenant
         self._incoming = ActivityTokens(app_id=settings.app_id, openid_url=settings.openid_url)
@@ -128,7 +146,10 @@ class TeamsBridge:
             return WebhookOutcome(verdict="malformed", reason=f"Teams posts, never {method}s")
         try:
             activity = Activity.model_validate_json(body)
-        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+        # pydantic's ValidationError is a ValueError; the SDK's own validators raise
+        # TypeError (a channel id) and a bare Exception (a channel id against its
+        # productInfo entity): any of them is a body that can't be read, never a 500.
+        except Exception as exc:
             return WebhookOutcome(
                 verdict="malformed", reason=f"the body is no activity ({type(exc).__name__})"
             )
@@ -144,7 +165,7 @@ class TeamsBridge:
             return WebhookOutcome(verdict="ignored", reason="an activity of another tenant")
         try:
             read = read_activity(activity, bot_name=self._bot_name)
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             return WebhookOutcome(verdict="malformed", reason=str(exc))
         if isinstance(read, str):
             return WebhookOutcome(verdict="ignored", reason=read)

@@ -254,6 +254,20 @@ async def test_an_unreadable_body_with_a_good_token_is_malformed_never_a_crash(
     assert outcome.verdict == "malformed"
 
 
+async def test_an_unreadable_activity_is_logged_without_a_traceback(
+    bridge: TeamsBridge, teams: TeamsStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    odd = teams.activity(teams.personal("dee"), "dee", "hi") | {"timestamp": {"id": 5}}
+    conflict = teams.activity(teams.personal("dee"), "dee", "hi") | {
+        "channelId": "msteams:one",
+        "entities": [{"type": "ProductInfo", "id": "another"}],
+    }
+    for payload in (odd, conflict, {**odd, "channelId": ""}):
+        outcome = await receive(bridge, teams, payload)
+        assert outcome.verdict == "malformed"
+    assert [r for r in caplog.records if r.exc_info] == []
+
+
 async def test_a_bad_token_is_forged_before_the_body_is_read(
     bridge: TeamsBridge, teams: TeamsStandIn
 ) -> None:
