@@ -8,6 +8,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 from microsoft_agents.activity import Activity, ConversationAccount, ConversationParameters
@@ -55,6 +56,9 @@ _EDIT_INTERVAL_S: Final = 1.5
 #: Buttons a card carries (Teams shows up to six actions in a row).
 _MAX_BUTTONS: Final = 5
 _READ_CHUNK: Final = 64 * 1024
+#: Where Teams keeps shared files (OneDrive and SharePoint, in each cloud): a file's
+#: ``downloadUrl`` elsewhere is not fetched.
+_FILE_DOMAINS: Final = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn")
 
 
 class _NoValidationTracebacks(logging.Filter):
@@ -184,7 +188,7 @@ class TeamsBridge:
             bot_name=activity.recipient.name or None,
         )
         tenant, conversation, _ = split_thread(read.thread_id)
-        _remember(self._routes, conversation, route)
+        _remember(self._routes, f"{tenant}:{conversation}", route)
         _remember(self._tenant_routes, tenant, route)
         _remember(self._accounts, read.author_id, activity.from_property.id)
         if read.is_dm:
@@ -199,11 +203,9 @@ class TeamsBridge:
             raise _too_large(attachment, max_bytes)
         scheme, _, url = attachment.ref.partition(":")
         headers: dict[str, str] = {}
+        connectors = [route.service_url for route in self._tenant_routes.values()]
         if scheme == "bearer":
-            if not any(
-                on_platform(url, api_url=route.service_url, domains=())
-                for route in self._tenant_routes.values()
-            ):
+            if not any(on_platform(url, api_url=c, domains=()) for c in connectors):
                 raise BridgeError(
                     f"The Teams bridge sends its token only to the connector service, not "
                     f"for {attachment.name!r}."
@@ -211,6 +213,11 @@ class TeamsBridge:
             headers["Authorization"] = "Bearer " + await self._tokens.token(self._session())
         elif scheme != "direct":
             raise BridgeError(f"{attachment.name!r} has no address the Teams bridge reads.")
+        elif not any(on_platform(url, api_url=c, domains=_FILE_DOMAINS) for c in connectors):
+            raise BridgeError(
+                f"The Teams bridge fetches files only from SharePoint or the connector, not "
+                f"{attachment.name!r} from {urlsplit(url).netloc[:80]}."
+            )
         try:
             async with self._session().get(
                 url, headers=headers, allow_redirects=scheme == "direct"
@@ -358,7 +365,7 @@ class TeamsBridge:
     def _route_of(self, thread_id: str) -> tuple[Route, str]:
         """Where a reply in ``thread_id`` goes, and the conversation id Teams knows it by."""
         tenant, conversation, _ = split_thread(thread_id)
-        route = self._routes.get(conversation) or self._tenant_routes.get(tenant)
+        route = self._routes.get(f"{tenant}:{conversation}") or self._tenant_routes.get(tenant)
         if route is None:
             raise BridgeError(
                 "The Teams bridge has not heard from this tenant since it started, so it does "

@@ -327,6 +327,9 @@ async def test_a_download_refuses_to_send_the_token_off_the_connector(
     elsewhere = Attachment(name="x.png", ref="bearer:https://evil.example/x.png")
     with pytest.raises(BridgeError, match="only to the connector"):
         await bridge.download(elsewhere, 1000)
+    inside = Attachment(name="x.txt", ref="direct:http://169.254.169.254/latest/meta-data")
+    with pytest.raises(BridgeError, match="only from SharePoint or the connector"):
+        await bridge.download(inside, 1000)
     teams.files["big.bin"] = b"x" * 2000
     with pytest.raises(BridgeError, match="larger than"):
         await bridge.download(
