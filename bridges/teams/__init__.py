@@ -25,8 +25,10 @@ elsewhere activity runs nothing. How Teams maps onto the port:
   presser may read goes to their personal chat with the bot;
 * a live answer streams in a personal chat (Teams' streaming activities); elsewhere the typing
   indicator shows while it is written, then it is posted once;
-* images the assistant wrote go inline when small; other files are named in the answer
-  (Teams lets a bot attach files only through a file consent card in a personal chat).
+* images the assistant wrote go inline when small; in a personal chat other files are
+  offered with a file consent card (accepted, the file is uploaded to the URL in the
+  person's OneDrive Teams hands back, a ``fileConsent/invoke``); in a channel or a group chat,
+  which have no such card, they are named in the answer.
 
 Exceptions (the port's)::
 

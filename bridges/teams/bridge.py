@@ -4,10 +4,12 @@ docstring (:mod:`bridges.teams`) tells the whole of it."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -31,7 +33,16 @@ from bridges.port import (
     WebhookOutcome,
 )
 from bridges.teams.auth import ActivityTokens, BotTokens, Refused
-from bridges.teams.cards import MAX_MESSAGE_CHARS, message, typing, with_file_names
+from bridges.teams.cards import (
+    FILE_KEY,
+    MAX_MESSAGE_CHARS,
+    consent,
+    file_info,
+    is_inline,
+    message,
+    typing,
+    with_file_names,
+)
 from bridges.teams.live import TeamsReply
 from bridges.teams.wire import Route, read_activity, split_thread, tenant_of
 from core.config.settings import ConfigurationError, TeamsSettings
@@ -59,6 +70,8 @@ _READ_CHUNK: Final = 64 * 1024
 #: Where Teams keeps shared files (OneDrive and SharePoint, in each cloud): a file's
 #: ``downloadUrl`` elsewhere is not fetched.
 _FILE_DOMAINS: Final = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn")
+#: Files offered in personal chats and not answered yet, kept (the oldest forgotten first).
+_OFFERS_KEPT: Final = 32
 
 
 class _NoValidationTracebacks(logging.Filter):
@@ -113,6 +126,10 @@ class TeamsBridge:
         self._personal: OrderedDict[str, str] = OrderedDict()
         #: The text of the bot's messages by id: a pressed card is settled keeping it.
         self._texts: OrderedDict[str, str] = OrderedDict()
+        #: Files offered by a consent card, until the person answers.
+        self._offers: OrderedDict[str, EgressFile] = OrderedDict()
+        #: Uploads and withdrawals under way (an answered offer).
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def platform(self) -> str:
@@ -172,11 +189,94 @@ class TeamsBridge:
         except (ValueError, TypeError) as exc:
             return WebhookOutcome(verdict="malformed", reason=str(exc))
         if isinstance(read, str):
+            if activity.type == "invoke" and activity.name == "fileConsent/invoke":
+                return self._answered_offer(activity)
             return WebhookOutcome(verdict="ignored", reason=read)
         self._learn(activity, read)
         if isinstance(read, Pressed):
             return WebhookOutcome(verdict="accepted", presses=(read,))
         return WebhookOutcome(verdict="accepted", messages=(read,))
+
+    def _answered_offer(self, activity: Activity) -> WebhookOutcome:
+        """A file consent card answered: accepted, the file is uploaded to the URL Teams
+        gave (in the background: Teams waits for no upload) and the card becomes the file;
+        declined, the card goes."""
+        value: Any = activity.value
+        context = value.get("context") if isinstance(value, dict) else None
+        token = context.get(FILE_KEY) if isinstance(context, dict) else None
+        file = self._offers.pop(token, None) if isinstance(token, str) else None
+        conversation = activity.conversation.id if activity.conversation is not None else None
+        card = activity.reply_to_id
+        route = self._tenant_routes.get(tenant_of(activity) or "")
+        if file is None or route is None or not conversation or not card:
+            return WebhookOutcome(verdict="ignored", reason="a file consent this instance lost")
+        route = Route(
+            service_url=activity.service_url or route.service_url,
+            bot_id=route.bot_id,
+            bot_name=route.bot_name,
+        )
+        if value.get("action") == "accept":
+            work = self._upload(route, conversation, card, file, value.get("uploadInfo"))
+        else:
+            work = self._withdraw(route, conversation, card)
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return WebhookOutcome(verdict="ignored", reason="a file consent answered")
+
+    async def _upload(
+        self, route: Route, conversation: str, card: str, file: EgressFile, info: object
+    ) -> None:
+        """PUT ``file`` at the upload URL Teams gave, then show it in place of the card."""
+        try:
+            if not isinstance(info, dict) or not isinstance(info.get("uploadUrl"), str):
+                raise BridgeError(f"Teams gave no upload URL for {file.filename!r}.")
+            url = str(info["uploadUrl"])
+            connectors = [r.service_url for r in self._tenant_routes.values()]
+            if not any(on_platform(url, api_url=c, domains=_FILE_DOMAINS) for c in connectors):
+                raise BridgeError(
+                    f"The Teams bridge uploads only to OneDrive, not {urlsplit(url).netloc[:80]}."
+                )
+            size = len(file.data)
+            headers = {"Content-Range": f"bytes 0-{max(size - 1, 0)}/{size}"}
+            try:
+                async with self._session().put(url, data=file.data, headers=headers) as answer:
+                    if answer.status not in (200, 201, 202):
+                        raise BridgeError(
+                            f"OneDrive answered {answer.status} to the upload of {file.filename!r}."
+                        )
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise PlatformUnavailable(
+                    f"OneDrive could not be reached to upload {file.filename!r}."
+                ) from exc
+            shown = file_info(
+                name=str(info.get("name") or file.filename),
+                content_url=str(info.get("contentUrl") or ""),
+                unique_id=str(info.get("uniqueId") or ""),
+                file_type=str(info.get("fileType") or ""),
+                bot=_bot(route),
+            )
+            shown.id = card
+            await self._call(
+                route,
+                "show the uploaded file",
+                lambda client: client.conversations.update_activity(
+                    conversation, card, _addressed(shown, conversation)
+                ),
+            )
+        except BridgeError as failed:
+            log.warning("a file offered in Teams was not uploaded: %s", failed)
+
+    async def _withdraw(self, route: Route, conversation: str, card: str) -> None:
+        """Take a declined file's card away."""
+        try:
+            await self._call(
+                route,
+                "take a declined file's card away",
+                lambda client: client.conversations.delete_activity(conversation, card),
+            )
+        except BridgeError as failed:
+            log.warning("a declined file's card stayed in Teams: %s", failed)
 
     def _learn(self, activity: Activity, read: Received | Pressed) -> None:
         """Remember where this conversation's replies go, and the author's account."""
@@ -258,7 +358,7 @@ class TeamsBridge:
         """Answer in ``to``'s conversation (a channel's answer in the thread it came in),
         split at :data:`MAX_MESSAGE_CHARS`; small images inline, other files named."""
         route, conversation = self._route_of(to.thread_id)
-        parts = split(with_file_names(text, files), MAX_MESSAGE_CHARS)
+        parts = split(text if to.is_dm else with_file_names(text, files), MAX_MESSAGE_CHARS)
         for number, part in enumerate(parts):
             last = number == len(parts) - 1
             await self.reply(
@@ -267,6 +367,20 @@ class TeamsBridge:
                 to.message_id,
                 message(part, bot=_bot(route), files=files if last else ()),
             )
+        if to.is_dm:
+            await self.offer(route, conversation, to.message_id, files)
+
+    async def offer(
+        self, route: Route, conversation: str, reply_to: str, files: Sequence[EgressFile]
+    ) -> None:
+        """Offer each file that can't go inline with a file consent card (personal chats);
+        kept here until the person answers, for at most :data:`_OFFERS_KEPT` files."""
+        for file in files:
+            if is_inline(file):
+                continue
+            token = secrets.token_urlsafe(16)
+            _remember(self._offers, token, file, _OFFERS_KEPT)
+            await self.reply(route, conversation, reply_to, consent(file, token, bot=_bot(route)))
 
     # -- live replies and buttons (#37) ----------------------------------------------------------
 
@@ -290,6 +404,7 @@ class TeamsBridge:
             conversation=conversation,
             reply_to=to.message_id,
             stream=to.is_dm,
+            personal=to.is_dm,
         )
         await reply.begin(status)
         return reply
@@ -452,6 +567,10 @@ class TeamsBridge:
     async def close(self) -> None:
         """Close the HTTP sessions."""
         self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         connectors = list(self._connectors.values())
         self._connectors.clear()
         for client in connectors:

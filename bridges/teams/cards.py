@@ -14,8 +14,13 @@ from bridges.teams.wire import ACTION_KEY
 
 __all__ = [
     "ADAPTIVE_CARD",
+    "FILE_CONSENT",
+    "FILE_INFO",
+    "FILE_KEY",
     "INLINE_IMAGE_MAX_BYTES",
     "MAX_MESSAGE_CHARS",
+    "consent",
+    "file_info",
     "message",
     "streaming",
     "typing",
@@ -29,6 +34,13 @@ MAX_MESSAGE_CHARS: Final = 6_000
 #: way for a bot to post a file into a group chat or a channel.
 INLINE_IMAGE_MAX_BYTES: Final = 16 * 1024
 ADAPTIVE_CARD: Final = "application/vnd.microsoft.card.adaptive"
+#: A file offered in a personal chat: the person accepts (Teams then hands an upload URL in
+#: their OneDrive) or declines.
+FILE_CONSENT: Final = "application/vnd.microsoft.teams.card.file.consent"
+#: A file in the person's OneDrive, shown in the chat.
+FILE_INFO: Final = "application/vnd.microsoft.teams.card.file.info"
+#: The key of a consent card's context that names the offered file.
+FILE_KEY: Final = "mercuryFile"
 _INLINE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif"})
 _STYLES: Final = {"primary": "positive", "danger": "destructive"}
 _LABEL_MAX_CHARS: Final = 80
@@ -130,6 +142,41 @@ def is_inline(file: EgressFile) -> bool:
 
 
 def with_file_names(text: str, files: Sequence[EgressFile]) -> str:
-    """``text`` with a line naming each file that can't go with a Teams message."""
+    """``text`` with a line naming each file that can't go with a Teams message (in a
+    channel or a group chat, where no file consent card can be offered)."""
     named = [f"📎 {file.filename}" for file in files if not is_inline(file)]
     return "\n\n".join([text, *named]) if named else text
+
+
+def consent(file: EgressFile, token: str, *, bot: tuple[str, str | None] | None = None) -> Activity:
+    """A message offering ``file`` (a file consent card); ``token`` comes back with the
+    person's answer."""
+    card = Attachment(
+        content_type=FILE_CONSENT,
+        name=file.filename,
+        content={
+            "description": file.filename,
+            "sizeInBytes": len(file.data),
+            "acceptContext": {FILE_KEY: token},
+            "declineContext": {FILE_KEY: token},
+        },
+    )
+    return Activity(type="message", attachments=[card], **_sender(bot))
+
+
+def file_info(
+    *,
+    name: str,
+    content_url: str,
+    unique_id: str,
+    file_type: str,
+    bot: tuple[str, str | None] | None,
+) -> Activity:
+    """A message showing a file uploaded to the person's OneDrive (a file info card)."""
+    card = Attachment(
+        content_type=FILE_INFO,
+        name=name,
+        content_url=content_url,
+        content={"uniqueId": unique_id, "fileType": file_type},
+    )
+    return Activity(type="message", attachments=[card], **_sender(bot))

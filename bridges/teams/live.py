@@ -36,6 +36,10 @@ class _ReplyHost(Protocol):
 
     def wrote(self, message_id: str, text: str) -> None: ...
 
+    async def offer(
+        self, route: Route, conversation: str, reply_to: str, files: Sequence[EgressFile]
+    ) -> None: ...
+
 
 class TeamsReply:
     """One live reply in a Teams conversation."""
@@ -48,12 +52,14 @@ class TeamsReply:
         conversation: str,
         reply_to: str,
         stream: bool,
+        personal: bool,
     ) -> None:
         self._bridge = bridge
         self._route = route
         self._bot = (route.bot_id, route.bot_name)
         self._conversation = conversation
         self._reply_to = reply_to
+        self._personal = personal
         self._mode: Literal["stream", "single"] = "stream" if stream else "single"
         self._stream_id: str | None = None
         self._sequence = 0
@@ -89,7 +95,7 @@ class TeamsReply:
         self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
     ) -> None:
         final = message(
-            with_file_names(text, files),
+            text if self._personal else with_file_names(text, files),
             bot=self._bot,
             buttons=buttons,
             files=files,
@@ -100,6 +106,8 @@ class TeamsReply:
         if message_id:
             self._bridge.wrote(message_id, text)
         self._shown = text
+        if self._personal:
+            await self._bridge.offer(self._route, self._conversation, self._reply_to, files)
 
     async def fail(self, text: str) -> None:
         await self.finish(text)

@@ -303,10 +303,10 @@ async def test_a_reply_before_any_activity_of_its_tenant_is_a_bridge_error(
         await bridge.send_reply(to, "hello")
 
 
-async def test_a_long_answer_is_split_and_a_file_teams_cant_carry_is_named(
+async def test_a_long_answer_is_split_and_a_file_teams_cant_carry_is_named_in_a_group(
     bridge: TeamsBridge, teams: TeamsStandIn
 ) -> None:
-    outcome = await receive(bridge, teams, teams.activity(teams.personal("dee"), "dee", "hi"))
+    outcome = await receive(bridge, teams, teams.activity(teams.group_chat(), "dee", "hi"))
     [to] = outcome.messages
     text = ("A sentence that goes on. " * 400).strip()
     report = EgressFile(filename="report.pdf", mime_type="application/pdf", data=b"%PDF")
@@ -318,6 +318,20 @@ async def test_a_long_answer_is_split_and_a_file_teams_cant_carry_is_named(
     assert sent[-1].endswith("📎 report.pdf")
     [image] = teams.messages[-1].attachments
     assert image["contentUrl"].startswith("data:image/png;base64,")
+
+
+async def test_in_a_personal_chat_a_file_teams_cant_carry_inline_is_offered(
+    bridge: TeamsBridge, teams: TeamsStandIn
+) -> None:
+    outcome = await receive(bridge, teams, teams.activity(teams.personal("dee"), "dee", "hi"))
+    [to] = outcome.messages
+    report = EgressFile(filename="report.pdf", mime_type="application/pdf", data=b"%PDF")
+    await bridge.send_reply(to, "Here.", [report])
+    answer, offer = teams.messages
+    assert answer.text == "Here."
+    assert [a["contentType"] for a in offer.attachments] == [
+        "application/vnd.microsoft.teams.card.file.consent"
+    ]
 
 
 async def test_a_download_refuses_to_send_the_token_off_the_connector(

@@ -211,6 +211,70 @@ async def test_a_shared_file_comes_into_the_spaces_inbox(
     assert [p.read_bytes() for p in inbox.iterdir()] == [b"name,score\nann,3\n"]
 
 
+async def test_a_file_written_in_a_personal_chat_is_offered_and_uploaded_once_accepted(
+    chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
+) -> None:
+    seen: list[str] = []
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if not seen:
+            seen.append("asked")
+            return ChatScript(
+                tool_calls=[
+                    {
+                        "name": "outbox_write",
+                        "arguments": {"filename": "summary.txt", "content": "ann leads"},
+                    }
+                ]
+            )
+        return ChatScript.words("Here is the summary.")
+
+    ollama.responder = respond
+    await say(teams, chat, teams.activity(teams.personal("dee"), "dee", "summarize"))
+    await teams.wait_until_async(
+        lambda: len(teams.messages) == 2, timeout=40, what="the answer and the offer"
+    )
+    answer, offer = teams.messages
+    assert answer.text == "Here is the summary."  # no file named: it is offered
+    [card] = offer.attachments
+    assert card["contentType"] == "application/vnd.microsoft.teams.card.file.consent"
+    assert (card["name"], card["content"]["sizeInBytes"]) == ("summary.txt", 9)
+
+    accepted = teams.consent_answer("dee", offer)
+    assert await say(teams, chat, accepted) == 0  # an answer to Teams, no turn
+    await teams.wait_until_async(lambda: teams.uploads, timeout=20, what="the upload")
+    assert teams.uploads == [("summary.txt", b"ann leads", "bytes 0-8/9")]
+    await teams.wait_until_async(
+        lambda: offer.attachments[0]["contentType"].endswith("file.info"),
+        timeout=20,
+        what="the card shown as the file",
+    )
+    assert offer.attachments[0]["contentUrl"].endswith("/summary.txt")
+    # Teams sending the acceptance again uploads nothing more.
+    await say(teams, chat, accepted)
+    await settle()
+    assert len(teams.uploads) == 1 and len(ollama.requests) == 2
+
+
+async def test_a_file_offered_and_declined_is_taken_away(
+    chat: RunningServer, teams: TeamsStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(
+            tool_calls=[
+                {"name": "outbox_write", "arguments": {"filename": "a.txt", "content": "x"}}
+            ]
+        ),
+        ChatScript.words("Done."),
+    )
+    await say(teams, chat, teams.activity(teams.personal("dee"), "dee", "write it"))
+    await teams.wait_until_async(lambda: len(teams.messages) == 2, timeout=40, what="the offer")
+    offer = teams.messages[1]
+    await say(teams, chat, teams.consent_answer("dee", offer, accept=False))
+    await teams.wait_until_async(lambda: teams.deleted, timeout=20, what="the card taken away")
+    assert teams.deleted == [offer.id] and teams.uploads == []
+
+
 # -- live answers and buttons (#37) -----------------------------------------------------------
 
 

@@ -23,7 +23,9 @@ What it serves, as the Bot Framework does:
   needs the token ``/token`` handed out (else 401). Streaming is Teams': allowed in a personal
   chat only (400 ``BadArgument`` elsewhere), the first streaming activity's answer is the
   stream's id, every later one must carry it and a growing ``streamSequence``.
-* ``GET /files/<name>``: a shared file's pre-authorized download URL.
+* ``GET /files/<name>``: a shared file's pre-authorized download URL; ``PUT
+  /onedrive/<name>``: the upload URL a file consent's acceptance hands out (kept in
+  :attr:`TeamsStandIn.uploads`); ``DELETE …/activities/{id}`` takes a message away.
 
 Every activity posted or updated is recorded (:attr:`TeamsStandIn.posted`), every message as
 a person sees it now (:attr:`TeamsStandIn.messages`, in order, a stream's final message
@@ -129,6 +131,8 @@ class TeamsStandIn(ThreadedStandIn):
             self.token_requests: list[dict[str, str]] = []
             self.downloads: list[str] = []
             self.opened: list[dict[str, Any]] = []
+            self.uploads: list[tuple[str, bytes, str]] = []
+            self.deleted: list[str] = []
             self._streams: dict[str, int] = {}
             #: After this many of a stream's updates, Teams answers 403
             #: ``ContentStreamNotAllowed`` (the person pressed Teams' own stop).
@@ -259,6 +263,35 @@ class TeamsStandIn(ThreadedStandIn):
             conversation, user, value={"mercuryAction": action}, reply_to=message_id
         )
 
+    def consent_answer(
+        self, user: str, card: TeamsMessage, *, accept: bool = True
+    ) -> dict[str, Any]:
+        """The ``fileConsent/invoke`` Teams sends when ``user`` answers a file consent card."""
+        [offer] = [
+            a
+            for a in card.attachments
+            if a.get("contentType") == "application/vnd.microsoft.teams.card.file.consent"
+        ]
+        name = offer["name"]
+        activity = self.activity(self.personal(user), user, reply_to=card.id)
+        activity |= {
+            "type": "invoke",
+            "name": "fileConsent/invoke",
+            "value": {
+                "type": "fileUpload",
+                "action": "accept" if accept else "decline",
+                "context": offer["content"]["acceptContext" if accept else "declineContext"],
+                "uploadInfo": {
+                    "contentUrl": f"https://contoso-my.sharepoint.example/{name}",
+                    "name": name,
+                    "uploadUrl": f"{self.url}/onedrive/{name}",
+                    "uniqueId": "0b1f",
+                    "fileType": name.rpartition(".")[2],
+                },
+            },
+        }
+        return activity
+
     def add_file(self, name: str, data: bytes) -> dict[str, Any]:
         """A file shared in a chat, as the attachment Teams sends for it."""
         self.files[name] = data
@@ -305,7 +338,11 @@ class TeamsStandIn(ThreadedStandIn):
             "/service/v3/conversations/{conversation}/activities/{reply_to}", self._post
         )
         app.router.add_put("/service/v3/conversations/{conversation}/activities/{id}", self._put)
+        app.router.add_delete(
+            "/service/v3/conversations/{conversation}/activities/{id}", self._delete
+        )
         app.router.add_get("/files/{name}", self._file)
+        app.router.add_put("/onedrive/{name}", self._upload)
         return app
 
     async def _openid(self, request: web.Request) -> web.Response:
@@ -445,6 +482,29 @@ class TeamsStandIn(ThreadedStandIn):
                 )
             )
         return web.json_response({"id": activity_id})
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.json_response({"error": {"code": "Unauthorized"}}, status=401)
+        activity_id = request.match_info["id"]
+        with self._lock:
+            before = len(self.messages)
+            self.messages = [m for m in self.messages if m.id != activity_id]
+            if len(self.messages) == before:
+                return web.json_response({"error": {"code": "NotFound"}}, status=404)
+            self.deleted.append(activity_id)
+        return web.Response(status=200)
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """A OneDrive upload session's URL (pre-authorized: no token)."""
+        data = await request.read()
+        with self._lock:
+            self.uploads.append(
+                (request.match_info["name"], data, request.headers.get("Content-Range", ""))
+            )
+        return web.json_response(
+            {"id": "drive-item-1", "name": request.match_info["name"]}, status=201
+        )
 
     async def _file(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
