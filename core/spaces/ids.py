@@ -51,10 +51,11 @@ _SHAPES: Final[dict[str, re.Pattern[str]]] = {
     ),
     "whatsapp": re.compile(rf"whatsapp:(?P<jid>{_PART})"),
     # A Teams conversation id (``a:1Xy…``, ``19:…@thread.tacv2``) without the ``;messageid=``
-    # of a channel's thread: the thread is a conversation of its channel's space.
+    # of a channel's thread: the thread is a conversation of its channel's space. No ``/``,
+    # ``?`` or ``#``: the id goes into the connector's URL path as it is.
     "teams": re.compile(
         r"teams:(?P<tenant>[A-Za-z0-9-]{1,64}):"
-        r"(?P<conversation>[a-z0-9]{1,3}:[A-Za-z0-9_.@:=+/-]{1,180})"
+        r"(?P<conversation>[a-z0-9]{1,3}:[A-Za-z0-9_.@:=-]{1,180})"
     ),
 }
 

@@ -108,6 +108,7 @@ def test_a_thread_is_a_conversation_of_its_chats_or_channels_space(
     [
         "teams:a:1xyz",
         f"teams:{TENANT}:a:1 x",
+        f"teams:{TENANT}:a:1/../x",
         f"teams:{TENANT}:19:gen@thread.tacv2;messageid=abc",
         f"teams:{TENANT}:19:" + "x" * 300,
         f"slack:{TENANT}:a:1",
