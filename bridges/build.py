@@ -18,6 +18,7 @@ BRIDGES: Final = {
     "telegram": ("bridges.telegram", "TelegramBridge"),
     "discord": ("bridges.discord", "DiscordBridge"),
     "whatsapp": ("bridges.whatsapp", "WhatsAppBridge"),
+    "teams": ("bridges.teams", "TeamsBridge"),
 }
 
 

@@ -17,6 +17,7 @@ import pytest
         "auth_providers",
         "bridges",
         "bridges.slack",
+        "bridges.teams",
         "bridges.telegram",
         "dev_model",
     ],

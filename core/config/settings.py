@@ -104,6 +104,7 @@ __all__ = [
     "SlackSettings",
     "SpaceConfig",
     "StateSettings",
+    "TeamsSettings",
     "TelegramSettings",
     "TriggerSettings",
     "WhatsAppSettings",
@@ -400,6 +401,20 @@ class WhatsAppSettings(_Group, frozen=True, kw_only=True):
     dm_policy: DmPolicy | None = None
 
 
+class TeamsSettings(_Group, frozen=True, kw_only=True):
+    """The Microsoft Teams bridge (Bot Framework activities in, the connector service out)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"app_password"})
+
+    enabled: bool
+    app_id: str | None
+    app_password: str | None
+    tenant_id: str | None
+    openid_url: str
+    token_url: str | None
+    dm_policy: DmPolicy | None = None
+
+
 class LogSettings(_Group, frozen=True, kw_only=True):
     """What the service logs and how each line looks."""
 
@@ -443,6 +458,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     telegram: TelegramSettings
     discord: DiscordSettings
     whatsapp: WhatsAppSettings
+    teams: TeamsSettings
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
@@ -498,6 +514,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "telegram": TelegramSettings,
     "discord": DiscordSettings,
     "whatsapp": WhatsAppSettings,
+    "teams": TeamsSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
 }
@@ -536,7 +553,7 @@ _SECONDS: Final = _Float(0, inclusive=False)
 #: The chat bridges whose direct messages follow a DM policy (``<platform>.dm_policy``): a
 #: new bridge adds its name here, a ``dm_policy`` field to its section and
 #: ``_dm_policy("<platform>")`` to the table.
-DM_POLICY_PLATFORMS: Final = ("slack", "telegram", "discord", "whatsapp")
+DM_POLICY_PLATFORMS: Final = ("slack", "telegram", "discord", "whatsapp", "teams")
 
 
 def _dm_policy(platform: str) -> Setting:
@@ -825,6 +842,26 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
             "https://graph.facebook.com/v21.0", "The Graph API's address."),
     _dm_policy("whatsapp"),
+    Setting("teams.enabled", "MERCURY_TEAMS", _Bool(), False,
+            "Run the Microsoft Teams bridge: activities at `POST /webhooks/teams`."),
+    Setting("teams.app_id", "TEAMS_APP_ID", _Text(), None,
+            "The bot's Microsoft App ID (its Entra app registration's client id): the "
+            "audience every incoming token must carry."),
+    Setting("teams.app_password", "TEAMS_APP_PASSWORD", _Text(raw=True), None,
+            "The app registration's client secret, which replies' tokens are asked with.",
+            secret=True),
+    Setting("teams.tenant_id", "TEAMS_TENANT_ID", _Text(), None,
+            "For a single-tenant bot: its Entra tenant id. Tokens are then asked from that "
+            "tenant, and activities from any other tenant are ignored.", default_doc="none"),
+    Setting("teams.openid_url", "TEAMS_OPENID_URL", _Url(),
+            "https://login.botframework.com/v1/.well-known/openidconfiguration",
+            "The Bot Framework's OpenID metadata: the issuer and the keys incoming tokens "
+            "are checked against."),
+    Setting("teams.token_url", "TEAMS_TOKEN_URL", _Url(), None,
+            "Where the bot asks for its own tokens (OAuth client credentials).",
+            default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
+            "the tenant `botframework.com` unless `teams.tenant_id` is set"),
+    _dm_policy("teams"),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
@@ -958,6 +995,10 @@ _BRIDGE_SECRETS: Final = {
         ("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN"),
         ("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID"),
     ),
+    "teams": (
+        ("teams.app_id", "TEAMS_APP_ID"),
+        ("teams.app_password", "TEAMS_APP_PASSWORD"),
+    ),
 }
 
 
@@ -967,6 +1008,7 @@ _BRIDGE_NAMES: Final = {
     "telegram": "Telegram",
     "discord": "Discord",
     "whatsapp": "WhatsApp",
+    "teams": "Microsoft Teams",
 }
 
 
@@ -1327,6 +1369,7 @@ _SECTION_TITLES: Final = {
     "telegram": "Telegram bridge",
     "discord": "Discord bridge",
     "whatsapp": "WhatsApp bridge",
+    "teams": "Microsoft Teams bridge",
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",

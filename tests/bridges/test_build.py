@@ -26,6 +26,9 @@ ALL_ON = {
     "WHATSAPP_APP_SECRET": "wa-app-secret",
     "WHATSAPP_VERIFY_TOKEN": "wa-verify",
     "WHATSAPP_PHONE_NUMBER_ID": "1234567890",
+    "MERCURY_TEAMS": "true",
+    "TEAMS_APP_ID": "00000000-0000-4000-8000-00000000a11d",
+    "TEAMS_APP_PASSWORD": "teams-password",
 }
 
 
@@ -35,8 +38,8 @@ def test_no_bridge_is_built_unless_switched_on(tmp_path: Path) -> None:
 
 def test_every_bridge_switched_on_is_built_offline_and_closes(tmp_path: Path) -> None:
     bridges = build_bridges(load_settings(ALL_ON, cwd=tmp_path))
-    assert [b.platform for b in bridges] == ["slack", "telegram", "discord", "whatsapp"]
-    assert [isinstance(b, WebhookBridge) for b in bridges] == [True, True, False, True]
+    assert [b.platform for b in bridges] == ["slack", "telegram", "discord", "whatsapp", "teams"]
+    assert [isinstance(b, WebhookBridge) for b in bridges] == [True, True, False, True, True]
     assert isinstance(bridges[2], GatewayBridge)
 
     async def close() -> None:
@@ -53,6 +56,7 @@ def test_every_bridge_switched_on_is_built_offline_and_closes(tmp_path: Path) ->
         ("TELEGRAM_WEBHOOK_SECRET", "The Telegram bridge is on but TELEGRAM_WEBHOOK_SECRET"),
         ("DISCORD_BOT_TOKEN", "The Discord bridge is on but DISCORD_BOT_TOKEN"),
         ("WHATSAPP_APP_SECRET", "The WhatsApp bridge is on but WHATSAPP_APP_SECRET"),
+        ("TEAMS_APP_PASSWORD", "The Microsoft Teams bridge is on but TEAMS_APP_PASSWORD"),
     ],
 )
 def test_a_bridge_on_without_its_secret_stops_the_start_in_one_sentence(
@@ -64,6 +68,7 @@ def test_a_bridge_on_without_its_secret_stops_the_start_in_one_sentence(
     assert str(refused.value).startswith(named)
     assert str(refused.value).count(".") == 1  # one sentence
     assert "s3cret" not in str(refused.value) and "wa-token" not in str(refused.value)
+    assert "teams-password" not in str(refused.value)
 
 
 def test_a_secret_in_the_file_is_refused(tmp_path: Path) -> None:
@@ -110,3 +115,11 @@ def test_socket_mode_without_its_app_token_stops_the_start_in_one_sentence(
         load_settings(environ, cwd=tmp_path)
     assert str(refused.value).startswith(named)
     assert "xoxb-the-bot-token-again" not in str(refused.value)
+
+
+def test_the_teams_app_password_in_the_file_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "mercury.yaml"
+    config.write_text("teams:\n  app_password: teams-leak\n", encoding="utf-8")
+    with pytest.raises(ConfigurationError) as refused:
+        load_settings({"MERCURY_CONFIG_FILE": str(config)}, cwd=tmp_path)
+    assert "teams-leak" not in str(refused.value) and "TEAMS_APP_PASSWORD" in str(refused.value)
