@@ -501,7 +501,7 @@ export class SpaceSettings {
       "form",
       {
         class: "setting-form",
-        attrs: { novalidate: "", "aria-label": label },
+        attrs: { novalidate: "" },
         on: {
           submit: (event) => {
             event.preventDefault();
