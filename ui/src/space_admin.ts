@@ -153,7 +153,7 @@ export function durationFault(text: string): boolean {
 /** A space's mutes: the list with Unmute, and the two-step form to mute someone. */
 export class SpaceMutes {
   readonly element: HTMLElement;
-  private readonly list = h("ul", { class: "mutes" });
+  private readonly list = h("ul", { class: "entries mutes" });
   private readonly person = h("select", { attrs: { id: "mute-person" } });
   private readonly duration = h("input", {
     attrs: {
