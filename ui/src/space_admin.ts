@@ -727,14 +727,16 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
     );
   };
 
+  section.setAttribute("tabindex", "-1");
+  section.append(list, status, problem);
   try {
     await reload();
   } catch (error) {
     // Not an approver (403), or a server without pairing (404): the section isn't shown.
     if (error instanceof ApiError && [403, 404, 405].includes(error.status)) return null;
-    throw error;
+    // A sign-in gone stale is the whole tab's business; any other failure stays here.
+    if (error instanceof ApiError && error.status === 401) throw error;
+    problem.textContent = messageOf(error);
   }
-  section.setAttribute("tabindex", "-1");
-  section.append(list, status, problem);
   return section;
 }

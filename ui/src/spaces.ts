@@ -176,10 +176,10 @@ export class SpacesView {
     } catch (error) {
       drawn.replaceChildren(failed(this.host, error));
     }
-    const status = h("p", { class: "note", attrs: { role: "status" } }, S.spaceDeleted(spaceId));
-    panel.replaceChildren(status, ...drawn.childNodes);
+    const note = h("p", { class: "note", attrs: { tabindex: "-1" } }, S.spaceDeleted(spaceId));
+    panel.replaceChildren(note, ...drawn.childNodes);
     this.host.announce(S.spaceDeleted(spaceId));
-    panel.querySelector<HTMLElement>("#space")?.focus();
+    (panel.querySelector<HTMLElement>("#space") ?? note).focus();
   }
 }
 
