@@ -363,7 +363,11 @@ def test_an_admin_sets_and_resets_settings_checked_as_the_server_checks_them(
 
     # What only the server knows comes back as its own sentence, beside the field.
     pattern = section.locator(".setting[data-key='trigger.pattern']")
-    page.get_by_label("Prefix or pattern").fill("(")
+    page.get_by_label("Prefix or pattern").fill("x" * 65)
+    pattern.get_by_role("button", name="Set trigger.pattern").click()
+    expect(pattern.locator("[role=alert]")).to_have_text("At most 64 characters.")
+    assert len(puts) == 4
+    page.get_by_label("Prefix or pattern").fill("!m\u202e")
     with page.expect_response(lambda r: "/settings/trigger.pattern" in r.url) as answer:
         pattern.get_by_role("button", name="Set trigger.pattern").click()
     assert answer.value.status == 400

@@ -365,10 +365,10 @@ type Kind =
 const KINDS: Record<string, Kind> = {
   rate_limit: { type: "int", min: 1, max: 1000 },
   "trigger.match": { type: "choice", choices: ["mention", "prefix", "always"] },
-  "trigger.pattern": { type: "text", maxChars: null },
+  "trigger.pattern": { type: "text", maxChars: 64 },
   "trigger.media_in_groups": { type: "bool" },
-  "ambient.max_messages": { type: "int", min: 0, max: null },
-  "ambient.max_chars": { type: "int", min: 0, max: null },
+  "ambient.max_messages": { type: "int", min: 0, max: 500 },
+  "ambient.max_chars": { type: "int", min: 0, max: 100000 },
   live_answers: { type: "bool" },
 };
 
