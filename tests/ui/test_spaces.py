@@ -31,6 +31,7 @@ spaces:
   "slack:C1":
     admins: [static:alice]
     members: [static:bob]
+    rate_limit: 5
 """
 PREFS = "/spaces/slack%3AC1/prefs"
 
