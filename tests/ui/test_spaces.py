@@ -364,16 +364,16 @@ def test_an_admin_sets_and_resets_settings_checked_as_the_server_checks_them(
 
     # What only the server knows comes back as its own sentence, beside the field.
     pattern = section.locator(".setting[data-key='trigger.pattern']")
-    page.get_by_label("Prefix or pattern").fill("x" * 65)
+    page.get_by_label("Trigger word").fill("x" * 65)
     pattern.get_by_role("button", name="Set trigger.pattern").click()
     expect(pattern.locator("[role=alert]")).to_have_text("At most 64 characters.")
     assert len(puts) == 4
-    page.get_by_label("Prefix or pattern").fill("!m\u202e")
+    page.get_by_label("Trigger word").fill("!m\u202e")
     with page.expect_response(lambda r: "/settings/trigger.pattern" in r.url) as answer:
         pattern.get_by_role("button", name="Set trigger.pattern").click()
     assert answer.value.status == 400
     expect(pattern.locator("[role=alert]")).to_have_text(answer.value.json()["error"])
-    expect(page.get_by_label("Prefix or pattern")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Trigger word")).to_have_attribute("aria-invalid", "true")
     assert axe_violations(page) == []
 
 

@@ -155,7 +155,7 @@ export const strings = {
   settingLabels: {
     rate_limit: "Turns per person per window",
     "trigger.match": "Answers when",
-    "trigger.pattern": "Prefix or pattern",
+    "trigger.pattern": "Trigger word",
     "trigger.media_in_groups": "Reads media in groups",
     "ambient.max_messages": "Recent messages kept as context",
     "ambient.max_chars": "Characters of recent talk kept as context",
