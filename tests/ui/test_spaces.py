@@ -157,6 +157,11 @@ def test_an_admin_adds_changes_and_deletes_a_preference_and_sees_the_refusals(
     question.get_by_role("button", name="Cancel").click()
     expect(question).to_have_count(0)
     expect(page.get_by_role("button", name="Delete tone")).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(question).to_have_count(1)
+    page.keyboard.press("Escape")  # closes the question, not the side panel
+    expect(question).to_have_count(0)
+    expect(page.get_by_role("button", name="Delete tone")).to_be_focused()
     assert "tone" in preferences(spaces_server)
     page.get_by_role("button", name="Delete tone").click()
     question.get_by_role("button", name="Confirm").click()

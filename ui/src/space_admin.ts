@@ -76,7 +76,8 @@ export class People {
 
 /**
  * A question with Confirm and Cancel, shown in place of the action it confirms. Focus goes to
- * Cancel (nothing is lost by a stray Enter) and back to `opener` when it's cancelled.
+ * Cancel (nothing is lost by a stray Enter) and back to `opener` when it's cancelled (Cancel,
+ * or Escape).
  */
 export function confirmation(
   question: string,
@@ -91,9 +92,16 @@ export function confirmation(
     h("p", { class: "confirm-question" }, question),
     h("div", { class: "confirm-actions" }, yes, no),
   );
-  no.addEventListener("click", () => {
+  const cancel = () => {
     box.remove();
     opener?.focus();
+  };
+  no.addEventListener("click", cancel);
+  // Escape cancels the question, not the whole side panel it sits in.
+  box.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || yes.disabled) return;
+    event.stopPropagation();
+    cancel();
   });
   yes.addEventListener("click", () => {
     yes.disabled = true;
