@@ -1,10 +1,24 @@
 // The Spaces tab: the shared spaces the person is in (GET /spaces) and, for the one chosen, its
-// preferences: every member reads them, a role with prefs.set adds, changes and deletes them.
-// The limits the server holds are checked here first, so nobody sends what it would refuse;
-// when it refuses anyway (a full space, a role taken away meanwhile) its sentence is shown.
+// members, preferences, mutes and runtime settings, and for an admin a way to delete it; above
+// them, for an approver, the pairings waiting (space_admin.ts holds those pieces). Every member
+// reads the preferences, a role with prefs.set adds, changes and deletes them. The limits the
+// server holds are checked here first, so nobody sends what it would refuse; when it refuses
+// anyway (a full space, a role taken away meanwhile) its sentence is shown.
 
 import { type Api, ApiError } from "./api";
 import { h } from "./dom";
+import {
+  confirmation,
+  deleteSpace,
+  type Member,
+  membersList,
+  messageOf,
+  People,
+  pairings,
+  SpaceMutes,
+  SpaceSettings,
+  when,
+} from "./space_admin";
 import { strings as S } from "./strings";
 
 export interface Space {
@@ -27,6 +41,7 @@ export interface Preference {
 export interface SpacesHost {
   api: Api;
   signOut(message: string): void;
+  announce(text: string): void;
 }
 
 // The server's rules (core/spaces/preferences.py): the key as it is, the value trimmed and
@@ -38,17 +53,15 @@ function characters(text: string): number {
   return [...text].length;
 }
 
-function when(iso: string): string {
-  return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
-}
-
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 function prefsPath(spaceId: string, key?: string): string {
   const space = `/spaces/${encodeURIComponent(spaceId)}/prefs`;
   return key === undefined ? space : `${space}/${encodeURIComponent(key)}`;
+}
+
+/** A section's own failure, in its place, so the others still show. */
+function failed(host: SpacesHost, error: unknown): HTMLElement {
+  if (error instanceof ApiError && error.status === 401) host.signOut(error.message);
+  return h("p", { class: "error", attrs: { role: "alert" } }, messageOf(error));
 }
 
 export class SpacesView {
@@ -58,8 +71,12 @@ export class SpacesView {
   constructor(private readonly host: SpacesHost) {}
 
   async render(panel: HTMLElement): Promise<void> {
-    const { spaces } = await this.host.api.get<{ spaces: Space[] }>("/spaces");
+    const [{ spaces }, waiting] = await Promise.all([
+      this.host.api.get<{ spaces: Space[] }>("/spaces"),
+      pairings(this.host),
+    ]);
     panel.append(h("h2", {}, S.spaces));
+    if (waiting) panel.append(waiting);
     const first = spaces.find((space) => space.spaceId === this.selected) ?? spaces[0];
     if (!first) {
       panel.append(h("p", {}, S.noSpaces));
@@ -94,26 +111,75 @@ export class SpacesView {
     const role = S.roles[space.role] ?? space.role;
     const may = space.permissions.includes("prefs.set") ? S.adminMay : S.memberMay;
     const intro = h("p", { class: "muted space-intro" }, `${S.yourRole(role)} `, may);
-    if (!space.permissions.includes("prefs.get")) {
-      body.replaceChildren(intro, h("p", {}, S.cannotReadPreferences));
-      return;
-    }
-    const preferences = new SpacePreferences(this.host, space);
     body.replaceChildren(intro, h("p", { class: "loading" }, S.loading));
+    const allowed = (permission: string) => space.permissions.includes(permission);
+    // The members first: their names are how the other sections show people.
+    let members: Member[] = [];
+    let membersPart: HTMLElement;
     try {
-      await preferences.reload();
+      ({ members } = await this.host.api.get<{ members: Member[] }>(
+        `/spaces/${encodeURIComponent(space.spaceId)}`,
+      ));
+      membersPart = membersList(members);
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
-      if (this.selected === space.spaceId) {
-        body.replaceChildren(
-          intro,
-          h("p", { class: "error", attrs: { role: "alert" } }, messageOf(error)),
-        );
-      }
-      return;
+      membersPart = failed(this.host, error);
+    }
+    const people = new People(members);
+    const parts: Promise<HTMLElement>[] = [];
+    if (allowed("prefs.get")) {
+      const preferences = new SpacePreferences(this.host, space, people);
+      parts.push(this.loaded(preferences.element, () => preferences.reload()));
+    } else {
+      parts.push(Promise.resolve(h("p", {}, S.cannotReadPreferences)));
+    }
+    if (allowed("mute")) {
+      const mutes = new SpaceMutes(this.host, space.spaceId, people);
+      mutes.candidates(members);
+      parts.push(this.loaded(mutes.element, () => mutes.reload()));
+    }
+    if (allowed("config.get")) {
+      const settings = new SpaceSettings(this.host, space.spaceId, allowed("config.set"));
+      parts.push(this.loaded(settings.element, () => settings.reload()));
+    }
+    const sections = await Promise.all(parts);
+    if (space.role === "admin") {
+      sections.push(
+        deleteSpace(
+          this.host,
+          space.spaceId,
+          space.title,
+          (spaceId) => void this.deleted(spaceId, body),
+        ),
+      );
     }
     // The person may have chosen another space while this one loaded.
-    if (this.selected === space.spaceId) body.replaceChildren(intro, preferences.element);
+    if (this.selected === space.spaceId) body.replaceChildren(intro, membersPart, ...sections);
+  }
+
+  private async loaded(element: HTMLElement, load: () => Promise<void>): Promise<HTMLElement> {
+    try {
+      await load();
+      return element;
+    } catch (error) {
+      return failed(this.host, error);
+    }
+  }
+
+  /** The space is gone: the tab is drawn anew without it, and the person is told. */
+  private async deleted(spaceId: string, body: HTMLElement): Promise<void> {
+    this.selected = null;
+    const panel = body.parentElement;
+    if (!panel) return;
+    const drawn = h("div");
+    try {
+      await this.render(drawn);
+    } catch (error) {
+      drawn.replaceChildren(failed(this.host, error));
+    }
+    const note = h("p", { class: "note", attrs: { tabindex: "-1" } }, S.spaceDeleted(spaceId));
+    panel.replaceChildren(note, ...drawn.childNodes);
+    this.host.announce(S.spaceDeleted(spaceId));
+    (panel.querySelector<HTMLElement>("#space") ?? note).focus();
   }
 }
 
@@ -142,9 +208,16 @@ class SpacePreferences {
   constructor(
     private readonly host: SpacesHost,
     private readonly space: Space,
+    private readonly people: People,
   ) {
     this.canSet = space.permissions.includes("prefs.set");
-    this.element = h("div", {}, h("h3", {}, S.preferences), this.list, this.status);
+    this.element = h(
+      "section",
+      { class: "space-prefs", attrs: { "aria-labelledby": "prefs-title" } },
+      h("h3", { attrs: { id: "prefs-title" } }, S.preferences),
+      this.list,
+      this.status,
+    );
     if (this.canSet) this.element.append(this.form());
   }
 
@@ -162,6 +235,23 @@ class SpacePreferences {
   private item(preference: Preference): HTMLElement {
     const created = when(preference.createdAt);
     const updated = when(preference.updatedAt);
+    const place = h("div");
+    const remove: HTMLButtonElement = h(
+      "button",
+      {
+        class: "danger",
+        attrs: { type: "button", "aria-label": S.deletePreference(preference.key) },
+        on: {
+          click: () =>
+            place.replaceChildren(
+              confirmation(S.deletePreferenceQuestion(preference.key), remove, () =>
+                this.remove(preference.key),
+              ),
+            ),
+        },
+      },
+      S.delete,
+    );
     const actions = this.canSet
       ? h(
           "span",
@@ -174,26 +264,19 @@ class SpacePreferences {
             },
             S.change,
           ),
-          h(
-            "button",
-            {
-              class: "danger",
-              attrs: { type: "button", "aria-label": S.deletePreference(preference.key) },
-              on: { click: () => void this.remove(preference.key) },
-            },
-            S.delete,
-          ),
+          remove,
         )
       : null;
     return h(
       "li",
       { class: "pref", attrs: { "data-key": preference.key } },
       h("div", { class: "pref-head" }, h("code", { class: "pref-key" }, preference.key), actions),
+      place,
       h("p", { class: "pref-value" }, preference.value),
       h(
         "p",
         { class: "pref-meta muted" },
-        S.setBy(preference.createdBy, created),
+        ...S.setBy(this.people.element(preference.createdBy), created),
         updated !== created ? S.changedAt(updated) : null,
       ),
     );

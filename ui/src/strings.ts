@@ -103,7 +103,7 @@ export const strings = {
   cannotReadPreferences: "Your role here doesn't let you read this space's preferences.",
   preferences: "Preferences",
   noPreferences: "No preferences yet.",
-  setBy: (who: string, when: string) => `Set by ${who}, ${when}`,
+  setBy: (who: Node, when: string): (Node | string)[] => ["Set by ", who, `, ${when}`],
   changedAt: (when: string) => ` · changed ${when}`,
   change: "Change",
   changePreference: (key: string) => `Change ${key}`,
@@ -124,6 +124,82 @@ export const strings = {
   preferenceAdded: (key: string) => `Preference ${key} added.`,
   preferenceChanged: (key: string) => `Preference ${key} changed.`,
   preferenceDeleted: (key: string) => `Preference ${key} deleted.`,
+  deletePreferenceQuestion: (key: string) =>
+    `Delete the preference ${key}? The assistant stops following it in this space.`,
+  confirmation: "Confirmation",
+  // A space's members, mutes, settings and deletion; pairings
+  members: "Members",
+  mutes: "Muted",
+  noMutes: "Nobody is muted here.",
+  mutedUntil: (time: string) => `Muted until ${time}`,
+  mutedBy: "by",
+  unmute: "Unmute",
+  unmutePerson: (name: string) => `Unmute ${name}`,
+  mute: "Mute",
+  muteSomeone: "Mute someone",
+  person: "Person",
+  forHowLong: "For how long",
+  durationHelp: "Minutes, hours or days, such as 10m, 1h, 24h or 7d; at most 30 days.",
+  reasonOptional: "Reason (optional)",
+  badDuration:
+    "A mute lasts a whole number of minutes, hours or days, written like 10m, 1h, 24h or 7d, " +
+    "from 1 minute to 30 days.",
+  reasonTooLong: (most: number) => `A reason holds at most ${most} characters.`,
+  personMuted: (name: string, until: string) => `${name} is muted until ${until}.`,
+  personUnmuted: (name: string) => `${name} is no longer muted.`,
+  spaceSettings: "Space settings",
+  settingsAdminMay:
+    "What you set here applies from the next message, over the configuration file; Reset " +
+    "goes back to the file's or the global value.",
+  settingsMemberMay: "An admin of the space changes these.",
+  settingLabels: {
+    rate_limit: "Turns per person per window",
+    "trigger.match": "Answers when",
+    "trigger.pattern": "Trigger word",
+    "trigger.media_in_groups": "Reads media in groups",
+    "ambient.max_messages": "Recent messages kept as context",
+    "ambient.max_chars": "Characters of recent talk kept as context",
+    live_answers: "Live answers",
+  } as Record<string, string>,
+  sources: {
+    space: "set for this space",
+    file: "from the configuration file",
+    global: "the global setting",
+  } as Record<string, string>,
+  on: "on",
+  off: "off",
+  notSet: "not set",
+  set: "Set",
+  setSetting: (key: string) => `Set ${key}`,
+  reset: "Reset",
+  resetSetting: (key: string) => `Reset ${key}`,
+  pickOne: "Pick one of the choices offered.",
+  wholeNumber: (least: number, most: number) => `A whole number from ${least} to ${most}.`,
+  wholeNumberFrom: (least: number) => `A whole number, at least ${least}.`,
+  emptySetting: "Write something; it can't be empty or only blanks.",
+  settingTooLong: (most: number) => `At most ${most} characters.`,
+  settingSet: (key: string, value: string) => `${key} is now ${value}.`,
+  settingReset: (key: string, value: string, source: string) =>
+    `${key} was reset: now ${value}, ${source}.`,
+  deleteSpace: "Delete this space",
+  deleteSpaceHelp:
+    "Forgets its members, preferences, mutes, settings and recent talk. The space comes back, " +
+    "empty, when someone writes in it again.",
+  deleteThisSpace: "Delete the space",
+  deleteSpaceQuestion: (space: string) =>
+    `Delete the space ${space}? Its members, preferences, mutes, settings and recent talk ` +
+    "are forgotten; this can't be undone.",
+  spaceDeleted: (space: string) => `The space ${space} was deleted.`,
+  pairings: "People asking to talk to the assistant",
+  noPairings: "Nobody is waiting.",
+  pairingMeta: (code: string, asked: string, expires: string) =>
+    `Code ${code} · asked ${asked} · expires ${expires}`,
+  approve: "Approve",
+  approvePerson: (name: string) => `Approve ${name}`,
+  deny: "Deny",
+  denyPerson: (name: string) => `Deny ${name}`,
+  pairingApproved: (name: string) => `${name} can now talk to the assistant.`,
+  pairingDenied: (name: string) => `${name}'s request was denied.`,
 };
 
 export type Strings = typeof strings;
