@@ -2,14 +2,11 @@
 preferences, mutes and unmutes in two steps, sets and resets the space's settings, deletes the
 space and answers pairings; a member reads and can change nothing. People are shown by name,
 their id on hover.
-
-The routes of #40 this tab reads beyond preferences and mutes are served by
-:mod:`tests.ui.space_contract` while the server lacks them (it answers ``GET /spaces/{space}``
-with 404 or 405); a server that has them is used as it is.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +17,6 @@ from playwright.sync_api import Page, Request, expect
 from tests.conftest import ALICE
 from tests.support.server import RunningServer
 from tests.ui.conftest import axe_violations, named, sign_in
-from tests.ui.space_contract import Pairings, SpaceContract, has_contract
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -46,23 +42,6 @@ def spaces_server(make_server: Callable[..., RunningServer], tmp_path: Path) -> 
     return server
 
 
-@pytest.fixture
-def contract(page: Page, spaces_server: RunningServer) -> SpaceContract | None:
-    """The stand-in for #40's routes, installed only when the server lacks them."""
-    if has_contract(spaces_server):
-        return None
-    stand_in = SpaceContract(spaces_server)
-    stand_in.install(page)
-    return stand_in
-
-
-@pytest.fixture
-def pairings(page: Page) -> Pairings:
-    stand_in = Pairings()
-    stand_in.install(page)
-    return stand_in
-
-
 def preferences(server: RunningServer) -> dict[str, str]:
     answer = httpx.get(server.url + PREFS, headers=ALICE, timeout=10).json()
     return {p["key"]: p["value"] for p in answer["preferences"]}
@@ -74,7 +53,6 @@ def open_spaces(page: Page) -> None:
     expect(page.get_by_label("Space", exact=True)).to_have_value("slack:C1")
 
 
-@pytest.mark.usefixtures("contract")
 def test_an_admin_adds_changes_and_deletes_a_preference_and_sees_the_refusals(
     page: Page, spaces_server: RunningServer, shots: Shots
 ) -> None:
@@ -187,7 +165,6 @@ def test_an_admin_adds_changes_and_deletes_a_preference_and_sees_the_refusals(
     assert changes.count(f"DELETE {PREFS}/tone") == 1
 
 
-@pytest.mark.usefixtures("contract", "pairings")
 def test_a_member_reads_the_preferences_and_has_nothing_to_change_them_with(
     page: Page, spaces_server: RunningServer
 ) -> None:
@@ -228,7 +205,6 @@ def mutes(server: RunningServer) -> list[str]:
     return [m["person"] for m in answer["mutes"]]
 
 
-@pytest.mark.usefixtures("contract")
 def test_an_admin_sees_the_members_by_name_and_mutes_in_two_steps_then_unmutes(
     page: Page, spaces_server: RunningServer, shots: Shots
 ) -> None:
@@ -312,7 +288,6 @@ def test_an_admin_sees_the_members_by_name_and_mutes_in_two_steps_then_unmutes(
     assert mutes(spaces_server) == []
 
 
-@pytest.mark.usefixtures("contract")
 def test_an_admin_sets_and_resets_settings_checked_as_the_server_checks_them(
     page: Page, spaces_server: RunningServer
 ) -> None:
@@ -382,7 +357,6 @@ def test_an_admin_sets_and_resets_settings_checked_as_the_server_checks_them(
     assert axe_violations(page) == []
 
 
-@pytest.mark.usefixtures("contract")
 def test_an_admin_deletes_the_space_after_a_confirmation_naming_it(
     page: Page, spaces_server: RunningServer
 ) -> None:
@@ -419,18 +393,37 @@ def test_an_admin_deletes_the_space_after_a_confirmation_naming_it(
     assert preferences(spaces_server) == {}
 
 
+#: Alice approves pairings (her roles include admin); Bob is a member of slack:C1 only.
+APPROVERS = [
+    {"id": "alice", "displayName": "Alice", "roles": ["admin"], "identities": ["static:alice"]},
+    {"id": "bob", "displayName": "Bob", "identities": ["static:bob"]},
+]
+
+
 def test_an_approver_approves_and_denies_pairings(
-    page: Page, spaces_server: RunningServer, pairings: Pairings
+    page: Page, make_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
-    sign_in(page, spaces_server, "alice-token")
+    config = tmp_path / "mercury.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    server = make_server(
+        MERCURY_CONFIG_FILE=str(config), DIRECTORY_STATIC_PEOPLE=json.dumps(APPROVERS)
+    )
+    pairing = server.services.space_stores.pairing
+    carol, dave = (
+        server.call(
+            pairing.ask(platform, account, name=name, language="en", reach="{}")
+        ).request.code
+        for platform, account, name in (("telegram", "5550001", "Carol"), ("slack", "U0DAVE", None))
+    )
+    sign_in(page, server, "alice-token")
     open_spaces(page)
     section = page.locator("#panel-body .pairings")
-    carol = section.locator(".pairing[data-code='K7QX2M']")
-    expect(carol.locator(".person")).to_have_text("Carol")
-    expect(carol.locator(".person")).to_have_attribute("title", "telegram:5550001")
-    expect(carol).to_contain_text("Code K7QX2M")
+    carol_row = section.locator(f".pairing[data-code='{carol}']")
+    expect(carol_row.locator(".person")).to_have_text("Carol")
+    expect(carol_row.locator(".person")).to_have_attribute("title", "telegram:5550001")
+    expect(carol_row).to_contain_text(f"Code {carol}")
     # Without a name, the account is what there is to show.
-    expect(section.locator(".pairing[data-code='P3RT9A'] .person")).to_have_text("slack:U0DAVE")
+    expect(section.locator(f".pairing[data-code='{dave}'] .person")).to_have_text("slack:U0DAVE")
     assert axe_violations(page) == []
 
     page.get_by_role("button", name="Approve Carol").click()
@@ -439,4 +432,6 @@ def test_an_approver_approves_and_denies_pairings(
     page.get_by_role("button", name="Deny slack:U0DAVE").click()
     expect(section.locator("[role=status]")).to_have_text("slack:U0DAVE's request was denied.")
     expect(section.locator(".pairing-list")).to_have_text("Nobody is waiting.")
-    assert pairings.decided == ["approve K7QX2M", "deny P3RT9A"]
+    assert server.call(pairing.is_admitted("telegram:5550001")) is True
+    assert server.call(pairing.is_admitted("slack:U0DAVE")) is False
+    assert server.call(pairing.pending()) == []

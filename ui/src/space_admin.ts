@@ -44,6 +44,9 @@ export interface Pairing {
   expiresAt: string;
 }
 
+/** The account a request came from as the server names it elsewhere (`telegram:5550001`). */
+const accountOf = (pairing: Pairing): string => `${pairing.platform}:${pairing.account}`;
+
 export function when(iso: string): string {
   return new Date(iso).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
 }
@@ -684,7 +687,7 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
   const decide = async (pairing: Pairing, verb: "approve" | "deny"): Promise<void> => {
     status.textContent = "";
     problem.textContent = "";
-    const name = pairing.name || pairing.account;
+    const name = pairing.name || accountOf(pairing);
     try {
       await host.api.send("POST", `/pairing/${encodeURIComponent(pairing.code)}/${verb}`);
       await reload();
@@ -695,14 +698,14 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
     }
   };
   const item = (pairing: Pairing): HTMLElement => {
-    const name = pairing.name || pairing.account;
+    const name = pairing.name || accountOf(pairing);
     return h(
       "li",
       { class: "entry pairing", attrs: { "data-code": pairing.code } },
       h(
         "div",
         { class: "entry-head" },
-        h("span", { class: "person", attrs: { title: pairing.account } }, name),
+        h("span", { class: "person", attrs: { title: accountOf(pairing) } }, name),
         h("span", { class: "muted" }, pairing.platform),
         h(
           "span",
