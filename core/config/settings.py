@@ -88,6 +88,7 @@ __all__ = [
     "EngineSettings",
     "HttpSettings",
     "LogSettings",
+    "MatrixSettings",
     "MemoryCollections",
     "MemorySettings",
     "MetricsSettings",
@@ -387,6 +388,18 @@ class WhatsAppSettings(_Group, frozen=True, kw_only=True):
     api_url: str
 
 
+class MatrixSettings(_Group, frozen=True, kw_only=True):
+    """The Matrix bridge (a sync loop held as the bot's user, replies over the client API)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"access_token", "password"})
+
+    enabled: bool
+    homeserver: str | None
+    user_id: str | None
+    access_token: str | None
+    password: str | None
+
+
 class LogSettings(_Group, frozen=True, kw_only=True):
     """What the service logs and how each line looks."""
 
@@ -430,6 +443,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     telegram: TelegramSettings
     discord: DiscordSettings
     whatsapp: WhatsAppSettings
+    matrix: MatrixSettings
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
@@ -485,6 +499,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "telegram": TelegramSettings,
     "discord": DiscordSettings,
     "whatsapp": WhatsAppSettings,
+    "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
 }
@@ -767,6 +782,17 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The business phone number's id, which replies are sent from."),
     Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
             "https://graph.facebook.com/v21.0", "The Graph API's address."),
+    Setting("matrix.enabled", "MERCURY_MATRIX", _Bool(), False,
+            "Run the Matrix bridge: a sync loop held as the bot's user."),
+    Setting("matrix.homeserver", "MATRIX_HOMESERVER", _Url(base=True), None,
+            "The homeserver's client-server API address (`https://matrix.example.org`)."),
+    Setting("matrix.user_id", "MATRIX_USER_ID", _Text(), None,
+            "The bot's Matrix user id (`@mercury:example.org`)."),
+    Setting("matrix.access_token", "MATRIX_ACCESS_TOKEN", _Text(raw=True), None,
+            "The bot's access token.", secret=True),
+    Setting("matrix.password", "MATRIX_PASSWORD", _Text(raw=True), None,
+            "The bot's password, to log in with when no access token is set (each start "
+            "logs in anew).", secret=True),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
@@ -895,6 +921,10 @@ _BRIDGE_SECRETS: Final = {
         ("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN"),
         ("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID"),
     ),
+    "matrix": (
+        ("matrix.homeserver", "MATRIX_HOMESERVER"),
+        ("matrix.user_id", "MATRIX_USER_ID"),
+    ),
 }
 
 
@@ -903,6 +933,7 @@ _BRIDGE_NAMES: Final = {
     "telegram": "Telegram",
     "discord": "Discord",
     "whatsapp": "WhatsApp",
+    "matrix": "Matrix",
 }
 
 
@@ -919,6 +950,14 @@ def _check_bridges(values: Mapping[str, Any]) -> None:
                 f"{'it' if len(missing) == 1 else 'them'} in the environment, or turn the "
                 "bridge off."
             )
+    if values["matrix.enabled"] and not (
+        values["matrix.access_token"] or values["matrix.password"]
+    ):
+        raise ConfigurationError(
+            "The Matrix bridge is on but neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is "
+            "set; set the bot's access token (or its password) in the environment, or turn "
+            "the bridge off."
+        )
 
 
 def _check_workers(values: Mapping[str, Any]) -> None:
@@ -1252,6 +1291,7 @@ _SECTION_TITLES: Final = {
     "telegram": "Telegram bridge",
     "discord": "Discord bridge",
     "whatsapp": "WhatsApp bridge",
+    "matrix": "Matrix bridge",
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",

@@ -6,7 +6,9 @@ A space is named by its platform and the platform's own ids, as the bridges make
   channel, private or a group DM of several people, is a group);
 * ``telegram:<chatId>[:<threadId>]`` (a group's chat id is negative; a forum topic is a thread);
 * ``discord:<guild>:<channel>[:<thread>]`` (a DM's guild is ``@me``);
-* ``whatsapp:<jid>`` (a group's jid ends in ``@g.us``).
+* ``whatsapp:<jid>`` (a group's jid ends in ``@g.us``);
+* ``matrix:<room id>`` (``matrix:!abc:example.org``), and ``matrix:dm:<room id>`` for a direct
+  room (the bot and one person, or marked direct).
 
 Every store keyed by a space checks the id with :func:`parse_space_id` first, so nothing
 malformed ever becomes a key. A space's long-term memory, files and wiki live under its
@@ -34,8 +36,8 @@ __all__ = [
     "parse_space_id",
 ]
 
-Platform = Literal["slack", "telegram", "discord", "whatsapp"]
-PLATFORMS: Final[tuple[Platform, ...]] = ("slack", "telegram", "discord", "whatsapp")
+Platform = Literal["slack", "telegram", "discord", "whatsapp", "matrix"]
+PLATFORMS: Final[tuple[Platform, ...]] = ("slack", "telegram", "discord", "whatsapp", "matrix")
 #: What an area key of a space starts with; a person key never does (``people:``, ``<provider>:``).
 AREA_PREFIX: Final = "space:"
 MAX_SPACE_ID_CHARS: Final = 200
@@ -48,6 +50,12 @@ _SHAPES: Final[dict[str, re.Pattern[str]]] = {
         r"discord:(?P<guild>@me|[0-9]{1,24}):(?P<channel>[0-9]{1,24})(?::(?P<thread>[0-9]{1,24}))?"
     ),
     "whatsapp": re.compile(rf"whatsapp:(?P<jid>{_PART})"),
+    # A room id: ``!`` and an opaque part, then its server (name or IP, a port) where the
+    # room version has one (from room version 12 on, none).
+    "matrix": re.compile(
+        r"matrix:(?P<dm>dm:)?(?P<room>![A-Za-z0-9_.=+-]{1,128}"
+        r"(?::(?:[A-Za-z0-9.-]{1,255}|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?)?)"
+    ),
 }
 
 
@@ -71,7 +79,7 @@ def parse_space_id(text: str) -> SpaceRef:
     if found is None:
         raise InvalidSpaceId(
             "A space id is a platform and its ids, such as slack:C0123ABC, telegram:-1001234, "
-            "discord:<guild>:<channel> or whatsapp:<jid>."
+            "discord:<guild>:<channel>, whatsapp:<jid> or matrix:<room id>."
         )
     if platform == "slack":
         # Slack's one-to-one DMs alone start with D (``channel_type`` "im"); a G… channel is a
@@ -81,6 +89,8 @@ def parse_space_id(text: str) -> SpaceRef:
         is_dm = not found["chat"].startswith("-")
     elif platform == "discord":
         is_dm = found["guild"] == "@me"
+    elif platform == "matrix":
+        is_dm = found["dm"] is not None
     else:
         is_dm = not found["jid"].endswith("@g.us")
     return SpaceRef(id=text, platform=platform, is_dm=is_dm)  # type: ignore[arg-type]
