@@ -17,6 +17,7 @@ BRIDGES: Final = {
     "telegram": ("bridges.telegram", "TelegramBridge"),
     "discord": ("bridges.discord", "DiscordBridge"),
     "whatsapp": ("bridges.whatsapp", "WhatsAppBridge"),
+    "matrix": ("bridges.matrix", "MatrixBridge"),
 }
 
 
