@@ -32,6 +32,7 @@ from bridges.port import (
     ReplyButton,
     ThreadInfo,
 )
+from core.config.settings import ConfigurationError
 from core.spaces.ids import parse_space_id
 
 if TYPE_CHECKING:
@@ -107,12 +108,12 @@ class MatrixBridge:
         sync_timeout_ms: int = _SYNC_TIMEOUT_MS,
     ) -> None:
         if not settings.homeserver or not settings.user_id:
-            raise BridgeError(
+            raise ConfigurationError(
                 "The Matrix bridge needs MATRIX_HOMESERVER and MATRIX_USER_ID; set the "
                 "homeserver's address and the bot's user id."
             )
         if not settings.access_token and not settings.password:
-            raise BridgeError(
+            raise ConfigurationError(
                 "The Matrix bridge needs MATRIX_ACCESS_TOKEN or MATRIX_PASSWORD; set the bot's "
                 "access token (or its password)."
             )
@@ -205,12 +206,15 @@ class MatrixBridge:
             for event in (joined.get("state") or {}).get("events") or []:
                 self._learn_state(room, event)
             timeline = (joined.get("timeline") or {}).get("events") or []
+            # What came before the bot joined is not for it (its state is learned all the same).
+            joined_at = max(
+                (i for i, event in enumerate(timeline) if self._is_own_join(event)), default=0
+            )
             for index, event in enumerate(timeline):
-                if self._is_own_join(event):
-                    timeline = timeline[index:]  # what came before the bot joined: not for it
-            for event in timeline:
                 if event.get("state_key") is not None:
                     self._learn_state(room, event)
+                    continue
+                if index < joined_at:
                     continue
                 received = await self._received(client, room_id, room, event)
                 if received is not None:
