@@ -5,6 +5,7 @@ them: the bot's messages and their last edits."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -355,3 +356,60 @@ def test_a_restart_resumes_from_the_saved_sync_token_and_answers_nothing_twice(
         settle()
     assert len(requests_for(ollama, "first question")) == 1
     assert len(requests_for(ollama, "asked while you were away")) == 1
+
+
+def member_state(people: People, user: MatrixUser, room: str) -> str | None:
+    """The bot's membership in ``room`` as ``user`` sees it."""
+    path = ApiPath.v3.rooms[room].state["m.room.member"][people.bot.user_id]
+    try:
+        content = call(people, user.client.api.request(Method.GET, path))
+    except Exception:
+        return None
+    return str(content.get("membership"))
+
+
+def test_the_bot_joins_only_the_rooms_an_admitted_person_invites_it_to(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    directory = [
+        {"id": "alice", "displayName": "Alice", "identities": [f"matrix:{people.alice.user_id}"]}
+    ]
+    synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **matrix_env(people)))
+    refused = str(
+        call(people, people.bob.client.create_room(invitees=[UserID(people.bot.user_id)]))
+    )
+    open_room(people, people.alice)  # Alice is in the directory: the bot joins
+    wait_until(lambda: member_state(people, people.bob, refused) == "leave", "the invite declined")
+
+
+def test_nothing_runs_in_an_encrypted_room(
+    chat: RunningServer, people: People, ollama: OllamaStandIn
+) -> None:
+    answer(ollama, {"in the open": ChatScript.words("Seen.")})
+    encryption = {
+        "type": "m.room.encryption",
+        "state_key": "",
+        "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+    }
+    room = str(
+        call(
+            people,
+            people.alice.client.create_room(
+                invitees=[UserID(people.bot.user_id)], initial_state=[encryption]
+            ),
+        )
+    )
+    wait_until(lambda: member_state(people, people.alice, room) == "join", "the bot to join")
+    say(
+        people,
+        people.alice,
+        room,
+        "mercury: a secret",
+        **{"m.mentions": {"user_ids": [people.bot.user_id]}},
+    )
+    dm = open_room(people, people.alice, direct=True)
+    say(people, people.alice, dm, "in the open")
+    final_replies(people, dm, ["Seen."])  # the sync with the encrypted room's message is past
+    settle()
+    assert not requests_for(ollama, "a secret")
+    assert bot_messages(people, room) == []
