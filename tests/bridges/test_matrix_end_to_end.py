@@ -199,7 +199,13 @@ def test_in_a_room_of_three_only_the_mention_runs_with_the_others_as_ambient_con
     chat: RunningServer, people: People, ollama: OllamaStandIn
 ) -> None:
     room = open_room(people, people.alice, people.bob, people.carol)
-    answer(ollama, {"when is lunch?": ChatScript.words("Lunch is at noon.")})
+    answer(
+        ollama,
+        {
+            "when is lunch?": ChatScript.words("Lunch is at noon."),
+            "and where?": ChatScript.words("At the usual place."),
+        },
+    )
     say(people, people.alice, room, "who's up for lunch?")
     say(people, people.bob, room, "me, at the usual place")
     asked = say(
@@ -220,9 +226,18 @@ def test_in_a_room_of_three_only_the_mention_runs_with_the_others_as_ambient_con
     assert f"group chat (matrix:{room})" in system_of(request)
     settle()  # the bot's own reply, synced back, starts nothing
     assert len(requests_for(ollama, "when is lunch?")) == 1
-    assert not requests_for(ollama, "who's up for lunch?") and not requests_for(
-        ollama, "the usual place"
+    assert not requests_for(ollama, "who's up for lunch?")
+    assert not requests_for(ollama, "the usual place")
+
+    # A reply to the bot's message is for it, unmentioned.
+    say(
+        people,
+        people.bob,
+        room,
+        "and where?",
+        **{"m.relates_to": {"m.in_reply_to": {"event_id": reply["event_id"]}}},
     )
+    final_replies(people, room, ["Lunch is at noon.", "At the usual place."])
 
 
 def test_a_direct_message_always_runs_and_its_edits_end_equal_to_the_final_answer(
@@ -374,7 +389,10 @@ def test_the_bot_joins_only_the_rooms_an_admitted_person_invites_it_to(
     directory = [
         {"id": "alice", "displayName": "Alice", "identities": [f"matrix:{people.alice.user_id}"]}
     ]
-    synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **matrix_env(people)))
+    # The bot logs in with its password here (MATRIX_PASSWORD), not a token.
+    env = {**matrix_env(people), "MATRIX_PASSWORD": people.bot.password}
+    del env["MATRIX_ACCESS_TOKEN"]
+    synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **env))
     refused = str(
         call(people, people.bob.client.create_room(invitees=[UserID(people.bot.user_id)]))
     )
