@@ -202,32 +202,45 @@ class MatrixBridge:
         for room_id in rooms.get("leave") or {}:
             self._rooms.pop(room_id, None)
         for room_id, joined in (rooms.get("join") or {}).items():
-            room = self._room(room_id)
-            for event in (joined.get("state") or {}).get("events") or []:
-                self._learn_state(room, event)
-            timeline = (joined.get("timeline") or {}).get("events") or []
-            # What came before the bot joined is not for it (its state is learned all the same).
-            joined_at = max(
-                (i for i, event in enumerate(timeline) if self._is_own_join(event)), default=0
-            )
-            for index, event in enumerate(timeline):
-                if event.get("state_key") is not None:
-                    self._learn_state(room, event)
-                    continue
-                if index < joined_at:
-                    continue
-                received = await self._received(client, room_id, room, event)
-                if received is not None:
-                    try:
-                        await deliver(received)
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception:
-                        log.exception(
-                            "The Matrix bridge could not hand on event %s.", event.get("event_id")
-                        )
+            try:
+                await self._handle_room(client, room_id, joined, deliver)
+            except (asyncio.CancelledError, PlatformUnavailable):
+                raise
+            except Exception:
+                # Data the bridge can't read must not stop the connection: the room's events
+                # of this sync are skipped, and said so.
+                log.exception("The Matrix bridge could not read the sync of room %s.", room_id)
         # Only now: a sync whose events were not all handed on is synced again.
         self._since = str(answer["next_batch"])
+
+    async def _handle_room(
+        self, client: ClientAPI, room_id: str, joined: dict[str, Any], deliver: Deliver
+    ) -> None:
+        """Learn what ``joined`` (a room's part of a sync) says, hand on its messages."""
+        room = self._room(room_id)
+        for event in (joined.get("state") or {}).get("events") or []:
+            self._learn_state(room, event)
+        timeline = (joined.get("timeline") or {}).get("events") or []
+        # What came before the bot joined is not for it (its state is learned all the same).
+        joined_at = max(
+            (i for i, event in enumerate(timeline) if self._is_own_join(event)), default=0
+        )
+        for index, event in enumerate(timeline):
+            if event.get("state_key") is not None:
+                self._learn_state(room, event)
+                continue
+            if index < joined_at:
+                continue
+            received = await self._received(client, room_id, room, event)
+            if received is not None:
+                try:
+                    await deliver(received)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception(
+                        "The Matrix bridge could not hand on event %s.", event.get("event_id")
+                    )
 
     async def _sync(
         self, client: ClientAPI, *, since: str | None, timeout_ms: int
@@ -279,11 +292,16 @@ class MatrixBridge:
             for event in (invited.get("invite_state") or {}).get("events") or []:
                 if event.get("type") == "m.room.member" and event.get("state_key") == inviter:
                     name = (event.get("content") or {}).get("displayname")
-            admitted = (
-                isinstance(inviter, str)
-                and self._admits is not None
-                and await self._admits(inviter, name if isinstance(name, str) else None)
-            )
+            try:
+                admitted = (
+                    isinstance(inviter, str)
+                    and self._admits is not None
+                    and await self._admits(inviter, name if isinstance(name, str) else None)
+                )
+            except Exception:
+                # Left pending: a first start (from now) sees it again.
+                log.exception("Could not tell whether %s may invite the Matrix bot.", inviter)
+                continue
             try:
                 if admitted:
                     await self._call("joining a room", client.join_room_by_id(RoomID(room_id)))
