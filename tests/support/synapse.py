@@ -138,6 +138,8 @@ class Synapse:
             "macaroon_secret_key": secrets.token_hex(16),
             "form_secret": secrets.token_hex(16),
             "report_stats": False,
+            # Passwords hashed at the cheapest cost: registering a person takes milliseconds.
+            "bcrypt_rounds": 4,
             "trusted_key_servers": [],
             "suppress_key_server_warning": True,
             "enable_metrics": False,
