@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import UTC, datetime
@@ -189,7 +190,10 @@ class MatrixBridge:
     async def _first_sync(self, client: ClientAPI) -> None:
         """A first start begins from now: the backlog is skipped, the invites waiting are
         handled and the direct rooms learned."""
-        answer = await self._sync(client, since=None, timeout_ms=0)
+        # An initial sync answers at once whatever its timeout; a timeout of its own keeps
+        # it apart from an earlier start's, which Synapse may answer from its response cache
+        # (for minutes), with that start's token: the messages since would run again.
+        answer = await self._sync(client, since=None, timeout_ms=secrets.randbelow(10**9) + 1)
         self._learn_direct(answer)
         await self._handle_invites(client, answer)
         self._since = str(answer["next_batch"])
@@ -260,7 +264,7 @@ class MatrixBridge:
                 timeout=timeout_ms,
                 filter_id=FilterID(self._filter_id),
             ),
-            limit_s=self._request_timeout + timeout_ms / 1000,
+            limit_s=self._request_timeout + min(timeout_ms, self._sync_timeout_ms) / 1000,
         )
         if not isinstance(answer, dict) or not isinstance(answer.get("next_batch"), str):
             raise PlatformUnavailable("The homeserver's sync answer has no next_batch.")

@@ -164,8 +164,8 @@ def final_replies(
 
 
 def answer(ollama: OllamaStandIn, scripts: dict[str, ChatScript]) -> None:
-    """The model answers a turn whose message ends with a key with its script. Keyed, not
-    queued: a request of another test's server shutting down must take none of them."""
+    """The model answers a turn whose message ends with a key with its script (keyed, not
+    queued: a turn that should not run takes nothing of another's, and shows as a request)."""
 
     def respond(request: dict[str, Any]) -> ChatScript:
         said = user_contents(request)[-1]
@@ -431,3 +431,23 @@ def test_nothing_runs_in_an_encrypted_room(
     settle()
     assert not requests_for(ollama, "a secret")
     assert bot_messages(people, room) == []
+
+
+def test_a_first_start_begins_from_now_even_right_after_another_start(
+    people: People, make_settings: Callable[..., Settings], ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    # Found by running these tests in a row: Synapse answered a second instance's initial sync
+    # from its response cache, with the first's token, and the first's messages ran again.
+    answer(ollama, {"only once": ChatScript.words("Once.")})
+    with serve(make_settings(**matrix_env(people))) as first:
+        synced(first)
+        room = open_room(people, people.alice, direct=True)
+        say(people, people.alice, room, "only once")
+        final_replies(people, room, ["Once."])
+    # Another instance, with nothing of the first's (no checkpoint, no delivery ids).
+    other = make_settings(**matrix_env(people), MERCURY_DATA_DIR=str(tmp_path / "other"))
+    with serve(other) as second:
+        synced(second)
+        settle(3.0)
+    assert len(requests_for(ollama, "only once")) == 1
+    assert [text for _, text, _ in bot_messages(people, room)] == ["Once."]
