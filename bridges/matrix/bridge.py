@@ -658,6 +658,7 @@ class MatrixBridge:
             await self.post(to, part, answering=index == 0)
         for file in files:
             await self.send_file(to, file)
+        await self.stop_typing(to)
 
     # -- what live replies use ---------------------------------------------------------------
 

@@ -3,6 +3,8 @@ and the checkpoint it resumes from (the end-to-end tests run it against Synapse)
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,17 @@ def test_the_checkpoint_is_the_sync_token_it_resumes_from() -> None:
     assert bridge.checkpoint() is None  # nothing synced yet: a first start begins from now
     bridge.restore(b"s72594_4483_1934")
     assert bridge.checkpoint() == b"s72594_4483_1934"
+
+
+def test_the_homeserver_for_the_tests_installs_in_a_cache_of_its_own(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[2]
+    found = subprocess.run(  # noqa: S603 - our own script
+        [str(root / "scripts" / "_synapse"), "--path"],
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path), "MERCURY_SYNAPSE_VERSION": "9.9"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == str(tmp_path / "mercury-http" / "synapse-9.9")
+    assert not (tmp_path / "mercury-http").exists()  # --path only says where
+    assert "scripts/_synapse" in (root / "scripts" / "test").read_text()
