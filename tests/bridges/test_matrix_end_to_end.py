@@ -451,3 +451,14 @@ def test_a_first_start_begins_from_now_even_right_after_another_start(
         settle(3.0)
     assert len(requests_for(ollama, "only once")) == 1
     assert [text for _, text, _ in bot_messages(people, room)] == ["Once."]
+
+
+def test_with_live_answers_off_the_answer_is_one_message_never_edited(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    synced(make_server(BRIDGE_LIVE_ANSWERS="false", **matrix_env(people)))
+    answer(ollama, {"all at once": ChatScript.words("One piece.", delay_s=0.1)})
+    room = open_room(people, people.alice, direct=True)
+    say(people, people.alice, room, "all at once")
+    [(_, _, edits)] = final_replies(people, room, ["One piece."])
+    assert edits == 0
