@@ -1,4 +1,4 @@
-"""The chat platforms' bridges: Slack, Telegram, Discord and WhatsApp, and their pipeline."""
+"""The chat platforms' bridges (Slack, Telegram, Discord, WhatsApp, Matrix) and their pipeline."""
 
 from bridges.port import (
     ACTION_MAX_BYTES,

@@ -19,6 +19,7 @@ BRIDGES: Final = {
     "discord": ("bridges.discord", "DiscordBridge"),
     "whatsapp": ("bridges.whatsapp", "WhatsAppBridge"),
     "teams": ("bridges.teams", "TeamsBridge"),
+    "matrix": ("bridges.matrix", "MatrixBridge"),
 }
 
 

@@ -48,13 +48,16 @@ import msgspec
 
 __all__ = [
     "ACTION_MAX_BYTES",
+    "Admits",
     "Attachment",
     "BridgeError",
     "CompletingBridge",
     "EgressFile",
     "GatewayBridge",
+    "HeldBridge",
     "IngressMessage",
     "InteractionsBridge",
+    "InvitedBridge",
     "LiveBridge",
     "LiveLimits",
     "LiveReply",
@@ -284,6 +287,35 @@ class GatewayBridge(PlatformBridge, Protocol):
     async def run(self, deliver: Deliver) -> None:
         """Connect and hand every message (and every button press) to ``deliver`` until
         cancelled; reconnects."""
+        ...
+
+
+@runtime_checkable
+class HeldBridge(GatewayBridge, Protocol):
+    """A connection exactly one live instance holds at a time; another takes it over from a
+    checkpoint."""
+
+    @property
+    def connection_name(self) -> str: ...  # e.g. "discord", "matrix:@bot:example.org"
+
+    # cheap, sync: state to resume from (Discord: session id, seq, resume url; Matrix:
+    # next_batch); None = nothing yet
+    def checkpoint(self) -> bytes | None: ...
+
+    def restore(self, checkpoint: bytes) -> None: ...  # called BEFORE run(): resume from it
+
+
+#: Whether the instance talks to a platform account: its id and its name (a Matrix inviter).
+Admits = Callable[[str, "str | None"], Awaitable[bool]]
+
+
+@runtime_checkable
+class InvitedBridge(GatewayBridge, Protocol):
+    """A platform whose bot is invited into rooms (Matrix): it joins only when the inviter is
+    someone the instance talks to, which the composition root tells it through ``admits``."""
+
+    def admit_by(self, admits: Admits) -> None:
+        """Ask ``admits`` about each inviter from now on (called before :meth:`run`)."""
         ...
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,9 +23,18 @@ from bridges.deliveries import Deliveries
 from bridges.freshness import staleness
 from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
-from bridges.port import GatewayBridge, PlatformBridge, Pressed, Received, WebhookBridge
+from bridges.port import (
+    GatewayBridge,
+    InvitedBridge,
+    PlatformBridge,
+    Pressed,
+    Received,
+    WebhookBridge,
+)
 from bridges.stops import TurnStops
 from core.clock import Clock
+from core.people.people import Admitted
+from core.people.principal import Principal
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
 from core.spaces.mutes import Mutes
@@ -172,6 +182,8 @@ def start_bridging(
     )
     loop = asyncio.get_running_loop()
     for bridge in bridges:
+        if isinstance(bridge, InvitedBridge):
+            bridge.admit_by(functools.partial(_admits, people, bridge.platform))
         if isinstance(bridge, GatewayBridge):
             bridging._tasks.append(loop.create_task(_connected(bridge, bridging)))
     bridging._tasks.append(loop.create_task(_sweep(stores)))
@@ -196,6 +208,13 @@ async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
         raise
     except Exception:
         log.exception("the %s bridge's connection ended", bridge.platform)
+
+
+async def _admits(people: People, platform: str, account: str, name: str | None) -> bool:
+    """Whether the instance talks to ``account`` of ``platform`` (an inviter), as it decides
+    for every message: the directory, or anyone when there is none."""
+    principal = Principal(id=account, provider=platform, display_name=name)
+    return isinstance(await people.identify(principal), Admitted)
 
 
 async def _sweep(stores: PipelineStores) -> None:

@@ -90,6 +90,7 @@ __all__ = [
     "EngineSettings",
     "HttpSettings",
     "LogSettings",
+    "MatrixSettings",
     "MemoryCollections",
     "MemorySettings",
     "MetricsSettings",
@@ -415,6 +416,19 @@ class TeamsSettings(_Group, frozen=True, kw_only=True):
     dm_policy: DmPolicy | None = None
 
 
+class MatrixSettings(_Group, frozen=True, kw_only=True):
+    """The Matrix bridge (a sync loop held as the bot's user, replies over the client API)."""
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"access_token", "password"})
+
+    enabled: bool
+    homeserver: str | None
+    user_id: str | None
+    access_token: str | None
+    password: str | None
+    dm_policy: DmPolicy | None = None
+
+
 class LogSettings(_Group, frozen=True, kw_only=True):
     """What the service logs and how each line looks."""
 
@@ -459,6 +473,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     discord: DiscordSettings
     whatsapp: WhatsAppSettings
     teams: TeamsSettings
+    matrix: MatrixSettings
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
@@ -515,6 +530,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "discord": DiscordSettings,
     "whatsapp": WhatsAppSettings,
     "teams": TeamsSettings,
+    "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
 }
@@ -553,7 +569,7 @@ _SECONDS: Final = _Float(0, inclusive=False)
 #: The chat bridges whose direct messages follow a DM policy (``<platform>.dm_policy``): a
 #: new bridge adds its name here, a ``dm_policy`` field to its section and
 #: ``_dm_policy("<platform>")`` to the table.
-DM_POLICY_PLATFORMS: Final = ("slack", "telegram", "discord", "whatsapp", "teams")
+DM_POLICY_PLATFORMS: Final = ("slack", "telegram", "discord", "whatsapp", "teams", "matrix")
 
 
 def _dm_policy(platform: str) -> Setting:
@@ -862,6 +878,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
             "the tenant `botframework.com` unless `teams.tenant_id` is set"),
     _dm_policy("teams"),
+    Setting("matrix.enabled", "MERCURY_MATRIX", _Bool(), False,
+            "Run the Matrix bridge: a sync loop held as the bot's user."),
+    Setting("matrix.homeserver", "MATRIX_HOMESERVER", _Url(base=True), None,
+            "The homeserver's client-server API address (`https://matrix.example.org`)."),
+    Setting("matrix.user_id", "MATRIX_USER_ID", _Text(), None,
+            "The bot's Matrix user id (`@mercury:example.org`)."),
+    Setting("matrix.access_token", "MATRIX_ACCESS_TOKEN", _Text(raw=True), None,
+            "The bot's access token.", secret=True),
+    Setting("matrix.password", "MATRIX_PASSWORD", _Text(raw=True), None,
+            "The bot's password, to log in with when no access token is set (each start "
+            "logs in anew).", secret=True),
+    _dm_policy("matrix"),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
@@ -999,6 +1027,10 @@ _BRIDGE_SECRETS: Final = {
         ("teams.app_id", "TEAMS_APP_ID"),
         ("teams.app_password", "TEAMS_APP_PASSWORD"),
     ),
+    "matrix": (
+        ("matrix.homeserver", "MATRIX_HOMESERVER"),
+        ("matrix.user_id", "MATRIX_USER_ID"),
+    ),
 }
 
 
@@ -1009,6 +1041,7 @@ _BRIDGE_NAMES: Final = {
     "discord": "Discord",
     "whatsapp": "WhatsApp",
     "teams": "Microsoft Teams",
+    "matrix": "Matrix",
 }
 
 
@@ -1036,6 +1069,14 @@ def _check_bridges(values: Mapping[str, Any]) -> None:
                 "SLACK_APP_TOKEN is not an app-level token (those begin with xapp-); create "
                 "one with the connections:write scope under the Slack app's Basic Information."
             )
+    if values["matrix.enabled"] and not (
+        values["matrix.access_token"] or values["matrix.password"]
+    ):
+        raise ConfigurationError(
+            "The Matrix bridge is on but neither MATRIX_ACCESS_TOKEN nor MATRIX_PASSWORD is "
+            "set; set the bot's access token (or its password) in the environment, or turn "
+            "the bridge off."
+        )
 
 
 def _check_workers(values: Mapping[str, Any]) -> None:
@@ -1370,6 +1411,7 @@ _SECTION_TITLES: Final = {
     "discord": "Discord bridge",
     "whatsapp": "WhatsApp bridge",
     "teams": "Microsoft Teams bridge",
+    "matrix": "Matrix bridge",
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",

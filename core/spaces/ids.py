@@ -9,6 +9,8 @@ A space is named by its platform and the platform's own ids, as the bridges make
 * ``whatsapp:<jid>`` (a group's jid ends in ``@g.us``);
 * ``teams:<tenant>:<conversation>`` (a personal chat's conversation id starts with ``a:``; a
   channel's or a group chat's with ``19:``).
+* ``matrix:<room id>`` (``matrix:!abc:example.org``), and ``matrix:dm:<room id>`` for a direct
+  room (the bot and one person, or marked direct).
 
 Every store keyed by a space checks the id with :func:`parse_space_id` first, so nothing
 malformed ever becomes a key. A space's long-term memory, files and wiki live under its
@@ -36,8 +38,15 @@ __all__ = [
     "parse_space_id",
 ]
 
-Platform = Literal["slack", "telegram", "discord", "whatsapp", "teams"]
-PLATFORMS: Final[tuple[Platform, ...]] = ("slack", "telegram", "discord", "whatsapp", "teams")
+Platform = Literal["slack", "telegram", "discord", "whatsapp", "teams", "matrix"]
+PLATFORMS: Final[tuple[Platform, ...]] = (
+    "slack",
+    "telegram",
+    "discord",
+    "whatsapp",
+    "teams",
+    "matrix",
+)
 #: What an area key of a space starts with; a person key never does (``people:``, ``<provider>:``).
 AREA_PREFIX: Final = "space:"
 MAX_SPACE_ID_CHARS: Final = 200
@@ -56,6 +65,12 @@ _SHAPES: Final[dict[str, re.Pattern[str]]] = {
     "teams": re.compile(
         r"teams:(?P<tenant>[A-Za-z0-9-]{1,64}):"
         r"(?P<conversation>[a-z0-9]{1,3}:[A-Za-z0-9_.@:=-]{1,180})"
+    ),
+    # A room id: ``!`` and an opaque part, then its server (name or IP, a port) where the
+    # room version has one (from room version 12 on, none).
+    "matrix": re.compile(
+        r"matrix:(?P<dm>dm:)?(?P<room>![A-Za-z0-9_.=+-]{1,128}"
+        r"(?::(?:[A-Za-z0-9.-]{1,255}|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?)?)"
     ),
 }
 
@@ -80,7 +95,8 @@ def parse_space_id(text: str) -> SpaceRef:
     if found is None:
         raise InvalidSpaceId(
             "A space id is a platform and its ids, such as slack:C0123ABC, telegram:-1001234, "
-            "discord:<guild>:<channel>, whatsapp:<jid> or teams:<tenant>:<conversation>."
+            "discord:<guild>:<channel>, whatsapp:<jid>, teams:<tenant>:<conversation> or "
+            "matrix:<room id>."
         )
     if platform == "slack":
         # Slack's one-to-one DMs alone start with D (``channel_type`` "im"); a G… channel is a
@@ -94,6 +110,8 @@ def parse_space_id(text: str) -> SpaceRef:
         # Only a personal chat (the bot and one person) has an ``a:`` id; a group chat, a
         # channel or a meeting chat is ``19:…``, and anything else is taken for a group.
         is_dm = found["conversation"].startswith("a:")
+    elif platform == "matrix":
+        is_dm = found["dm"] is not None
     else:
         is_dm = not found["jid"].endswith("@g.us")
     return SpaceRef(id=text, platform=platform, is_dm=is_dm)  # type: ignore[arg-type]
