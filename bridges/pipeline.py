@@ -403,7 +403,7 @@ class Pipeline:
             await self._reply(bridge, message, code_text(asked.request.code, translator))
         elif asked.outcome == "full":
             bucket = f"pairing-full|{message.platform}:{message.author_id}"
-            if self._once(bucket, RESEND_AFTER.total_seconds()):
+            if await self._once(bucket, RESEND_AFTER.total_seconds()):
                 await self._reply(bridge, message, full_text(translator))
 
     async def stop(self, command: Command, translator: Translator) -> str:
