@@ -13,7 +13,12 @@ into :class:`Received` (mentions of the bot already written ``@<name>``, whether
 replies to the bot, attachments not yet downloaded), downloads an attachment when asked,
 shows a typing indicator, and sends a reply with files. A webhook bridge also checks each
 delivery's signature (:meth:`WebhookBridge.receive`); a gateway bridge holds its own
-connection (:meth:`GatewayBridge.run`).
+connection (:meth:`GatewayBridge.run`). A connection only one instance may hold at a time
+(Discord's gateway) is a :class:`HeldBridge`: it runs while its instance holds the
+connection's lease (:mod:`bridges.holding`); its :meth:`~HeldBridge.checkpoint`, saved with
+each renewal, is what the next holder resumes from (:meth:`~HeldBridge.restore`, before
+``run``): ``connection_name`` names the lease (``discord``), ``checkpoint`` is cheap and
+synchronous (``None``: nothing to resume from yet).
 
 Live answers and buttons (#37): a bridge that can show a reply as it is written is a
 :class:`LiveBridge`. The pipeline renders a turn's events through one small contract, the
@@ -53,6 +58,7 @@ __all__ = [
     "CompletingBridge",
     "EgressFile",
     "GatewayBridge",
+    "HeldBridge",
     "IngressMessage",
     "InteractionsBridge",
     "LiveBridge",
@@ -282,6 +288,19 @@ class GatewayBridge(PlatformBridge, Protocol):
         """Connect and hand every message (and every button press) to ``deliver`` until
         cancelled; reconnects."""
         ...
+
+
+@runtime_checkable
+class HeldBridge(GatewayBridge, Protocol):
+    """A connection exactly one live instance holds at a time; another takes it over from a
+    checkpoint."""
+
+    @property
+    def connection_name(self) -> str: ...
+
+    def checkpoint(self) -> bytes | None: ...
+
+    def restore(self, checkpoint: bytes) -> None: ...
 
 
 # ---------------------------------------------------------------- live answers and buttons (#37)

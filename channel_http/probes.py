@@ -2,7 +2,9 @@
 
 ``GET /livez`` answers as long as the process serves. ``GET /readyz`` asks the state store,
 the memory store and the model host, each within its bound, and turns 503 the moment the
-shutdown begins, so a balancer stops sending turns while open streams drain. Both are
+shutdown begins, so a balancer stops sending turns while open streams drain; when a bridge
+holds a connection only one instance may hold (Discord's gateway), its ``connections`` say
+whether this instance holds it or stands by (#39). Both are
 public and cheap. ``GET /metrics`` is the Prometheus text format: behind the bearer token on
 the surface, or on a port of its own without auth (:mod:`channel_http.metrics_server`).
 """
@@ -54,6 +56,9 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
         )
     checks, missing = await readiness(services)
     if all(checks.values()):
+        held = services.bridging.held_connections() if services.bridging is not None else {}
+        if held:  # which connections only one instance holds this one holds (#39)
+            return {"ok": True, "checks": checks, "connections": held}
         return {"ok": True, "checks": checks}
     sentences = [translator.gettext(_NOT_READY[name]) for name, ok in checks.items() if not ok]
     if missing and services.settings.model.provider == "openai":

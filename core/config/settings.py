@@ -339,6 +339,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     max_message_age_s: int
     live_answers: bool
     show_reasoning: bool
+    connection_lease_s: int
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -728,6 +729,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("bridges.show_reasoning", "BRIDGE_SHOW_REASONING", _Bool(), False,
             "Show the model's reasoning in chats while an answer is written live: its latest "
             "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
+    Setting("bridges.connection_lease_s", "BRIDGE_CONNECTION_LEASE_S", _Int(2, 60), 10,
+            "Seconds a connection only one instance may hold (Discord's gateway) stays with "
+            "an instance that stopped renewing it (it died, lost the state store or stalled); "
+            "then another instance with the bridge on takes it over and resumes it. The "
+            "holder renews every third of it."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`."),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
