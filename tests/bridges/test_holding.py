@@ -1,4 +1,4 @@
-"""The connection leases on SQLite and PostgreSQL: one holder, takeover once lapsed, checkpoints (#39).
+"""The connection leases on SQLite and PostgreSQL: one holder, takeover once lapsed (#39).
 
 Two instances are two :class:`ConnectionLeases` on connections of their own to one store,
 with holders of their own, as two processes would be.
