@@ -55,11 +55,11 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
             extra={"checks": {}},
         )
     checks, missing = await readiness(services)
+    held = services.bridging.held_connections() if services.bridging is not None else {}
+    # Which connections only one instance may hold this one holds, ready or not (#39).
+    connections = {"connections": held} if held else {}
     if all(checks.values()):
-        held = services.bridging.held_connections() if services.bridging is not None else {}
-        if held:  # which connections only one instance holds this one holds (#39)
-            return {"ok": True, "checks": checks, "connections": held}
-        return {"ok": True, "checks": checks}
+        return {"ok": True, "checks": checks, **connections}
     sentences = [translator.gettext(_NOT_READY[name]) for name, ok in checks.items() if not ok]
     if missing and services.settings.model.provider == "openai":
         sentences.append(
@@ -70,7 +70,7 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
             translator.gettext(messages.MODELS_MISSING_OLLAMA)
             % {"models": ", ".join(missing), "command": pull_command(missing)}
         )
-    raise Unavailable(" ".join(sentences), extra={"checks": checks})
+    raise Unavailable(" ".join(sentences), extra={"checks": checks, **connections})
 
 
 def pull_command(models: tuple[str, ...]) -> str:

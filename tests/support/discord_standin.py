@@ -373,6 +373,8 @@ class DiscordStandIn(ThreadedStandIn):
         ``accepted``: whether the session was resumed (else INVALID_SESSION)."""
         self.most_live_sessions = 0
         """The most connections that held an identified session at the same moment."""
+        self.session_ids: list[str] = []
+        """The id of every session an IDENTIFY started, in order."""
         self.heartbeats = 0
         self.messages: dict[int, dict[str, Any]] = {}
         self.channels: dict[int, _Channel] = {}
@@ -1183,6 +1185,7 @@ class DiscordStandIn(ThreadedStandIn):
             await self._close(session, 4014)
             return
         session.session_id = secrets.token_hex(16)
+        self.session_ids.append(session.session_id)
         session.identified = True
         self._resumable[session.session_id] = session
         self._count_live()
