@@ -20,7 +20,8 @@ The checkpoint goes with each renewal (a few seconds apart), never per event: a 
 dies resumes from a little earlier, and the events replayed again are dropped as duplicates
 (:mod:`bridges.deliveries`).
 
-On SQLite one instance uses the store: it acquires at once, as before leases existed.
+On SQLite one instance uses the store: it acquires at once, as before leases existed, even
+the lease a killed earlier run of it left behind.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ CREATE TABLE IF NOT EXISTS bridge_connections (
         ),
     ),
 )
+
+#: Later than any lease ends, in microseconds.
+_NEVER: Final = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +117,13 @@ class ConnectionLeases:
         if inserted == 1:
             self.held.add(name)
             return Holding(name=name, checkpoint=None)
+        # A store no other process shares (SQLite): a lease left there is an earlier run's
+        # of this instance (it was killed), taken over at once rather than waited out.
+        lapsed_before = now if self._db.shared else _NEVER
         row = await self._db.fetch_one(
             "UPDATE bridge_connections SET holder = ?, expires_us = ?, updated_us = ? "
             "WHERE name = ? AND (holder = ? OR expires_us < ?) RETURNING checkpoint",
-            (self.holder, until, now, name, self.holder, now),
+            (self.holder, until, now, name, self.holder, lapsed_before),
         )
         if row is None:
             return None

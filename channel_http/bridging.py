@@ -61,6 +61,8 @@ log = logging.getLogger("mercury.bridges")
 
 #: Seconds between sweeps of expired mutes and old delivery ids.
 _SWEEP_S: Final = 300.0
+#: Seconds a held connection's run is given to end before it is cancelled again.
+_CANCEL_AGAIN_S: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -232,9 +234,7 @@ async def _held(bridge: HeldBridge, bridging: Bridging, leases: ConnectionLeases
         try:
             lost = await _keep_lease(bridge, leases, run)
         except asyncio.CancelledError:
-            run.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await run
+            await _ended(run)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(every_s):
                     await leases.release(name, bridge.checkpoint())
@@ -245,15 +245,24 @@ async def _held(bridge: HeldBridge, bridging: Bridging, leases: ConnectionLeases
                 "stands by.",
                 name,
             )
-        run.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await run
+        await _ended(run)
         leases.lost(name)
         if not lost:  # the run ended by itself (the platform refused the bot, logged)
             with contextlib.suppress(Exception):
                 await leases.release(name, bridge.checkpoint())
             return
         await asyncio.sleep(every_s)
+
+
+async def _ended(run: asyncio.Task[None]) -> None:
+    """Cancel ``run`` until it has ended. One cancellation can be lost: Python 3.11's
+    ``asyncio.wait_for`` drops it when what it waits for completes at the same moment (a
+    gateway reconnecting), and the connection would go on without its lease."""
+    while not run.done():
+        run.cancel()
+        await asyncio.wait({run}, timeout=_CANCEL_AGAIN_S)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        run.result()
 
 
 async def _keep_lease(

@@ -175,3 +175,37 @@ def test_kill_9_the_holder_mid_conversation_another_takes_over_resumes_and_answe
     assert len(api.identifies) == 1  # resumed, never identified afresh
     assert resume["seq"] >= 1
     print(f"RESUME {took:.1f} s after the kill; done {time.monotonic() - killed:.1f} s after")
+
+
+def test_a_holder_stalled_past_its_lease_loses_the_gateway_and_stands_by_when_it_wakes(
+    servers: dict[str, ChildServer], discord_api: DiscordStandIn
+) -> None:
+    api = discord_api
+    api.wait_until_ready(timeout=60)
+    holder = holder_of(servers)
+    [standby] = set(servers) - {holder}
+    api.post_message(DM_ALICE, ALICE, "please answer token-1")
+    wait(lambda: answered(api)[1] == 1, 60, "token-1 answered")
+    time.sleep(LEASE_S / 3 + 1)  # a renewal saves the checkpoint past it
+
+    servers[holder].signal(signal.SIGSTOP)  # a frozen process: its event loop runs nothing
+    try:
+        api.post_message(DM_ALICE, ALICE, "please answer token-2")
+        wait(lambda: any(r["accepted"] for r in api.resumes), TAKEOVER_BOUND_S, "a RESUME")
+        wait(lambda: answered(api)[2] >= 1, 60, "token-2 answered")
+    except BaseException:
+        print(f"--- {standby} (standing by)\n{servers[standby].log()}")
+        raise
+    finally:
+        servers[holder].signal(signal.SIGCONT)
+    time.sleep(2 * LEASE_S)  # the woken one finds its lease gone and lets go
+    assert holder_of(servers) == standby
+    api.post_message(DM_ALICE, ALICE, "please answer token-3")
+    wait(lambda: answered(api)[3] >= 1, 60, "token-3 answered")
+    time.sleep(3 * LEASE_S)
+    assert answered(api) == Counter({1: 1, 2: 1, 3: 1})
+    # The woken one let go for good: no connection flaps between the two any more.
+    flaps = len(api.resumes)
+    time.sleep(LEASE_S)
+    assert len(api.resumes) == flaps
+    assert len(api.identifies) == 1

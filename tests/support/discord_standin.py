@@ -395,6 +395,7 @@ class DiscordStandIn(ThreadedStandIn):
         self.cdn_redirect: str | None = None
         self._sessions: list[_Session] = []
         self._resumable: dict[str, _Session] = {}
+        self._closings: set[asyncio.Future[bool]] = set()
         self._ids = 0
         self._build_world()
 
@@ -1217,9 +1218,12 @@ class DiscordStandIn(ThreadedStandIn):
             await session.send({"op": _INVALID_SESSION, "d": False})
             return
         if previous is not session and not previous.ws.closed:
-            # The session moves to the new connection; the old one is closed, as on Discord.
+            # The session moves to the new connection; the old one is closed, as on Discord
+            # (in the background: a stalled client may never answer the close).
             previous.identified = False
-            await previous.ws.close(code=4000)
+            closing = asyncio.ensure_future(previous.ws.close(code=4000))
+            self._closings.add(closing)
+            closing.add_done_callback(self._closings.discard)
         session.session_id = previous.session_id
         session.sequence = previous.sequence
         session.log = previous.log
