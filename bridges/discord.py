@@ -328,6 +328,7 @@ class DiscordBridge:
         deliver = self._deliver
         task = asyncio.current_task()
         if deliver is None or task is None:
+            self._handed_on(message)
             return
         self._handlers.add(task)
         try:
@@ -349,6 +350,7 @@ class DiscordBridge:
         deliver = self._deliver
         task = asyncio.current_task()
         if deliver is None or task is None:
+            self._handed_on(interaction)
             return
         self._handlers.add(task)
         try:

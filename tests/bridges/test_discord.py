@@ -340,6 +340,44 @@ async def test_a_bridge_taking_over_resumes_the_session_and_gets_what_was_sent_m
         await asyncio.wait_for(task, WAIT_S)
 
 
+async def test_the_checkpoint_stays_before_a_message_not_yet_handed_on_so_a_taker_gets_it_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    api = discord_api
+    handed: asyncio.Queue[Received] = asyncio.Queue()
+    stuck = asyncio.Event()
+
+    async def deliver(item: Received | Pressed) -> None:
+        if isinstance(item, Received) and item.text == "stuck":
+            stuck.set()
+            await asyncio.Event().wait()  # the instance dies before it took the message
+        await handed.put(item)  # type: ignore[arg-type]
+
+    holder = asyncio.create_task(bridge.run(deliver))
+    await api.wait_until_ready_async()
+    first = api.post_message(GENERAL, ALICE, "first")
+    assert (await asyncio.wait_for(handed.get(), WAIT_S)).message_id == first["id"]
+    stuck_message = api.post_message(GENERAL, ALICE, "stuck")
+    await asyncio.wait_for(stuck.wait(), WAIT_S)
+    after = api.post_message(GENERAL, ALICE, "after")
+    assert (await asyncio.wait_for(handed.get(), WAIT_S)).message_id == after["id"]
+    checkpoint = bridge.checkpoint()
+    assert checkpoint is not None
+    holder.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+
+    taker, inbox, task = await run_restored(api, checkpoint)
+    try:
+        again = await asyncio.wait_for(inbox.get(), WAIT_S)
+        assert again.message_id == stuck_message["id"]  # replayed: it was never handed on
+        also = await asyncio.wait_for(inbox.get(), WAIT_S)
+        assert also.message_id == after["id"]  # replayed too: de-duplication drops it
+    finally:
+        await taker.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
 async def test_a_session_discord_will_not_resume_is_started_afresh(
     discord_api: DiscordStandIn,
 ) -> None:
