@@ -6,6 +6,15 @@ so this is a :class:`~bridges.port.GatewayBridge`: :meth:`DiscordBridge.run` log
 to ``deliver``; discord.py resumes or reconnects a dropped connection itself, and ``run``
 logs in again after a failed login with a growing pause.
 
+One gateway session serves the bot, whatever the number of instances: the bridge is a
+:class:`~bridges.port.HeldBridge` (#39), run by the instance holding the ``discord``
+connection's lease. Its checkpoint is the session to resume (``session_id``, the sequence
+number of the last event handed on in full, ``resume_gateway_url``); an instance taking the
+connection over restores it and its first connection sends RESUME instead of IDENTIFY, so
+Discord replays what was sent meanwhile (a replayed message already taken is dropped as a
+duplicate). A session Discord won't resume (INVALID_SESSION) is started afresh (IDENTIFY). A
+holder told to let go closes the gateway with a code that keeps the session resumable.
+
 Where a message lives, as :attr:`~bridges.port.Received.thread_id` carries it::
 
     discord:<guild>:<channel>              a guild text (or voice, news) channel
@@ -52,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
+import msgspec
 import yarl
 
 from bridges.hosts import on_platform
@@ -134,6 +144,9 @@ _KNOWN_PRESSES: Final = 1024
 _ALREADY_ACKNOWLEDGED: Final = 40060
 _UNKNOWN_INTERACTION: Final = 10062
 _CANNOT_MESSAGE_USER: Final = 50007
+#: The close code a holder letting go of the gateway uses: not 1000 or 1001, which end the
+#: session on Discord's side, so the next holder can resume it.
+_RESUMABLE_CLOSE: Final = 4000
 _STYLES: Final = {
     "primary": discord.ButtonStyle.primary,
     "danger": discord.ButtonStyle.danger,
@@ -194,10 +207,65 @@ class DiscordBridge:
         self._parents: OrderedDict[int, int | None] = OrderedDict()
         self._closed = False
         self._closing = asyncio.Event()
+        #: The session the next connection resumes (a checkpoint restored), once.
+        self._resume: _ResumePoint | None = None
+        #: The last session known: the one restored, then the live one's.
+        self._session: _ResumePoint | None = None
+        #: The sequence numbers of the events being handed on (their handlers running).
+        self._in_flight: dict[int, int] = {}
 
     @property
     def platform(self) -> str:
         return PLATFORM
+
+    # -- the connection one instance holds (#39) -------------------------------------------
+
+    @property
+    def connection_name(self) -> str:
+        return PLATFORM
+
+    def checkpoint(self) -> bytes | None:
+        """The gateway session to resume: its id, the sequence number up to which every
+        event was handed on, and where to resume it; None before the first session."""
+        client = self._client
+        ws = client.ws if client is not None else None
+        session_id = getattr(ws, "session_id", None)
+        sequence = getattr(ws, "sequence", None)
+        if ws is not None and session_id and sequence is not None:
+            if self._in_flight:
+                sequence = min(min(self._in_flight.values()) - 1, sequence)
+            self._session = _ResumePoint(
+                session_id=session_id, sequence=sequence, gateway=str(ws.gateway)
+            )
+        if self._session is None:
+            return None
+        return msgspec.json.encode(self._session)
+
+    def restore(self, checkpoint: bytes) -> None:
+        """Resume the session ``checkpoint`` names at the next connection (an unreadable
+        one is ignored: the connection starts a session afresh)."""
+        try:
+            point = msgspec.json.decode(checkpoint, type=_ResumePoint)
+        except msgspec.DecodeError:
+            log.warning("The saved Discord session can't be read; a new one is started.")
+            return
+        self._resume = self._session = point
+        self._in_flight.clear()
+
+    def _take_resume(self) -> _ResumePoint | None:
+        point, self._resume = self._resume, None
+        return point
+
+    def _dispatched(self, event: str, args: tuple[Any, ...]) -> None:
+        """Note the sequence number of a message or interaction as it is dispatched (its
+        handler runs later, in a task of its own)."""
+        client = self._client
+        sequence = getattr(client.ws, "sequence", None) if client is not None else None
+        if event in ("message", "interaction") and args and isinstance(sequence, int):
+            self._in_flight[id(args[0])] = sequence
+
+    def _handed_on(self, item: object) -> None:
+        self._in_flight.pop(id(item), None)
 
     # -- the gateway -----------------------------------------------------------------------
 
@@ -239,7 +307,8 @@ class DiscordBridge:
                     raise BridgeError(_closed_reason(exc.code)) from exc
                 return
         except asyncio.CancelledError:
-            await self._discard_client()
+            self.checkpoint()  # the session as it is now, for the lease's last save
+            await self._discard_client(keep_session=True)
             raise
         finally:
             self._deliver = None
@@ -259,6 +328,7 @@ class DiscordBridge:
         deliver = self._deliver
         task = asyncio.current_task()
         if deliver is None or task is None:
+            self._handed_on(message)
             return
         self._handlers.add(task)
         try:
@@ -266,9 +336,12 @@ class DiscordBridge:
             if received is not None:
                 await deliver(received)
         except asyncio.CancelledError:
-            raise
+            raise  # not handed on: the checkpoint stays before it, a resumed session replays it
         except Exception:
             log.exception("The Discord bridge could not hand on message %s.", message.id)
+            self._handed_on(message)
+        else:
+            self._handed_on(message)
         finally:
             self._handlers.discard(task)
 
@@ -277,21 +350,27 @@ class DiscordBridge:
         deliver = self._deliver
         task = asyncio.current_task()
         if deliver is None or task is None:
+            self._handed_on(interaction)
             return
         self._handlers.add(task)
         try:
             if _button_action(interaction) is None:
+                self._handed_on(interaction)
                 return
             self._remember(interaction)  # the three seconds run from now
             pressed = await self._pressed(interaction)
             if pressed is None:
                 self._forget(interaction.id)
+                self._handed_on(interaction)
                 return
             await deliver(pressed)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("The Discord bridge could not hand on interaction %s.", interaction.id)
+            self._handed_on(interaction)
+        else:
+            self._handed_on(interaction)
         finally:
             self._handlers.discard(task)
 
@@ -783,10 +862,16 @@ class DiscordBridge:
             self._client = client
             return client
 
-    async def _discard_client(self) -> None:
+    async def _discard_client(self, *, keep_session: bool = False) -> None:
+        """Close the client; with ``keep_session``, first close the gateway with a code that
+        leaves the session resumable (discord.py's own close ends it: 1000)."""
         client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        if client is None:
+            return
+        if keep_session and client.ws is not None and client.ws.open:
+            with contextlib.suppress(Exception):
+                await client.ws.close(code=_RESUMABLE_CLOSE)
+        await client.close()
 
     @contextlib.asynccontextmanager
     async def _platform_call(self, what: str) -> AsyncIterator[None]:
@@ -976,8 +1061,21 @@ class _LiveReply:
             self._typing = None
 
 
+class _ResumePoint(msgspec.Struct, frozen=True, kw_only=True):
+    """A gateway session to resume: the bridge's checkpoint."""
+
+    session_id: str
+    sequence: int
+    gateway: str
+
+
 class _Client(discord.Client):
-    """discord.py's client with the intents the bridge needs, handing messages to it."""
+    """discord.py's client with the intents the bridge needs, handing messages to it.
+
+    Its first connection RESUMEs the session the bridge restored, if any; every later one,
+    and a session Discord won't resume, goes through discord.py's own loop (IDENTIFY, then
+    RESUME after a drop).
+    """
 
     def __init__(self, bridge: DiscordBridge) -> None:
         intents = discord.Intents.default()
@@ -993,6 +1091,50 @@ class _Client(discord.Client):
             chunk_guilds_at_startup=False,
         )
         self._bridge = bridge
+
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        self._bridge._dispatched(event, args)
+        super().dispatch(event, *args, **kwargs)
+
+    async def connect(self, *, reconnect: bool = True) -> None:
+        point = self._bridge._take_resume()
+        while point is not None and not self.is_closed():
+            point = await self._resumed(point)
+        if not self.is_closed():
+            await super().connect(reconnect=reconnect)
+
+    async def _resumed(self, point: _ResumePoint) -> _ResumePoint | None:
+        """Hold a connection that RESUMEd ``point`` until it drops; the session to resume
+        next, or None when Discord won't resume it (then a session starts afresh)."""
+        try:
+            connecting = discord.gateway.DiscordWebSocket.from_client(
+                self,
+                initial=True,
+                gateway=yarl.URL(point.gateway),
+                session=point.session_id,
+                sequence=point.sequence,
+                resume=True,
+            )
+            self.ws = await asyncio.wait_for(connecting, timeout=60.0)
+            log.info("The Discord gateway session is resumed from event %d.", point.sequence)
+            while True:
+                await self.ws.poll_event()
+        except discord.gateway.ReconnectWebSocket as exc:
+            if not exc.resume:
+                log.info("Discord did not resume the saved session; a new one is started.")
+                return None
+        except discord.ConnectionClosed:
+            if self.is_closed():
+                return None
+            raise  # a close no session survives (a bad token, intents): as discord.py's loop
+        except (OSError, discord.HTTPException, aiohttp.ClientError, TimeoutError):
+            if self.is_closed():
+                return None
+            await asyncio.sleep(_FIRST_RETRY_S)
+        ws = self.ws
+        if ws is None or not ws.session_id or ws.sequence is None:
+            return point
+        return _ResumePoint(session_id=ws.session_id, sequence=ws.sequence, gateway=str(ws.gateway))
 
     async def on_message(self, message: discord.Message) -> None:
         await self._bridge._on_message(message)

@@ -13,7 +13,12 @@ into :class:`Received` (mentions of the bot already written ``@<name>``, whether
 replies to the bot, attachments not yet downloaded), downloads an attachment when asked,
 shows a typing indicator, and sends a reply with files. A webhook bridge also checks each
 delivery's signature (:meth:`WebhookBridge.receive`); a gateway bridge holds its own
-connection (:meth:`GatewayBridge.run`).
+connection (:meth:`GatewayBridge.run`). A connection only one instance may hold at a time
+(Discord's gateway) is a :class:`HeldBridge`: it runs while its instance holds the
+connection's lease (:mod:`bridges.holding`); its :meth:`~HeldBridge.checkpoint`, saved with
+each renewal, is what the next holder resumes from (:meth:`~HeldBridge.restore`, before
+``run``): ``connection_name`` names the lease (``discord``), ``checkpoint`` is cheap and
+synchronous (``None``: nothing to resume from yet).
 
 Live answers and buttons (#37): a bridge that can show a reply as it is written is a
 :class:`LiveBridge`. The pipeline renders a turn's events through one small contract, the
@@ -296,13 +301,11 @@ class HeldBridge(GatewayBridge, Protocol):
     checkpoint."""
 
     @property
-    def connection_name(self) -> str: ...  # e.g. "discord", "matrix:@bot:example.org"
+    def connection_name(self) -> str: ...
 
-    # cheap, sync: state to resume from (Discord: session id, seq, resume url; Matrix:
-    # next_batch); None = nothing yet
     def checkpoint(self) -> bytes | None: ...
 
-    def restore(self, checkpoint: bytes) -> None: ...  # called BEFORE run(): resume from it
+    def restore(self, checkpoint: bytes) -> None: ...
 
 
 #: Whether the instance talks to a platform account: its id and its name (a Matrix inviter).

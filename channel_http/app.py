@@ -19,6 +19,7 @@ from litestar import Litestar
 
 from auth_providers import AuthChain, load_providers
 from bridges.build import build_bridges
+from bridges.holding import ConnectionLeases
 from bridges.port import PlatformBridge
 from channel_http import chat, routes
 from channel_http.access_log import RequestLog
@@ -192,6 +193,10 @@ def build_app(
         await logins.open(services.db)
         services.logins = logins
         if services.space_stores is not None:
+            leases = ConnectionLeases(
+                services.db, lease_s=settings.bridges.connection_lease_s, clock=clock
+            )
+            await leases.ensure_schema()
             services.bridging = start_bridging(
                 chat_bridges,
                 services.space_stores,
@@ -202,7 +207,10 @@ def build_app(
                 catalogs=catalogs,
                 files=services.files,
                 clock=clock,
+                leases=leases,
             )
+            if metrics is not None:
+                metrics.readings.held_connections = services.bridging.held_connections
         app.state.services = services
         if services.model_names:
             await check_models(settings, services.model_names)

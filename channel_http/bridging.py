@@ -6,6 +6,15 @@ gateway bridge's connection, keeps the leases of the deliveries in hand renewed 
 again what a dead instance took and never handled, and keeps the expired state swept;
 :meth:`Bridging.close` stops the connections, lets the messages being handled finish, and
 closes the bridges.
+
+A connection only one instance may hold (a :class:`~bridges.port.HeldBridge`: Discord's
+gateway) runs only while this instance holds its lease (:mod:`bridges.holding`, #39): the
+instance stands by, looking every third of a lease, until it acquires it; restores the last
+holder's checkpoint; runs the bridge while the lease is renewed with the bridge's checkpoint
+every third of a lease; and cancels the run (closing the connection) the moment a renewal
+finds another instance holds it, or the state store has not confirmed the lease for two
+thirds of it (before another may take it over). Then it stands by again. A clean stop
+releases the lease with the last checkpoint, so a standby takes over at once.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,10 +31,12 @@ from typing import TYPE_CHECKING, Final
 
 from bridges.deliveries import Deliveries
 from bridges.freshness import staleness
+from bridges.holding import ConnectionLeases
 from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import (
     GatewayBridge,
+    HeldBridge,
     InvitedBridge,
     PlatformBridge,
     Pressed,
@@ -57,6 +69,8 @@ log = logging.getLogger("mercury.bridges")
 
 #: Seconds between sweeps of expired mutes, old delivery ids and expired pairing codes.
 _SWEEP_S: Final = 300.0
+#: Seconds a held connection's run is given to end before it is cancelled again.
+_CANCEL_AGAIN_S: Final = 1.0
 
 
 @dataclass(slots=True)
@@ -70,7 +84,19 @@ class Bridging:
     #: How old a message may be and still run (``bridges.max_message_age_s``).
     max_message_age: timedelta
     clock: Clock
+    #: The leases of the connections only one instance holds (None: every bridge runs here).
+    leases: ConnectionLeases | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def held_connections(self) -> dict[str, bool]:
+        """Each connection only one instance may hold that this one runs, and whether this
+        instance holds it now (False: it stands by)."""
+        held = self.leases.held if self.leases is not None else set()
+        return {
+            b.connection_name: b.connection_name in held
+            for b in self.bridges
+            if isinstance(b, HeldBridge)
+        }
 
     async def take(self, bridge: PlatformBridge, message: Received) -> bool:
         """Hand ``message`` to the pipeline unless it is stale; True when it was taken.
@@ -159,8 +185,11 @@ def start_bridging(
     catalogs: Catalogs,
     files: PersonFiles,
     clock: Clock,
+    leases: ConnectionLeases | None = None,
 ) -> Bridging:
-    """The pipeline over ``bridges``, each gateway bridge's connection started."""
+    """The pipeline over ``bridges``, each gateway bridge's connection started: a held one
+    (:class:`~bridges.port.HeldBridge`) only while this instance holds its lease in
+    ``leases`` (without them, at once, as on one instance)."""
     pipeline = Pipeline(
         settings=settings,
         manager=manager,
@@ -179,12 +208,15 @@ def start_bridging(
         webhooks=webhooks,
         max_message_age=timedelta(seconds=settings.bridges.max_message_age_s),
         clock=clock,
+        leases=leases,
     )
     loop = asyncio.get_running_loop()
     for bridge in bridges:
         if isinstance(bridge, InvitedBridge):
             bridge.admit_by(functools.partial(_admits, people, bridge.platform))
-        if isinstance(bridge, GatewayBridge):
+        if isinstance(bridge, HeldBridge) and leases is not None:
+            bridging._tasks.append(loop.create_task(_held(bridge, bridging, leases)))
+        elif isinstance(bridge, GatewayBridge):
             bridging._tasks.append(loop.create_task(_connected(bridge, bridging)))
     bridging._tasks.append(loop.create_task(_sweep(stores)))
     if bridges:
@@ -193,6 +225,87 @@ def start_bridging(
     if bridges:
         log.info("Chat bridges on: %s.", ", ".join(b.platform for b in bridges))
     return bridging
+
+
+async def _held(bridge: HeldBridge, bridging: Bridging, leases: ConnectionLeases) -> None:
+    """Run ``bridge`` whenever this instance holds its connection's lease, until cancelled."""
+    name = bridge.connection_name
+    every_s = leases.lease_s / 3
+    while True:
+        try:
+            holding = await leases.acquire(name)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("asking for the %s connection's lease failed", name)
+            holding = None
+        if holding is None:
+            await asyncio.sleep(every_s)
+            continue
+        log.info("This instance holds the %s connection now.", name)
+        if holding.checkpoint is not None:
+            try:
+                bridge.restore(holding.checkpoint)
+            except Exception:
+                log.exception("the %s connection's checkpoint can't be restored", name)
+        run = asyncio.get_running_loop().create_task(_connected(bridge, bridging))
+        try:
+            lost = await _keep_lease(bridge, leases, run)
+        except asyncio.CancelledError:
+            await _ended(run)
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(every_s):
+                    await leases.release(name, bridge.checkpoint())
+            raise
+        if lost:
+            log.warning(
+                "This instance lost the %s connection's lease: its connection is closed, it "
+                "stands by.",
+                name,
+            )
+        await _ended(run)
+        leases.lost(name)
+        if not lost:  # the run ended by itself (the platform refused the bot, logged)
+            with contextlib.suppress(Exception):
+                await leases.release(name, bridge.checkpoint())
+            return
+        await asyncio.sleep(every_s)
+
+
+async def _ended(run: asyncio.Task[None]) -> None:
+    """Cancel ``run`` until it has ended. One cancellation can be lost: Python 3.11's
+    ``asyncio.wait_for`` drops it when what it waits for completes at the same moment (a
+    gateway reconnecting), and the connection would go on without its lease."""
+    while not run.done():
+        run.cancel()
+        await asyncio.wait({run}, timeout=_CANCEL_AGAIN_S)
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        run.result()
+
+
+async def _keep_lease(
+    bridge: HeldBridge, leases: ConnectionLeases, run: asyncio.Task[None]
+) -> bool:
+    """Renew the lease with the bridge's checkpoint while ``run`` runs; True when the lease
+    is lost (another holds it, or the store has not confirmed it in time), False when the
+    run ended by itself."""
+    name = bridge.connection_name
+    every_s = leases.lease_s / 3
+    confirmed = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({run}, timeout=every_s)
+        if done:
+            return False
+        try:
+            async with asyncio.timeout(every_s):
+                if not await leases.renew(name, bridge.checkpoint()):
+                    return True
+            confirmed = time.monotonic()
+        except (Exception, TimeoutError):
+            log.warning("renewing the %s connection's lease failed", name, exc_info=True)
+        # A lapsed lease may be taken over: let go before it could be, a third ahead.
+        if time.monotonic() - confirmed + every_s >= leases.lease_s:
+            return True
 
 
 async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:

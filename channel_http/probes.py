@@ -2,7 +2,9 @@
 
 ``GET /livez`` answers as long as the process serves. ``GET /readyz`` asks the state store,
 the memory store and the model host, each within its bound, and turns 503 the moment the
-shutdown begins, so a balancer stops sending turns while open streams drain. Both are
+shutdown begins, so a balancer stops sending turns while open streams drain; when a bridge
+holds a connection only one instance may hold (Discord's gateway), its ``connections`` say
+whether this instance holds it or stands by (#39). Both are
 public and cheap. ``GET /metrics`` is the Prometheus text format: behind the bearer token on
 the surface, or on a port of its own without auth (:mod:`channel_http.metrics_server`).
 """
@@ -53,8 +55,11 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
             extra={"checks": {}},
         )
     checks, missing = await readiness(services)
+    held = services.bridging.held_connections() if services.bridging is not None else {}
+    # Which connections only one instance may hold this one holds, ready or not (#39).
+    connections = {"connections": held} if held else {}
     if all(checks.values()):
-        return {"ok": True, "checks": checks}
+        return {"ok": True, "checks": checks, **connections}
     sentences = [translator.gettext(_NOT_READY[name]) for name, ok in checks.items() if not ok]
     if missing and services.settings.model.provider == "openai":
         sentences.append(
@@ -65,7 +70,7 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
             translator.gettext(messages.MODELS_MISSING_OLLAMA)
             % {"models": ", ".join(missing), "command": pull_command(missing)}
         )
-    raise Unavailable(" ".join(sentences), extra={"checks": checks})
+    raise Unavailable(" ".join(sentences), extra={"checks": checks, **connections})
 
 
 def pull_command(models: tuple[str, ...]) -> str:

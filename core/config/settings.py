@@ -347,6 +347,7 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     live_answers: bool
     show_reasoning: bool
     pairing_max_pending: int
+    connection_lease_s: int
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -807,6 +808,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("bridges.pairing_max_pending", "BRIDGE_PAIRING_MAX_PENDING", _Int(1, 10_000), 100,
             "Requests for access (pairing codes) one chat platform holds at once; past it a "
             "stranger is told to try later, so a flood can't fill the store."),
+    Setting("bridges.connection_lease_s", "BRIDGE_CONNECTION_LEASE_S", _Int(2, 60), 10,
+            "Seconds a connection only one instance may hold (Discord's gateway) stays with "
+            "an instance that stopped renewing it (it died, lost the state store or stalled); "
+            "then another instance with the bridge on takes it over and resumes it. The "
+            "holder renews every third of it."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode."),
     Setting("slack.mode", "SLACK_MODE", _Choice(SLACK_MODES), "http",

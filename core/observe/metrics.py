@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, Literal, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -55,6 +55,8 @@ class _Readings(Collector):
         self.archive_depth: Callable[[], int] | None = None
         self.archive_spilled: Callable[[], int] | None = None
         self.queued_turns: Callable[[], int] | None = None
+        #: Each connection only one instance holds (#39), and whether this instance does.
+        self.held_connections: Callable[[], Mapping[str, bool]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         if self.queued_turns is not None:
@@ -63,6 +65,16 @@ class _Readings(Collector):
                 "Turns waiting behind an earlier turn of their conversation.",
                 value=self.queued_turns(),
             )
+        if self.held_connections is not None:
+            held = GaugeMetricFamily(
+                "mercury_bridge_connection_held",
+                "1 for each platform connection this instance holds (Discord's gateway), 0 "
+                "while it stands by for another instance's.",
+                labels=["connection"],
+            )
+            for name, holds in sorted(self.held_connections().items()):
+                held.add_metric([name], 1 if holds else 0)
+            yield held
         if self.archive_depth is not None:
             yield GaugeMetricFamily(
                 "mercury_archive_queue_depth",

@@ -24,6 +24,7 @@ from bridges.port import (
     BridgeError,
     EgressFile,
     GatewayBridge,
+    HeldBridge,
     LiveBridge,
     PlatformUnavailable,
     Pressed,
@@ -280,6 +281,132 @@ async def test_cancelling_run_leaves_the_gateway(
     with pytest.raises(asyncio.CancelledError):
         await task
     await discord_api.wait_until_async(lambda: not discord_api._sessions, what="no connection")
+
+
+# -- one holder, taken over (#39) ----------------------------------------------------------
+
+
+async def test_the_bridge_is_a_held_connection_with_no_checkpoint_before_its_first_session(
+    bridge: DiscordBridge,
+) -> None:
+    assert isinstance(bridge, HeldBridge)
+    assert bridge.connection_name == "discord"
+    assert bridge.checkpoint() is None
+
+
+async def run_restored(
+    api: DiscordStandIn, checkpoint: bytes
+) -> tuple[DiscordBridge, asyncio.Queue[Received], asyncio.Task[None]]:
+    taker = DiscordBridge(settings_for(api), bot_name=BOT_NAME)
+    taker.restore(checkpoint)
+    inbox: asyncio.Queue[Received] = asyncio.Queue()
+    return taker, inbox, asyncio.create_task(taker.run(inbox.put))
+
+
+async def test_a_bridge_taking_over_resumes_the_session_and_gets_what_was_sent_meanwhile(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    api = discord_api
+    first: asyncio.Queue[Received] = asyncio.Queue()
+    holder = asyncio.create_task(bridge.run(first.put))
+    await api.wait_until_ready_async()
+    posted = api.post_message(GENERAL, ALICE, "before the handover")
+    before = await asyncio.wait_for(first.get(), WAIT_S)
+    assert before.message_id == posted["id"]
+    checkpoint = bridge.checkpoint()
+    assert checkpoint is not None
+    holder.cancel()  # the lease went elsewhere: the holder lets go
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+    await api.wait_until_async(lambda: not api._sessions, what="no connection")
+    meanwhile = api.post_message(GENERAL, BOB, "sent during the gap")
+
+    taker, inbox, task = await run_restored(api, checkpoint)
+    try:
+        received = await asyncio.wait_for(inbox.get(), WAIT_S)
+        assert received.message_id == meanwhile["id"]  # replayed; not what came before
+        assert received.message_id != before.message_id
+        [resume] = api.resumes
+        saved = msgspec.json.decode(checkpoint)
+        assert resume["accepted"] and resume["session_id"] == saved["session_id"]
+        assert resume["seq"] == saved["sequence"]
+        assert len(api.identifies) == 1  # only the first holder's
+        later = api.post_message(GENERAL, ALICE, "after it")
+        assert (await asyncio.wait_for(inbox.get(), WAIT_S)).message_id == later["id"]
+        assert msgspec.json.decode(taker.checkpoint() or b"")["session_id"] == saved["session_id"]
+        assert api.most_live_sessions == 1
+    finally:
+        await taker.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_the_checkpoint_stays_before_a_message_not_yet_handed_on_so_a_taker_gets_it_again(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    api = discord_api
+    handed: asyncio.Queue[Received] = asyncio.Queue()
+    stuck = asyncio.Event()
+
+    async def deliver(item: Received | Pressed) -> None:
+        if isinstance(item, Received) and item.text == "stuck":
+            stuck.set()
+            await asyncio.Event().wait()  # the instance dies before it took the message
+        await handed.put(item)  # type: ignore[arg-type]
+
+    holder = asyncio.create_task(bridge.run(deliver))
+    await api.wait_until_ready_async()
+    first = api.post_message(GENERAL, ALICE, "first")
+    assert (await asyncio.wait_for(handed.get(), WAIT_S)).message_id == first["id"]
+    stuck_message = api.post_message(GENERAL, ALICE, "stuck")
+    await asyncio.wait_for(stuck.wait(), WAIT_S)
+    after = api.post_message(GENERAL, ALICE, "after")
+    assert (await asyncio.wait_for(handed.get(), WAIT_S)).message_id == after["id"]
+    checkpoint = bridge.checkpoint()
+    assert checkpoint is not None
+    holder.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await holder
+
+    taker, inbox, task = await run_restored(api, checkpoint)
+    try:
+        again = await asyncio.wait_for(inbox.get(), WAIT_S)
+        assert again.message_id == stuck_message["id"]  # replayed: it was never handed on
+        also = await asyncio.wait_for(inbox.get(), WAIT_S)
+        assert also.message_id == after["id"]  # replayed too: de-duplication drops it
+    finally:
+        await taker.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_a_session_discord_will_not_resume_is_started_afresh(
+    discord_api: DiscordStandIn,
+) -> None:
+    gone = msgspec.json.encode(
+        {"session_id": "ended", "sequence": 41, "gateway": discord_api.gateway_url}
+    )
+    taker, inbox, task = await run_restored(discord_api, gone)
+    try:
+        await discord_api.wait_until_ready_async()
+        [resume] = discord_api.resumes
+        assert resume["session_id"] == "ended" and not resume["accepted"]
+        assert len(discord_api.identifies) == 1
+        posted = discord_api.post_message(GENERAL, ALICE, "hello again")
+        assert (await asyncio.wait_for(inbox.get(), WAIT_S)).message_id == posted["id"]
+    finally:
+        await taker.close()
+        await asyncio.wait_for(task, WAIT_S)
+
+
+async def test_an_unreadable_checkpoint_starts_a_session_afresh(
+    discord_api: DiscordStandIn,
+) -> None:
+    taker, _, task = await run_restored(discord_api, b"not json")
+    try:
+        await discord_api.wait_until_ready_async()
+        assert discord_api.resumes == [] and len(discord_api.identifies) == 1
+    finally:
+        await taker.close()
+        await asyncio.wait_for(task, WAIT_S)
 
 
 # -- parsing -------------------------------------------------------------------------------

@@ -37,10 +37,15 @@ What it serves (every REST call needs ``Authorization: Bot <token>``; a wrong on
 The gateway speaks Discord's protocol: HELLO (op 10), heartbeat ACKs (op 11), IDENTIFY (op 2:
 a wrong token closes with 4004, a privileged intent the application has not enabled with
 4014), READY (guilds unavailable, ``session_id``, ``resume_gateway_url``), one GUILD_CREATE per
-guild (channels, active threads, roles, the bot's member), RESUME (op 6) answered RESUMED,
-and RECONNECT (op 7) when a test asks. It honours ``encoding=json`` and
-``compress=zlib-stream`` (one zlib stream per connection, every payload flushed with
-Z_SYNC_FLUSH), as discord.py asks; any other encoding or compression closes with 4002.
+guild (channels, active threads, roles, the bot's member), RESUME (op 6) answered with the
+session's events after the given ``seq`` replayed and RESUMED (an unknown session, or one
+its client closed with 1000/1001, is INVALID_SESSION), and RECONNECT (op 7) when a test
+asks. Events reach every session, and are kept for one whose connection dropped until it is
+resumed; a session resumed on a new connection leaves the old one closed (4000). IDENTIFYs
+and RESUMEs are recorded, and so is the most connections live at once. It honours
+``encoding=json`` and ``compress=zlib-stream`` (one zlib stream per connection, every
+payload flushed with Z_SYNC_FLUSH), as discord.py asks; any other encoding or compression
+closes with 4002.
 
 Every REST call and every CDN download is recorded (:class:`RestCall`); the next N of them
 (or of those of one method) can be told to fail (:meth:`DiscordStandIn.fail_next`: a 5xx, or
@@ -303,6 +308,12 @@ class _Session:
     session_id: str | None = None
     sequence: int = 0
     identified: bool = False
+    #: Every dispatch of the session so far (sequence, event, data), to replay on RESUME.
+    log: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        return self.identified and not self.ws.closed
 
     async def send(self, payload: dict[str, Any]) -> None:
         text = json.dumps(payload, separators=(",", ":"))
@@ -315,8 +326,12 @@ class _Session:
             await self.ws.send_bytes(data)
 
     async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send ``event`` with the session's next sequence number; kept to be replayed, and
+        only kept while no connection holds the session (Discord buffers it)."""
         self.sequence += 1
-        await self.send({"op": _DISPATCH, "t": event, "s": self.sequence, "d": data})
+        self.log.append((self.sequence, event, data))
+        if not self.ws.closed:
+            await self.send({"op": _DISPATCH, "t": event, "s": self.sequence, "d": data})
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,6 +368,13 @@ class DiscordStandIn(ThreadedStandIn):
         """Close codes the stand-in sent."""
         self.ready_count = 0
         self.resumed_count = 0
+        self.resumes: list[dict[str, Any]] = []
+        """Every RESUME's ``d`` (the token replaced by whether it was right), with
+        ``accepted``: whether the session was resumed (else INVALID_SESSION)."""
+        self.most_live_sessions = 0
+        """The most connections that held an identified session at the same moment."""
+        self.session_ids: list[str] = []
+        """The id of every session an IDENTIFY started, in order."""
         self.heartbeats = 0
         self.messages: dict[int, dict[str, Any]] = {}
         self.channels: dict[int, _Channel] = {}
@@ -373,6 +395,7 @@ class DiscordStandIn(ThreadedStandIn):
         self.cdn_redirect: str | None = None
         self._sessions: list[_Session] = []
         self._resumable: dict[str, _Session] = {}
+        self._closings: set[asyncio.Future[bool]] = set()
         self._ids = 0
         self._build_world()
 
@@ -1135,6 +1158,10 @@ class DiscordStandIn(ThreadedStandIn):
                 await self._on_gateway_payload(session, json.loads(frame.data))
         finally:
             self._sessions.remove(session)
+            if ws.close_code in (1000, 1001) and session.session_id is not None:
+                # A client's own clean close ends its session, as on Discord: no RESUME.
+                if self._resumable.get(session.session_id) is session:
+                    del self._resumable[session.session_id]
             self._notify()
         return ws
 
@@ -1159,8 +1186,10 @@ class DiscordStandIn(ThreadedStandIn):
             await self._close(session, 4014)
             return
         session.session_id = secrets.token_hex(16)
+        self.session_ids.append(session.session_id)
         session.identified = True
         self._resumable[session.session_id] = session
+        self._count_live()
         await session.dispatch(
             "READY",
             {
@@ -1181,15 +1210,41 @@ class DiscordStandIn(ThreadedStandIn):
 
     async def _resume(self, session: _Session, data: dict[str, Any]) -> None:
         previous = self._resumable.get(data.get("session_id", ""))
-        if previous is None or data.get("token") != self.token:
+        accepted = previous is not None and data.get("token") == self.token
+        self.resumes.append(
+            {**data, "token": data.get("token") == self.token, "accepted": accepted}
+        )
+        if previous is None or not accepted:
             await session.send({"op": _INVALID_SESSION, "d": False})
             return
+        if previous is not session and not previous.ws.closed:
+            # The session moves to the new connection; the old one is closed, as on Discord
+            # (in the background: a stalled client may never answer the close).
+            previous.identified = False
+            closing = asyncio.ensure_future(previous.ws.close(code=4000))
+            self._closings.add(closing)
+            closing.add_done_callback(self._closings.discard)
         session.session_id = previous.session_id
         session.sequence = previous.sequence
+        session.log = previous.log
         session.identified = True
         self._resumable[previous.session_id or ""] = session
+        self._count_live()
+        # What was dispatched after the sequence the client saw, replayed, then RESUMED.
+        seen = data.get("seq") or 0
+        for sequence, event, payload in list(session.log):
+            if sequence > seen:
+                await session.send({"op": _DISPATCH, "t": event, "s": sequence, "d": payload})
         await session.dispatch("RESUMED", {"_trace": ["discord-standin"]})
         self.resumed_count += 1
+
+    def _count_live(self) -> None:
+        live = sum(1 for s in self._sessions if s.live)
+        self.most_live_sessions = max(self.most_live_sessions, live)
+
+    def replayed(self) -> list[int]:
+        """The sequence numbers each accepted RESUME asked to replay after."""
+        return [r.get("seq") or 0 for r in self.resumes if r["accepted"]]
 
     def _guild_payload(self) -> dict[str, Any]:
         in_guild = [c for c in self.channels.values() if c.guild_id == GUILD]
@@ -1228,12 +1283,14 @@ class DiscordStandIn(ThreadedStandIn):
         }
 
     async def _dispatch(self, event: str, data: dict[str, Any], *, required: bool = True) -> None:
-        live = [s for s in self._sessions if s.identified and not s.ws.closed]
-        if not live and required:
+        # Each session gets it: sent on its connection, or kept for a RESUME while it has
+        # none (its connection dropped: kill -9, a network loss).
+        sessions = list(self._resumable.values())
+        if not sessions and required:
             raise StandInError(
                 f"No gateway connection is identified to receive {event}; wait_until_ready() first."
             )
-        for session in live:
+        for session in sessions:
             await session.dispatch(event, data)
 
     async def _send_all(self, payload: dict[str, Any]) -> None:
