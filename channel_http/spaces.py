@@ -71,7 +71,8 @@ async def _role(
         raise BadRequest(
             tr.gettext(
                 "A space id is a platform and its ids, such as slack:C0123ABC, "
-                "telegram:-1001234, discord:<guild>:<channel> or whatsapp:<number>."
+                "telegram:-1001234, discord:<guild>:<channel>, whatsapp:<number>, "
+                "teams:<tenant>:<conversation> or matrix:<room id>."
             )
         ) from None
     stores = services.space_stores

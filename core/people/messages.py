@@ -376,7 +376,8 @@ DELIVERY_UNCHECKED: Final = N_(
 # Shown: the refusal of a malformed space id in a /spaces path.
 SPACE_ID_INVALID: Final = N_(
     "A space id is a platform and its ids, such as slack:C0123ABC, telegram:-1001234, "
-    "discord:<guild>:<channel> or whatsapp:<number>."
+    "discord:<guild>:<channel>, whatsapp:<number>, teams:<tenant>:<conversation> or "
+    "matrix:<room id>."
 )
 # Shown: the refusal of a member whose role lacks the permission; role is admin or member.
 SPACE_ADMIN_ONLY: Final = N_("Only an admin of %(space)s may do this; your role there is %(role)s.")
