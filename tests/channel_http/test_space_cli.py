@@ -242,3 +242,39 @@ def test_pairing_requests_are_listed_approved_and_denied_by_an_approver_only(
     assert cli("pairing").stdout.strip() == "Nobody is waiting."
     again = cli("pairing", "approve", eve)
     assert again.returncode == 2 and again.stderr.strip()
+
+
+def test_settings_list_set_typed_as_the_setting_is_and_unset_back_to_the_file(cli: Run) -> None:
+    listed = cli("settings", SPACE, "--json")
+    assert listed.returncode == 0, listed.stderr
+    settings = {s["key"]: s for s in json.loads(listed.stdout)["settings"]}
+    assert (settings["rate_limit"]["value"], settings["rate_limit"]["source"]) == (7, "file")
+    assert cli("settings", SPACE, "rate_limit").stdout.split("\t")[0] == "rate_limit = 7"
+    # Words typed as the setting is: a number, a truth value; text stays text.
+    assert cli("settings", SPACE, "rate_limit", "5").returncode == 0
+    assert cli("settings", SPACE, "live_answers", "off").returncode == 0
+    now = {s["key"]: s for s in json.loads(cli("settings", SPACE, "--json").stdout)["settings"]}
+    assert (now["rate_limit"]["value"], now["rate_limit"]["source"]) == (5, "space")
+    assert (now["live_answers"]["value"], now["live_answers"]["source"]) == (False, "space")
+    # Refusals are the server's sentences; a member can read but not set.
+    wrong = cli("settings", SPACE, "rate_limit", "5000")
+    assert wrong.returncode == 2 and wrong.stderr.strip().endswith(".")
+    unknown = cli("settings", SPACE, "colour", "blue")
+    assert unknown.returncode == 2 and "rate_limit" in unknown.stderr
+    assert cli("settings", SPACE, token="bob-token").returncode == 0
+    assert cli("settings", SPACE, "rate_limit", "9", token="bob-token").returncode == 4
+    unset = cli("settings", SPACE, "rate_limit", "--unset")
+    assert unset.returncode == 0, unset.stderr
+    assert unset.stdout.strip() == "rate_limit = 7\t(file)"
+
+
+def test_spaces_show_names_the_members_with_their_roles(cli: Run) -> None:
+    shown = cli("spaces", "show", SPACE)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"{SPACE}  #general"
+    assert "your role: admin" in lines[1]
+    members = {line.strip() for line in lines if line.startswith("  ")}
+    assert "Alice (people:alice)\tadmin" in members
+    assert "Bob (people:bob)\tmember" in members
+    assert cli("spaces", "show", SPACE, token="carol-token").returncode in (2, 4)
