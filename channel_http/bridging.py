@@ -257,6 +257,7 @@ async def _held(bridge: HeldBridge, bridging: Bridging, leases: ConnectionLeases
                 async with asyncio.timeout(every_s):
                     await leases.release(name, bridge.checkpoint())
             raise
+        leases.lost(name)  # no longer reported as held, from the moment that is decided
         if lost:
             log.warning(
                 "This instance lost the %s connection's lease: its connection is closed, it "
@@ -264,7 +265,6 @@ async def _held(bridge: HeldBridge, bridging: Bridging, leases: ConnectionLeases
                 name,
             )
         await _ended(run)
-        leases.lost(name)
         if not lost:  # the run ended by itself (the platform refused the bot, logged)
             with contextlib.suppress(Exception):
                 await leases.release(name, bridge.checkpoint())

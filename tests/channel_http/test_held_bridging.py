@@ -130,7 +130,7 @@ async def test_the_run_stops_when_another_instance_takes_the_lease_and_stands_by
         await until(lambda: held.position > 30)  # a few renewals saved a checkpoint
         taken = await b.acquire("held:one")
         assert taken is not None and taken.checkpoint is not None
-        await until(lambda: not held.running, LEASE_S)  # at its next renewal
+        await until(lambda: not held.running, 3 * LEASE_S)  # at its next renewal
         assert a.held == set()
         await asyncio.sleep(3 * LEASE_S)
         assert held.runs == 1  # standing by: b holds it
