@@ -64,6 +64,7 @@ import aiohttp
 import msgspec
 import yarl
 
+from bridges.downloads import read_capped, refuse_past
 from bridges.hosts import on_platform
 from bridges.port import (
     Attachment,
@@ -600,8 +601,7 @@ class DiscordBridge:
         Only Discord's hosts (or ``DISCORD_API_URL``'s) are asked, a redirect included: a
         link or a redirect to any other host is a :class:`BridgeError`.
         """
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise BridgeError(_too_large(attachment.name, max_bytes, attachment.size_bytes))
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         if self._downloads is None or self._downloads.closed:
             self._downloads = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar())
         what = f"the attachment {attachment.name!r}"
@@ -622,16 +622,10 @@ class DiscordBridge:
                     continue
                 if response.status != 200:
                     raise _status_error(what, response.status, response.reason or "")
-                if response.content_length is not None and response.content_length > max_bytes:
-                    raise BridgeError(
-                        _too_large(attachment.name, max_bytes, response.content_length)
-                    )
-                data = bytearray()
-                async for chunk in response.content.iter_chunked(64 * 1024):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise BridgeError(_too_large(attachment.name, max_bytes, None))
-                return bytes(data)
+                refuse_past(attachment.name, max_bytes, response.content_length)
+                return await read_capped(
+                    response.content.iter_chunked(64 * 1024), attachment.name, max_bytes
+                )
         raise BridgeError(
             f"Discord redirected the download of {attachment.name!r} more than "
             f"{_REDIRECTS_FOLLOWED} times; it was not downloaded."
@@ -1267,12 +1261,4 @@ def _closed_reason(code: int | None) -> str:
     return (
         f"Discord closed the gateway with code {code} and discord.py cannot reconnect; see "
         "Discord's gateway close codes."
-    )
-
-
-def _too_large(name: str, max_bytes: int, size: int | None) -> str:
-    size_text = f"is {size} bytes" if size is not None else "goes on"
-    return (
-        f"The attachment {name!r} {size_text}, over the cap of {max_bytes} bytes; it was not "
-        "downloaded."
     )

@@ -47,6 +47,7 @@ import httpx
 import msgspec
 
 from bridges import whatsapp_wire as wire
+from bridges.downloads import read_capped, refuse_past
 from bridges.freshness import epoch
 from bridges.hosts import on_platform
 from bridges.json_body import decode
@@ -357,8 +358,7 @@ class WhatsAppBridge:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """The media's bytes: its URL from Graph, then the file, both with the access token."""
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise _too_large(attachment.name, attachment.size_bytes, max_bytes)
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         answer = await self._call("GET", urllib.parse.quote(attachment.ref, safe=""), "find a file")
         try:
             info = decode(wire.MEDIA_INFO, answer)
@@ -367,8 +367,7 @@ class WhatsAppBridge:
             raise BridgeError(
                 f"WhatsApp's answer about the file {attachment.name} could not be read: {exc}."
             ) from exc
-        if size is not None and size > max_bytes:
-            raise _too_large(attachment.name, size, max_bytes)
+        refuse_past(attachment.name, max_bytes, size)
         if not on_platform(info.url, api_url=self._api_url, domains=_MEDIA_DOMAINS):
             raise BridgeError(
                 f"The WhatsApp bridge does not send its access token to "
@@ -383,14 +382,8 @@ class WhatsAppBridge:
                     await response.aread()
                     raise _failure(response, what)
                 length = response.headers.get("content-length", "")
-                if length.isdigit() and int(length) > max_bytes:
-                    raise _too_large(attachment.name, int(length), max_bytes)
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _too_large(attachment.name, None, max_bytes)
-                return bytes(data)
+                refuse_past(attachment.name, max_bytes, int(length) if length.isdigit() else None)
+                return await read_capped(response.aiter_bytes(), attachment.name, max_bytes)
         except httpx.HTTPError as exc:
             raise self._unreachable(exc, what) from exc
 
@@ -784,18 +777,6 @@ def _seconds(retry_after: str | None, code: int | None) -> float | None:
     if wait is not None and 0 <= wait < float("inf"):
         return wait
     return _THROTTLE_WAIT_S.get(code or 0)
-
-
-def _too_large(name: str, size: int | None, max_bytes: int) -> BridgeError:
-    if size is None:
-        return BridgeError(
-            f"The WhatsApp file {name} is over the {max_bytes}-byte limit; its download was "
-            "stopped there."
-        )
-    return BridgeError(
-        f"The WhatsApp file {name} is {size} bytes, over the {max_bytes}-byte limit; "
-        "it was not downloaded."
-    )
 
 
 def _failure(response: httpx.Response, what: str) -> BridgeError:

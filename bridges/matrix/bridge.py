@@ -8,7 +8,7 @@ import logging
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -18,6 +18,7 @@ from mautrix.client import ClientAPI
 from mautrix.errors import MatrixConnectionError, MatrixError, MatrixRequestError
 from mautrix.types import ContentURI, EventID, FilterID, LoginType, RoomID, SyncToken, UserID
 
+from bridges.downloads import read_capped, refuse_past
 from bridges.matrix.live import LiveMatrixReply
 from bridges.pacing import split
 from bridges.port import (
@@ -607,8 +608,7 @@ class MatrixBridge:
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """The file from the homeserver's media repository, with the bot's token; only an
         ``mxc://`` address is read, through ``MATRIX_HOMESERVER``."""
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise BridgeError(_too_large(attachment.name, max_bytes))
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         server, _, media = attachment.ref.removeprefix("mxc://").partition("/")
         if not attachment.ref.startswith("mxc://") or not server or not media or "/" in media:
             raise BridgeError(f"The file {attachment.name!r} has no media address the bot reads.")
@@ -636,8 +636,8 @@ class MatrixBridge:
                         f"The homeserver refused the download of {attachment.name!r} (HTTP "
                         f"{response.status})."
                     )
-                return await _read_at_most(
-                    response.content.iter_chunked(65536), max_bytes, attachment.name
+                return await read_capped(
+                    response.content.iter_chunked(65536), attachment.name, max_bytes
                 )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise PlatformUnavailable(
@@ -780,19 +780,6 @@ class MatrixBridge:
         if self._session is not None:
             await self._session.close()
         self._client = None
-
-
-async def _read_at_most(chunks: AsyncIterator[bytes], max_bytes: int, name: str) -> bytes:
-    data = bytearray()
-    async for chunk in chunks:
-        data.extend(chunk)
-        if len(data) > max_bytes:
-            raise BridgeError(_too_large(name, max_bytes))
-    return bytes(data)
-
-
-def _too_large(name: str, max_bytes: int) -> str:
-    return f"The file {name!r} is larger than {max_bytes} bytes, the most a file may be."
 
 
 def _split(text: str) -> list[str]:

@@ -27,6 +27,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
+from bridges.downloads import read_capped, refuse_past
 from bridges.freshness import epoch
 from bridges.hosts import on_platform
 from bridges.json_body import decode
@@ -539,8 +540,7 @@ class SlackBot:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """The file at ``url_private``, fetched with the bot token; at most ``max_bytes``."""
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise _too_large(attachment, max_bytes)
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         if not self._may_carry_token(attachment.ref):
             raise BridgeError(
                 f"The Slack bridge does not send its token to {urlsplit(attachment.ref).netloc} "
@@ -571,16 +571,10 @@ class SlackBot:
                     raise BridgeError(
                         f"Slack answered {answer.status} to the download of {attachment.name!r}."
                     )
-                if answer.content_length is not None and answer.content_length > max_bytes:
-                    raise _too_large(attachment, max_bytes)
-                data = bytearray()
-                while chunk := await answer.content.read(
-                    min(_READ_CHUNK, max_bytes + 1 - len(data))
-                ):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _too_large(attachment, max_bytes)
-                return bytes(data)
+                refuse_past(attachment.name, max_bytes, answer.content_length)
+                return await read_capped(
+                    answer.content.iter_chunked(_READ_CHUNK), attachment.name, max_bytes
+                )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise PlatformUnavailable(
                 f"Slack could not be reached to download {attachment.name!r} "
@@ -966,10 +960,3 @@ def _name_in(user: Any) -> str | None:
 
 def _without_scheme(url: str) -> str:
     return url.partition("://")[2] if "://" in url else url.partition(":")[2]
-
-
-def _too_large(attachment: Attachment, max_bytes: int) -> BridgeError:
-    return BridgeError(
-        f"{attachment.name!r} is larger than the {max_bytes:,} bytes a file may have here; "
-        "share a smaller one."
-    )

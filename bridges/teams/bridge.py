@@ -17,6 +17,7 @@ from microsoft_agents.activity import Activity, ConversationAccount, Conversatio
 from microsoft_agents.activity.channel_id import ChannelId
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
 
+from bridges.downloads import read_capped, refuse_past
 from bridges.hosts import on_platform
 from bridges.pacing import split
 from bridges.port import (
@@ -299,8 +300,7 @@ class TeamsBridge:
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """A shared file from its pre-authorized URL, or an image pasted in from the
         connector (with the bot's token: only the connector's own URLs get it)."""
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise _too_large(attachment, max_bytes)
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         scheme, _, url = attachment.ref.partition(":")
         headers: dict[str, str] = {}
         connectors = [route.service_url for route in self._tenant_routes.values()]
@@ -331,16 +331,10 @@ class TeamsBridge:
                     raise BridgeError(
                         f"Teams answered {answer.status} to the download of {attachment.name!r}."
                     )
-                if answer.content_length is not None and answer.content_length > max_bytes:
-                    raise _too_large(attachment, max_bytes)
-                data = bytearray()
-                while chunk := await answer.content.read(
-                    min(_READ_CHUNK, max_bytes + 1 - len(data))
-                ):
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _too_large(attachment, max_bytes)
-                return bytes(data)
+                refuse_past(attachment.name, max_bytes, answer.content_length)
+                return await read_capped(
+                    answer.content.iter_chunked(_READ_CHUNK), attachment.name, max_bytes
+                )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise PlatformUnavailable(
                 f"Teams could not be reached to download {attachment.name!r} "
@@ -616,10 +610,3 @@ def _seconds(value: object) -> float | None:
     except ValueError:
         return None
     return seconds if 0 <= seconds < 86_400 else None
-
-
-def _too_large(attachment: Attachment, max_bytes: int) -> BridgeError:
-    return BridgeError(
-        f"{attachment.name!r} is larger than the {max_bytes:,} bytes a file may have here; "
-        "share a smaller one."
-    )

@@ -42,6 +42,7 @@ from telegram.error import (
 )
 from telegram.request import HTTPXRequest
 
+from bridges.downloads import read_capped, refuse_past
 from bridges.json_body import decode
 from bridges.port import (
     ACTION_MAX_BYTES,
@@ -455,12 +456,10 @@ class TelegramBridge:
 
     async def download(self, attachment: Attachment, max_bytes: int) -> bytes:
         """The file's bytes through ``getFile`` and the file URL, refused past ``max_bytes``."""
-        if attachment.size_bytes is not None and attachment.size_bytes > max_bytes:
-            raise _too_big(attachment.name, attachment.size_bytes, max_bytes)
+        refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         await self._me()
         file = await self._call("getFile", self._bot.get_file(attachment.ref))
-        if file.file_size is not None and file.file_size > max_bytes:
-            raise _too_big(attachment.name, file.file_size, max_bytes)
+        refuse_past(attachment.name, max_bytes, file.file_size)
         if not file.file_path:
             raise BridgeError(f"Telegram gave no path to download {attachment.name!r} from.")
         if self._downloads is None:
@@ -469,12 +468,7 @@ class TelegramBridge:
             async with self._downloads.stream("GET", file.file_path) as response:
                 if response.status_code != httpx.codes.OK:
                     raise _download_refused(attachment.name, response.status_code)
-                data = bytearray()
-                async for chunk in response.aiter_bytes():
-                    data += chunk
-                    if len(data) > max_bytes:
-                        raise _too_big(attachment.name, None, max_bytes)
-                return bytes(data)
+                return await read_capped(response.aiter_bytes(), attachment.name, max_bytes)
         except httpx.HTTPError as exc:
             # The URL holds the token: name the failure, never the exception's text.
             raise PlatformUnavailable(
@@ -771,14 +765,6 @@ def _target(thread_id: str) -> tuple[int, int | None]:
     if platform != _PLATFORM or not chat.lstrip("-").isdigit() or (topic and not topic.isdigit()):
         raise ValueError(f"{thread_id!r} is not a Telegram thread; give telegram:<chat>[:<topic>].")
     return int(chat), int(topic) if topic else None
-
-
-def _too_big(name: str, size: int | None, max_bytes: int) -> BridgeError:
-    told = f"{size} bytes" if size is not None else f"over {max_bytes} bytes"
-    return BridgeError(
-        f"The Telegram file {name!r} is {told}, past the {max_bytes}-byte limit; it was not "
-        "downloaded."
-    )
 
 
 def _download_refused(name: str, status: int) -> BridgeError:

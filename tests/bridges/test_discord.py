@@ -586,7 +586,7 @@ async def test_download_refuses_a_file_over_the_cap_without_fetching_it(
 ) -> None:
     payload = discord_api.add_file(GENERAL, "big.bin", b"x" * 2048, "application/octet-stream")
     attachment = Attachment(name="big.bin", ref=payload["url"], size_bytes=2048)
-    with pytest.raises(BridgeError, match="over the cap of 1024 bytes"):
+    with pytest.raises(BridgeError, match="over the 1024-byte limit"):
         await bridge.download(attachment, max_bytes=1024)
     assert discord_api.calls == []
 
@@ -596,7 +596,7 @@ async def test_download_stops_at_the_cap_when_the_size_was_not_told(
 ) -> None:
     payload = discord_api.add_file(GENERAL, "big.bin", b"x" * 200_000, "application/octet-stream")
     attachment = Attachment(name="big.bin", ref=payload["url"])
-    with pytest.raises(BridgeError, match="over the cap of 1024 bytes"):
+    with pytest.raises(BridgeError, match="over the 1024-byte limit"):
         await bridge.download(attachment, max_bytes=1024)
 
 

@@ -384,13 +384,19 @@ async def test_the_author_name_is_looked_up_once_with_users_info(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:
     slack.add_user("U5", "grace.h", real_name="Grace Hopper")
+
+    def lookups() -> int:
+        # Only this test's: the stand-in is the module's, and on a loaded machine a request
+        # the test before sent may reach it after it was reset.
+        return sum(c.params == {"user": "U5"} for c in slack.calls_of("users.info"))
+
     first = await completed(bridge, slack, slack.message("C1", "U5", "one"))
     # One lookup (the SDK may retry it once on a connection error on a loaded machine).
-    looked_up = len(slack.calls_of("users.info"))
+    looked_up = lookups()
+    assert looked_up >= 1
     second = await completed(bridge, slack, slack.message("C1", "U5", "two"))
     assert first.author_name == second.author_name == "Grace Hopper"
-    assert len(slack.calls_of("users.info")) == looked_up  # the second needs no call
-    assert {str(c.params) for c in slack.calls_of("users.info")} == {str({"user": "U5"})}
+    assert lookups() == looked_up  # the second needs no call
 
 
 async def test_the_author_name_in_the_events_user_profile_needs_no_call(
@@ -568,7 +574,7 @@ async def test_a_file_declared_larger_than_the_cap_is_refused_without_a_download
 ) -> None:
     file = slack.add_file("big.bin", b"x" * 2048)
     attachment = Attachment(name="big.bin", ref=file["url_private"], size_bytes=2048)
-    with pytest.raises(BridgeError, match="larger than the 1,000 bytes"):
+    with pytest.raises(BridgeError, match="2048 bytes, over the 1000-byte limit"):
         await bridge.download(attachment, max_bytes=1000)
     assert slack.downloads == []
 
@@ -578,7 +584,7 @@ async def test_a_file_growing_past_the_cap_while_streaming_is_refused(
 ) -> None:
     file = slack.add_file("big.bin", b"x" * 300_000)
     attachment = Attachment(name="big.bin", ref=file["url_private"], size_bytes=10)  # understated
-    with pytest.raises(BridgeError, match="larger than"):
+    with pytest.raises(BridgeError, match="-byte limit"):
         await bridge.download(attachment, max_bytes=100_000)
 
 
