@@ -28,6 +28,7 @@ from tests.support.discord_standin import (
     RestCall,
 )
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import system_of, user_contents
 from tests.support.server import RunningServer
 
 pytestmark = [pytest.mark.timeout(90)]
@@ -51,14 +52,6 @@ def chat(discord_api: DiscordStandIn, make_server: Callable[..., RunningServer])
     )
     discord_api.wait_until_ready(timeout=WAIT_S)
     return server
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 def replies(api: DiscordStandIn, n: int) -> list[RestCall]:

@@ -21,6 +21,7 @@ from mautrix.types import UserID
 from bridges.matrix import MatrixBridge
 from core.config.settings import Settings
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import system_of, user_contents
 from tests.support.server import RunningServer, serve
 from tests.support.synapse import MatrixUser, Synapse
 
@@ -180,14 +181,6 @@ def answer(ollama: OllamaStandIn, scripts: dict[str, ChatScript]) -> None:
 def requests_for(ollama: OllamaStandIn, ending: str) -> list[dict[str, Any]]:
     """The model's requests for a turn whose message ends with ``ending``."""
     return [r for r in ollama.requests if user_contents(r)[-1].endswith(f"{ending}</caller>")]
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 def settle(seconds: float = 1.5) -> None:

@@ -20,6 +20,7 @@ import pytest
 from bridges.slack import LIVE_MAX_CHARS
 from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import config_file, settle, system_of, user_contents
 from tests.support.server import RunningServer
 from tests.support.slack_standin import LiveMessage, SlackStandIn
 
@@ -52,11 +53,10 @@ def slack(slack_server: SlackStandIn) -> Iterator[SlackStandIn]:
 def chat(
     make_server: Callable[..., RunningServer], slack: SlackStandIn, tmp_path: Path
 ) -> RunningServer:
-    config = tmp_path / "mercury.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
+    config = config_file(tmp_path, CONFIG)
     # The single message of before: these scenes read what chat.postMessage sent (live
     # answers have their own scenes).
-    return make_server(MERCURY_CONFIG_FILE=str(config), BRIDGE_LIVE_ANSWERS="false", **slack.env())
+    return make_server(MERCURY_CONFIG_FILE=config, BRIDGE_LIVE_ANSWERS="false", **slack.env())
 
 
 def hook(chat: RunningServer) -> str:
@@ -78,19 +78,6 @@ async def replies(slack: SlackStandIn, count: int) -> None:
     await slack.wait_until_async(
         lambda: len(slack.messages) >= count, timeout=40, what=f"{count} posted message(s)"
     )
-
-
-async def settle(seconds: float = 1.0) -> None:
-    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
-    await asyncio.sleep(seconds)
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 async def test_in_a_channel_only_the_mention_runs_and_its_answer_is_threaded_under_it(
@@ -354,9 +341,8 @@ def desk() -> Desk:
 def live_chat(
     make_server: Callable[..., RunningServer], slack: SlackStandIn, desk: Desk, tmp_path: Path
 ) -> RunningServer:
-    config = tmp_path / "mercury.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=str(config), **slack.env())
+    config = config_file(tmp_path, CONFIG)
+    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=config, **slack.env())
 
 
 def interactions(chat: RunningServer) -> str:

@@ -22,6 +22,7 @@ from bridges.port import Pressed, Received
 from bridges.slack import SlackSocketBridge
 from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import config_file, settle
 from tests.support.server import RunningServer
 from tests.support.slack_socket_standin import SlackSocketStandIn
 from tests.support.slack_standin import LiveMessage
@@ -55,19 +56,15 @@ def slack(socket_server: SlackSocketStandIn) -> Iterator[SlackSocketStandIn]:
     socket_server.reset()
 
 
-def _config(tmp_path: Path) -> str:
-    config = tmp_path / "mercury.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return str(config)
-
-
 @pytest.fixture
 def chat(
     make_server: Callable[..., RunningServer], slack: SlackSocketStandIn, tmp_path: Path
 ) -> RunningServer:
     opened = slack.hellos
     server = make_server(
-        MERCURY_CONFIG_FILE=_config(tmp_path), BRIDGE_LIVE_ANSWERS="false", **slack.env()
+        MERCURY_CONFIG_FILE=config_file(tmp_path, CONFIG),
+        BRIDGE_LIVE_ANSWERS="false",
+        **slack.env(),
     )
     slack.wait_until(lambda: slack.hellos > opened, timeout=30, what="a Socket Mode connection")
     return server
@@ -87,11 +84,6 @@ async def all_acknowledged(slack: SlackSocketStandIn) -> None:
     await slack.wait_until_async(
         lambda: not slack.unacked, timeout=20, what="every envelope acknowledged"
     )
-
-
-async def settle(seconds: float = 1.0) -> None:
-    """Give the server time to do something it must not do (the only sleep-based check)."""
-    await asyncio.sleep(seconds)
 
 
 async def test_a_direct_message_comes_over_the_socket_is_acknowledged_and_answered(
@@ -187,7 +179,9 @@ def live_chat(
 ) -> RunningServer:
     opened = slack.hellos
     server = make_server(
-        {"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=_config(tmp_path), **slack.env()
+        {"plugins": [desk.plugin()]},
+        MERCURY_CONFIG_FILE=config_file(tmp_path, CONFIG),
+        **slack.env(),
     )
     slack.wait_until(lambda: slack.hellos > opened, timeout=30, what="a Socket Mode connection")
     return server
@@ -238,7 +232,7 @@ async def test_an_app_token_slack_refuses_is_logged_once_and_not_tried_again(
 ) -> None:
     caplog.set_level(logging.WARNING, "mercury.bridges")
     server = make_server(
-        MERCURY_CONFIG_FILE=_config(tmp_path),
+        MERCURY_CONFIG_FILE=config_file(tmp_path, CONFIG),
         **{**slack.env(), "SLACK_APP_TOKEN": "xapp-1-not-this-app"},
     )
     await slack.wait_until_async(lambda: slack.refused_opens > 0, timeout=30, what="the refusal")

@@ -8,7 +8,6 @@ kind of bad token running nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import config_file, settle, system_of, user_contents
 from tests.support.server import RunningServer
 from tests.support.teams_standin import TENANT, TeamsStandIn
 
@@ -46,9 +46,8 @@ def teams(teams_server: TeamsStandIn) -> Iterator[TeamsStandIn]:
 
 @pytest.fixture
 def chat(make_server: Callable[..., RunningServer], teams: TeamsStandIn, tmp_path: Path) -> Any:
-    config = tmp_path / "mercury.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return make_server(MERCURY_CONFIG_FILE=str(config), BRIDGE_LIVE_ANSWERS="false", **teams.env())
+    config = config_file(tmp_path, CONFIG)
+    return make_server(MERCURY_CONFIG_FILE=config, BRIDGE_LIVE_ANSWERS="false", **teams.env())
 
 
 @pytest.fixture
@@ -60,9 +59,8 @@ def desk() -> Desk:
 def live_chat(
     make_server: Callable[..., RunningServer], teams: TeamsStandIn, desk: Desk, tmp_path: Path
 ) -> RunningServer:
-    config = tmp_path / "mercury.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=str(config), **teams.env())
+    config = config_file(tmp_path, CONFIG)
+    return make_server({"plugins": [desk.plugin()]}, MERCURY_CONFIG_FILE=config, **teams.env())
 
 
 def hook(chat: RunningServer) -> str:
@@ -74,19 +72,6 @@ async def say(teams: TeamsStandIn, chat: RunningServer, activity: dict[str, Any]
     delivered = await teams.deliver(hook(chat), activity)
     assert delivered.status == 200, delivered.body
     return int(json.loads(delivered.body)["taken"])
-
-
-async def settle(seconds: float = 1.0) -> None:
-    """Give the pipeline time to do something it must not do."""
-    await asyncio.sleep(seconds)
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 async def test_a_personal_chat_always_runs_and_is_answered_there(

@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import settle, system_of, user_contents
 from tests.support.server import RunningServer
 from tests.support.telegram_standin import ApiCall, Chat, TelegramStandIn, User
 
@@ -70,19 +71,6 @@ async def answered(
             if len(kept) > index and kept[index].get("text") == text:
                 return kept
             await asyncio.sleep(0.05)
-
-
-async def settle(seconds: float = 1.0) -> None:
-    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
-    await asyncio.sleep(seconds)
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 def space_folder(chat: RunningServer, space_id: str) -> Path:

@@ -7,7 +7,6 @@ DMs, files both ways, re-deliveries, delivery receipts and forged deliveries.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.live_scenarios import Desk, until
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.scenes import settle, system_of, user_contents
 from tests.support.server import RunningServer
 from tests.support.whatsapp_standin import Inbound, WhatsAppStandIn
 
@@ -69,19 +69,6 @@ async def say(whatsapp: WhatsAppStandIn, chat: RunningServer, *messages: Inbound
         delivered = await whatsapp.deliver(hook(chat), whatsapp.event(*messages))
     assert delivered.status == 200, delivered.answer
     return int(json.loads(delivered.answer)["taken"])
-
-
-async def settle(seconds: float = 1.0) -> None:
-    """Give the pipeline time to do something it must not do (the only sleep-based check)."""
-    await asyncio.sleep(seconds)
-
-
-def user_contents(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
-
-
-def system_of(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
 
 
 def space_folder(chat: RunningServer, space_id: str) -> Path:
