@@ -27,6 +27,19 @@ ALICE = {"authorization": "Bearer alice-token"}
 BOB = {"authorization": "Bearer bob-token"}
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each of schemathesis's per-operation tests its own id (``test[GET /me]``).
+
+    Under pytest 9 they all carry their function's node id; pytest-xdist schedules and reports
+    by node id, so the 45 operations ran as one, and that one fuzzed nothing. The id's
+    parameter is the operation's label, the same in every worker.
+    """
+    for item in items:
+        label = getattr(item, "operation_label", None)
+        if label and item._id.params is None:
+            item._id = item._id.with_params(label)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
