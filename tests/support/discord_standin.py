@@ -331,7 +331,10 @@ class _Session:
         self.sequence += 1
         self.log.append((self.sequence, event, data))
         if not self.ws.closed:
-            await self.send({"op": _DISPATCH, "t": event, "s": self.sequence, "d": data})
+            # A connection whose peer just died (kill -9) may not be closed yet while its
+            # transport is: the event stays in the log for the RESUME, as Discord keeps it.
+            with contextlib.suppress(ConnectionResetError):
+                await self.send({"op": _DISPATCH, "t": event, "s": self.sequence, "d": data})
 
 
 # --------------------------------------------------------------------------------------------
