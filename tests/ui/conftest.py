@@ -41,7 +41,10 @@ FLAGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# One browser per test file: Playwright's synchronous API runs its event loop on the main
+# thread while it is open, and a test file later in the same process (a pytest-xdist worker
+# takes files in any order) that starts a loop of its own must not find one running.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         missing(
