@@ -16,7 +16,6 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,6 @@ TOKEN = re.compile(r"token-(\d+)")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn() as standin:
-        yield standin
 
 
 def respond(request: dict[str, Any]) -> ChatScript:

@@ -32,12 +32,6 @@ DM = "D9"
 
 
 @pytest.fixture(scope="module")
-def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn() as standin:
-        yield standin
-
-
-@pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory,
     ollama_session: OllamaStandIn,

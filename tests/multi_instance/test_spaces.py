@@ -34,12 +34,6 @@ spaces:
 
 
 @pytest.fixture(scope="module")
-def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn() as standin:
-        yield standin
-
-
-@pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory,
     ollama_session: OllamaStandIn,

@@ -47,12 +47,6 @@ STOPPED_WITHIN_S = 10.0
 
 
 @pytest.fixture(scope="module")
-def slack() -> Iterator[SlackStandIn]:
-    with SlackStandIn() as standin:
-        yield standin
-
-
-@pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory,
     ollama_session: OllamaStandIn,
