@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack
@@ -28,40 +27,17 @@ ALICE = {"authorization": "Bearer alice-token"}
 BOB = {"authorization": "Bearer bob-token"}
 
 
-# The folders whose test files run longest (clusters of real processes, a real browser):
-# their files are handed out first, taken from each folder in turn, so that they don't all
-# run at once and none of them is left to run alone at the end (scripts/test runs pytest-xdist
-# with --no-loadscope-reorder, which keeps this order).
-LONGEST_FIRST = ("tests/multi_instance/", "tests/ui/", "tests/reliability/", "tests/bench/")
-
-
-def _longest_first(items: list[pytest.Item]) -> None:
-    """Reorder ``items`` a whole test file at a time, each file's tests kept in order."""
-    files: dict[str, list[pytest.Item]] = {}
-    for item in items:
-        files.setdefault(item.nodeid.partition("::")[0], []).append(item)
-    long: list[list[str]] = [[] for _ in LONGEST_FIRST]
-    rest: list[str] = []
-    for path in files:
-        rank = next((r for r, folder in enumerate(LONGEST_FIRST) if path.startswith(folder)), None)
-        (rest if rank is None else long[rank]).append(path)
-    order = [path for turn in itertools.zip_longest(*long) for path in turn if path]
-    items[:] = [item for path in [*order, *rest] for item in files[path]]
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give each of schemathesis's per-operation tests its own id (``test[GET /me]``), and
-    hand out the longest test files first (:data:`LONGEST_FIRST`).
+    """Give each of schemathesis's per-operation tests its own id (``test[GET /me]``).
 
-    Under pytest 9 schemathesis's tests all carry their function's node id; pytest-xdist
-    schedules and reports by node id, so the 45 operations ran as one, and that one fuzzed
-    nothing. The id's parameter is the operation's label, the same in every worker.
+    Under pytest 9 they all carry their function's node id; pytest-xdist schedules and reports
+    by node id, so the 45 operations ran as one, and that one fuzzed nothing. The id's
+    parameter is the operation's label, the same in every worker.
     """
     for item in items:
         label = getattr(item, "operation_label", None)
         if label and item._id.params is None:
             item._id = item._id.with_params(label)
-    _longest_first(items)
 
 
 @pytest.fixture
