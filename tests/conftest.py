@@ -58,17 +58,23 @@ def ollama(ollama_session: OllamaStandIn) -> Iterator[OllamaStandIn]:
     ollama_session.reset()
 
 
-@pytest.fixture
-def base_env(tmp_path: Path, ollama: OllamaStandIn) -> dict[str, str]:
+def server_env(folder: Path, ollama_url: str) -> dict[str, str]:
+    """A test server's environment: its data under ``folder``, the static tokens of
+    :data:`TOKENS`, the Ollama stand-in at ``ollama_url``, memory off."""
     return {
         "MERCURY_CONFIG_FILE": "",
         "MERCURY_AUTH": "static",
         "AUTH_STATIC_TOKENS": json.dumps(TOKENS),
-        "MERCURY_DATA_DIR": str(tmp_path / "data"),
-        "OLLAMA_HOST": ollama.url,
+        "MERCURY_DATA_DIR": str(folder / "data"),
+        "OLLAMA_HOST": ollama_url,
         "OLLAMA_MODEL": "llama3.2",
         "MERCURY_MEMORY_STORE": "off",
     }
+
+
+@pytest.fixture
+def base_env(tmp_path: Path, ollama: OllamaStandIn) -> dict[str, str]:
+    return server_env(tmp_path, ollama.url)
 
 
 @pytest.fixture

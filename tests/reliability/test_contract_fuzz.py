@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -27,11 +27,13 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import CheckContext
 from schemathesis.specs.openapi import checks as openapi_checks
 
+from core.config.settings import load_settings
 from core.people.messages import TOKEN_MISSING, TOKEN_REFUSED
 from core.version import core_version  # noqa: F401 - the app's import graph, loaded up front
-from tests.conftest import ALICE
+from tests.conftest import ALICE, server_env
 from tests.reliability.support import ROOT
-from tests.support.server import RunningServer
+from tests.support.ollama_standin import OllamaStandIn
+from tests.support.server import RunningServer, serve
 
 RAW: dict[str, Any] = yaml.safe_load((ROOT / "openapi.yaml").read_text())
 STREAM: dict[str, Any] = RAW["paths"]["/turn"]["post"]["responses"]["200"]["content"][
@@ -142,15 +144,24 @@ CHECKS = [
 ]
 
 
-@pytest.fixture
-def fuzzed(make_server: Callable[..., RunningServer]) -> Iterator[RunningServer]:
-    yield make_server(
-        None,
-        MERCURY_RATE_LIMIT_PER_USER="1000",
-        MERCURY_MEMORY_STORE="edge",
-        HTTP_SURFACE_PUBLIC_URL="http://127.0.0.1",  # mounts /login/callback too
-        MERCURY_SECRET_KEY="fuzz-secret-key-0123456789",
-    )
+@pytest.fixture(scope="module")
+def fuzzed(
+    ollama_session: OllamaStandIn, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """One server for the module: what one case leaves behind is there for the next, as on a
+    server in use (and 45 operations don't each wait for a server to start)."""
+    folder = tmp_path_factory.mktemp("fuzzed")
+    environ = {
+        **server_env(folder, ollama_session.url),
+        # Turns per person are not what is fuzzed: a 1 s window lets every case run.
+        "MERCURY_RATE_LIMIT_PER_USER": "1000",
+        "MERCURY_RATE_LIMIT_WINDOW_MS": "1000",
+        "MERCURY_MEMORY_STORE": "edge",
+        "HTTP_SURFACE_PUBLIC_URL": "http://127.0.0.1",  # mounts /login/callback too
+        "MERCURY_SECRET_KEY": "fuzz-secret-key-0123456789",
+    }
+    with serve(load_settings(environ, cwd=folder)) as server:
+        yield server
 
 
 def test_every_event_of_the_stream_has_a_schema_in_the_contract() -> None:
