@@ -68,7 +68,8 @@ async def test_a_persons_rate_limit_counts_across_both_instances(
         assert (await post_turn(server, {"text": "hi"}, ALICE)).status == 200
     refused = await post_turn(second, {"text": "hi"}, ALICE)
     assert refused.status == 429
-    assert refused.headers["retry-after"] == "60"
+    # The window is 60 s from the first turn, a moment ago (more on a loaded machine).
+    assert 50 <= int(refused.headers["retry-after"]) <= 60
     ollama.enqueue(ChatScript.words("ok"))
     assert (await post_turn(second, {"text": "hi"}, BOB)).status == 200
 
