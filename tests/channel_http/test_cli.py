@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.support.ollama_standin import OllamaStandIn
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.timeout(90)]
 
@@ -32,13 +33,6 @@ def run(env: dict[str, str], *args: str, timeout: float = 30) -> subprocess.Comp
         timeout=timeout,
         check=False,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_serve_help_lists_every_setting_with_its_default() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from core.config.settings import load_settings
 from core.version import core_version
 from tests.conftest import TOKENS
 from tests.support.ollama_standin import OllamaStandIn
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -154,13 +154,6 @@ def test_init_writes_every_setting_at_its_default_and_keeps_an_existing_file(
     assert written.read_text() == "# mine\n"
     assert main(["init", "--force"]) == 0
     assert written.read_text() == text
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_dev_mode_listens_on_loopback_only_and_port_overrides_the_environment(

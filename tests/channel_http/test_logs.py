@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,11 @@ import pytest
 
 from tests.conftest import ALICE, BOB, TOKENS
 from tests.support.ollama_standin import OllamaStandIn
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,10 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from tests.conftest import TOKENS
+from tests.support.ports import free_port as free_port  # the suite imports it from here
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = frozenset({"final", "error"})
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (bound once, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def child_env(data_dir: Path, ollama_url: str, **overrides: str) -> dict[str, str]:

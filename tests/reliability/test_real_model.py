@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -34,16 +33,11 @@ import httpx
 import pytest
 
 from tests.conftest import ALICE
+from tests.support.ports import free_port
 from tests.support.server import RunningServer
 from tests.support.sse import turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_model, pytest.mark.anyio, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _binary() -> str:
@@ -105,7 +99,7 @@ class Relay:
     def __init__(self, upstream: int) -> None:
         self.upstream = upstream
         self.sent = bytearray()
-        self.port = _free_port()
+        self.port = free_port()
 
     async def _pipe(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: bool
@@ -140,7 +134,7 @@ class Relay:
 
 @pytest.fixture(scope="module")
 def llama() -> Iterator[tuple[int, int]]:
-    chat_port, embed_port = _free_port(), _free_port()
+    chat_port, embed_port = free_port(), free_port()
     chat = _llama_server(
         chat_port,
         *("-np", "1", "--jinja", "--chat-template-file", str(GEMMA_TEMPLATE)),

@@ -22,7 +22,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from tests.support.ports import free_port
 
 USER = "mercury"
 
@@ -73,12 +74,6 @@ def _scratch_parent() -> str | None:
     if not os.access(shm, os.W_OK | os.X_OK) or stats.f_bavail * stats.f_frsize < _SHM_ROOM:
         return None
     return str(shm)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PostgresServer:
@@ -167,7 +162,7 @@ def start_postgres(timeout_s: float = 60.0) -> PostgresServer:
     )
     last_error: Exception | None = None
     for _ in range(3):
-        port = _free_port()
+        port = free_port()
         log = (root / "postgres.log").open("ab")
         process = subprocess.Popen(  # noqa: S603 - our own arguments
             [

@@ -15,7 +15,6 @@ import hashlib
 import hmac
 import os
 import secrets
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ import yaml
 from mautrix.client import ClientAPI
 from mautrix.types import UserID
 
+from tests.support.ports import free_port
 from tests.support.system import missing
 
 __all__ = ["MatrixUser", "Synapse", "synapse_dir"]
@@ -57,12 +57,6 @@ class MatrixUser:
     client: ClientAPI
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Synapse:
     """Synapse running in ``workdir`` until :meth:`stop`."""
 
@@ -74,7 +68,7 @@ class Synapse:
                 "(scripts/_synapse), and so does running that script."
             )
         self.workdir = workdir
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._secret = secrets.token_hex(16)
         self._write_config()

@@ -9,7 +9,6 @@ token the UI obtained: kept in session storage, never in a cookie or local stora
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,16 +18,11 @@ from playwright.sync_api import Page, expect
 
 from tests.oidc.harness import LOGIN_CLIENT_ID, OidcProviderProcess, ensure_node_modules
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.ports import free_port
 from tests.support.server import RunningServer
 from tests.ui.conftest import axe_violations
 
 pytestmark = [pytest.mark.timeout(120)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _local_storage(page: Page, origin: str) -> list[Any]:
@@ -45,7 +39,7 @@ def login_setup(
     # The server reads the provider's discovery only when a token arrives, and the provider
     # needs the UI's address as its client's redirect URI: the provider's port is chosen first,
     # the server started naming it, then the provider on that port.
-    port = _free_port()
+    port = free_port()
     server = make_server(
         MERCURY_AUTH="oidc",
         OIDC_ISSUER=f"http://127.0.0.1:{port}",
