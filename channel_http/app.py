@@ -44,6 +44,7 @@ from channel_http.services import Services
 from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
+from channel_http.usage import usage_routes
 from channel_http.webhooks import webhook, webhook_interactions
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
@@ -77,6 +78,7 @@ from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
 from core.tools.space_tools import space_plugins
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
+from core.usage import Budgets, UsageLedger
 from core.workspace.files import FileLimits, PersonFiles
 from core.workspace.wiki import Vault
 
@@ -254,6 +256,7 @@ def build_app(
         routes.memory_scroll,
         *space_routes,
         *pairing_routes,
+        *usage_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
@@ -396,6 +399,12 @@ async def open_services(
     if db.shared:  # instances share the store: a conversation's turns queue across them
         order = ConversationOrder(db, lease_s=settings.state.lease_s)
         await order.start()
+    ledger: UsageLedger | None = None
+    budgets: Budgets | None = None
+    if settings.usage.ledger:
+        ledger = UsageLedger(db, clock=clock)
+        await ledger.ensure_schema()
+        budgets = Budgets(ledger, settings, space_stores.settings)
     manager = SessionManager(
         model=chat_model,
         catalogs=catalogs,
@@ -420,6 +429,8 @@ async def open_services(
         clock=clock,
         order=order,
         metrics=metrics,
+        ledger=ledger,
+        budgets=budgets,
     )
     manager.start_background()
     return Services(

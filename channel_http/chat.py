@@ -416,6 +416,9 @@ async def chat(request: AnyRequest) -> Response[Any]:
         )
         if turn.failure == "model":
             raise BadGateway(message, headers=headers)
+        if turn.failure == "budget" and turn.refusal is not None:
+            wait = turn.refusal.seconds_left(datetime.now(UTC))
+            raise TooManyRequests(message, headers={**headers, "retry-after": str(wait)})
         if turn.failure == "stopping":
             raise Unavailable(message, headers={**headers, "retry-after": "5"})
         raise InternalError(message, headers=headers)  # the engine logged it
@@ -432,6 +435,9 @@ async def chat(request: AnyRequest) -> Response[Any]:
             for found, data in await files.written(area, turn.written)
         ],
     }
+    usage = collected.final.usage
+    if usage is not None:
+        content["usage"] = msgspec.to_builtins(usage)
     if collected.pending is not None:
         pending = collected.pending
         content["pending"] = {

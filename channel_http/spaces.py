@@ -91,6 +91,10 @@ async def _role(
     return space.id, role
 
 
+#: The space named in a path and the caller's role in it, for routes kept elsewhere.
+space_role: Final = _role
+
+
 def _unknown(space_id: str, tr: Translator) -> str:
     return tr.gettext("You are not in the space %(space)s.") % {"space": space_id}
 

@@ -252,6 +252,7 @@ class OpenAIStandIn(OllamaStandIn):
                 "prompt_tokens": self._prompt_tokens(payload),
                 "completion_tokens": max(len(events) - 1, 1),
                 "total_tokens": self._prompt_tokens(payload) + max(len(events) - 1, 1),
+                "prompt_tokens_details": {"cached_tokens": self._cached_tokens(payload)},
             }
             tail.append(_event({**base, "choices": [], "usage": usage}))
         tail.append(b"data: [DONE]\n\n")
@@ -297,6 +298,21 @@ class OpenAIStandIn(OllamaStandIn):
         ]
         body = {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 1}}
         await _write_json(writer, 200, body, keep_alive=keep)
+
+    def _cached_tokens(self, payload: dict[str, Any]) -> int:
+        """The prompt's tokens a server's prompt cache would hold: those of the longest run
+        of leading messages an earlier request began with, byte for byte."""
+        seen: set[bytes] = self.__dict__.setdefault("_prefixes", set())
+        messages = payload.get("messages") or []
+        cached = tokens = 0
+        prefix = b""
+        for message in messages:
+            prefix += _ENCODER.encode(message)
+            tokens += len(str(message.get("content") or "").split())
+            if prefix in seen:
+                cached = tokens
+            seen.add(prefix)
+        return cached
 
     @staticmethod
     def _prompt_tokens(payload: dict[str, Any]) -> int:

@@ -340,6 +340,16 @@ class AmbientSettings(_Group, frozen=True, kw_only=True):
     max_chars: int
 
 
+class UsageSettings(_Group, frozen=True, kw_only=True):
+    """The usage ledger and the token allowances every person and space has (0: none)."""
+
+    ledger: bool
+    person_day: int
+    person_month: int
+    space_day: int
+    space_month: int
+
+
 class BridgesSettings(_Group, frozen=True, kw_only=True):
     """What every chat bridge shares."""
 
@@ -468,6 +478,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     oidc: OidcSettings
     trigger: TriggerSettings
     ambient: AmbientSettings
+    usage: UsageSettings
     bridges: BridgesSettings
     slack: SlackSettings
     telegram: TelegramSettings
@@ -525,6 +536,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "oidc": OidcSettings,
     "trigger": TriggerSettings,
     "ambient": AmbientSettings,
+    "usage": UsageSettings,
     "bridges": BridgesSettings,
     "slack": SlackSettings,
     "telegram": TelegramSettings,
@@ -792,6 +804,20 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Untriggered messages of a space kept for its next triggered run; 0 keeps none."),
     Setting("ambient.max_chars", "MERCURY_AMBIENT_MAX_CHARS", _Int(0, 100_000), 4000,
             "Characters of untriggered talk a space keeps for its next triggered run."),
+    Setting("usage.ledger", "MERCURY_USAGE_LEDGER", _Bool(), True,
+            "Whether every model call's tokens are kept in the usage ledger (per person, "
+            "space, model and day); the allowances below need it."),
+    Setting("usage.person_day", "MERCURY_USAGE_PERSON_DAY", _Int(0, 10**12), 0,
+            "Tokens (input and output) a person may use per UTC day, all conversations "
+            "together; 0 is no allowance. A space's `budget.person_day` setting replaces it "
+            "in that space."),
+    Setting("usage.person_month", "MERCURY_USAGE_PERSON_MONTH", _Int(0, 10**12), 0,
+            "Tokens a person may use per UTC month; 0 is no allowance."),
+    Setting("usage.space_day", "MERCURY_USAGE_SPACE_DAY", _Int(0, 10**12), 0,
+            "Tokens the people of a shared space may use together per UTC day; 0 is no "
+            "allowance. A space's `budget.space_day` setting replaces it."),
+    Setting("usage.space_month", "MERCURY_USAGE_SPACE_MONTH", _Int(0, 10**12), 0,
+            "Tokens the people of a shared space may use together per UTC month; 0 is none."),
     Setting("bridges.max_message_age_s", "BRIDGE_MAX_MESSAGE_AGE_S", _Int(60, 604_800), 86_400,
             "Seconds a platform message may be old (by the time the platform stamped it) and "
             "still run; an older one, or one stamped more than five minutes ahead, is "
@@ -1411,6 +1437,7 @@ _SECTION_TITLES: Final = {
     "oidc": "OIDC provider",
     "trigger": "Triggers in shared spaces",
     "ambient": "Ambient context",
+    "usage": "Usage and token allowances",
     "bridges": "Every chat bridge",
     "slack": "Slack bridge",
     "telegram": "Telegram bridge",

@@ -28,6 +28,7 @@ from core.engine.transcript import ShownMessage
 from core.engine.turn_events import TurnEvents
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
 from core.observe.telemetry import span
+from core.state import StateError
 from core.tools.display_tools import PRESENT
 from core.tools.displays import Displays, display_chunks, tool_message, with_displays
 from core.tools.registry import (
@@ -40,6 +41,7 @@ from core.tools.registry import (
     cap,
     detail_of,
 )
+from core.usage import Spent
 
 if TYPE_CHECKING:
     from core.engine.confirmations import ConfirmationStore
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from core.engine.tool_log import ToolLog
     from core.memory.archive import ArchiveWriter
     from core.observe.metrics import Metrics
+    from core.usage import UsageLedger
 
 log = logging.getLogger("mercury.sessions")
 
@@ -75,8 +78,11 @@ class Answerer:
         think: bool = True,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
+        ledger: UsageLedger | None = None,
     ) -> None:
         self.model = model
+        #: Where each model call's tokens are kept (None: the ledger is off).
+        self.ledger = ledger
         self.registry = registry
         self.confirmations = confirmations
         self.tool_log = tool_log
@@ -118,10 +124,13 @@ class Answerer:
         finished = False
         delivered = False
         answer = ""
+        used = _TurnUsage()
         try:
             for _step in range(self.max_steps):
                 step_text = []
-                calls = await self._model_step([system, *session.messages], specs, emit, step_text)
+                calls = await self._model_step(
+                    [system, *session.messages], specs, emit, step_text, context, used
+                )
                 text_parts.extend(step_text)
                 session.messages.append(
                     ChatMessage(role="assistant", content="".join(step_text), tool_calls=calls)
@@ -155,7 +164,7 @@ class Answerer:
                 answer = with_displays(answer, displays.shown)
             if held is not None:
                 await held.keep()
-            await emit(events.Final(text=answer, pending_note=pending_note))
+            await emit(events.Final(text=answer, pending_note=pending_note, usage=used.event()))
             delivered = True
         finally:
             if not delivered:
@@ -170,13 +179,22 @@ class Answerer:
             session.shown.extend(m for m in shown if m.role == "assistant")
 
     async def _model_step(
-        self, messages: list[ChatMessage], specs: list[ToolSpec], emit: TurnEvents, parts: list[str]
+        self,
+        messages: list[ChatMessage],
+        specs: list[ToolSpec],
+        emit: TurnEvents,
+        parts: list[str],
+        context: ToolCallContext,
+        used: _TurnUsage,
     ) -> tuple[ToolCall, ...] | None:
         """Stream one model answer into ``parts`` (its text pieces); returns the tools it called.
 
         ``parts`` belongs to the caller so a turn cut off mid-answer still knows what streamed.
+        The tokens the model reports on its last chunk are added to ``used`` and written to
+        the ledger once the answer has ended: one write per model call, none per token.
         """
         calls: list[ToolCall] = []
+        done: ChatChunk | None = None
         reasoning_id: str | None = None
         asked = time.perf_counter()
         chunks = 0  # counted here, added to the metrics once: nothing shared per token
@@ -207,6 +225,8 @@ class Answerer:
                             push(events.Text(chunk=message.content))
                         if message.tool_calls:
                             calls.extend(message.tool_calls)
+                    if batch[-1].done:  # the counts ride on the last chunk of the answer
+                        done = batch[-1]
                     if len(parts) >= _JOIN_PARTS:
                         # A token is a string of its own (~50 bytes for 4 characters):
                         # joined now and then, a long answer keeps its size, not 13 times it.
@@ -219,11 +239,41 @@ class Answerer:
                 raise
             finally:
                 if self.metrics is not None:
-                    self.metrics.model_tokens.inc(chunks)
+                    self.metrics.model_chunks.inc(chunks)
                 await stream.aclose()  # type: ignore[attr-defined]
+        if done is not None and (done.prompt_eval_count or done.eval_count):
+            await self._record_usage(context, done, used)
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
         return tuple(calls) or None
+
+    async def _record_usage(
+        self, context: ToolCallContext, done: ChatChunk, used: _TurnUsage
+    ) -> None:
+        """Count one call's tokens: the turn's sum, the metric, and one ledger write."""
+        spent = Spent(
+            person_key=context.person.key,
+            space_id=None if context.space is None else context.space.space_id,
+            model=self.model.model,
+            input=done.prompt_eval_count or 0,
+            output=done.eval_count or 0,
+            cached=done.cached_count,
+            person_name=context.person.display_name,
+        )
+        used.add(spent)
+        if self.metrics is not None:
+            self.metrics.model_usage(spent.model, spent.input, spent.output, spent.cached)
+        if self.ledger is None:
+            return
+        writing = asyncio.ensure_future(self.ledger.record(spent))
+        try:
+            # Shielded: a turn cancelled now still has its call on record.
+            await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            writing.add_done_callback(_log_unwritten)
+            raise
+        except StateError as error:
+            log.warning("a model call's usage was not recorded: %s", error)
 
     async def _call_tool(
         self,
@@ -413,6 +463,35 @@ class Answerer:
                     payload["interrupted"] = True
                 self.archive.submit("verbatim", payload)
         return exchange
+
+
+class _TurnUsage:
+    """The tokens of a turn's model calls, summed for its ``final`` event."""
+
+    __slots__ = ("cached", "calls", "input", "output")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.input = 0
+        self.output = 0
+        self.cached: int | None = None
+
+    def add(self, spent: Spent) -> None:
+        self.calls += 1
+        self.input += spent.input
+        self.output += spent.output
+        if spent.cached is not None:
+            self.cached = (self.cached or 0) + spent.cached
+
+    def event(self) -> events.Usage | None:
+        if not self.calls:
+            return None
+        return events.Usage(input=self.input, output=self.output, cached=self.cached)
+
+
+def _log_unwritten(writing: asyncio.Future[None]) -> None:
+    if not writing.cancelled() and writing.exception() is not None:
+        log.warning("a model call's usage was not recorded: %s", writing.exception())
 
 
 def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:

@@ -83,12 +83,23 @@ class Login(_Event, frozen=True):
     url: str
 
 
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The tokens a turn's model calls used, as the model reported them: the prompts'
+    (``input``), the answers' (``output``) and, where the server says, the prompts' tokens
+    read from its cache (``cached``, part of ``input``)."""
+
+    input: int
+    output: int
+    cached: int | None = None
+
+
 class Final(_Event, frozen=True):
-    """The complete, authoritative answer."""
+    """The complete, authoritative answer; ``usage`` when the model reported its tokens."""
 
     name: ClassVar[bytes] = b"final"
     text: str
     pending_note: str | None = None
+    usage: Usage | None = None
 
 
 class Error(_Event, frozen=True):

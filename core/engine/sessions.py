@@ -51,6 +51,7 @@ from core.rate_limits import bucket_key
 from core.spaces.ids import area_key
 from core.spaces.turn import memory_block
 from core.tools.registry import ToolCallContext, ToolRegistry
+from core.usage import BudgetExceeded
 
 if TYPE_CHECKING:
     from core.engine.confirmations import ConfirmationStore, ResumeSlots
@@ -65,14 +66,16 @@ if TYPE_CHECKING:
     from core.people.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn
+    from core.usage import BudgetRefusal, Budgets, UsageLedger
 
 log = logging.getLogger("mercury.sessions")
 
 #: The start of a one-off session's id (a turn without conversationId).
 ONE_OFF_PREFIX: Final = ".once-"
 
-#: Why a turn failed: the model, the server stopping, or something of ours.
-TurnFailure = Literal["model", "stopping", "internal"]
+#: Why a turn failed: the model, the server stopping, something of ours, or an allowance
+#: used up (refused before the model was asked).
+TurnFailure = Literal["model", "stopping", "internal", "budget"]
 
 
 class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,6 +160,8 @@ class Turn:
         self.failure: TurnFailure | None = None
         #: The outbox files this turn's tools wrote, by name: what its answer carries.
         self.written: list[str] = []
+        #: The allowance that refused the turn, when ``failure`` is ``budget``.
+        self.refusal: BudgetRefusal | None = None
 
     def cancel(self) -> None:
         if self.task is not None and not self.task.done():
@@ -195,9 +200,14 @@ class SessionManager:
         clock: Clock = system_clock,
         order: ConversationOrder | None = None,
         metrics: Metrics | None = None,
+        ledger: UsageLedger | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.model = model
         self.catalogs = catalogs
+        #: Every model call's tokens (None: the ledger is off) and the allowances on them.
+        self.ledger = ledger
+        self.budgets = budgets
         self.registry = registry
         self.confirmations = confirmations
         self.resume_slots = resume_slots
@@ -229,6 +239,7 @@ class SessionManager:
             think=limits.think,
             clock=clock,
             metrics=metrics,
+            ledger=ledger,
         )
         self.confirmer = Confirmer(
             confirmations=confirmations, registry=registry, tool_log=tool_log, metrics=metrics
@@ -278,6 +289,13 @@ class SessionManager:
             self.metrics.rate_limit_refusals.inc()
             self.metrics.turns.labels("refused").inc()
         return decision
+
+    async def check_budget(self, person: Person, space: str | None) -> BudgetRefusal | None:
+        """The allowance a turn of ``person`` in ``space`` would be refused by, if any (a
+        bridge asks first, to tell it once per window; the turn checks again itself)."""
+        if self.budgets is None:
+            return None
+        return await self.budgets.check(person.key, space)
 
     def _ended(self, turn: Turn) -> None:
         self._turns.discard(turn)
@@ -352,6 +370,13 @@ class SessionManager:
         except ModelError as error:
             turn.failure = "model"
             await emit(events.Error(message=self._model_error_text(error, translator)))
+        except BudgetExceeded as exceeded:
+            outcome = "refused"
+            turn.failure = "budget"
+            turn.refusal = exceeded.refusal
+            if self.metrics is not None:
+                self.metrics.budget_refusals.labels(exceeded.refusal.scope).inc()
+            await emit(events.Error(message=exceeded.refusal.text(translator)))
         except OrderError as error:
             # The instance stalled longer than the lease and the conversation moved on.
             log.warning("turn stopped: %s", error)
@@ -398,6 +423,10 @@ class SessionManager:
                     reply = await self.linking.redeem(principal, text, translator)
                 await emit(events.Final(text=reply or ""))
                 return
+        if self.budgets is not None:
+            # Before anything of the turn runs (a confirmation's action included): past an
+            # allowance, nothing is half-run. A turn already running is never cut.
+            await self.budgets.enforce(person.key, _space_id(turn_input))
         # A one-off session's id has a character the conversationId rule refuses, so it
         # can't be continued, read back or listed as a conversation of its own.
         key = self.session_key(

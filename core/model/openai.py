@@ -17,7 +17,8 @@ What the stream carries and what the engine gets:
 * ``delta.tool_calls`` pieces, keyed by ``index``, assembled into whole calls (id, name,
   arguments whose JSON arrives in pieces) and handed over with the last chunk;
 * ``finish_reason`` → ``done_reason`` (``tool_calls`` reads as ``stop``), ``usage`` (sent
-  when the server honours ``stream_options.include_usage``) → the token counts.
+  when the server honours ``stream_options.include_usage``) → the token counts, with
+  ``usage.prompt_tokens_details.cached_tokens`` (a server's prompt cache) → ``cached_count``.
 
 The engine's history has no call ids; requests pair each ``tool`` message with the call it
 answers (by name, in order) and give the server the ids it sent.
@@ -120,9 +121,14 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _ErrorInfo(msgspec.Struct):
@@ -175,6 +181,13 @@ def _reason(body: bytes) -> str:
         else:
             reason = error or parsed.message or parsed.detail or ""
     return reason.strip()[:300] or "no reason given"
+
+
+def _cached(usage: _Usage | None) -> int | None:
+    """The prompt's tokens the server read from its cache, when it says."""
+    if usage is None or usage.prompt_tokens_details is None:
+        return None
+    return usage.prompt_tokens_details.cached_tokens
 
 
 def _tool_payload(tool: ToolSpec) -> dict[str, Any]:
@@ -365,6 +378,7 @@ class OpenAIModel:
                 done_reason=_FINISH.get(state.finish or "stop", state.finish or "stop"),
                 prompt_eval_count=usage_seen.prompt_tokens if usage_seen else None,
                 eval_count=usage_seen.completion_tokens if usage_seen else None,
+                cached_count=_cached(usage_seen),
             )
         ]
 

@@ -63,6 +63,9 @@ class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     """Tokens of the prompt, on the last chunk, where the server counts them."""
     eval_count: int | None = None
     """Tokens of the answer, on the last chunk, where the server counts them."""
+    cached_count: int | None = None
+    """Tokens of the prompt read from the server's prompt cache, where it says so (the
+    OpenAI protocol's ``usage.prompt_tokens_details.cached_tokens``; Ollama has none)."""
 
 
 class ToolSpec(msgspec.Struct, frozen=True):

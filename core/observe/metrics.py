@@ -6,7 +6,7 @@ tool names the registry offers, the providers the auth chain knows, the methods 
 port), so the number of series stays bounded whatever callers send.
 
 The streaming path touches these once per turn, not per token: a turn counts its model
-chunks in a local integer and adds them to ``mercury_model_tokens_total`` when it ends.
+chunks in a local integer and adds them to ``mercury_model_chunks_total`` when it ends.
 
 :func:`measured` wraps a store (the memory store, the state database) so each of its
 coroutine methods records its latency and errors under the method's name, in a span of
@@ -125,9 +125,16 @@ class Metrics:
             buckets=_FIRST_BUCKETS,
             registry=r,
         )
+        self.model_chunks = Counter(
+            "mercury_model_chunks",
+            "Chunks of text and reasoning the model streamed.",
+            registry=r,
+        )
         self.model_tokens = Counter(
             "mercury_model_tokens",
-            "Chunks of text and reasoning the model streamed.",
+            "Tokens the model reported, by model and kind: input, output, cached (the part "
+            "of input read from the server's prompt cache).",
+            ["model", "kind"],
             registry=r,
         )
         self.open_streams = Gauge(
@@ -164,6 +171,12 @@ class Metrics:
         self.rate_limit_refusals = Counter(
             "mercury_rate_limit_refusals", "Turns refused by the per-person rate limit.", registry=r
         )
+        self.budget_refusals = Counter(
+            "mercury_budget_refusals",
+            "Turns refused because a token allowance was used up, by whose: person or space.",
+            ["scope"],
+            registry=r,
+        )
         self.store_seconds = Histogram(
             "mercury_store_call_seconds",
             "Latency of memory store and state store calls, by store and operation.",
@@ -187,6 +200,13 @@ class Metrics:
         r.register(self.readings)
         for outcome in TURN_OUTCOMES:  # every outcome shows, at 0, from the first scrape
             self.turns.labels(outcome)
+
+    def model_usage(self, model: str, input: int, output: int, cached: int | None) -> None:
+        """One model call's reported tokens (once per call, never per token)."""
+        self.model_tokens.labels(model, "input").inc(input)
+        self.model_tokens.labels(model, "output").inc(output)
+        if cached is not None:
+            self.model_tokens.labels(model, "cached").inc(cached)
 
     def tool_call(self, tool: str, outcome: str, known: bool) -> None:
         self.tool_calls.labels(tool if known else UNKNOWN_TOOL, outcome).inc()

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
 
-Permission = Literal["prefs.get", "prefs.set", "mute", "config.get", "config.set"]
+Permission = Literal["prefs.get", "prefs.set", "mute", "config.get", "config.set", "usage.get"]
 
 PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
     {
@@ -56,6 +56,8 @@ PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
         # The space's runtime settings (core/spaces/settings.py, #40).
         "config.get": frozenset({"admin", "member"}),
         "config.set": frozenset({"admin"}),
+        # What the space's people used of the model (core/usage/ledger.py), person by person.
+        "usage.get": frozenset({"admin"}),
     }
 )
 

@@ -1,10 +1,12 @@
 """A space's settings an admin changes at runtime, and the one rule of which value is in force.
 
-Seven settings of a space can be changed while the server runs (#40), each under its key
+Eleven settings of a space can be changed while the server runs (#40), each under its key
 (:data:`SETTING_KEYS`): ``rate_limit`` (turns per person per window, 1 to 1000),
 ``trigger.match`` (``mention``, ``prefix`` or ``always``), ``trigger.pattern`` (the trigger
-word), ``trigger.media_in_groups``, ``ambient.max_messages``, ``ambient.max_chars`` and
-``live_answers``. The value in force (:func:`resolve`) is, in this order:
+word), ``trigger.media_in_groups``, ``ambient.max_messages``, ``ambient.max_chars``,
+``live_answers`` and the token allowances ``budget.person_day``, ``budget.person_month``,
+``budget.space_day`` and ``budget.space_month`` (:mod:`core.usage.budgets`; 0 is none).
+The value in force (:func:`resolve`) is, in this order:
 
 1. the space's runtime value, kept here in the state store (``space``);
 2. the file's value for the space, its ``spaces:`` section (``file``;
@@ -28,7 +30,7 @@ Exceptions::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -73,11 +75,17 @@ SettingKey = Literal[
     "ambient.max_messages",
     "ambient.max_chars",
     "live_answers",
+    "budget.person_day",
+    "budget.person_month",
+    "budget.space_day",
+    "budget.space_month",
 ]
 SETTING_KEYS: Final[tuple[SettingKey, ...]] = get_args(SettingKey)
 #: Where a value in force comes from: the space's runtime value, the file, the global setting.
 Source = Literal["space", "file", "global"]
 SettingValue = int | str | bool
+#: The largest token allowance a setting takes (the file's bound too).
+MAX_BUDGET: Final = 1_000_000_000_000
 
 #: The whole numbers' bounds, those of the global settings (core/config/settings.py).
 BOUNDS: Final[Mapping[SettingKey, tuple[int, int]]] = MappingProxyType(
@@ -85,6 +93,11 @@ BOUNDS: Final[Mapping[SettingKey, tuple[int, int]]] = MappingProxyType(
         "rate_limit": (1, 1000),
         "ambient.max_messages": (0, 500),
         "ambient.max_chars": (0, 100_000),
+        # Token allowances (core/usage/budgets.py); 0 is none.
+        "budget.person_day": (0, MAX_BUDGET),
+        "budget.person_month": (0, MAX_BUDGET),
+        "budget.space_day": (0, MAX_BUDGET),
+        "budget.space_month": (0, MAX_BUDGET),
     }
 )
 _BOOLS: Final[frozenset[SettingKey]] = frozenset({"trigger.media_in_groups", "live_answers"})
@@ -98,7 +111,8 @@ REFUSALS: Final[Mapping[str, str]] = MappingProxyType(
         "key": N_(
             '"%(key)s" is not a setting of a space; the settings are rate_limit, '
             "trigger.match, trigger.pattern, trigger.media_in_groups, ambient.max_messages, "
-            "ambient.max_chars and live_answers."
+            "ambient.max_chars, live_answers, budget.person_day, budget.person_month, "
+            "budget.space_day and budget.space_month."
         ),
         "number": N_("%(key)s is a whole number from %(minimum)d to %(maximum)d."),
         "bool": N_("%(key)s is true or false."),
@@ -230,6 +244,10 @@ def resolve(
         "ambient.max_messages": settings.ambient.max_messages,
         "ambient.max_chars": settings.ambient.max_chars,
         "live_answers": settings.bridges.live_answers,
+        "budget.person_day": settings.usage.person_day,
+        "budget.person_month": settings.usage.person_month,
+        "budget.space_day": settings.usage.space_day,
+        "budget.space_month": settings.usage.space_month,
     }
     found: dict[SettingKey, Resolved] = {}
     for key in SETTING_KEYS:
@@ -252,6 +270,10 @@ class InForce:
     ambient_max_messages: int
     ambient_max_chars: int
     live_answers: bool
+    budget_person_day: int = 0
+    budget_person_month: int = 0
+    budget_space_day: int = 0
+    budget_space_month: int = 0
 
     @classmethod
     def of(cls, resolved: Mapping[SettingKey, Resolved]) -> InForce:
@@ -268,6 +290,10 @@ class InForce:
             ambient_max_messages=int(value["ambient.max_messages"]),
             ambient_max_chars=int(value["ambient.max_chars"]),
             live_answers=bool(value["live_answers"]),
+            budget_person_day=int(value["budget.person_day"]),
+            budget_person_month=int(value["budget.person_month"]),
+            budget_space_day=int(value["budget.space_day"]),
+            budget_space_month=int(value["budget.space_month"]),
         )
 
 
@@ -279,6 +305,8 @@ class SpaceSettings:
         self._settings = settings
         self._clock = clock
         self._ready = False
+        #: Called with a space's id when one of its settings changed through this instance.
+        self.listeners: list[Callable[[str], None]] = []
 
     async def ensure_schema(self) -> None:
         """Create the table if needed; done lazily by every call, idempotent."""
@@ -329,6 +357,7 @@ class SpaceSettings:
             "value = excluded.value, set_by = excluded.set_by, updated_at = excluded.updated_at",
             (space_id, known, msgspec.json.encode(checked).decode(), by, self._now()),
         )
+        self._changed(space_id)
         return (await self.listing(space_id))[known]
 
     async def delete(self, space_id: str, key: str) -> Resolved:
@@ -339,13 +368,22 @@ class SpaceSettings:
         await self._db.execute(
             "DELETE FROM space_settings WHERE space_id = ? AND key = ?", (space_id, known)
         )
+        self._changed(space_id)
         return (await self.listing(space_id))[known]
 
     async def delete_space(self, space_id: str) -> int:
         """Drop every runtime setting of the space; how many there were."""
         parse_space_id(space_id)
         await self.ensure_schema()
-        return await self._db.execute("DELETE FROM space_settings WHERE space_id = ?", (space_id,))
+        deleted = await self._db.execute(
+            "DELETE FROM space_settings WHERE space_id = ?", (space_id,)
+        )
+        self._changed(space_id)
+        return deleted
+
+    def _changed(self, space_id: str) -> None:
+        for listener in self.listeners:
+            listener(space_id)
 
     def _now(self) -> int:
         moment: datetime = self._clock()

@@ -95,7 +95,7 @@ async def test_turns_are_counted_by_outcome_with_their_durations_and_tokens(
     assert value(samples, "mercury_turn_first_event_seconds_count") == 4
     # Four model calls answered (the 500 never streamed): one first-token time each.
     assert value(samples, "mercury_model_first_token_seconds_count") == 4
-    tokens = value(samples, "mercury_model_tokens_total")
+    tokens = value(samples, "mercury_model_chunks_total")
     assert 4 + 1 + 1 + 1 <= tokens < 4 + 1 + 1 + 400
     assert value(samples, "mercury_tool_calls_total", tool="unknown", outcome="failed") == 1
     assert value(samples, "mercury_heartbeats_total") >= 1

@@ -133,8 +133,16 @@ def test_members_read_preferences_and_settings_and_only_admins_change_them_or_mu
     assert allows("admin", "mute") and not allows("member", "mute")
     assert allows("admin", "config.get") and allows("member", "config.get")
     assert allows("admin", "config.set") and not allows("member", "config.set")
+    assert allows("admin", "usage.get") and not allows("member", "usage.get")
     assert not any(allows(None, permission) for permission in PERMISSIONS)
-    assert set(PERMISSIONS) == {"prefs.get", "prefs.set", "mute", "config.get", "config.set"}
+    assert set(PERMISSIONS) == {
+        "prefs.get",
+        "prefs.set",
+        "mute",
+        "config.get",
+        "config.set",
+        "usage.get",
+    }
 
 
 async def test_a_person_s_spaces_are_those_they_spoke_in_or_the_file_names_them_in(
