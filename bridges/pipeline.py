@@ -372,6 +372,13 @@ class Pipeline:
         if isinstance(decision, Refuse):
             await self._refuse_once(bridge, message, who.bucket, decision.retry_after_s, translator)
             return None
+        # An allowance used up is told once per allowance and window, as the rate limit is;
+        # the turn would refuse itself (the core checks every turn), but once per message.
+        refusal = await self._manager.check_budget(who.person, who.space_id)
+        if refusal is not None:
+            if await self._once(refusal.bucket, refusal.seconds_left(datetime.now(UTC))):
+                await self._reply(bridge, message, refusal.text(translator))
+            return None
         ingress, notes = await self._normalize(
             bridge, message, thread.conversation_external_id, space.id, translator
         )

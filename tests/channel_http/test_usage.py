@@ -4,6 +4,7 @@ allowance refuses the next turn with one sentence in the person's language."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,11 +14,12 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import ALICE, BOB
 from tests.channel_http.test_metrics import parse, value
+from tests.conftest import ALICE, BOB
 from tests.support.contract import check_response
 from tests.support.ollama_standin import OllamaStandIn
 from tests.support.openai_standin import OpenAIStandIn
+from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
 from tests.support.sse import turn
 
@@ -220,3 +222,42 @@ def test_a_space_allowance_is_shared_and_only_its_admin_changes_it_at_runtime(
     assert chat(server, said_in("slack:C2", "elsewhere")).status_code == 200
     assert httpx.delete(url, headers=ALICE, timeout=10).status_code == 200
     assert chat(server, said_in("slack:C1", "third")).status_code == 200
+
+
+# ------------------------------------------------------------------------ two instances
+
+
+@pytest.mark.anyio
+async def test_two_instances_on_postgresql_sum_into_the_same_rows(
+    make_server: Callable[..., RunningServer],
+    postgres_server: PostgresServer,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    url = postgres_server.create_database()
+    env = {"MERCURY_STATE_URL": url, "MERCURY_RATE_LIMIT_PER_USER": "1000"}
+    a = start(make_server, tmp_path, **env)
+    b = start(make_server, tmp_path, **env)
+
+    async def one(server: RunningServer, n: int) -> dict[str, int]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            with anyio.fail_after(60):
+                received = await turn(client, {"text": f"question number {n}"}, ALICE)
+        [final] = received.of("final")
+        return dict(final["usage"])
+
+    # Turns at once on both instances: the upserts add, none is lost to another's write.
+    usages = await asyncio.gather(*(one(a if n % 2 else b, n) for n in range(12)))
+    expected_input = sum(u["input"] for u in usages)
+    expected_output = sum(u["output"] for u in usages)
+    for server in (a, b):
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            mine = (await client.get("/me/usage?period=today", headers=ALICE)).json()
+        assert mine["total"] == {
+            "calls": 12,
+            "input": expected_input,
+            "output": expected_output,
+            "cached": 0,
+        }
+        assert mine["total"]["calls"] == len(ollama.requests)
+    assert a.services.manager.ledger.writes + b.services.manager.ledger.writes == 12
