@@ -1,4 +1,4 @@
-"""The space commands of ``mercury-http``: spaces, preferences, mutes, settings and pairing.
+"""The space commands of ``mercury-http``: spaces, preferences, mutes, settings, pairing, usage.
 
 Each talks to a running server over its HTTP routes (``/spaces…``, ``/pairing…``) with the
 caller's token, found as ``mercury-http chat`` finds it
@@ -29,7 +29,16 @@ from channel_http.chat_client import ChatProblem, Exit, refusal, resolve_connect
 __all__ = ["COMMANDS", "add_commands", "run"]
 
 #: The sub-commands this module declares on ``mercury-http``.
-COMMANDS: Final = ("spaces", "prefs", "mute", "unmute", "mutes", "settings", "pairing")
+COMMANDS: Final = (
+    "spaces",
+    "prefs",
+    "mute",
+    "unmute",
+    "mutes",
+    "settings",
+    "pairing",
+    "usage",
+)
 
 
 # ---------------------------------------------------------------------------- the parser
@@ -152,6 +161,24 @@ def add_commands(commands: Any) -> None:
     for verb in ("approve", "deny"):
         decided = pairing_actions.add_parser(verb, parents=[nested], help=f"{verb} a request")
         decided.add_argument("code")
+
+    usage = commands.add_parser(
+        "usage",
+        parents=[common],
+        help="the tokens the model used: yours, a space's, or everyone's",
+        description="Your own tokens by day and model (GET /me/usage); with --space, a "
+        "space's by person and model (its admins); with --everyone (or --person, --model), "
+        "everyone's by person, space and model (administrators).",
+        epilog=epilog,
+    )
+    usage.add_argument(
+        "--period", choices=("today", "7d", "30d", "month"), help="the days covered (30d)"
+    )
+    usage.add_argument("--by", help="what rows are grouped by: day, person, space, model")
+    usage.add_argument("--space", help="one space's usage, e.g. slack:C0123")
+    usage.add_argument("--everyone", action="store_true", help="everyone's usage (admins)")
+    usage.add_argument("--person", help="with --everyone: one person (a person key)")
+    usage.add_argument("--model", help="with --everyone: one model")
 
 
 # ----------------------------------------------------------------------------- the wire
@@ -441,6 +468,44 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
     console.answer(answer, lambda _: console.say(f"{done} {arguments.code}."))
 
 
+def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    query: dict[str, str] = {}
+    for name in ("period", "by"):
+        if getattr(arguments, name):
+            query[name] = getattr(arguments, name)
+    if arguments.space:
+        path = f"/spaces/{_segment(arguments.space)}/usage"
+    elif arguments.everyone or arguments.person or arguments.model:
+        path = "/usage"
+        for name in ("person", "model"):
+            if getattr(arguments, name):
+                query[name] = getattr(arguments, name)
+    else:
+        path = "/me/usage"
+    if query:
+        path += "?" + "&".join(f"{k}={quote(v, safe=',')}" for k, v in query.items())
+
+    def shown(answer: dict[str, Any]) -> None:
+        console.say(f"{answer['from']} to {answer['to']} (UTC)")
+        for row in answer.get("rows") or []:
+            person = row.get("person")
+            where = [row.get("day"), person and _who(person, "id"), row.get("model")]
+            if "spaceId" in row:
+                where.insert(2, row["spaceId"] or "(own)")
+            label = "\t".join(str(part) for part in where if part)
+            console.say(f"{label}\t{_tokens(row)}")
+        console.say(f"total\t{_tokens(answer['total'])}")
+
+    console.answer(client.call("GET", path), shown)
+
+
+def _tokens(sums: dict[str, Any]) -> str:
+    return (
+        f"{sums['input']} in, {sums['output']} out, {sums['cached']} cached, "
+        f"{sums['calls']} call{'s' if sums['calls'] != 1 else ''}"
+    )
+
+
 _RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = {
     "spaces": _spaces,
     "prefs": _prefs,
@@ -449,6 +514,7 @@ _RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = 
     "mutes": _mutes,
     "settings": _settings,
     "pairing": _pairing,
+    "usage": _usage,
 }
 
 

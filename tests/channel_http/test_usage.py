@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -261,3 +264,45 @@ async def test_two_instances_on_postgresql_sum_into_the_same_rows(
         }
         assert mine["total"]["calls"] == len(ollama.requests)
     assert a.services.manager.ledger.writes + b.services.manager.ledger.writes == 12
+
+
+# ------------------------------------------------------------------------ the command line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_usage_command_prints_ones_own_and_an_admins_everyone_with_json(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    server = start(make_server, tmp_path)
+    assert chat(server, {"text": "hello"}, BOB).status_code == 200
+
+    def cli(*args: str, token: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-m", "channel_http", "usage", *args],
+            cwd=ROOT,
+            env={
+                "PATH": os.environ["PATH"],
+                "HOME": str(tmp_path / "home"),
+                "XDG_CONFIG_HOME": str(tmp_path / "config"),
+                "MERCURY_TOKEN": token,
+                "MERCURY_SERVER": server.url,
+                "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    own = cli("--json", "--period", "today", token="bob-token")
+    assert own.returncode == 0, own.stderr
+    answer = json.loads(own.stdout)
+    assert answer["total"]["calls"] == 1 and answer["rows"][0]["model"] == "llama3.2"
+    human = cli(token="bob-token")
+    assert "llama3.2" in human.stdout and "1 call" in human.stdout
+    everyone = cli("--everyone", token="alice-token")
+    assert everyone.returncode == 0, everyone.stderr
+    assert "Bob B. (people:bob)" in everyone.stdout
+    refused = cli("--everyone", token="bob-token")
+    assert refused.returncode == 4 and "administrator" in refused.stderr
