@@ -32,9 +32,11 @@ class Received:
 
     @property
     def final(self) -> dict[str, Any]:
+        """The one ``final`` event, its ``usage`` (the model's token counts, which the
+        stand-ins report on every answer) left out: read it with ``of("final")``."""
         finals = self.of("final")
         assert len(finals) == 1, self.events
-        return finals[0]
+        return {key: value for key, value in finals[0].items() if key != "usage"}
 
     @property
     def text(self) -> str:

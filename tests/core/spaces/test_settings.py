@@ -69,6 +69,10 @@ async def test_a_space_s_setting_is_its_own_then_the_file_s_then_the_global_one(
         "ambient.max_messages": (20, "global"),
         "ambient.max_chars": (4000, "global"),
         "live_answers": (False, "file"),
+        "budget.person_day": (0, "global"),
+        "budget.person_month": (0, "global"),
+        "budget.space_day": (0, "global"),
+        "budget.space_month": (0, "global"),
     }
     assert (await store.set(GROUP, "rate_limit", 2, by="slack:UADMIN")).source == "space"
     await store.set(GROUP, "ambient.max_messages", 3, by="slack:UADMIN")
