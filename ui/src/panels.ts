@@ -6,6 +6,7 @@ import { type Api, ApiError, type Me } from "./api";
 import { button, clear, h } from "./dom";
 import { SpacesView } from "./spaces";
 import { strings as S } from "./strings";
+import { UsageView } from "./usage";
 
 interface Tab {
   id: string;
@@ -51,6 +52,7 @@ export class Panels {
       { id: "pending", label: S.pending, render: (panel) => this.pending(panel) },
       { id: "plugins", label: S.plugins, render: (panel) => this.plugins(panel) },
       { id: "spaces", label: S.spaces, render: (panel) => this.spaces.render(panel) },
+      { id: "usage", label: S.usage, render: (panel) => new UsageView(host.api).render(panel) },
     ];
     for (const tab of this.tabs) {
       this.tablist.append(

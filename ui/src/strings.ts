@@ -160,6 +160,10 @@ export const strings = {
     "ambient.max_messages": "Recent messages kept as context",
     "ambient.max_chars": "Characters of recent talk kept as context",
     live_answers: "Live answers",
+    "budget.person_day": "Tokens per person per day (0: no limit)",
+    "budget.person_month": "Tokens per person per month (0: no limit)",
+    "budget.space_day": "Tokens for the whole space per day (0: no limit)",
+    "budget.space_month": "Tokens for the whole space per month (0: no limit)",
   } as Record<string, string>,
   sources: {
     space: "set for this space",
@@ -200,6 +204,27 @@ export const strings = {
   denyPerson: (name: string) => `Deny ${name}`,
   pairingApproved: (name: string) => `${name} can now talk to the assistant.`,
   pairingDenied: (name: string) => `${name}'s request was denied.`,
+  // Usage (usage.ts)
+  usage: "Usage",
+  yourUsage: "Your usage",
+  everyonesUsage: "Everyone's usage",
+  period: "Period",
+  periods: {
+    today: "Today",
+    "7d": "Last 7 days",
+    "30d": "Last 30 days",
+    month: "This month",
+  } as Record<string, string>,
+  day: "Day",
+  model: "Model",
+  ownConversations: "own conversations",
+  inputTokens: "Input",
+  outputTokens: "Output",
+  cachedTokens: "Cached",
+  calls: "Calls",
+  total: "Total",
+  noUsage: "No model calls in this period.",
+  usageRange: (from: string, to: string) => `${from} to ${to} (UTC)`,
 };
 
 export type Strings = typeof strings;
