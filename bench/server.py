@@ -145,6 +145,9 @@ def main() -> None:
     parser.add_argument(
         "--metrics", choices=["on", "off"], default="on", help="keep Prometheus metrics (default)"
     )
+    parser.add_argument(
+        "--ledger", choices=["on", "off"], default="on", help="keep the usage ledger (default)"
+    )
     parser.add_argument("--state-url", help="MERCURY_STATE_URL (unset: SQLite in --data)")
     parser.add_argument("--memory", choices=["off", "edge"], default="off")
     parser.add_argument("--rejoin", default="0", help="HTTP_SURFACE_REJOIN_S (0: off)")
@@ -208,6 +211,7 @@ def main() -> None:
         "OPENAI_MODEL": "bench",
         "MERCURY_METRICS": "true" if args.metrics == "on" else "false",
         "HTTP_SURFACE_REJOIN_S": args.rejoin,
+        "MERCURY_USAGE_LEDGER": "true" if args.ledger == "on" else "false",
     }
     if args.state_url:
         env["MERCURY_STATE_URL"] = args.state_url
