@@ -45,10 +45,12 @@ import yaml
 
 from core.config.kinds import (
     _SLUG,
+    FallbackModelSpec,
     RestOperation,
     RestService,
     _Bool,
     _Choice,
+    _Fallbacks,
     _Float,
     _Group,
     _Int,
@@ -201,9 +203,12 @@ class OllamaSettings(_Group, frozen=True, kw_only=True):
 
 
 class ModelSettings(_Group, frozen=True, kw_only=True):
-    """Which kind of server answers and embeds."""
+    """Which kind of server answers and embeds, and which models stand in when it can't."""
 
     provider: ModelProvider
+    fallbacks: tuple[FallbackModelSpec, ...]
+    first_chunk_timeout_s: float
+    fallback_cooldown_s: float
 
 
 class OpenAISettings(_Group, frozen=True, kw_only=True):
@@ -672,6 +677,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("model.provider", "MERCURY_MODEL_PROVIDER", _Choice(MODEL_PROVIDERS), "ollama",
             "Which server answers and embeds: `ollama`, or `openai` for any server speaking "
             "OpenAI's chat-completions protocol (vLLM, llama-server, LM Studio, LiteLLM)."),
+    Setting("model.fallbacks", None, _Fallbacks(), (),
+            "Other models asked, in order, when the model can't start an answer (unreachable, "
+            "no first chunk in time, HTTP 429 or 5xx); never after the answer began.",
+            default_doc="none"),
+    Setting("model.first_chunk_timeout_s", "MERCURY_MODEL_FIRST_CHUNK_TIMEOUT_S", _SECONDS, 60.0,
+            "With fallbacks: seconds a model may take to start its answer before the next "
+            "one is asked (the last model of the chain waits its full read timeout)."),
+    Setting("model.fallback_cooldown_s", "MERCURY_MODEL_FALLBACK_COOLDOWN_S", _SECONDS, 30.0,
+            "With fallbacks: seconds a model that failed is skipped before a turn tries it "
+            "again; doubled at each failure in a row, up to ten minutes."),
     Setting("ollama.host", "OLLAMA_HOST", _Text(), "http://127.0.0.1:11434",
             "The Ollama server's address."),
     Setting("ollama.model", "OLLAMA_MODEL", _Text(), "llama3.2",
@@ -962,6 +977,12 @@ def read_settings(
     values["services"] = tuple(
         msgspec.structs.replace(service, client_secret=_service_secret(service, env))
         for service in values["services"]
+    )
+    values["model.fallbacks"] = tuple(
+        msgspec.structs.replace(spec, api_key=env.get(spec.api_key_env) or None)
+        if spec.api_key_env
+        else spec
+        for spec in values["model.fallbacks"]
     )
     problems: list[str] = []
     for check in (_check_state_url, _check_workers, _check_memory, _check_model, _check_bridges):
