@@ -416,6 +416,7 @@ async def open_services(
             idle_timeout_s=session.idle_timeout_ms / 1000,
             idle_check_s=session.idle_check_interval_ms / 1000,
             capture_threshold=session.capture_message_threshold,
+            trace_content=settings.tracing.capture_content,
         ),
         clock=clock,
         order=order,

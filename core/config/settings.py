@@ -449,6 +449,12 @@ class MetricsSettings(_Group, frozen=True, kw_only=True):
     port: int | None
 
 
+class TracingSettings(_Group, frozen=True, kw_only=True):
+    """What the traces hold beyond their shape (they are switched on by ``OTEL_*``)."""
+
+    capture_content: bool
+
+
 class Settings(_Group, frozen=True, kw_only=True):
     """Every setting of the service, read once at start-up by :func:`load_settings`."""
 
@@ -483,6 +489,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
+    tracing: TracingSettings
     secret_key: str | None
     services: tuple[RestService, ...]
     #: The YAML file that was read, if any.
@@ -539,6 +546,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
+    "tracing": TracingSettings,
 }
 
 
@@ -924,6 +932,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
             "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
             "network only the scraper reaches; the surface then serves none.", default_doc="none"),
+    Setting("tracing.capture_content", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+            _Bool(), False,
+            "Put the messages a model call was sent and its answer on its span "
+            "(`gen_ai.input.messages`, `gen_ai.output.messages`): people's words leave the "
+            "service for the trace collector, so only where it may keep them."),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),
@@ -1442,6 +1455,7 @@ _SECTION_TITLES: Final = {
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
+    "tracing": "Traces",
     "secret_key": "Secret key",
     "services": "REST services",
 }

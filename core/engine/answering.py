@@ -78,8 +78,10 @@ class Answerer:
         think: bool = True,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
+        trace_content: bool = False,
     ) -> None:
         self.model = model
+        self.trace_content = trace_content
         self.registry = registry
         self.confirmations = confirmations
         self.tool_log = tool_log
@@ -238,6 +240,8 @@ class Answerer:
                     self.metrics.model_calls.labels(answered).inc()
                 if call_span.is_recording():
                     call_span.set_attributes(_call_attributes(answered, usage))
+                    if self.trace_content:
+                        call_span.set_attributes(_content_attributes(messages, parts, calls))
                 await stream.aclose()  # type: ignore[attr-defined]
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
@@ -468,3 +472,21 @@ def _call_attributes(answered: str, last: ChatChunk | None) -> dict[str, Attribu
     if last.done_reason:
         attributes["gen_ai.response.finish_reasons"] = (last.done_reason,)
     return attributes
+
+
+def _content_attributes(
+    messages: Sequence[ChatMessage], parts: Sequence[str], calls: Sequence[ToolCall]
+) -> dict[str, AttributeValue]:
+    """What the model was sent and what it answered, for a span (only when opted in)."""
+    sent = [{"role": m.role, "parts": [{"type": "text", "content": m.content}]} for m in messages]
+    answer: list[dict[str, Any]] = [{"type": "text", "content": "".join(parts)}]
+    answer += [
+        {"type": "tool_call", "name": c.function.name, "arguments": c.function.arguments}
+        for c in calls
+    ]
+    return {
+        "gen_ai.input.messages": msgspec.json.encode(sent).decode(),
+        "gen_ai.output.messages": msgspec.json.encode(
+            [{"role": "assistant", "parts": answer}]
+        ).decode(),
+    }

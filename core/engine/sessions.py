@@ -175,6 +175,8 @@ class EngineLimits:
     idle_timeout_s: float = 1800.0
     idle_check_s: float = 60.0
     capture_threshold: int = 6
+    #: Whether a model call's span carries the messages and the answer (opt-in).
+    trace_content: bool = False
 
 
 class SessionManager:
@@ -233,6 +235,7 @@ class SessionManager:
             think=limits.think,
             clock=clock,
             metrics=metrics,
+            trace_content=limits.trace_content,
         )
         self.confirmer = Confirmer(
             confirmations=confirmations, registry=registry, tool_log=tool_log, metrics=metrics

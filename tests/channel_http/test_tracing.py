@@ -119,3 +119,26 @@ async def test_a_turn_is_one_request_span_with_model_tool_and_store_children(
     lines = [json.loads(line) for line in records.getvalue().splitlines()]
     turn_line = next(line for line in lines if line["route"] == "/turn")
     assert turn_line["traceId"] == format(trace_id, "032x")
+
+
+async def test_the_messages_go_on_a_model_calls_span_only_when_the_setting_opts_in(
+    spans: InMemorySpanExporter, make_server: object, ollama: OllamaStandIn
+) -> None:
+    quiet: RunningServer = make_server()  # type: ignore[operator]
+    told: RunningServer = make_server(  # type: ignore[operator]
+        OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true"
+    )
+    ollama.enqueue(ChatScript.words("first answer"), ChatScript.words("second answer"))
+    for server in (quiet, told):
+        async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+            with anyio.fail_after(30):
+                await turn(client, {"text": "the words", "conversationId": "c"}, ALICE)
+    quiet_call, told_call = named(spans.get_finished_spans(), "chat llama3.2")
+    assert "gen_ai.input.messages" not in dict(quiet_call.attributes or {})
+    attributes = dict(told_call.attributes or {})
+    sent = json.loads(str(attributes["gen_ai.input.messages"]))
+    assert sent[-1]["role"] == "user" and "the words" in sent[-1]["parts"][0]["content"]
+    answer = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert answer == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "second answer"}]}
+    ]

@@ -961,7 +961,7 @@ def test_help_lists_every_variable_with_its_default() -> None:
 
     for setting in SETTINGS:
         if setting.env is not None:
-            assert re.search(rf"^  {setting.env} ", text, re.MULTILINE), setting.env
+            assert re.search(rf"^  {setting.env}( |$)", text, re.MULTILINE), setting.env
     assert "MERCURY_CONFIG_FILE" in text
     assert "MERCURY_SERVICE_<NAME>_CLIENT_SECRET" in text
     assert "(default: 4100)" in text
