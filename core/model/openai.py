@@ -379,6 +379,7 @@ class OpenAIModel:
                 prompt_eval_count=usage_seen.prompt_tokens if usage_seen else None,
                 eval_count=usage_seen.completion_tokens if usage_seen else None,
                 cached_count=_cached(usage_seen),
+                model=self._model,
             )
         ]
 

@@ -66,6 +66,8 @@ class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     cached_count: int | None = None
     """Tokens of the prompt read from the server's prompt cache, where it says so (the
     OpenAI protocol's ``usage.prompt_tokens_details.cached_tokens``; Ollama has none)."""
+    model: str | None = None
+    """The model that answered, on the last chunk at least (Ollama names it on every line)."""
 
 
 class ToolSpec(msgspec.Struct, frozen=True):

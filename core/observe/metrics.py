@@ -137,6 +137,19 @@ class Metrics:
             ["model", "kind"],
             registry=r,
         )
+        self.model_calls = Counter(
+            "mercury_model_calls",
+            "Model calls answered, by the model that answered (a fallback in the first's place).",
+            ["model"],
+            registry=r,
+        )
+        self.model_failures = Counter(
+            "mercury_model_failures",
+            "Models of the fallback chain that failed to start an answer, by model and why: "
+            "unreachable, timeout, rate_limited, server_error, broke_off.",
+            ["model", "reason"],
+            registry=r,
+        )
         self.open_streams = Gauge(
             "mercury_open_streams", "Event streams open to clients.", registry=r
         )
@@ -207,6 +220,9 @@ class Metrics:
         self.model_tokens.labels(model, "output").inc(output)
         if cached is not None:
             self.model_tokens.labels(model, "cached").inc(cached)
+
+    def model_failed(self, model: str, reason: str) -> None:
+        self.model_failures.labels(model, reason).inc()
 
     def tool_call(self, tool: str, outcome: str, known: bool) -> None:
         self.tool_calls.labels(tool if known else UNKNOWN_TOOL, outcome).inc()

@@ -17,7 +17,7 @@ from litestar import Request, Response, get
 from litestar.params import FromPath
 
 from channel_http.errors import BadRequest, Forbidden, NotFound
-from channel_http.spaces import space_role
+from channel_http.routes.spaces import space_role
 from core.people.pairing import may_approve
 from core.usage import GROUPS, PERIODS, Group, LedgerRow, Period, period_start
 
