@@ -20,7 +20,7 @@ import pytest
 from tests.channel_http.test_metrics import parse, value
 from tests.conftest import ALICE, BOB
 from tests.support.contract import check_response
-from tests.support.ollama_standin import OllamaStandIn
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.openai_standin import OpenAIStandIn
 from tests.support.postgres import PostgresServer
 from tests.support.server import RunningServer
@@ -39,6 +39,7 @@ SPACE_CONFIG = """
 spaces:
   "slack:C1":
     admins: [static:alice]
+    members: [static:bob]
 """
 
 
@@ -175,8 +176,8 @@ def test_chat_answers_with_usage_and_the_admin_reads_everyone_by_name(
     assert [r["person"]["id"] for r in only["rows"]] == ["people:dan"]
     # The space's admin reads the space; a member of it is refused.
     assert get(server, "/spaces/slack:C1/usage").json()["total"]["calls"] == 1
-    member = chat(server, said_in("slack:C1", "and me", caller="slack:UERIN"))
-    assert member.status_code == 200
+    member = get(server, "/spaces/slack:C1/usage", BOB)
+    assert member.status_code == 403 and "your role there is member" in member.json()["error"]
 
 
 # ------------------------------------------------------------------------------ budgets
@@ -208,7 +209,9 @@ def test_a_space_allowance_is_shared_and_only_its_admin_changes_it_at_runtime(
     url = server.url + "/spaces/slack:C1/settings/budget.space_day"
     assert chat(server, said_in("slack:C1", "first", caller="slack:UERIN")).status_code == 200
     member = httpx.put(url, json={"value": 5}, headers=BOB, timeout=10)
-    assert member.status_code in (403, 404)  # Bob is no admin there
+    assert member.status_code == 403  # Bob is a member, no admin
+    assert "Only an admin of slack:C1" in member.json()["error"]
+    assert httpx.get(url.rsplit("/", 1)[0], headers=BOB, timeout=10).status_code == 200
     saved = httpx.put(url, json={"value": 5}, headers=ALICE, timeout=10)
     assert saved.status_code == 200, saved.text
     assert saved.json()["setting"] == {
@@ -306,3 +309,27 @@ def test_the_usage_command_prints_ones_own_and_an_admins_everyone_with_json(
     assert "Bob B. (people:bob)" in everyone.stdout
     refused = cli("--everyone", token="bob-token")
     assert refused.returncode == 4 and "administrator" in refused.stderr
+
+
+# ------------------------------------------------------------------------ model fallback
+
+
+def test_a_call_a_fallback_answered_is_kept_under_the_model_that_answered(
+    make_server: Callable[..., RunningServer],
+    ollama: OllamaStandIn,
+    openai: OpenAIStandIn,
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "mercury.yaml"
+    config.write_text(
+        "model:\n  fallbacks:\n"
+        f"    - {{provider: openai, model: {MODEL}, base_url: '{openai.base_url}'}}\n",
+        encoding="utf-8",
+    )
+    server = make_server(MERCURY_CONFIG_FILE=str(config))
+    ollama.enqueue(ChatScript(status=503, error="overloaded"))
+    answered = chat(server, {"text": "hello there"})
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["usage"]["cached"] == 0  # the OpenAI protocol's counts
+    [row] = ledger_rows(server)
+    assert row["model"] == MODEL and row["calls"] == 1  # not llama3.2, which failed
