@@ -87,7 +87,8 @@ async def test_a_quiet_stream_carries_heartbeat_comments(
                 async for data in r.aiter_bytes():
                     raw += data
     assert raw.count(b": ping\n\n") >= 3
-    assert raw.endswith(b'event: final\ndata: {"text":"late"}\n\n')
+    # The last frame is the final answer (its usage, the stand-in's counts, after the text).
+    assert raw.endswith(b"\n\n") and b'event: final\ndata: {"text":"late"' in raw[-200:]
 
 
 async def test_closing_the_connection_closes_the_request_to_ollama_within_a_second(
