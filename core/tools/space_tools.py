@@ -280,7 +280,7 @@ def settings_plugin(settings: SpaceSettings) -> Plugin:
                 name="space_settings",
                 description=(
                     "Read this space's settings (rate limit, trigger, ambient context bounds, "
-                    "live answers), each with where its value comes from: the space's own, "
+                    "live answers, token allowances), each with where its value comes from: the space's own, "
                     "the file's or the global one; or, for an admin's request, set or delete "
                     "the space's own value of one (delete falls back to the file's or global)."
                 ),
@@ -295,7 +295,9 @@ def settings_plugin(settings: SpaceSettings) -> Plugin:
                                 "rate_limit 1-1000; trigger.match mention, prefix or always; "
                                 "trigger.pattern a word; ambient.max_messages 0-500; "
                                 "ambient.max_chars 0-100000; trigger.media_in_groups and "
-                                "live_answers true or false."
+                                "live_answers true or false; budget.person_day, "
+                                "budget.person_month, budget.space_day and budget.space_month "
+                                "tokens, 0 for no allowance."
                             ),
                         },
                     },
