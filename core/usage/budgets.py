@@ -17,6 +17,7 @@ settings change). A settings change made through this instance drops the space's
 allowances at once.
 
 Days and months are UTC: a daily allowance renews at 00:00 UTC, a monthly one on the first.
+A store that can't answer the check lets the turn through, logged.
 
 Exceptions::
 
@@ -25,12 +26,14 @@ Exceptions::
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Literal
 
 from core.people.i18n import N_
+from core.state import StateError
 
 if TYPE_CHECKING:
     from core.config.settings import Settings
@@ -39,6 +42,8 @@ if TYPE_CHECKING:
     from core.usage.ledger import Spent, UsageLedger
 
 __all__ = ["BudgetExceeded", "BudgetRefusal", "Budgets", "Limits"]
+
+log = logging.getLogger("mercury.usage")
 
 Scope = Literal["person", "space"]
 Window = Literal["day", "month"]
@@ -167,7 +172,18 @@ class Budgets:
         return limits
 
     async def check(self, person_key: str, space_id: str | None) -> BudgetRefusal | None:
-        """The first allowance of the person's (or the space's) that is used up, if any."""
+        """The first allowance of the person's (or the space's) that is used up, if any.
+
+        A store that can't answer lets the turn through (logged): an allowance is a soft
+        bound, and a store's hiccup must not stop everyone's turns.
+        """
+        try:
+            return await self._check(person_key, space_id)
+        except StateError as error:
+            log.warning("the token allowances could not be checked: %s", error)
+            return None
+
+    async def _check(self, person_key: str, space_id: str | None) -> BudgetRefusal | None:
         limits = await self.limits(space_id)
         if not limits.any:
             return None
