@@ -184,9 +184,23 @@ async def test_under_pairing_a_stranger_in_a_group_gets_no_code(
     chat = start()
     group = telegram.group("Lobby")
     await say(telegram, chat, telegram.message(group, stranger, f"{BOT} let me in"))
+    await say(telegram, chat, telegram.message(group, stranger, SECRET))
     await settle()
     assert telegram.sent_messages(group) == [] and ollama.requests == []
     assert pairing(chat, "GET", "/pairing", ALICE).json()["pairings"] == []
+
+    # Nothing they wrote in the group was kept as its ambient talk: once let in, their
+    # first turn there shows the model none of it.
+    code = await code_of(telegram, chat, telegram.private_chat(stranger), stranger)
+    assert pairing(chat, "POST", f"/pairing/{code}/approve", ALICE).status_code == 200
+    ollama.enqueue(ChatScript.words("Welcome."))
+    await say(telegram, chat, telegram.message(group, stranger, f"{BOT} hello all"))
+    with anyio.fail_after(40):
+        while not ollama.requests:
+            await asyncio.sleep(0.05)
+    seen = json.dumps(ollama.requests[0]["messages"])
+    assert "hello all" in seen
+    assert SECRET not in seen and "let me in" not in seen
 
 
 async def test_under_open_a_stranger_is_answered(
