@@ -968,3 +968,21 @@ def test_a_mute_is_listed_with_the_muted_person_s_name(
     listed = httpx.get(chat.url + "/spaces/slack:C1/mutes", headers=ALICE, timeout=10)
     check_response(listed)
     assert [(m["person"], m["name"]) for m in listed.json()["mutes"]] == [("slack:U7", "Spammy")]
+
+
+def test_a_setting_nested_past_what_can_be_read_is_a_400_not_a_500(
+    chat: RunningServer, bridge: RecordingBridge
+) -> None:
+    """The routes read JSON with the webhooks' one bounded decoder: nesting too deep is an
+    unreadable body, answered as one."""
+    url = chat.url + "/spaces/slack:C1/settings/rate_limit"
+    for depth in (5_000, 100_000):
+        body = b'{"value": ' + b"[" * depth + b"]" * depth + b"}"
+        answer = httpx.put(
+            url, content=body, headers={**ALICE, "content-type": "application/json"}, timeout=30
+        )
+        check_response(answer)
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"ok": False, "error": "The request body must be JSON."}
+    still = httpx.put(url, json={"value": 3}, headers=ALICE, timeout=10)
+    assert still.status_code == 200
