@@ -839,6 +839,7 @@ def test_settings_and_the_space_answer_by_role_admin_member_and_outsider(
     assert detail["space"]["role"] == "member"
     assert "config.get" in detail["space"]["permissions"]
     assert "config.set" not in detail["space"]["permissions"]
+    assert "space.delete" not in detail["space"]["permissions"]
     assert {(m["id"], m["name"], m["role"]) for m in detail["members"]} == {
         ("people:alice", "Alice Liddell", "admin"),
         ("people:bob", "Bob Marley", "member"),
@@ -848,7 +849,11 @@ def test_settings_and_the_space_answer_by_role_admin_member_and_outsider(
     spaces = httpx.get(chat.url + "/spaces", headers=ALICE, timeout=10)
     check_response(spaces)
     admin_of = {s["spaceId"]: s["permissions"] for s in spaces.json()["spaces"]}
-    assert "config.set" in admin_of["slack:C1"]
+    assert "config.set" in admin_of["slack:C1"] and "space.delete" in admin_of["slack:C1"]
+    # Forgetting the space takes its own permission, an admin's: a member is refused.
+    refused = httpx.delete(chat.url + "/spaces/slack:C1", headers=BOB, timeout=10)
+    check_response(refused)
+    assert refused.status_code == 403 and refused.json()["ok"] is False
 
 
 def test_a_rate_limit_set_at_runtime_limits_the_next_message_and_dropping_it_falls_back(
