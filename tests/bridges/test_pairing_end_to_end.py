@@ -133,6 +133,21 @@ async def test_a_strangers_dm_gets_a_code_the_model_sees_nothing_and_approval_le
     assert "what can you do?" in seen
     assert SECRET not in seen and "anyone?" not in seen
 
+    # An approver lets the account out again: its next message is a stranger's once more.
+    account = f"telegram:{stranger.id}"
+    for method, path in (("GET", "/pairing/admitted"), ("DELETE", f"/pairing/admitted/{account}")):
+        refused = pairing(chat, method, path, BOB)
+        assert refused.status_code == 403 and refused.json()["ok"] is False
+    [admitted] = pairing(chat, "GET", "/pairing/admitted", ALICE).json()["accounts"]
+    assert admitted["account"] == account and admitted["approvedBy"] == "people:alice"
+    revoked = pairing(chat, "DELETE", f"/pairing/admitted/{account}", ALICE)
+    assert revoked.json() == {"ok": True, "account": account, "revoked": True}
+    assert pairing(chat, "DELETE", f"/pairing/admitted/{account}", ALICE).status_code == 404
+    await say(telegram, chat, telegram.message(dm, stranger, "still there?"))
+    texts = await bot_texts(telegram, dm, 4)
+    assert CODE.search(texts[3]) is not None  # a new code, and the model heard nothing
+    assert len(ollama.requests) == 1
+
 
 async def test_a_denied_stranger_is_told_nothing_and_stays_out(
     start: Callable[..., RunningServer], telegram: TelegramStandIn, ollama: OllamaStandIn

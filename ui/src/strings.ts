@@ -200,6 +200,12 @@ export const strings = {
   denyPerson: (name: string) => `Deny ${name}`,
   pairingApproved: (name: string) => `${name} can now talk to the assistant.`,
   pairingDenied: (name: string) => `${name}'s request was denied.`,
+  admittedTitle: "Let in by an administrator",
+  noAdmitted: "Nobody was let in yet.",
+  admittedMeta: (by: string, at: string) => `Let in by ${by} · ${at}`,
+  revoke: "Revoke",
+  revokePerson: (name: string) => `Revoke ${name}`,
+  pairingRevoked: (name: string) => `${name} can no longer talk to the assistant.`,
 };
 
 export type Strings = typeof strings;
