@@ -586,7 +586,7 @@ def test_in_a_space_stop_and_compact_are_answered_at_once_without_the_model(
     assert ollama.requests == []
 
 
-def test_in_a_space_a_stop_reaches_a_turn_chat_started_and_a_token_said_with_the_trigger(
+def test_in_a_space_a_stop_reaches_a_turn_chat_started_there(
     in_space: Callable[..., RunningServer], ollama: OllamaStandIn
 ) -> None:
     """A /chat turn in a space is its conversation's running turn, as a bridge's is: a
