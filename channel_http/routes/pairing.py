@@ -16,10 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final
-
-import msgspec
 from urllib.parse import unquote
 
+import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 

@@ -396,9 +396,10 @@ class Pairing:
         """Let ``user_key`` out again: from its next message on, on every instance, it is a
         stranger (under ``pairing`` it may ask anew). Whether it had been let in."""
         await self.ensure_schema()
-        return await self._db.execute(
-            "DELETE FROM pairing_admitted WHERE user_key = ?", (user_key,)
-        ) > 0
+        return (
+            await self._db.execute("DELETE FROM pairing_admitted WHERE user_key = ?", (user_key,))
+            > 0
+        )
 
     async def purge_expired(self) -> int:
         """Remove the requests that have expired, on every platform; how many there were."""

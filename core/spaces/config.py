@@ -39,6 +39,7 @@ def trigger_word(pattern: str) -> str:
     match every message: every place a pattern is accepted refuses that."""
     return pattern.strip().lstrip("@").strip()
 
+
 _SPACE_KEYS: Final = ("admins", "members", "rate_limit", "trigger", "live_answers")
 _TRIGGER_KEYS: Final = ("match", "pattern", "media_in_groups")
 _MATCHES: Final = ("mention", "prefix", "always")

@@ -11,9 +11,9 @@ from bridges.live import (
     LiveAnswer,
     StopPress,
     confirm_action,
+    new_stop_id,
     owner_mark,
     parse_action,
-    new_stop_id,
     stop_action,
 )
 from bridges.port import ACTION_MAX_BYTES, EgressFile, LiveLimits

@@ -932,7 +932,5 @@ def test_a_trigger_word_empty_once_its_at_signs_are_taken_out_is_refused(
     for environ in ({"MERCURY_TRIGGER_PATTERN": word}, {"MERCURY_TRIGGER_NAME": word}):
         message = refusal(tmp_path, **environ)
         assert next(iter(environ)) in message and 'besides "@"' in message
-    message = refusal(
-        tmp_path, f'spaces:\n  "slack:C1":\n    trigger: {{pattern: "{word}"}}\n'
-    )
+    message = refusal(tmp_path, f'spaces:\n  "slack:C1":\n    trigger: {{pattern: "{word}"}}\n')
     assert "spaces.slack:C1.trigger.pattern" in message or "trigger.pattern" in message

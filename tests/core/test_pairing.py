@@ -149,9 +149,7 @@ async def test_the_bound_holds_exactly_when_many_strangers_ask_at_once_on_many_i
             "FOR EACH ROW EXECUTE FUNCTION slow_insert()"
         )
     for platform in (f"chat{n}" for n in range(10)):
-        asked = await asyncio.gather(
-            *(ask(instances[n % 4], str(n), platform) for n in range(40))
-        )
+        asked = await asyncio.gather(*(ask(instances[n % 4], str(n), platform) for n in range(40)))
         outcomes = [outcome for outcome, _ in asked]
         assert outcomes.count("new") == 2, (platform, outcomes)
         assert outcomes.count("full") == 38, (platform, outcomes)
