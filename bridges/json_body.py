@@ -1,4 +1,5 @@
-"""How every webhook bridge reads a delivery's JSON: one decoder call, never a crash.
+"""How every webhook bridge, and every HTTP route's body, reads JSON: one decoder call, never
+a crash (``channel_http.requests.decode_body`` reads every route's body through it).
 
 msgspec refuses JSON nested deeper than the interpreter's recursion allows by raising
 :class:`RecursionError`, which no bridge expects from a decoder: a signed delivery of

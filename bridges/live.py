@@ -9,16 +9,20 @@
     pending ─► one button per choice (more than the platform carries: the typed tokens)
     final ─► exactly ``final.text`` left in the chat, with the buttons and the files
     error ─► the error's sentence replaces what was shown
-    a stop button (``s:<turn>``) on the message while the turn runs
+    a stop button (``s:<stop id>``) on the message while the turn runs
 
 Buttons carry an action string the pipeline reads back from a press (written and read only
 here, at most :data:`~bridges.port.ACTION_MAX_BYTES` bytes):
 
 - ``c:<token>:<owner>``: a confirmation's choice; ``<owner>`` is the first 10 hex
   characters of the SHA-256 of the owner's person key, so a foreign press is told apart
-  before anything is looked up.
-- ``s:<turn>``: stop; ``<turn>`` is the first 16 hex characters of the SHA-256 of the
-  conversation's session key.
+  before anything is looked up. The token is the confirmation's own, drawn by a CSPRNG and
+  kept server-side with its conversation and owner: a press redeems it only in that
+  conversation, for that owner.
+- ``s:<stop id>``: stop; ``<stop id>`` is 16 URL-safe characters drawn by a CSPRNG for the
+  turn (:func:`new_stop_id`) and kept server-side with it. Nothing public (a space, a
+  thread, a session key) gives it, it is new for every turn, and a press stops only the turn
+  holding it, in the conversation the press came from.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import asyncio
 import hashlib
 import logging
 import math
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
@@ -45,6 +50,7 @@ __all__ = [
     "LiveAnswer",
     "StopPress",
     "confirm_action",
+    "new_stop_id",
     "owner_mark",
     "parse_action",
     "stop_action",
@@ -65,16 +71,22 @@ def owner_mark(person_key: str) -> str:
 
 
 def turn_mark(session_key: str) -> str:
-    """The turn part of a stop action: a short hash of the conversation's session key."""
+    """A conversation's mark between instances: a short hash of its session key (never a
+    button's value: anyone can compute it)."""
     return hashlib.sha256(session_key.encode()).hexdigest()[:_TURN_CHARS]
+
+
+def new_stop_id() -> str:
+    """A turn's stop id: 16 URL-safe characters (96 bits) from a CSPRNG."""
+    return secrets.token_urlsafe(12)
 
 
 def confirm_action(token: str, person_key: str) -> str:
     return f"c:{token}:{owner_mark(person_key)}"
 
 
-def stop_action(session_key: str) -> str:
-    return f"s:{turn_mark(session_key)}"
+def stop_action(stop_id: str) -> str:
+    return f"s:{stop_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +99,7 @@ class ConfirmPress:
 
 @dataclass(frozen=True, slots=True)
 class StopPress:
-    """A stop pressed: the turn's mark (:func:`turn_mark`)."""
+    """A stop pressed: the turn's stop id (:func:`new_stop_id`)."""
 
     turn: str
 
@@ -147,7 +159,7 @@ class LiveAnswer:
         translator: Translator,
         *,
         owner_key: str,
-        session_key: str,
+        stop_id: str,
         show_reasoning: bool = False,
     ) -> None:
         self._bridge = bridge
@@ -163,7 +175,7 @@ class LiveAnswer:
             buttons=(
                 ReplyButton(
                     label=translator.gettext("Stop"),
-                    action=stop_action(session_key),
+                    action=stop_action(stop_id),
                     style="danger",
                 ),
             ),

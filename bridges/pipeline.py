@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from bridges.live import (
     ConfirmPress,
     LiveAnswer,
     StopPress,
+    new_stop_id,
     owner_mark,
     parse_action,
     timeout_text,
@@ -93,7 +95,7 @@ from core.workspace.files import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
     from bridges.deliveries import Deliveries
     from bridges.notices import NoticeClaims
@@ -126,10 +128,13 @@ COMMAND_REPLY_WINDOW_S: Final = 10.0
 
 @dataclass(frozen=True, slots=True)
 class _Running:
-    """A turn running in a conversation here, and whose it is (for ``stop``)."""
+    """A turn running in a conversation here, whose it is and in which space (for ``stop``),
+    and its stop button's id."""
 
     turn: Turn
     author: str
+    space_id: str
+    stop_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +152,8 @@ class _Started:
     notes: tuple[str, ...] = ()
     #: Whether the answer is written live (the space's settings in force).
     live_answers: bool = True
+    #: The id the turn's stop button carries (:func:`bridges.live.new_stop_id`).
+    stop_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,42 +425,84 @@ class Pipeline:
         or ``POST /chat``'s in a space); the sentence to tell them."""
         return _stop_text(await self._stop_turn(command), translator)
 
-    async def _stop_turn(self, command: Command) -> StopOutcome:
+    @contextlib.contextmanager
+    def running(self, who: Addressed, turn: Turn) -> Iterator[str]:
+        """``turn`` known as its conversation's running turn while the block runs, so a
+        ``stop`` (typed, pressed, or asked by another instance) reaches it; yields its stop
+        id. ``POST /chat``'s turns in a space are held so, as a bridge's are."""
+        running = self._hold_running(who, turn)
+        try:
+            yield running.stop_id
+        finally:
+            self._let_go(who.key, turn)
+
+    def _hold_running(self, who: Addressed, turn: Turn) -> _Running:
+        running = _Running(
+            turn=turn, author=who.person.key, space_id=who.space_id, stop_id=new_stop_id()
+        )
+        self._running[who.key] = running
+        return running
+
+    def _let_go(self, key: str, turn: Turn) -> None:
+        running = self._running.get(key)
+        if running is not None and running.turn is turn:
+            del self._running[key]
+
+    async def _stop_turn(self, command: Command, button: str = "") -> StopOutcome:
+        """Stop the turn of the conversation ``command`` was sent in, wherever it runs; with
+        ``button``, only the turn holding that stop id."""
         running = self._running.get(command.who.key)
         if running is None:
-            return await self._stop_elsewhere(command, turn_mark(command.who.key))
-        if await self._router.may_stop(command, running.author):
-            running.turn.cancel()
-            return "stopped"
-        return "refused"
+            return await self._stop_elsewhere(command, button)
+        return await self._judge_stop(
+            running, command.who.person.key, command.who.principal.user_key, button
+        )
 
-    async def _stop_elsewhere(self, command: Command, mark: str) -> StopOutcome:
+    async def _judge_stop(
+        self, running: _Running, sender: str, caller_id: str, button: str
+    ) -> AnsweredStop:
+        """The one place a stop is judged: against the turn it names (the button's id), by
+        the turn's author and the turn's own space."""
+        if button and not hmac.compare_digest(running.stop_id, button):
+            return "expired"  # a button of an earlier turn of the conversation
+        allowed = await self._router.may_stop(
+            sender, caller_id, author=running.author, space_id=running.space_id
+        )
+        if not allowed:
+            return "refused"
+        running.turn.cancel()
+        return "stopped"
+
+    async def _stop_elsewhere(self, command: Command, button: str) -> StopOutcome:
         """Stop the conversation's turn running on another instance (a shared store), by
-        the same rule; "idle" when none runs there."""
+        the same rule; "idle" when none runs there, "unanswered" when one holds it but no
+        answer came in time."""
         order = self._manager.order
         key = command.who.key
-        if not self._stores.stops.shared or order is None or turn_mark(key) != mark:
+        if not self._stores.stops.shared or order is None:
             return "idle"
         if not await order.claimed_elsewhere(key):
             return "idle"  # no instance runs or queues a turn of it: nobody to ask
         ask = StopAsk(
-            mark=mark,
+            mark=turn_mark(key),
             person_key=command.who.person.key,
-            admin=await self._router.administers(command),
+            caller_id=command.who.principal.user_key,
+            button=button,
         )
         answered = await self._stores.stops.ask(ask)
-        return "idle" if answered is None else answered
+        if answered is not None:
+            return answered
+        # A late answer (a busy instance) is not "nothing is running": say so only when no
+        # instance holds the conversation any more.
+        return "unanswered" if await order.claimed_elsewhere(key) else "idle"
 
     async def _stop_asked(self, ask: StopAsk) -> AnsweredStop | None:
-        """Another instance's stop: cancel the turn here if its sender may; None when the
-        turn isn't running here."""
+        """Another instance's stop: judged here, where the turn runs, by the same rule;
+        None when no turn of its conversation runs here."""
         running = next((r for key, r in self._running.items() if turn_mark(key) == ask.mark), None)
         if running is None:
             return None
-        if not ask.allows(running.author):
-            return "refused"
-        running.turn.cancel()
-        return "stopped"
+        return await self._judge_stop(running, ask.person_key, ask.caller_id, ask.button)
 
     # ---------------------------------------------------------------- button presses
 
@@ -608,20 +657,10 @@ class Pipeline:
         stop: Command,
         translator: Translator,
     ) -> None:
-        """The stop button: the ``stop`` command's rule (the one who asked, or an admin)."""
-        running = next(
-            (r for key, r in self._running.items() if turn_mark(key) == asked.turn), None
-        )
-        if running is None:
-            text = _stop_text(await self._stop_elsewhere(stop, asked.turn), translator)
-        elif await self._router.may_stop(stop, running.author):
-            running.turn.cancel()
-            text = translator.gettext("Stopped.")
-        else:
-            text = translator.gettext(
-                "Only the person who asked, or an admin of this space, can stop this turn."
-            )
-        await self._answer_press(bridge, press, text)
+        """The stop button: the typed ``stop``'s path and rule, for the turn holding the
+        button's id in the conversation it was pressed in, wherever it runs."""
+        outcome = await self._stop_turn(stop, button=asked.turn)
+        await self._answer_press(bridge, press, _stop_text(outcome, translator))
 
     @staticmethod
     async def _answer_press(bridge: LiveBridge, press: Pressed, text: str) -> None:
@@ -735,7 +774,7 @@ class Pipeline:
                 principal=who.principal,
                 person=who.person,
                 conversation_id=ingress.conversation_external_id,
-                text=ingress.text,
+                text=run.text,  # the token alone when that is what the message is
                 language=who.language,
                 time_zone=who.time_zone,
                 received_at=datetime.now(UTC),
@@ -743,7 +782,7 @@ class Pipeline:
                 space=space,
             )
         )
-        self._running[who.key] = _Running(turn=turn, author=who.person.key)
+        running = self._hold_running(who, turn)
         return _Started(
             turn=turn,
             key=who.key,
@@ -752,6 +791,7 @@ class Pipeline:
             space_id=who.space_id,
             owner_key=who.person.key,
             live_answers=who.live_answers,
+            stop_id=running.stop_id,
         )
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
@@ -765,7 +805,7 @@ class Pipeline:
                     message,
                     started.translator,
                     owner_key=started.owner_key,
-                    session_key=key,
+                    stop_id=started.stop_id,
                     show_reasoning=self._settings.bridges.show_reasoning,
                 )
                 await answer.render(
@@ -777,9 +817,7 @@ class Pipeline:
                 return
             text = await self._answer_of(turn, started.translator)
         finally:
-            running = self._running.get(key)
-            if running is not None and running.turn is turn:
-                del self._running[key]
+            self._let_go(key, turn)
         if text is None:
             return  # stopped: the stop command answered
         files = await self._files_of(started)
@@ -839,7 +877,7 @@ class Pipeline:
             await bridge.start_typing(message)
 
 
-StopOutcome = Literal["idle", "stopped", "refused"]
+StopOutcome = Literal["idle", "stopped", "refused", "expired", "unanswered"]
 
 
 def _stop_text(outcome: StopOutcome, translator: Translator) -> str:
@@ -848,6 +886,13 @@ def _stop_text(outcome: StopOutcome, translator: Translator) -> str:
         return translator.gettext("Nothing is running here.")
     if outcome == "stopped":
         return translator.gettext("Stopped.")
+    if outcome == "expired":
+        return translator.gettext("Already answered or expired.")
+    if outcome == "unanswered":
+        return translator.gettext(
+            "The stop was passed on, but no answer came in time; "
+            "if the answer is still being written, try again."
+        )
     return translator.gettext(
         "Only the person who asked, or an admin of this space, can stop this turn."
     )

@@ -4,11 +4,13 @@ A conversation's turn runs on whichever instance took its message; the ``stop`` 
 (the command, or the stop button) may land on any other. The instance that took it stops a
 turn of its own at once; otherwise, when the store is shared (PostgreSQL), it **asks** every
 instance through the store's notices (``LISTEN``/``NOTIFY`` on :data:`CHANNEL`): the ask names
-the turn (its mark, :func:`bridges.live.turn_mark`), who sends the stop and whether they
-administer the space. An instance running that turn decides with the ``stop`` rule (the one
-who asked, or an admin of the space), cancels it if so, and **answers** on the same channel;
-the asking instance tells the sender what came of it. Nobody answering within
-:data:`ANSWER_WITHIN_S` means nothing was running (it ended meanwhile, or its instance died).
+the conversation the stop was sent in (its mark, :func:`bridges.live.turn_mark`), the stop
+button's id when a button was pressed, and who sends the stop. An instance running a turn of
+that conversation (holding that stop id, for a button) decides with the one ``stop`` rule
+(:meth:`core.spaces.routing.Router.may_stop`: the one who asked, or an admin of the turn's
+own space), cancels it if so, and **answers** on the same channel; the asking instance tells
+the sender what came of it. Nobody answering within :data:`ANSWER_WITHIN_S` while the
+conversation is still held elsewhere is said as such, never as "nothing is running".
 
 Nothing is written to a table: an ask and its answer are two notices, so a stop costs two
 round trips to the server and no turn pays anything while it runs. On SQLite (one instance)
@@ -25,7 +27,6 @@ from typing import Final, Literal
 
 import msgspec
 
-from core.spaces.routing import may_stop
 from core.state import Database, Notice
 
 __all__ = ["ANSWER_WITHIN_S", "CHANNEL", "StopAsk", "StopOutcome", "TurnStops"]
@@ -36,23 +37,23 @@ CHANNEL: Final = "turn_stops"
 #: Seconds the asking instance waits for the one running the turn to answer.
 ANSWER_WITHIN_S: Final = 2.0
 
-#: What an instance running the asked turn did: cancelled it, or refused the sender.
-StopOutcome = Literal["stopped", "refused"]
+#: What an instance running the asked conversation's turn did: cancelled it, refused the
+#: sender, or found the button's turn ended (another turn of the conversation runs).
+StopOutcome = Literal["stopped", "refused", "expired"]
 
 
 class StopAsk(msgspec.Struct, frozen=True, kw_only=True):
-    """A stop for another instance's turn: which turn, and who sends it."""
+    """A stop for another instance's turn: which conversation, which button, and who sends
+    it. Whether they may is judged by the instance running the turn, in the turn's space."""
 
-    #: The turn's mark: a short hash of its conversation's session key.
+    #: The mark of the conversation the stop was sent in (its session key's short hash).
     mark: str
     #: The sender's person key: the one who asked may stop their own turn.
     person_key: str
-    #: Whether the sender administers the space: an admin may stop anyone's turn.
-    admin: bool
-
-    def allows(self, author: str) -> bool:
-        """Whether this stop may cancel a turn ``author`` (a person key) asked for."""
-        return may_stop(author, self.person_key, admin=self.admin)
+    #: The account the sender wrote from (``<platform>:<id>``), for their role in the space.
+    caller_id: str = ""
+    #: The pressed stop button's id; empty for a typed ``stop`` (the conversation's turn).
+    button: str = ""
 
 
 class _Ask(msgspec.Struct, frozen=True, tag="ask"):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
+from bridges.json_body import decode as bounded_decode
 from channel_http.errors import BadRequest
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ def decode_body(body_type: type[_T], raw: bytes, translator: Translator) -> _T:
     if not raw.strip():
         raise BadRequest(translator.gettext("The request body must be JSON."))
     try:
-        value: _T = _DECODERS[body_type].decode(raw)
+        # The webhooks' one bounded decoder: JSON nested too deep is unreadable, never a 500.
+        value: _T = bounded_decode(_DECODERS[body_type], raw)
     except msgspec.ValidationError as error:
         raise BadRequest(_describe(str(error), translator)) from None
     except msgspec.DecodeError:
@@ -166,7 +168,7 @@ def _repeated_key(raw: bytes) -> str | None:
 
     try:
         json.loads(raw, object_pairs_hook=pairs)
-    except ValueError:  # msgspec accepted it; the standard parser has no say on validity
+    except (ValueError, RecursionError):  # msgspec accepted it: the standard parser has no say
         return None
     return repeated[0] if repeated else None
 

@@ -161,6 +161,11 @@ def add_commands(commands: Any) -> None:
     for verb in ("approve", "deny"):
         decided = pairing_actions.add_parser(verb, parents=[nested], help=f"{verb} a request")
         decided.add_argument("code")
+    pairing_actions.add_parser("admitted", parents=[nested], help="the accounts let in")
+    revoke = pairing_actions.add_parser(
+        "revoke", parents=[nested], help="let an approved account out again"
+    )
+    revoke.add_argument("account", help="the account as listed, such as telegram:123456")
 
     usage = commands.add_parser(
         "usage",
@@ -462,6 +467,24 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
                 )
 
         console.answer(client.call("GET", "/pairing"), listed)
+        return
+    if action == "admitted":
+
+        def admitted(answer: dict[str, Any]) -> None:
+            accounts = answer.get("accounts") or []
+            if not accounts:
+                console.say("Nobody was let in.")
+            for account in accounts:
+                console.say(
+                    f"{account['account']}\t{account['name'] or '-'}\t"
+                    f"by {account['approvedBy']}\t{account['approvedAt']}"
+                )
+
+        console.answer(client.call("GET", "/pairing/admitted"), admitted)
+        return
+    if action == "revoke":
+        answer = client.call("DELETE", f"/pairing/admitted/{_segment(arguments.account)}")
+        console.answer(answer, lambda _: console.say(f"Revoked {arguments.account}."))
         return
     answer = client.call("POST", f"/pairing/{_segment(arguments.code)}/{action}")
     done = "Approved" if action == "approve" else "Denied"

@@ -369,6 +369,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     manager = services.manager
     in_space: SpaceTurn | None = None
+    run: Run | None = None
     area = acting.person.key
     if ref is not None and services.router is not None:
         routed = await _routed(
@@ -376,6 +377,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
         )
         if isinstance(routed, Response):
             return routed
+        run, text = routed, routed.text  # a token said with the trigger is the token alone
         in_space = await services.router.space_turn(
             routed, is_dm=ref.is_dm, author_name=acting.principal.display_name
         )
@@ -405,9 +407,16 @@ async def chat(request: AnyRequest) -> Response[Any]:
         )
     )
     headers = {"content-language": acting.language, "cache-control": "no-store"}
-    collected = await _run(request, turn, services.settings.chat.timeout_s, tr)
+    with contextlib.ExitStack() as held:
+        if run is not None and services.bridging is not None:
+            # Known as the conversation's running turn, as a bridge's is: a ``stop`` sent
+            # through a bridge or /chat, on this instance or another, reaches it.
+            held.enter_context(services.bridging.pipeline.running(run.who, turn))
+        collected = await _run(request, turn, services.settings.chat.timeout_s, tr)
     if collected is None:  # the client left: nobody reads this
         return Response(b"", status_code=204, headers=headers)
+    if turn.outcome == "cancelled" and collected.final is None and collected.error is None:
+        return Response({"ok": True, "reply": tr.gettext("Stopped."), "files": []}, headers=headers)
     if collected.error is not None or collected.final is None:
         message = (
             collected.error.message

@@ -6,6 +6,9 @@ pending requests of every platform; ``POST /pairing/{code}/approve`` lets the ac
 every instance, and tells it so through its bridge (a direct message where it asked, in the
 language its code was sent in); ``POST /pairing/{code}/deny`` turns the request down and tells
 the sender nothing. A code that is unknown, expired, or already approved or denied answers 404.
+``GET /pairing/admitted`` lists the accounts let in; ``DELETE /pairing/admitted/{account}``
+lets one out again (its next message is a stranger's, on every instance); an account that
+isn't let in answers 404.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
 from litestar.params import FromPath
 
 from bridges.port import Received
@@ -26,7 +30,7 @@ if TYPE_CHECKING:
     from channel_http.middleware import Caller
     from channel_http.services import Services
     from core.people.i18n import Translator
-    from core.people.pairing import Pairing, PairingRequest
+    from core.people.pairing import AdmittedAccount, Pairing, PairingRequest
 
 __all__ = ["pairing_routes"]
 
@@ -107,6 +111,37 @@ async def pairing_deny(request: AnyRequest, code: FromPath[str]) -> Response[Any
     return _ok({"code": wanted, "denied": True})
 
 
+def _account(account: AdmittedAccount) -> dict[str, Any]:
+    return {
+        "account": account.user_key,
+        "name": account.name,
+        "approvedBy": account.approved_by,
+        "approvedAt": account.approved_at.isoformat(),
+    }
+
+
+@get("/pairing/admitted")
+async def pairing_admitted(request: AnyRequest) -> Response[Any]:
+    _, _, pairing = _approver(request)
+    return _ok({"accounts": [_account(found) for found in await pairing.admitted_accounts()]})
+
+
+@delete("/pairing/admitted/{account:str}", status_code=200)
+async def pairing_revoke(request: AnyRequest, account: FromPath[str]) -> Response[Any]:
+    _, caller, pairing = _approver(request)
+    user_key = unquote(account)
+    if not await pairing.revoke(user_key):
+        raise NotFound(
+            caller.translator.gettext(
+                "No account %(account)s was let in by an administrator; the list shows "
+                "those that were."
+            )
+            % {"account": user_key[:80]}
+        )
+    log.info("%s let %s out again", caller.person.key, user_key[:80])
+    return _ok({"account": user_key, "revoked": True})
+
+
 async def _tell(services: Services, approved: PairingRequest) -> None:
     """Tell the account it is in, through its bridge here; a failure is logged, never raised
     (it is in all the same, and its next message is answered)."""
@@ -130,4 +165,10 @@ def _who(approved: PairingRequest) -> tuple[str, str]:
     return approved.user_key, approved.platform
 
 
-pairing_routes: Final = (pairing_list, pairing_approve, pairing_deny)
+pairing_routes: Final = (
+    pairing_list,
+    pairing_approve,
+    pairing_deny,
+    pairing_admitted,
+    pairing_revoke,
+)

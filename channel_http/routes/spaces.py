@@ -4,7 +4,8 @@ Every route names the space in its path (``/spaces/slack:C0123/prefs``; a client
 percent-encode the colon). A space the caller doesn't belong to answers 404 as an unknown one
 does, so nobody learns which spaces exist; a member without the permission a route needs
 (``prefs.get`` for reading preferences, ``prefs.set`` for changing them, ``mute`` for the mutes,
-``config.get`` for reading the settings, ``config.set`` for changing them) is refused with 403.
+``config.get`` for reading the settings, ``config.set`` for changing them, ``space.delete`` for
+forgetting the space) is refused with 403.
 Any member may read the space itself and who is in it (``GET /spaces/{space}``), each person
 by name where one is known.
 
@@ -154,10 +155,8 @@ async def _names(request: AnyRequest, space_id: str, keys: list[str]) -> dict[st
     or the platform's), else the one they asked the assistant to call them; else ``None``."""
     services: Services = request.app.state.services
     seen = await _stores(request).spaces.names_of(space_id, keys)
-    names: dict[str, str | None] = {}
-    for key in keys:
-        names[key] = seen.get(key) or (await services.person_settings.get(key)).name
-    return names
+    asked = await services.person_settings.names(key for key in keys if key not in seen)
+    return {key: seen.get(key) or asked.get(key) for key in keys}
 
 
 def _space(space: Space, role: Role) -> dict[str, Any]:
@@ -203,15 +202,15 @@ async def spaces_list(request: AnyRequest) -> Response[Any]:
 async def space_get(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
     """The space, the caller's role in it, and its people with their roles and names."""
     space_id, role = await _role(request, space, None)
+    services: Services = request.app.state.services
     spaces = _stores(request).spaces
     known = await spaces.get(space_id) or await spaces.open(parse_space_id(space_id))
-    members = await spaces.members(space_id)
-    names = await _names(request, space_id, [key for key, seen in members if seen is None])
-    people = []
-    for key, seen in members:
-        held = await spaces.role(space_id, key)
-        if held is not None:
-            people.append({"id": key, "name": seen or names[key], "role": held})
+    roster = await spaces.roster(space_id)  # one read, however many members
+    # Those never seen under a name: the one they asked to be called, read at once.
+    asked = await services.person_settings.names(key for key, seen, _ in roster if seen is None)
+    people = [
+        {"id": key, "name": seen or asked.get(key), "role": held} for key, seen, held in roster
+    ]
     return _ok({"space": _space(known, role), "members": people})
 
 
@@ -257,7 +256,7 @@ async def settings_delete(
 @delete("/spaces/{space:str}", status_code=200)
 async def space_delete(request: AnyRequest, space: FromPath[str]) -> Response[Any]:
     """Forget a space: its members, preferences, mutes and ambient talk (an admin's call)."""
-    space_id, _ = await _role(request, space, "prefs.set")
+    space_id, _ = await _role(request, space, "space.delete")
     await _stores(request).delete_space(space_id)
     return _ok({"spaceId": space_id, "deleted": True})
 

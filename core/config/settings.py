@@ -72,7 +72,7 @@ from core.config.kinds import (
 )
 from core.people.i18n import SUPPORTED_LANGUAGES
 from core.people.pairing import DM_POLICIES, DmPolicy
-from core.spaces.config import SpaceConfig, _Spaces
+from core.spaces.config import SpaceConfig, _Spaces, trigger_word
 
 __all__ = [
     "CONFIG_FILE_VARIABLE",
@@ -1024,12 +1024,33 @@ def read_settings(
         for spec in values["model.fallbacks"]
     )
     problems: list[str] = []
-    for check in (_check_state_url, _check_workers, _check_memory, _check_model, _check_bridges):
+    for check in (
+        _check_state_url,
+        _check_workers,
+        _check_memory,
+        _check_model,
+        _check_bridges,
+        _check_trigger,
+    ):
         try:
             check(values)
         except ConfigurationError as error:
             problems.append(str(error))
     return Settings(**_build("", Settings, values), config_file=config_file), problems
+
+
+def _check_trigger(values: Mapping[str, Any]) -> None:
+    for path, variable in (
+        ("trigger.pattern", "MERCURY_TRIGGER_PATTERN"),
+        ("trigger.name", "MERCURY_TRIGGER_NAME"),
+    ):
+        word = values[path]
+        if word is not None and not trigger_word(word):
+            raise ConfigurationError(
+                f'{variable} ({path} in the file) needs a character besides "@", which is '
+                "taken out before matching (so this word would match every message); give "
+                "the assistant's name, such as Mercury."
+            )
 
 
 def _check_state_url(values: Mapping[str, Any]) -> None:

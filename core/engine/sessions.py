@@ -596,7 +596,12 @@ class SessionManager:
     ) -> Session:
         session = self.sessions.get(key)
         if session is not None and held is not None and session.version != held.version:
-            session = None  # another instance moved the conversation on: rebuild it
+            # Another instance moved the conversation on (a turn there, or a ``compact``
+            # that held nothing of it): what this session said since its last capture is
+            # captured before it is let go, never dropped; then it is rebuilt.
+            if self.capturer is not None:
+                await self.capturer.rest(session)
+            session = None
         if session is None:
             # A space's conversation keeps its memory under the space, shared by its people.
             area = person.key if space is None else space.area

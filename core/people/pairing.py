@@ -211,6 +211,15 @@ def _request(row: Row) -> PairingRequest:
     )
 
 
+def _admitted(row: Row) -> AdmittedAccount:
+    return AdmittedAccount(
+        user_key=row["user_key"],
+        name=row["name"],
+        approved_by=row["approved_by"],
+        approved_at=from_micros(int(row["approved_at"])),
+    )
+
+
 class Pairing:
     """Pairing requests and the accounts they let in, in the state store."""
 
@@ -249,26 +258,29 @@ class Pairing:
             if found is not None:
                 return await self._again(found, now)
             code = _draw()
-            inserted = await self._db.execute(
-                f"INSERT INTO pairing_requests ({_COLUMNS}) "  # noqa: S608 - fixed text
-                "SELECT ?, ?, ?, ?, ?, ?, 'pending', CAST(? AS BIGINT), CAST(? AS BIGINT), "
-                "CAST(? AS BIGINT) "
-                "WHERE (SELECT COUNT(*) FROM pairing_requests WHERE platform = ?) < ? "
-                "ON CONFLICT DO NOTHING",
-                (
-                    code,
-                    platform,
-                    account,
-                    (name or "")[:_MAX_NAME_CHARS] or None,
-                    language,
-                    reach,
-                    to_micros(now),
-                    to_micros(now + CODE_TTL),
-                    to_micros(now),
-                    platform,
-                    self._max_pending,
-                ),
-            )
+            # Under the platform's lock: the count and the insert are one step for every
+            # instance, so two strangers asking at once never both take the last place.
+            async with self._db.transaction(lock=f"pairing:{platform}") as transaction:
+                inserted = await transaction.execute(
+                    f"INSERT INTO pairing_requests ({_COLUMNS}) "  # noqa: S608 - fixed text
+                    "SELECT ?, ?, ?, ?, ?, ?, 'pending', CAST(? AS BIGINT), CAST(? AS BIGINT), "
+                    "CAST(? AS BIGINT) "
+                    "WHERE (SELECT COUNT(*) FROM pairing_requests WHERE platform = ?) < ? "
+                    "ON CONFLICT DO NOTHING",
+                    (
+                        code,
+                        platform,
+                        account,
+                        (name or "")[:_MAX_NAME_CHARS] or None,
+                        language,
+                        reach,
+                        to_micros(now),
+                        to_micros(now + CODE_TTL),
+                        to_micros(now),
+                        platform,
+                        self._max_pending,
+                    ),
+                )
             if inserted:
                 row = await self._find(platform, account)
                 return Asked(outcome="new", request=None if row is None else _request(row))
@@ -369,13 +381,24 @@ class Pairing:
             "WHERE user_key = ?",
             (user_key,),
         )
-        if row is None:
-            return None
-        return AdmittedAccount(
-            user_key=row["user_key"],
-            name=row["name"],
-            approved_by=row["approved_by"],
-            approved_at=from_micros(int(row["approved_at"])),
+        return None if row is None else _admitted(row)
+
+    async def admitted_accounts(self) -> builtins.list[AdmittedAccount]:
+        """Every account an approver let in, on every platform, the latest first."""
+        await self.ensure_schema()
+        rows = await self._db.fetch_all(
+            "SELECT user_key, name, approved_by, approved_at FROM pairing_admitted "
+            "ORDER BY approved_at DESC, user_key"
+        )
+        return [_admitted(row) for row in rows]
+
+    async def revoke(self, user_key: str) -> bool:
+        """Let ``user_key`` out again: from its next message on, on every instance, it is a
+        stranger (under ``pairing`` it may ask anew). Whether it had been let in."""
+        await self.ensure_schema()
+        return (
+            await self._db.execute("DELETE FROM pairing_admitted WHERE user_key = ?", (user_key,))
+            > 0
         )
 
     async def purge_expired(self) -> int:

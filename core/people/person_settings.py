@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Iterable
 from typing import Final, Literal
 
 import msgspec
@@ -135,6 +136,21 @@ class PersonSettings:
             del self._reading[person_key]
         if not reading.cancelled():
             reading.exception()  # its waiters have it; a read nobody awaits any more is quiet
+
+    async def names(self, person_keys: Iterable[str]) -> dict[str, str]:
+        """The names the people ``person_keys`` asked to be called, those saved: one read
+        for all of them."""
+        wanted = list(dict.fromkeys(person_keys))
+        if not wanted:
+            return {}
+        await self.ensure_schema()
+        placeholders = ", ".join(["?"] * len(wanted))
+        rows = await self._db.fetch_all(
+            "SELECT person_key, name FROM person_settings "  # noqa: S608 - fixed text
+            f"WHERE person_key IN ({placeholders}) AND name IS NOT NULL",
+            tuple(wanted),
+        )
+        return {row[0]: row[1] for row in rows}
 
     async def _read(self, person_key: str) -> SavedSettings:
         await self.ensure_schema()

@@ -30,7 +30,15 @@ from core.config.kinds import (
 )
 from core.spaces.ids import InvalidSpaceId, parse_space_id
 
-__all__ = ["SpaceConfig", "SpaceTrigger"]
+__all__ = ["SpaceConfig", "SpaceTrigger", "trigger_word"]
+
+
+def trigger_word(pattern: str) -> str:
+    """The word a trigger ``pattern`` matches: trimmed, its leading ``@`` signs taken out
+    (``@Mercury`` and ``Mercury`` are one trigger). Empty for ``@`` or ``@@@@``, which would
+    match every message: every place a pattern is accepted refuses that."""
+    return pattern.strip().lstrip("@").strip()
+
 
 _SPACE_KEYS: Final = ("admins", "members", "rate_limit", "trigger", "live_answers")
 _TRIGGER_KEYS: Final = ("match", "pattern", "media_in_groups")
@@ -90,8 +98,10 @@ def _space(value: object, at: str) -> SpaceConfig:
     if match is not None and match not in _MATCHES:
         raise _InvalidValueError(f"must be one of {', '.join(_MATCHES)}", f"{at}.trigger.match")
     pattern = trigger.get("pattern")
-    if pattern is not None and (not isinstance(pattern, str) or not pattern.strip()):
-        raise _InvalidValueError("must be a word", f"{at}.trigger.pattern")
+    if pattern is not None and (not isinstance(pattern, str) or not trigger_word(pattern)):
+        raise _InvalidValueError(
+            'must be a word with a character besides "@"', f"{at}.trigger.pattern"
+        )
     media = trigger.get("media_in_groups")
     if media is not None and not isinstance(media, bool):
         raise _InvalidValueError(

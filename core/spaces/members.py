@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PERMISSIONS", "Permission", "Space", "Spaces", "allows"]
 
-Permission = Literal["prefs.get", "prefs.set", "mute", "config.get", "config.set", "usage.get"]
+Permission = Literal[
+    "prefs.get", "prefs.set", "mute", "config.get", "config.set", "usage.get", "space.delete"
+]
 
 PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
     {
@@ -58,6 +60,8 @@ PERMISSIONS: Final[Mapping[Permission, frozenset[Role]]] = MappingProxyType(
         "config.set": frozenset({"admin"}),
         # What the space's people used of the model (core/usage/ledger.py), person by person.
         "usage.get": frozenset({"admin"}),
+        # Forgetting the space: its members, preferences, settings, mutes and ambient talk.
+        "space.delete": frozenset({"admin"}),
     }
 )
 
@@ -213,6 +217,42 @@ class Spaces:
                 if found.get(key) is None:
                     found[key] = await self.names.display_name(entry)
         return sorted(found.items())
+
+    async def roster(self, space_id: str) -> builtins.list[tuple[str, str | None, Role]]:
+        """Everyone with a role in the space, by key: who took part (with the name each was
+        last seen under) and whom the file names (as the directory names them), each with
+        the role :meth:`role` gives them. One read of the members, however many there are
+        (the file's entries are placed by the directory, as :meth:`role` places them)."""
+        ref = parse_space_id(space_id)
+        await self.ensure_schema()
+        rows = await self._db.fetch_all(
+            "SELECT person_key, name FROM space_members WHERE space_id = ? "
+            "ORDER BY joined_at, person_key",
+            (space_id,),
+        )
+        found: dict[str, str | None] = {row[0]: row[1] for row in rows}
+        # A direct message's first person is its admin (the order :meth:`_opened` reads).
+        opener = rows[0][0] if ref.is_dm and rows else None
+        admins: set[str] = set()
+        members: set[str] = set()
+        configured = self._config.get(space_id)
+        if configured is not None:
+            for entries, named in ((configured.admins, admins), (configured.members, members)):
+                for entry in entries:
+                    owner = await self.names.person(entry)
+                    named.update((entry, owner) if owner is not None else (entry,))
+                    key = owner or entry
+                    if found.get(key) is None:
+                        found[key] = await self.names.display_name(entry)
+        roster: builtins.list[tuple[str, str | None, Role]] = []
+        for key in sorted(found):
+            if key in admins:
+                roster.append((key, found[key], "admin"))
+            elif key in members:
+                roster.append((key, found[key], "member"))
+            else:
+                roster.append((key, found[key], "admin" if key == opener else "member"))
+        return roster
 
     async def names_of(self, space_id: str, keys: Iterable[str]) -> dict[str, str]:
         """The names the people ``keys`` were last seen under in the space, those known."""

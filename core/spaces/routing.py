@@ -3,13 +3,16 @@
 ::
 
     ChatMessage ─► identify ─► muted?                      Muted (nothing runs, nothing kept)
-                ─► a direct message from someone not let in? Stranger (nothing kept; a code
-                                                            to ask for, under ``pairing``)
                 ─► a link code in a group?                 Withdraw (the hint, for people let in)
+                ─► from someone not let in?                Stranger (nothing run, nothing kept,
+                                                            in a DM or a group; a code to ask
+                                                            for, in a DM under ``pairing``)
                 ─► for the assistant? (trigger, DM, reply)  no: kept as ambient talk → Ambient
-                ─► stop, compact?                          Command (no rate limit, no queue)
+                ─► what it says, the trigger taken out:
+                   stop, compact?                          Command (no rate limit, no queue)
                 ─► over the space's rate limit?            Refuse (the bucket, when to try again)
-                ─► Run (who, in which language and zone, which conversation)
+                ─► Run (who, in which language and zone, which conversation, and the text:
+                   a confirmation token or a link code alone, else the message as said)
 
 :class:`Router` decides and keeps what the core keeps on the way (the space opened and
 joined, ambient talk, the withdrawn code, the rate count); the caller does what touches its
@@ -74,6 +77,8 @@ class Engine(Protocol):
 
     def is_link_code(self, text: str) -> bool: ...
 
+    def is_intercepted(self, text: str) -> bool: ...
+
     async def withdraw_link_code(self, text: str, language: str) -> str | None: ...
 
     def session_key(
@@ -120,11 +125,13 @@ class Muted:
 
 @dataclass(frozen=True, slots=True)
 class Stranger:
-    """A direct message from someone not let in: nothing runs, nothing is kept (#40).
+    """A message from someone not let in, in a direct chat or a group: nothing runs and
+    nothing is kept, not even as the group's ambient talk, so nothing they write reaches the
+    model, before or after they are let in.
 
-    ``pair``: the platform's DM policy is ``pairing`` and the directory doesn't know the
-    sender, so the caller gives them a code to ask an approver with (:mod:`core.people.pairing`);
-    otherwise they are told nothing.
+    ``pair``: a direct message, the platform's DM policy is ``pairing`` and the directory
+    doesn't know the sender, so the caller gives them a code to ask an approver with
+    (:mod:`core.people.pairing`); otherwise they are told nothing.
     """
 
     pair: bool
@@ -140,7 +147,7 @@ class Withdraw:
 
 @dataclass(frozen=True, slots=True)
 class AmbientKept:
-    """Not for the assistant (or from someone not let in): kept as the space's ambient talk."""
+    """Not for the assistant: kept as the space's ambient talk."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,9 +195,15 @@ class Refuse:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Run a turn for the message, in the space."""
+    """Run a turn for the message, in the space.
+
+    ``text`` is what the turn runs with: a confirmation token or a link code alone when that
+    is all the message says once the trigger is taken out (``@Mercury k9m2-x7q4``), so it is
+    answered as one and never reaches the model; otherwise the message as it was said.
+    """
 
     who: Addressed
+    text: str
 
 
 Decision = Muted | Stranger | Withdraw | AmbientKept | Command | Refuse | Run
@@ -198,7 +211,7 @@ Decision = Muted | Stranger | Withdraw | AmbientKept | Command | Refuse | Run
 
 def may_stop(author: str, sender: str, *, admin: bool) -> bool:
     """The ``stop`` rule: a turn ``author`` asked for stops for its author, or an admin of
-    the space (person keys), on whichever instance the turn runs."""
+    the turn's own space (person keys), on whichever instance the turn runs."""
     return admin or author == sender
 
 
@@ -263,7 +276,11 @@ class Router:
                 language, _zone = await self.language_and_zone(person)
             hint = await self._engine.withdraw_link_code(said, language)
             return Withdraw(hint if person is not None else None)
-        matched = person is not None and trigger.matches(
+        if person is None:
+            # Nor in a group: what they write is neither run nor kept as the ambient talk a
+            # member's next turn shows the model, mentions included.
+            return Stranger(pair=False)
+        matched = trigger.matches(
             message.text,
             is_dm=message.is_dm,
             is_reply_to_bot=message.is_reply_to_bot,
@@ -272,9 +289,8 @@ class Router:
         if matched and addressed is not None:
             addressed()
         await self._spaces.open(space)
-        if person is not None:
-            await self._spaces.join(space.id, person.key, name=person.display_name)
-        if not matched or person is None:
+        await self._spaces.join(space.id, person.key, name=person.display_name)
+        if not matched:
             await self._keep_ambient(message, in_force)
             return AmbientKept()
         language, zone = await self.language_and_zone(person)
@@ -288,15 +304,18 @@ class Router:
             time_zone=zone,
             live_answers=in_force.live_answers,
         )
+        # What the message is, judged once the trigger is taken out: a command, a token or a
+        # link code said with the trigger is one all the same (``Mercury: k9m2-x7q4``).
         command = command_of(message.text, trigger)
         if command is not None:
             return Command(kind=command, who=who)
+        text = said if self._engine.is_intercepted(said) else message.text
         decision = await self._engine.check_rate(
-            person, message.text, space=space.id, limit=in_force.rate_limit
+            person, text, space=space.id, limit=in_force.rate_limit
         )
         if decision is not None and not decision.allowed:
             return Refuse(who=who, retry_after_s=decision.retry_after_s)
-        return Run(who=who)
+        return Run(who=who, text=text)
 
     async def in_force(self, space_id: str) -> InForce:
         """The settings ``space_id``'s messages are routed by: its runtime values, else the
@@ -305,18 +324,15 @@ class Router:
             return InForce.of(resolve(self._settings, space_id, {}))
         return await self._space_settings.in_force(space_id)
 
-    async def may_stop(self, command: Command, author: str) -> bool:
-        """Whether ``command``'s sender may stop a turn ``author`` (a person key) asked for:
-        the one who asked, or an admin of the space."""
-        if may_stop(author, command.who.person.key, admin=False):
+    async def may_stop(self, sender: str, caller_id: str, *, author: str, space_id: str) -> bool:
+        """Whether ``sender`` (a person key; ``caller_id`` the account they write from) may
+        stop a turn ``author`` asked for in the space ``space_id``: the one who asked, or an
+        admin of *that* space, never of the space the stop was sent from. Every path that
+        stops a turn asks this (the stop button, a typed ``stop``, another instance's ask)."""
+        if may_stop(author, sender, admin=False):
             return True  # their own turn: no role to look up
-        return may_stop(author, command.who.person.key, admin=await self.administers(command))
-
-    async def administers(self, command: Command) -> bool:
-        """Whether ``command``'s sender is an admin of its space."""
-        who = command.who
-        role = await self._spaces.role(who.space_id, who.person.key, (who.principal.user_key,))
-        return role == "admin"
+        role = await self._spaces.role(space_id, sender, (caller_id,))
+        return may_stop(author, sender, admin=role == "admin")
 
     async def space_turn(self, run: Run, *, is_dm: bool, author_name: str | None) -> SpaceTurn:
         """What the turn carries of its space: the sender's role, the space's preferences and

@@ -41,6 +41,7 @@ import msgspec
 from core.clock import Clock, system_clock
 from core.codes import to_micros
 from core.people.i18n import N_
+from core.spaces.config import trigger_word
 from core.spaces.ids import parse_space_id
 from core.spaces.triggers import Trigger
 from core.state import Database, Migration, Schema
@@ -118,8 +119,8 @@ REFUSALS: Final[Mapping[str, str]] = MappingProxyType(
         "bool": N_("%(key)s is true or false."),
         "trigger.match": N_("trigger.match is mention, prefix or always."),
         "trigger.pattern": N_(
-            "trigger.pattern is the trigger word: 1 to %(maximum)d characters, without "
-            "control or invisible characters."
+            "trigger.pattern is the trigger word: 1 to %(maximum)d characters, at least one "
+            'of them not "@", without control or invisible characters.'
         ),
     }
 )
@@ -202,7 +203,7 @@ def checked_value(key: SettingKey, value: object) -> SettingValue:
             raise SettingError("value", key, {})
         return value.strip()
     word = value.strip() if isinstance(value, str) else ""
-    if not word or len(word) > MAX_PATTERN_CHARS or holds_invisible(word):
+    if not trigger_word(word) or len(word) > MAX_PATTERN_CHARS or holds_invisible(word):
         raise SettingError("value", key, {"maximum": MAX_PATTERN_CHARS})
     return word
 

@@ -25,6 +25,8 @@ from typing import Final, Literal
 
 import msgspec
 
+from core.spaces.config import trigger_word
+
 __all__ = ["COMMANDS", "Command", "Trigger", "command_of", "without_trigger"]
 
 Command = Literal["stop", "compact"]
@@ -64,11 +66,11 @@ def without_trigger(text: str, trigger: Trigger) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _word(pattern: str) -> re.Pattern[str]:
-    word = re.escape(pattern.lstrip("@"))
+    word = re.escape(trigger_word(pattern))
     return re.compile(rf"(?<![\w@])@?{word}(?!\w)", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=256)
 def _prefix(pattern: str) -> re.Pattern[str]:
-    word = re.escape(pattern.lstrip("@"))
+    word = re.escape(trigger_word(pattern))
     return re.compile(rf"\s*@?{word}(?!\w)", re.IGNORECASE)

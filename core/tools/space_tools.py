@@ -112,6 +112,10 @@ _REFUSALS: Final[Mapping[Permission, str]] = {
         "Only an admin of this space may change its settings, and the person asking isn't "
         "one; nothing was changed. Tell them an admin can do it."
     ),
+    "space.delete": (
+        "Only an admin of this space may have it forgotten, and the person asking isn't "
+        "one; nothing was deleted. Tell them an admin can do it."
+    ),
 }
 
 

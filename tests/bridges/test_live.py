@@ -11,10 +11,10 @@ from bridges.live import (
     LiveAnswer,
     StopPress,
     confirm_action,
+    new_stop_id,
     owner_mark,
     parse_action,
     stop_action,
-    turn_mark,
 )
 from bridges.port import ACTION_MAX_BYTES, EgressFile, LiveLimits
 from core.engine import events
@@ -28,12 +28,13 @@ IT = Catalogs.load().translator("it")
 
 def test_actions_fit_every_platform_and_read_back_as_written() -> None:
     person = "people:" + "x" * 200
-    session = "space:slack%3AC1:" + "y" * 300
+    stop_id = new_stop_id()
     confirm = confirm_action("k9m2-x7q4", person)
-    stop = stop_action(session)
+    stop = stop_action(stop_id)
     assert len(confirm.encode()) <= ACTION_MAX_BYTES and len(stop.encode()) <= ACTION_MAX_BYTES
     assert parse_action(confirm) == ConfirmPress(token="k9m2-x7q4", owner=owner_mark(person))
-    assert parse_action(stop) == StopPress(turn=turn_mark(session))
+    assert parse_action(stop) == StopPress(turn=stop_id)
+    assert len({new_stop_id() for _ in range(1000)}) == 1000  # drawn, never derived
     for foreign in ("", "c:", "c:tok:short", "s:123", "x:whatever", "s:" + "a" * 100):
         assert parse_action(foreign) is None
 
@@ -56,7 +57,7 @@ async def rendered(
         return files
 
     answer = LiveAnswer(
-        bridge, to, IT if language == "it" else EN, owner_key="people:ann", session_key="s1"
+        bridge, to, IT if language == "it" else EN, owner_key="people:ann", stop_id=new_stop_id()
     )
     await answer.render(turn, timeout_s=10, files_of=files_of)
 
@@ -71,7 +72,7 @@ def test_tools_show_as_their_label_and_reasoning_never_shows() -> None:
         async def no_files() -> Sequence[EgressFile]:
             return ()
 
-        answer = LiveAnswer(bridge, to, EN, owner_key="people:ann", session_key="s1")
+        answer = LiveAnswer(bridge, to, EN, owner_key="people:ann", stop_id=new_stop_id())
         rendering = asyncio.create_task(answer.render(turn, timeout_s=10, files_of=no_files))
         steps: list[list[events.Event]] = [
             [events.Reasoning(chunk="secret plan", id="r1")],
@@ -133,7 +134,7 @@ def test_reasoning_shows_as_its_latest_line_only_when_the_setting_asks() -> None
                 return ()
 
             answer = LiveAnswer(
-                bridge, to, EN, owner_key="people:ann", session_key="s1", show_reasoning=show
+                bridge, to, EN, owner_key="people:ann", stop_id=new_stop_id(), show_reasoning=show
             )
             rendering = asyncio.create_task(answer.render(turn, timeout_s=10, files_of=no_files))
             for chunk in ("First I read", " the question.\n", "Then I an", "swer."):

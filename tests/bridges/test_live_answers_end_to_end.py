@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bridges.live import stop_action
 from bridges.port import LiveLimits
 from tests.support.contract import check_response
 from tests.support.live_scenarios import Desk
@@ -85,7 +84,7 @@ def test_an_answer_arrives_in_several_paced_updates_that_end_exactly_at_final(
     assert message.to.thread_id == "slack:C1:7.1"
     calls = bridge.calls_to(1)
     assert calls[0].kind == "open" and calls[0].status == "Thinking…"
-    assert [b.action for b in calls[0].buttons] == [stop_action("space:slack:C1:slack:C1:7.1")]
+    assert [b.label for b in calls[0].buttons] == ["Stop"]
     texts = shows(bridge, 1)
     assert len([t for t in texts if t]) >= 3, texts  # written as it came, not at once
     assert all("".join(words).startswith(t) for t in texts)  # only ever grows
@@ -419,3 +418,61 @@ def test_a_typed_stop_leaves_one_stopped_where_the_answer_was_being_written(
     ollama.wait_for_closed(1, timeout=20)
     time.sleep(0.5)
     assert bridge.replies == [] and len(bridge.live) == 1  # said once, not twice
+
+
+def test_a_stop_value_pressed_in_another_conversation_stops_nothing(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    """Eve, who only DMs the bot, presses G's stop value on a message of her own DM: a press
+    is judged against the turn it names, in that turn's space, never in her DM's."""
+    ollama.enqueue(ChatScript.words("Hello Eve."))
+    bridge.post(chat, bridge.message("D8", "UEVE", "hello"))
+    [own] = bridge.wait_for_answer(1)
+    ollama.enqueue(ChatScript(content=["Very ", "long"], delay_s=30.0))
+    bridge.post(chat, bridge.message("C1", "UANN", "@Mercury write an essay", thread="9.9"))
+    ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="Ann's turn")
+    bridge.wait_for("Ann's first words", lambda: "Very " in shows(bridge, 2))
+    [stop] = bridge.calls_to(2)[0].buttons
+
+    bridge.press(chat, bridge.pressed(own, "UEVE", stop.action))
+    bridge.wait_for("the answer to Eve's press", lambda: bridge.answered)
+    assert bridge.answered[-1][1] != "Stopped."
+    time.sleep(0.5)  # what must not happen has had time to
+    assert ollama.open_streams == 1 and bridge.live[1].state == "open"
+
+    bridge.press(chat, bridge.pressed(bridge.live[1], "UANN", stop.action))
+    [_, stopped] = bridge.wait_for_answer(2)
+    assert stopped.state == "failed" and stopped.text == "Stopped."
+
+
+def test_a_stop_value_is_unguessable_and_new_for_every_turn(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    """Nothing public (the space, the thread, the session key) gives a stop button's value."""
+    ollama.enqueue(ChatScript.words("One."), ChatScript.words("Two."))
+    for count in (1, 2):
+        bridge.post(chat, bridge.message("C1", "U1", "@Mercury hi", thread="4.4"))
+        bridge.wait_for_answer(count)
+    first, second = ([b.action for b in bridge.calls_to(n)[0].buttons] for n in (1, 2))
+    assert first != second
+    assert all(len(action.encode()) <= 64 for action in first + second)
+    assert "space:slack:C1:slack:C1:4.4" not in first[0]
+
+
+def test_a_token_typed_with_the_trigger_in_a_group_confirms_and_never_reaches_the_model(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, desk: Desk
+) -> None:
+    bridge = LiveRecordingBridge(
+        limits=LiveLimits(max_chars=400, edit_interval_s=0.05, max_buttons=1)
+    )
+    chat = make_server({"bridges": [bridge], "plugins": [desk.plugin()]})
+    booking(ollama, "Pick one.")
+    bridge.post(chat, bridge.message("C7", "U1", "@Mercury book a room"))
+    [asked] = bridge.wait_for_answer(1)
+    token = asked.text.split("Big room: ")[1].rstrip(").")
+    # As Element sends a reply that mentions the bot, and as people write it by hand.
+    bridge.post(chat, bridge.message("C7", "U1", f"Mercury: {token}"))
+    [_, done] = bridge.wait_for_answer(2)
+    assert done.text == "Confirmed and done." and desk.booked == ["big"]
+    assert len(ollama.requests) == 2  # the token was never a message to the model
+    assert all(token not in str(request["messages"]) for request in ollama.requests)

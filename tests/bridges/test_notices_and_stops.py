@@ -84,7 +84,7 @@ async def test_a_stop_asked_by_one_instance_is_answered_by_the_one_running_the_t
         asked.append(ask)
         if ask.mark != "m1":
             return None
-        return "stopped" if ask.allows("person:ann") else "refused"
+        return "stopped" if ask.person_key == "person:ann" else "refused"
 
     async def running_nothing(ask: StopAsk) -> StopOutcome | None:
         return None
@@ -92,11 +92,10 @@ async def test_a_stop_asked_by_one_instance_is_answered_by_the_one_running_the_t
     b.serve(running_ann_turn)
     c.serve(running_nothing)
     a.serve(running_ann_turn)  # its own asks never reach it
-    ann = StopAsk(mark="m1", person_key="person:ann", admin=False)
+    ann = StopAsk(mark="m1", person_key="person:ann", caller_id="slack:UANN", button="b1")
     assert await a.ask(ann) == "stopped"
-    assert await a.ask(StopAsk(mark="m1", person_key="person:ben", admin=False)) == "refused"
-    assert await a.ask(StopAsk(mark="m1", person_key="person:ben", admin=True)) == "stopped"
-    assert len(asked) == 3 and asked[0] == ann
+    assert await a.ask(StopAsk(mark="m1", person_key="person:ben")) == "refused"
+    assert len(asked) == 2 and asked[0] == ann  # who and which button, as sent
 
 
 async def test_a_stop_nobody_answers_is_nothing_running_after_the_wait(
@@ -109,5 +108,5 @@ async def test_a_stop_nobody_answers_is_nothing_running_after_the_wait(
         return None
 
     b.serve(running_nothing)
-    assert await a.ask(StopAsk(mark="m1", person_key="person:ann", admin=True)) is None
+    assert await a.ask(StopAsk(mark="m1", person_key="person:ann")) is None
     assert a.shared is (state.name == "postgresql")

@@ -133,6 +133,21 @@ async def test_a_strangers_dm_gets_a_code_the_model_sees_nothing_and_approval_le
     assert "what can you do?" in seen
     assert SECRET not in seen and "anyone?" not in seen
 
+    # An approver lets the account out again: its next message is a stranger's once more.
+    account = f"telegram:{stranger.id}"
+    for method, path in (("GET", "/pairing/admitted"), ("DELETE", f"/pairing/admitted/{account}")):
+        refused = pairing(chat, method, path, BOB)
+        assert refused.status_code == 403 and refused.json()["ok"] is False
+    [admitted] = pairing(chat, "GET", "/pairing/admitted", ALICE).json()["accounts"]
+    assert admitted["account"] == account and admitted["approvedBy"] == "people:alice"
+    revoked = pairing(chat, "DELETE", f"/pairing/admitted/{account}", ALICE)
+    assert revoked.json() == {"ok": True, "account": account, "revoked": True}
+    assert pairing(chat, "DELETE", f"/pairing/admitted/{account}", ALICE).status_code == 404
+    await say(telegram, chat, telegram.message(dm, stranger, "still there?"))
+    texts = await bot_texts(telegram, dm, 4)
+    assert CODE.search(texts[3]) is not None  # a new code, and the model heard nothing
+    assert len(ollama.requests) == 1
+
 
 async def test_a_denied_stranger_is_told_nothing_and_stays_out(
     start: Callable[..., RunningServer], telegram: TelegramStandIn, ollama: OllamaStandIn
@@ -184,9 +199,23 @@ async def test_under_pairing_a_stranger_in_a_group_gets_no_code(
     chat = start()
     group = telegram.group("Lobby")
     await say(telegram, chat, telegram.message(group, stranger, f"{BOT} let me in"))
+    await say(telegram, chat, telegram.message(group, stranger, SECRET))
     await settle()
     assert telegram.sent_messages(group) == [] and ollama.requests == []
     assert pairing(chat, "GET", "/pairing", ALICE).json()["pairings"] == []
+
+    # Nothing they wrote in the group was kept as its ambient talk: once let in, their
+    # first turn there shows the model none of it.
+    code = await code_of(telegram, chat, telegram.private_chat(stranger), stranger)
+    assert pairing(chat, "POST", f"/pairing/{code}/approve", ALICE).status_code == 200
+    ollama.enqueue(ChatScript.words("Welcome."))
+    await say(telegram, chat, telegram.message(group, stranger, f"{BOT} hello all"))
+    with anyio.fail_after(40):
+        while not ollama.requests:
+            await asyncio.sleep(0.05)
+    seen = json.dumps(ollama.requests[0]["messages"])
+    assert "hello all" in seen
+    assert SECRET not in seen and "let me in" not in seen
 
 
 async def test_under_open_a_stranger_is_answered(

@@ -839,6 +839,7 @@ def test_settings_and_the_space_answer_by_role_admin_member_and_outsider(
     assert detail["space"]["role"] == "member"
     assert "config.get" in detail["space"]["permissions"]
     assert "config.set" not in detail["space"]["permissions"]
+    assert "space.delete" not in detail["space"]["permissions"]
     assert {(m["id"], m["name"], m["role"]) for m in detail["members"]} == {
         ("people:alice", "Alice Liddell", "admin"),
         ("people:bob", "Bob Marley", "member"),
@@ -848,7 +849,11 @@ def test_settings_and_the_space_answer_by_role_admin_member_and_outsider(
     spaces = httpx.get(chat.url + "/spaces", headers=ALICE, timeout=10)
     check_response(spaces)
     admin_of = {s["spaceId"]: s["permissions"] for s in spaces.json()["spaces"]}
-    assert "config.set" in admin_of["slack:C1"]
+    assert "config.set" in admin_of["slack:C1"] and "space.delete" in admin_of["slack:C1"]
+    # Forgetting the space takes its own permission, an admin's: a member is refused.
+    refused = httpx.delete(chat.url + "/spaces/slack:C1", headers=BOB, timeout=10)
+    check_response(refused)
+    assert refused.status_code == 403 and refused.json()["ok"] is False
 
 
 def test_a_rate_limit_set_at_runtime_limits_the_next_message_and_dropping_it_falls_back(
@@ -986,3 +991,21 @@ def test_the_instructions_and_tools_stay_byte_stable_whoever_speaks_in_the_space
     assert first.get("tools") == second.get("tools") == third.get("tools")
     words = [user_contents(request)[-1] for request in (first, second)]
     assert 'role="admin"' in words[0] and 'role="member"' in words[1]
+
+
+def test_a_setting_nested_past_what_can_be_read_is_a_400_not_a_500(
+    chat: RunningServer, bridge: RecordingBridge
+) -> None:
+    """The routes read JSON with the webhooks' one bounded decoder: nesting too deep is an
+    unreadable body, answered as one."""
+    url = chat.url + "/spaces/slack:C1/settings/rate_limit"
+    for depth in (5_000, 100_000):
+        body = b'{"value": ' + b"[" * depth + b"]" * depth + b"}"
+        answer = httpx.put(
+            url, content=body, headers={**ALICE, "content-type": "application/json"}, timeout=30
+        )
+        check_response(answer)
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"ok": False, "error": "The request body must be JSON."}
+    still = httpx.put(url, json={"value": 3}, headers=ALICE, timeout=10)
+    assert still.status_code == 200

@@ -584,3 +584,21 @@ def test_in_a_space_stop_and_compact_are_answered_at_once_without_the_model(
         "Erledigt: Dieses Gespräch beginnt neu mit einer Zusammenfassung."
     )
     assert ollama.requests == []
+
+
+def test_in_a_space_a_stop_reaches_a_turn_chat_started_there(
+    in_space: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    """A /chat turn in a space is its conversation's running turn, as a bridge's is: a
+    ``stop`` from its author reaches it (not "Nothing is running here")."""
+    server = in_space()
+    ollama.enqueue(ChatScript(content=["Working "], hang=True))
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(post, server, said_in("slack:C1", "write a long essay"))
+        ollama.wait_until(lambda: ollama.open_streams >= 1, timeout=20, what="the turn")
+        stopped = post(server, said_in("slack:C1", "@Mercury stop"))
+        assert stopped.json() == {"ok": True, "reply": "Stopped.", "files": []}
+        answered = running.result(timeout=30)
+    assert answered.status_code == 200, answered.text
+    assert answered.json() == {"ok": True, "reply": "Stopped.", "files": []}
+    ollama.wait_for_closed(1, timeout=20)

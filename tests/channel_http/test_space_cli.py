@@ -243,6 +243,17 @@ def test_pairing_requests_are_listed_approved_and_denied_by_an_approver_only(
     again = cli("pairing", "approve", eve)
     assert again.returncode == 2 and again.stderr.strip()
 
+    # An approved account is listed, and revoked by an approver only, once.
+    admitted = cli("pairing", "admitted")
+    assert admitted.returncode == 0, admitted.stderr
+    assert admitted.stdout.split("\t")[:2] == ["telegram:7", "Dora"]
+    assert cli("pairing", "revoke", "telegram:7", token="bob-token").returncode == 4
+    revoked = cli("pairing", "revoke", "telegram:7")
+    assert revoked.returncode == 0 and revoked.stdout.strip() == "Revoked telegram:7."
+    assert not server.call(pairing.is_admitted("telegram:7"))
+    assert cli("pairing", "admitted").stdout.strip() == "Nobody was let in."
+    assert cli("pairing", "revoke", "telegram:7").returncode == 2
+
 
 def test_settings_list_set_typed_as_the_setting_is_and_unset_back_to_the_file(cli: Run) -> None:
     listed = cli("settings", SPACE, "--json")

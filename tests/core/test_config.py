@@ -978,3 +978,15 @@ def test_live_answers_are_on_by_default_and_a_space_may_turn_them_off_for_itself
     assert load(tmp_path, "", BRIDGE_LIVE_ANSWERS="false").bridges.live_answers is False
     said = refusal(tmp_path, 'spaces:\n  "slack:C1":\n    live_answers: sometimes\n')
     assert "live_answers" in said and "true or false" in said
+
+
+@pytest.mark.parametrize("word", ["@", "@@@@", " @ "])
+def test_a_trigger_word_empty_once_its_at_signs_are_taken_out_is_refused(
+    tmp_path: Path, word: str
+) -> None:
+    """``@`` would match every message: a trigger word needs a character besides "@"."""
+    for environ in ({"MERCURY_TRIGGER_PATTERN": word}, {"MERCURY_TRIGGER_NAME": word}):
+        message = refusal(tmp_path, **environ)
+        assert next(iter(environ)) in message and 'besides "@"' in message
+    message = refusal(tmp_path, f'spaces:\n  "slack:C1":\n    trigger: {{pattern: "{word}"}}\n')
+    assert "spaces.slack:C1.trigger.pattern" in message or "trigger.pattern" in message

@@ -3,6 +3,7 @@ bound per platform, approval and denial, and what a second instance sees."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -125,6 +126,49 @@ async def test_a_platform_holds_a_bounded_number_of_requests(
     clock.advance(CODE_TTL)
     assert {(await ask(pairing, str(n)))[0] for n in range(200, 203)} == {"new"}
     assert len(await pairing.pending()) == 3
+
+
+async def test_the_bound_holds_exactly_when_many_strangers_ask_at_once_on_many_instances(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    """Four instances (each with its own pool), and on each of 10 platforms 40 strangers
+    asking at once: exactly the platform's bound of requests is kept, every other sender is
+    told it is full."""
+    instances = [Pairing(await state.open(), clock=clock, max_pending=2) for _ in range(4)]
+    await asyncio.gather(*(instance.ensure_schema() for instance in instances))
+    if state.name == "postgresql":
+        # A slow server: each row takes 50 ms to go in, so instances asking at once are
+        # surely asking while another's insert is under way (SQLite has one writer).
+        db = await state.open()
+        await db.execute(
+            "CREATE FUNCTION slow_insert() RETURNS trigger AS $$ "
+            "BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        await db.execute(
+            "CREATE TRIGGER slow_insert BEFORE INSERT ON pairing_requests "
+            "FOR EACH ROW EXECUTE FUNCTION slow_insert()"
+        )
+    for platform in (f"chat{n}" for n in range(10)):
+        asked = await asyncio.gather(*(ask(instances[n % 4], str(n), platform) for n in range(40)))
+        outcomes = [outcome for outcome, _ in asked]
+        assert outcomes.count("new") == 2, (platform, outcomes)
+        assert outcomes.count("full") == 38, (platform, outcomes)
+    assert len(await instances[0].pending()) == 20
+
+
+async def test_revoking_an_account_lets_it_out_on_every_instance(
+    pairing: Pairing, state: StateBackend, clock: ManualClock
+) -> None:
+    other = Pairing(await state.open(), clock=clock)
+    _, code = await ask(pairing, "42")
+    assert await pairing.approve(code, by="people:alice") is not None
+    assert [a.user_key for a in await other.admitted_accounts()] == ["telegram:42"]
+    assert await other.revoke("telegram:42")
+    assert not await pairing.is_admitted("telegram:42")
+    assert await pairing.admitted_accounts() == []
+    assert not await pairing.revoke("telegram:42")  # once
+    outcome, fresh = await ask(pairing, "42")  # asking again starts afresh
+    assert outcome == "new" and fresh != code
 
 
 @pytest.mark.parametrize(

@@ -7,15 +7,20 @@ one instance while what concerns it arrives through the other:
 - ``stop`` (the command, or the stop button) taken by A cancels the turn running on B: its
   model request is closed and no answer is posted;
 - a person over a space's limit is told once a window, however many instances refuse them;
-- after ``compact`` through A, the next turn on B starts afresh, without what was compacted.
+- after ``compact`` through A, the next turn on B starts afresh, without what was compacted;
+- a stop B answers too late (B frozen) is not told as "nothing is running", and a turn
+  ``POST /chat`` started on B in a space is stopped by a Slack ``stop`` taken by A.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.support.cluster import Cluster
@@ -40,7 +45,17 @@ spaces:
   "slack:C4":
     admins: [slack:UADMIN]
     live_answers: false
+  "slack:C5":
+    live_answers: false
+  "slack:C6":
+    live_answers: false
 """
+#: Alice's token acts for the bridges over ``POST /chat``; everyone else is let in unknown.
+PEOPLE = [{"id": "alice", "roles": ["mercury.bridge"], "identities": ["static:alice"]}]
+UNANSWERED = (
+    "The stop was passed on, but no answer came in time; "
+    "if the answer is still being written, try again."
+)
 LIMITED = "Rate limit exceeded. Try again shortly."
 #: Generous for a loaded machine: the turns stopped here would otherwise never end.
 STOPPED_WITHIN_S = 10.0
@@ -59,6 +74,8 @@ def cluster(
     shared = {
         "MERCURY_STATE_URL": postgres_server.create_database(),
         "MERCURY_CONFIG_FILE": str(config),
+        "DIRECTORY_STATIC_PEOPLE": json.dumps(PEOPLE),
+        "MERCURY_ACCESS_UNKNOWN": "allow",
         **slack.env(),
     }
     with Cluster(workdir, ollama_session.url, count=2, shared=shared) as running:
@@ -195,6 +212,50 @@ async def test_after_compact_through_a_the_next_turn_on_b_starts_afresh(
     assert "tangerine" in json.dumps(first["messages"])
     assert "tangerine" not in json.dumps(after["messages"])
     assert "what was the word?" in json.dumps(after["messages"])
+
+
+async def test_a_stop_answered_late_is_not_told_as_nothing_running(
+    cluster: Cluster, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Working "], hang=True))
+    await say(slack, cluster, "b", "C5", "U1", "write a long essay", ts="5.1")
+    await ollama.wait_for_requests_async(1, timeout=60)
+    cluster["b"].signal(signal.SIGSTOP)  # B holds the turn but answers nobody for a while
+    try:
+        await say(slack, cluster, "a", "C5", "U1", "stop", ts="5.2")
+        await slack.wait_until_async(
+            lambda: texts(slack, "C5"), timeout=30, what="the answer to the stop"
+        )
+    finally:
+        cluster["b"].signal(signal.SIGCONT)
+    assert texts(slack, "C5") == [UNANSWERED]
+    # Awake, B answers the next stop (its reply is the window's second: not posted).
+    await say(slack, cluster, "a", "C5", "U1", "stop", ts="5.3")
+    await ollama.wait_for_closed_async(1, timeout=30)
+
+
+async def test_a_turn_chat_started_on_b_in_a_space_is_stopped_by_a_stop_taken_by_a(
+    cluster: Cluster, slack: SlackStandIn, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(ChatScript(content=["Working "], hang=True))
+    body = {"text": "write a long essay", "callerId": "slack:U2", "spaceId": "slack:C6"}
+    async with httpx.AsyncClient(timeout=60) as client:
+        running = asyncio.ensure_future(
+            client.post(
+                cluster["b"].url + "/chat",
+                json=body,
+                headers={"authorization": "Bearer alice-token"},
+            )
+        )
+        await ollama.wait_for_requests_async(1, timeout=60)
+        await say(slack, cluster, "a", "C6", "U2", "stop", ts="6.1")
+        answered = await running
+    assert answered.status_code == 200, answered.text
+    assert answered.json() == {"ok": True, "reply": "Stopped.", "files": []}
+    await slack.wait_until_async(
+        lambda: texts(slack, "C6"), timeout=30, what="the answer to the stop"
+    )
+    assert texts(slack, "C6") == ["Stopped."]
 
 
 def test_the_instances_logged_no_error(cluster: Cluster) -> None:

@@ -435,3 +435,15 @@ def test_an_approver_approves_and_denies_pairings(
     assert server.call(pairing.is_admitted("telegram:5550001")) is True
     assert server.call(pairing.is_admitted("slack:U0DAVE")) is False
     assert server.call(pairing.pending()) == []
+
+    # The account let in is listed, and revoked from the same section.
+    admitted = section.locator(".admitted[data-account='telegram:5550001']")
+    expect(admitted.locator(".person")).to_have_text("Carol")
+    expect(admitted).to_contain_text("Let in by people:alice")
+    assert axe_violations(page) == []
+    page.get_by_role("button", name="Revoke Carol").click()
+    expect(section.locator("[role=status]")).to_have_text(
+        "Carol can no longer talk to the assistant."
+    )
+    expect(section.locator(".admitted-list")).to_have_text("Nobody was let in yet.")
+    assert server.call(pairing.is_admitted("telegram:5550001")) is False

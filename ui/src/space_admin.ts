@@ -44,6 +44,14 @@ export interface Pairing {
   expiresAt: string;
 }
 
+/** An account an approver let in (GET /pairing/admitted). */
+export interface Admitted {
+  account: string;
+  name: string | null;
+  approvedBy: string;
+  approvedAt: string;
+}
+
 /** The account a request came from as the server names it elsewhere (`telegram:5550001`). */
 const accountOf = (pairing: Pairing): string => `${pairing.platform}:${pairing.account}`;
 
@@ -673,6 +681,7 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
     h("h3", { attrs: { id: "pairings-title" } }, S.pairings),
   );
   const list = h("ul", { class: "entries pairing-list" });
+  const admittedList = h("ul", { class: "entries admitted-list" });
   const status = h("p", { class: "note", attrs: { role: "status" } });
   const problem = h("p", { class: "error", attrs: { role: "alert" } });
 
@@ -682,6 +691,55 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
       ...(answer.pairings.length === 0
         ? [h("li", { class: "muted" }, S.noPairings)]
         : answer.pairings.map(item)),
+    );
+    const admitted = await host.api.get<{ accounts: Admitted[] }>("/pairing/admitted");
+    admittedList.replaceChildren(
+      ...(admitted.accounts.length === 0
+        ? [h("li", { class: "muted" }, S.noAdmitted)]
+        : admitted.accounts.map(admittedItem)),
+    );
+  };
+  const revoke = async (account: Admitted): Promise<void> => {
+    status.textContent = "";
+    problem.textContent = "";
+    const name = account.name || account.account;
+    try {
+      await host.api.send("DELETE", `/pairing/admitted/${encodeURIComponent(account.account)}`);
+      await reload();
+      status.textContent = S.pairingRevoked(name);
+      section.focus();
+    } catch (error) {
+      refusal(host, error, problem);
+    }
+  };
+  const admittedItem = (account: Admitted): HTMLElement => {
+    const name = account.name || account.account;
+    return h(
+      "li",
+      { class: "entry admitted", attrs: { "data-account": account.account } },
+      h(
+        "div",
+        { class: "entry-head" },
+        h("span", { class: "person", attrs: { title: account.account } }, name),
+        h(
+          "span",
+          { class: "entry-actions" },
+          h(
+            "button",
+            {
+              class: "danger",
+              attrs: { type: "button", "aria-label": S.revokePerson(name) },
+              on: { click: () => void revoke(account) },
+            },
+            S.revoke,
+          ),
+        ),
+      ),
+      h(
+        "p",
+        { class: "entry-meta muted" },
+        S.admittedMeta(account.approvedBy, when(account.approvedAt)),
+      ),
     );
   };
   const decide = async (pairing: Pairing, verb: "approve" | "deny"): Promise<void> => {
@@ -739,7 +797,13 @@ export async function pairings(host: AdminHost): Promise<HTMLElement | null> {
   };
 
   section.setAttribute("tabindex", "-1");
-  section.append(list, status, problem);
+  section.append(
+    list,
+    h("h4", { attrs: { id: "admitted-title" } }, S.admittedTitle),
+    admittedList,
+    status,
+    problem,
+  );
   try {
     await reload();
   } catch (error) {

@@ -142,7 +142,7 @@ export class SpacesView {
       parts.push(this.loaded(settings.element, () => settings.reload()));
     }
     const sections = await Promise.all(parts);
-    if (space.role === "admin") {
+    if (allowed("space.delete")) {
       sections.push(
         deleteSpace(
           this.host,

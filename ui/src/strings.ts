@@ -225,6 +225,12 @@ export const strings = {
   total: "Total",
   noUsage: "No model calls in this period.",
   usageRange: (from: string, to: string) => `${from} to ${to} (UTC)`,
+  admittedTitle: "Let in by an administrator",
+  noAdmitted: "Nobody was let in yet.",
+  admittedMeta: (by: string, at: string) => `Let in by ${by} · ${at}`,
+  revoke: "Revoke",
+  revokePerson: (name: string) => `Revoke ${name}`,
+  pairingRevoked: (name: string) => `${name} can no longer talk to the assistant.`,
 };
 
 export type Strings = typeof strings;

@@ -135,6 +135,7 @@ def test_members_read_preferences_and_settings_and_only_admins_change_them_or_mu
     assert allows("admin", "config.set") and not allows("member", "config.set")
     assert allows("admin", "usage.get") and not allows("member", "usage.get")
     assert not any(allows(None, permission) for permission in PERMISSIONS)
+    assert allows("admin", "space.delete") and not allows("member", "space.delete")
     assert set(PERMISSIONS) == {
         "prefs.get",
         "prefs.set",
@@ -142,6 +143,7 @@ def test_members_read_preferences_and_settings_and_only_admins_change_them_or_mu
         "config.get",
         "config.set",
         "usage.get",
+        "space.delete",
     }
 
 
@@ -321,3 +323,52 @@ async def test_the_people_of_a_space_are_those_who_spoke_and_those_the_file_name
         "slack:U04EVE": "Eve",
     }
     assert await spaces.names_of(OTHER, ["slack:U03DAN"]) == {}
+
+
+class _CountingReads:
+    """The real store, with its reads counted (the roster's cost, whatever the members)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._db, name)
+
+    async def fetch_all(self, sql: str, parameters: tuple[object, ...] = ()) -> object:
+        self.reads += 1
+        return await self._db.fetch_all(sql, parameters)
+
+    async def fetch_one(self, sql: str, parameters: tuple[object, ...] = ()) -> object:
+        self.reads += 1
+        return await self._db.fetch_one(sql, parameters)
+
+    async def fetch_key(self, sql: str, parameters: tuple[object, ...] = ()) -> object:
+        self.reads += 1
+        return await self._db.fetch_key(sql, parameters)
+
+
+async def test_the_roster_costs_the_same_reads_for_three_members_or_thirty(
+    db: Database, clock: ManualClock
+) -> None:
+    """``GET /spaces/{space}``'s people and their roles: one read of the members the file
+    doesn't name, never one per member."""
+    counted = _CountingReads(db)
+    spaces = Spaces(counted, CONFIG, clock=clock)  # type: ignore[arg-type]
+    costs = []
+    for space, count in ((GROUP, 3), (OTHER, 30), (DM, 30)):
+        for number in range(count):
+            await spaces.join(space, f"slack:U{number:03d}", name=f"Person {number}")
+        counted.reads = 0
+        roster = await spaces.roster(space)
+        costs.append(counted.reads)
+        roles = {key: role for key, _name, role in roster}
+        for key, _name, role in roster:  # the same answer role() gives, one by one
+            assert role == await spaces.role(space, key), key
+        assert len([r for r in roles.values() if r == "member"]) >= count - 1
+    assert costs[0] == costs[1] == costs[2] <= 2, costs
+    dm_roster = {key: role for key, _name, role in await spaces.roster(DM)}
+    assert dm_roster["slack:U000"] == "admin"  # a DM's first person
+    group = {key: (name, role) for key, name, role in await spaces.roster(GROUP)}
+    assert group["people:alice"] == (None, "admin") and group["slack:U01ADMIN"][1] == "admin"
+    assert group["slack:U02BOB"][1] == "member" and group["slack:U001"] == ("Person 1", "member")

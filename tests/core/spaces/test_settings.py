@@ -121,6 +121,8 @@ async def test_the_values_are_kept_with_their_types_and_their_text_forms_are_rea
         ("trigger.pattern", "x" * 65, "trigger.pattern is the trigger word"),
         ("trigger.pattern", "Mer\u202ecury", "trigger.pattern is the trigger word"),
         ("trigger.pattern", 5, "trigger.pattern is the trigger word"),
+        ("trigger.pattern", "@", "trigger.pattern is the trigger word"),
+        ("trigger.pattern", "@@@@", "trigger.pattern is the trigger word"),
         ("colour", "blue", '"colour" is not a setting of a space'),
     ],
 )
