@@ -61,6 +61,7 @@ from bridges.port import (
     Pressed,
     Received,
 )
+from bridges.sign_in import sign_in_for
 from bridges.stops import StopAsk
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
@@ -111,6 +112,7 @@ if TYPE_CHECKING:
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
     from core.spaces.settings import SpaceSettings
+    from core.tools.registry import SignIn
     from core.workspace.files import PersonFiles
 
 __all__ = ["Pipeline", "PipelineStores"]
@@ -375,7 +377,9 @@ class Pipeline:
         ingress, notes = await self._normalize(
             bridge, message, thread.conversation_external_id, space.id, translator
         )
-        started = await self._start(ingress, decision, translator)
+        started = await self._start(
+            ingress, decision, translator, _sign_in(bridge, message, translator)
+        )
         return replace(started, notes=notes)
 
     async def _pair(self, bridge: PlatformBridge, message: Received) -> None:
@@ -590,7 +594,9 @@ class Pipeline:
                         bridge, press, translator.gettext("Rate limit exceeded. Try again shortly.")
                     )
                 return
-            started = await self._start(ingress, decision, translator)
+            started = await self._start(
+                ingress, decision, translator, _sign_in(bridge, message, translator)
+            )
         await self._finish(bridge, message, started)
 
     async def _press_stop(
@@ -717,8 +723,11 @@ class Pipeline:
         )
         return ingress, tuple(notes)
 
-    async def _start(self, ingress: IngressMessage, run: Run, translator: Translator) -> _Started:
-        """The turn for ``ingress`` opened, with the space's preferences and ambient talk."""
+    async def _start(
+        self, ingress: IngressMessage, run: Run, translator: Translator, sign_in: SignIn | None
+    ) -> _Started:
+        """The turn for ``ingress`` opened, with the space's preferences and ambient talk;
+        a sign-in link its tools ask for goes to the author alone (``sign_in``)."""
         who = run.who
         space = await self._router.space_turn(
             run, is_dm=ingress.is_dm, author_name=ingress.author_name
@@ -734,6 +743,7 @@ class Pipeline:
                 received_at=datetime.now(UTC),
                 attachments=ingress.attachments,
                 space=space,
+                sign_in=sign_in,
             )
         )
         self._running[who.key] = _Running(turn=turn, author=who.person.key)
@@ -833,6 +843,12 @@ class Pipeline:
 
 
 StopOutcome = Literal["idle", "stopped", "refused"]
+
+
+def _sign_in(bridge: PlatformBridge, message: Received, translator: Translator) -> SignIn | None:
+    """How a turn answering ``message`` hands a sign-in link to its author alone: the one
+    rule of :mod:`bridges.sign_in` on a bridge that can reach a person privately."""
+    return sign_in_for(bridge, message, translator) if isinstance(bridge, LiveBridge) else None
 
 
 def _stop_text(outcome: StopOutcome, translator: Translator) -> str:

@@ -574,6 +574,12 @@ class TelegramBridge:
                 ) from None
             raise
 
+    async def direct_chat_link(self) -> str | None:
+        """``https://t.me/<bot>?start=sign-in``: opens the person's private chat with the bot,
+        its Start button the first message (what lets the bot write to them)."""
+        username = (await self._me()).username
+        return f"https://t.me/{username}?start=sign-in" if username else None
+
     async def answer_press(self, press: Pressed, text: str) -> None:
         """``text`` as an alert only the presser sees (``answerCallbackQuery``)."""
         await self._me()

@@ -20,6 +20,7 @@ from mautrix.types import UserID
 
 from bridges.matrix import MatrixBridge
 from core.config.settings import Settings
+from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.scenes import system_of, user_contents
 from tests.support.server import RunningServer, serve
@@ -455,3 +456,43 @@ def test_with_live_answers_off_the_answer_is_one_message_never_edited(
     say(people, people.alice, room, "all at once")
     [(_, _, edits)] = final_replies(people, room, ["One piece."])
     assert edits == 0
+
+
+def test_a_sign_in_link_goes_only_to_a_room_of_its_person_and_the_bot(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    desk = Desk()
+    server = synced(make_server({"plugins": [desk.plugin()]}, **matrix_env(people)))
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return ChatScript.words("Sign in first.")
+        return ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}])
+
+    ollama.responder = respond
+    mention = {"m.mentions": {"user_ids": [people.bot.user_id]}}
+    # Marked direct by its creator, yet three people read it.
+    three = open_room(people, people.alice, people.bob, direct=True)
+    say(people, people.alice, three, "mercury: my calendar?", **mention)
+    final_replies(people, three, ["Sign in first."])
+    # Marked direct, two joined, and a third invited who may join and read the history.
+    invited = open_room(people, people.alice, direct=True)
+    call(people, people.alice.client.invite_user(invited, UserID(people.carol.user_id)))
+    say(people, people.alice, invited, "mercury: my calendar, again?", **mention)
+    final_replies(people, invited, ["Sign in first."])
+
+    for room in (three, invited):
+        assert all(LOGIN_URL not in e["content"].get("body", "") for e in events(people, room))
+    private = bridge_of(server)._private[people.alice.user_id]
+    members = call(
+        people, people.bot.client.api.request(Method.GET, ApiPath.v3.rooms[private].members)
+    )
+    assert {
+        m["state_key"] for m in members["chunk"] if m["content"]["membership"] in ("join", "invite")
+    } == {people.bot.user_id, people.alice.user_id}
+    path = ApiPath.v3.rooms[private].messages
+    sent = call(people, people.bot.client.api.request(Method.GET, path, query_params={"dir": "b"}))
+    links = [e for e in sent["chunk"] if LOGIN_URL in e.get("content", {}).get("body", "")]
+    assert len(links) == 2
+    told = [m["content"] for r in ollama.requests for m in r["messages"] if m["role"] == "tool"]
+    assert told and all("sent to them privately" in t for t in told)
