@@ -59,7 +59,7 @@ from bridges.port import (
     WebhookOutcome,
 )
 from bridges.telegram.live import _LiveReply
-from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, split_text
+from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, quiet, split_text
 from core.config.settings import ConfigurationError, TelegramSettings
 from core.spaces.ids import parse_space_id
 
@@ -508,7 +508,7 @@ class TelegramBridge:
         answer = None
         if not to.is_dm:
             answer = ReplyParameters(int(to.message_id), allow_sending_without_reply=True)
-        for part in split_text(text):
+        for part in split_text(quiet(text)):
             await self._call(
                 "sendMessage",
                 self._bot.send_message(

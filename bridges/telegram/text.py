@@ -3,6 +3,7 @@ into messages, a live reply's preview, an inline keyboard."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -17,6 +18,17 @@ from bridges.port import (
 
 #: The longest text one ``sendMessage`` takes, in UTF-16 code units as Telegram counts.
 MAX_MESSAGE_CHARS: Final = 4096
+
+#: An ``@username`` as Telegram finds one in plain text (an e-mail address is none).
+_MENTION: Final = re.compile(r"(?<![\w@])@(?=\w)")
+#: U+2060 WORD JOINER: invisible, and breaks Telegram's reading of ``@username``.
+_JOINER: Final = "\u2060"
+
+
+def quiet(text: str) -> str:
+    """``text`` with every ``@username`` the model wrote shown but no mention: nobody is
+    notified by an answer (Telegram notifies a mentioned member of a group)."""
+    return _MENTION.sub("@" + _JOINER, text)
 
 
 def _keyboard(buttons: Sequence[ReplyButton]) -> InlineKeyboardMarkup | None:
