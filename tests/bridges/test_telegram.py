@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import asyncio
 import json
 import logging
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
