@@ -66,6 +66,7 @@ import yarl
 
 from bridges.downloads import read_capped, refuse_past
 from bridges.hosts import on_platform
+from bridges.pacing import split
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -1214,23 +1215,9 @@ def _unknown_interaction(exc: BaseException) -> bool:
 
 
 def _chunks(text: str, limit: int) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters, cut at a line or word where one is
-    near the end (the separator dropped), else hard."""
-    chunks: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = window.rfind("\n")
-        if cut < limit // 2:
-            cut = window.rfind(" ")
-        if cut < limit // 2:
-            chunks.append(window)
-            rest = rest[limit:]
-        else:
-            chunks.append(rest[:cut])
-            rest = rest[cut + 1 :]
-    chunks.append(rest)
-    return chunks
+    """``text`` in pieces of at most ``limit`` characters, cut as every platform's answer is
+    (:func:`bridges.pacing.split`); blank pieces dropped, an empty text one empty piece."""
+    return [part for part in split(text, limit) if part.strip()] or [text]
 
 
 def _retry_after(exc: discord.HTTPException) -> float | None:

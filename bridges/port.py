@@ -373,13 +373,15 @@ class LiveLimits(msgspec.Struct, frozen=True, kw_only=True):
     ``edit_interval_s``: the least time between two updates of one chat's message.
     ``max_buttons``: how many buttons a message can carry (more choices fall back to text).
     ``partial``: whether the platform can show partial text at all (WhatsApp can't: it gets
-    finished paragraphs as new messages).
+    finished paragraphs as new messages). ``units``: how ``max_chars`` counts, in code points
+    or in UTF-16 code units (Telegram's, where an emoji counts two).
     """
 
     max_chars: int
     edit_interval_s: float
     max_buttons: int = 5
     partial: bool = True
+    units: Literal["chars", "utf16"] = "chars"
 
 
 @runtime_checkable

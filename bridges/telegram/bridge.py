@@ -68,7 +68,9 @@ SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a heade
 
 #: What a live reply keeps to: a message's 4,096 units; Telegram's flood control allows
 #: about one message (or edit) a second per chat; eight choices still read as a list.
-LIVE_LIMITS: Final = LiveLimits(max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8)
+LIVE_LIMITS: Final = LiveLimits(
+    max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8, units="utf16"
+)
 
 #: A draft vanishes about 30 s after its last update: one unchanged for this long is sent
 #: again, so "Thinking…" or a tool's status stays while nothing else changes.

@@ -735,7 +735,10 @@ async def test_text_over_two_thousand_characters_is_split_at_lines_and_only_the_
     paragraphs = ["a" * 1500, "b" * 1500, "c" * 100]
     await bridge.send_reply(group_message(), "\n".join(paragraphs))
     sent = discord_api.sent_messages()
-    assert [s.content for s in sent] == [paragraphs[0], paragraphs[1] + "\n" + paragraphs[2]]
+    assert [s.content for s in sent] == [
+        paragraphs[0] + "\n",  # the line break stays with the part it ends
+        paragraphs[1] + "\n" + paragraphs[2],
+    ]
     assert "message_reference" in sent[0].json
     assert "message_reference" not in sent[1].json
 

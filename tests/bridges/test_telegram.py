@@ -623,6 +623,13 @@ async def test_a_file_id_telegram_does_not_know_is_a_bridge_error(
 # -- replies -----------------------------------------------------------------------------
 
 
+def test_a_long_answer_never_leaves_a_message_of_one_emoji() -> None:
+    text = "word " * 819 + "\U0001f389"  # 4,096 characters, 4,097 UTF-16 units
+    parts = split_text(text)
+    assert "".join(parts) == text
+    assert all(len(part) >= 8 for part in parts), [p[-12:] for p in parts]
+
+
 async def test_an_answer_notifies_nobody_the_model_wrote_an_at_username_for(
     bridge: TelegramBridge, telegram: TelegramStandIn
 ) -> None:
