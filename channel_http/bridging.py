@@ -35,6 +35,7 @@ from bridges.holding import ConnectionLeases
 from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import (
+    BridgeError,
     GatewayBridge,
     HeldBridge,
     InvitedBridge,
@@ -86,7 +87,18 @@ class Bridging:
     clock: Clock
     #: The leases of the connections only one instance holds (None: every bridge runs here).
     leases: ConnectionLeases | None = None
+    #: The gateway bridges whose connection ended for good (the platform refused the bot).
+    ended: set[str] = field(default_factory=set)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def gateways(self) -> dict[str, bool]:
+        """Each bridge that holds a connection of its own, and whether it still runs (False:
+        it ended for good, the platform refused its credentials, and receives nothing)."""
+        return {
+            b.platform: b.platform not in self.ended
+            for b in self.bridges
+            if isinstance(b, GatewayBridge)
+        }
 
     def held_connections(self) -> dict[str, bool]:
         """Each connection only one instance may hold that this one runs, and whether this
@@ -319,8 +331,13 @@ async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
         await bridge.run(deliver)
     except asyncio.CancelledError:
         raise
+    except BridgeError as refused:
+        # The platform refused the bot for good (a wrong token): its sentence says what to
+        # set; nothing of ours failed, so no traceback.
+        log.error("%s", refused)
     except Exception:
         log.exception("the %s bridge's connection ended", bridge.platform)
+    bridging.ended.add(bridge.platform)
 
 
 async def _admits(people: People, platform: str, account: str, name: str | None) -> bool:

@@ -578,7 +578,16 @@ class MatrixBridge:
                 )
                 self._token = login.access_token
             else:
-                whoami = await self._call("checking the access token", client.whoami())
+                try:
+                    whoami = await self._call("checking the access token", client.whoami())
+                except PlatformUnavailable:
+                    raise
+                except BridgeError as refused:
+                    raise BridgeError(
+                        f"The homeserver refused MATRIX_ACCESS_TOKEN for {self._user_id} "
+                        f"({_errcode(refused)}), so the Matrix bridge is not connected: set the "
+                        "bot's current access token (or MATRIX_PASSWORD) and restart."
+                    ) from None
                 if str(whoami.user_id) != self._user_id:
                     raise BridgeError(
                         f"MATRIX_ACCESS_TOKEN belongs to {whoami.user_id}, not to "
@@ -798,3 +807,10 @@ class MatrixBridge:
 
 def _split(text: str) -> list[str]:
     return split(text, MESSAGE_LIMIT)
+
+
+def _errcode(refused: BridgeError) -> str:
+    """The Matrix error code a refusal names (``M_UNKNOWN_TOKEN``), else its sentence."""
+    cause = refused.__cause__
+    code = getattr(cause, "errcode", None)
+    return code if isinstance(code, str) and code else str(refused)

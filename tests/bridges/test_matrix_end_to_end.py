@@ -6,6 +6,7 @@ them: the bot's messages and their last edits."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from mautrix.api import Method
 from mautrix.api import Path as ApiPath
@@ -496,3 +498,25 @@ def test_a_sign_in_link_goes_only_to_a_room_of_its_person_and_the_bot(
     assert len(links) == 2
     told = [m["content"] for r in ollama.requests for m in r["messages"] if m["role"] == "tool"]
     assert told and all("sent to them privately" in t for t in told)
+
+
+def test_a_wrong_access_token_is_one_sentence_and_readyz_says_the_bridge_is_not_connected(
+    people: People,
+    make_server: Callable[..., RunningServer],
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "mercury")
+    env = {**matrix_env(people), "MATRIX_ACCESS_TOKEN": "syt_not_the_bots_token"}
+    server = make_server(**env)
+
+    def not_connected() -> dict[str, Any] | None:
+        answer = httpx.get(server.url + "/readyz", timeout=10).json()
+        return answer if answer.get("bridges") == {"matrix": False} else None
+
+    wait_until(not_connected, "readyz to say the Matrix bridge is not connected")
+    said = [r for r in caplog.records if r.name.startswith("mercury.bridges")]
+    [refusal] = [r for r in said if "MATRIX_ACCESS_TOKEN" in r.getMessage()]
+    assert refusal.levelno == logging.ERROR and "M_UNKNOWN_TOKEN" in refusal.getMessage()
+    assert "syt_not_the_bots_token" not in caplog.text
+    assert not [r for r in said if r.exc_info], [r.getMessage() for r in said if r.exc_info]
