@@ -35,6 +35,7 @@ from bridges.holding import ConnectionLeases
 from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import (
+    Admission,
     BridgeError,
     GatewayBridge,
     HeldBridge,
@@ -46,7 +47,7 @@ from bridges.port import (
 )
 from bridges.stops import TurnStops
 from core.clock import Clock
-from core.people.people import Admitted
+from core.people.people import Admitted, Refused
 from core.people.principal import Principal
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
@@ -340,11 +341,21 @@ async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
     bridging.ended.add(bridge.platform)
 
 
-async def _admits(people: People, platform: str, account: str, name: str | None) -> bool:
+async def _admits(people: People, platform: str, account: str, name: str | None) -> Admission:
     """Whether the instance talks to ``account`` of ``platform`` (an inviter), as it decides
-    for every message: the directory, or anyone when there is none."""
+    for every message: the directory, or anyone when there is none; a stranger of a
+    ``pairing`` platform may be given a code in a DM (:class:`~core.spaces.routing.Stranger`)."""
     principal = Principal(id=account, provider=platform, display_name=name)
-    return isinstance(await people.identify(principal), Admitted)
+    found = await people.identify(principal)
+    if isinstance(found, Admitted):
+        return "admitted"
+    if (
+        isinstance(found, Refused)
+        and found.reason == "unknown"
+        and people.dm_policy(platform) == "pairing"
+    ):
+        return "pairing"
+    return "refused"
 
 
 async def _sweep(stores: PipelineStores) -> None:

@@ -271,7 +271,8 @@ class MatrixBridge:
         return answer
 
     async def _handle_invites(self, client: ClientAPI, answer: dict[str, Any]) -> None:
-        """Join each room an admitted person invited the bot to; decline the others."""
+        """Join each room an admitted person invited the bot to, and a DM a stranger invited
+        it to under ``pairing`` (where they get a code); decline the others."""
         invites = (answer.get("rooms") or {}).get("invite") or {}
         for room_id, invited in invites.items():
             inviter, direct, name = None, False, None
@@ -286,28 +287,40 @@ class MatrixBridge:
                 if event.get("type") == "m.room.member" and event.get("state_key") == inviter:
                     name = (event.get("content") or {}).get("displayname")
             try:
-                admitted = (
-                    isinstance(inviter, str)
-                    and self._admits is not None
-                    and await self._admits(inviter, name if isinstance(name, str) else None)
+                admission = (
+                    await self._admits(inviter, name if isinstance(name, str) else None)
+                    if isinstance(inviter, str) and self._admits is not None
+                    else "refused"
                 )
             except Exception:
                 # Left pending: a first start (from now) sees it again.
                 log.exception("Could not tell whether %s may invite the Matrix bot.", inviter)
                 continue
             try:
-                if admitted:
-                    await self._call("joining a room", client.join_room_by_id(RoomID(room_id)))
-                    if direct:
-                        await self._mark_direct(client, room_id, str(inviter))
-                    log.info("The Matrix bot joined %s, invited by %s.", room_id, inviter)
-                else:
+                if admission == "refused":
                     await self._call("declining an invite", client.leave_room(RoomID(room_id)))
                     log.info(
                         "The Matrix bot declined the invite to %s by %s, who is not admitted.",
                         room_id,
                         inviter,
                     )
+                    continue
+                await self._call("joining a room", client.join_room_by_id(RoomID(room_id)))
+                if admission == "pairing" and not await self._only_two(
+                    client, room_id, str(inviter)
+                ):
+                    # A stranger is given a code in a DM alone: never in a group.
+                    await self._call("leaving a room", client.leave_room(RoomID(room_id)))
+                    log.info(
+                        "The Matrix bot left %s: %s, not admitted, invited it to a room of "
+                        "more than the two of them.",
+                        room_id,
+                        inviter,
+                    )
+                    continue
+                if direct:
+                    await self._mark_direct(client, room_id, str(inviter))
+                log.info("The Matrix bot joined %s, invited by %s.", room_id, inviter)
             except BridgeError as exc:
                 if isinstance(exc, PlatformUnavailable):
                     raise

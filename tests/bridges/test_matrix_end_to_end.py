@@ -120,23 +120,25 @@ def say(people: People, user: MatrixUser, room: str, text: str, **extra: Any) ->
     return send(people, user, room, {"msgtype": "m.text", "body": text, **extra})
 
 
-def events(people: People, room: str) -> list[dict[str, Any]]:
-    """The room's message events, oldest first, as the owner of a client reads them."""
+def events(people: People, room: str, reader: MatrixUser | None = None) -> list[dict[str, Any]]:
+    """The room's message events, oldest first, as ``reader`` (Alice) reads them."""
     path = ApiPath.v3.rooms[room].messages
     answer = call(
         people,
-        people.alice.client.api.request(
+        (reader or people.alice).client.api.request(
             Method.GET, path, query_params={"dir": "b", "limit": "200"}
         ),
     )
     return [e for e in reversed(answer["chunk"]) if e["type"] == "m.room.message"]
 
 
-def bot_messages(people: People, room: str) -> list[tuple[dict[str, Any], str, int]]:
+def bot_messages(
+    people: People, room: str, reader: MatrixUser | None = None
+) -> list[tuple[dict[str, Any], str, int]]:
     """The bot's messages: each event, its text as shown now (after its last edit), and how
     many edits it had."""
     found: dict[str, tuple[dict[str, Any], str, int]] = {}
-    for event in events(people, room):
+    for event in events(people, room, reader):
         if event["sender"] != people.bot.user_id:
             continue
         content = event["content"]
@@ -388,6 +390,8 @@ def test_the_bot_joins_only_the_rooms_an_admitted_person_invites_it_to(
     # The bot logs in with its password here (MATRIX_PASSWORD), not a token.
     env = {**matrix_env(people), "MATRIX_PASSWORD": people.bot.password}
     del env["MATRIX_ACCESS_TOKEN"]
+    # Under allowlist; under pairing (the default with a directory) a DM invite is taken.
+    env["MATRIX_DM_POLICY"] = "allowlist"
     synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **env))
     refused = str(
         call(people, people.bob.client.create_room(invitees=[UserID(people.bot.user_id)]))
@@ -520,3 +524,29 @@ def test_a_wrong_access_token_is_one_sentence_and_readyz_says_the_bridge_is_not_
     assert refusal.levelno == logging.ERROR and "M_UNKNOWN_TOKEN" in refusal.getMessage()
     assert "syt_not_the_bots_token" not in caplog.text
     assert not [r for r in said if r.exc_info], [r.getMessage() for r in said if r.exc_info]
+
+
+def test_under_pairing_a_strangers_dm_invite_is_taken_and_answered_with_a_code_only(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    directory = [
+        {"id": "alice", "displayName": "Alice", "identities": [f"matrix:{people.alice.user_id}"]}
+    ]
+    synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **matrix_env(people)))
+    asked = len(ollama.requests)
+    dm = open_room(people, people.carol, direct=True)  # Carol is no one the directory knows
+    say(people, people.carol, dm, "hello, let me in")
+    [(_, code, _)] = wait_until(lambda: bot_messages(people, dm, people.carol), "the code")
+    assert "give this code to an administrator" in code
+    # A room of three a stranger invites the bot to is no DM: the bot leaves it.
+    group = str(
+        call(
+            people,
+            people.carol.client.create_room(
+                invitees=[UserID(people.bot.user_id), UserID(people.bob.user_id)]
+            ),
+        )
+    )
+    wait_until(lambda: member_state(people, people.carol, group) == "leave", "the bot to leave")
+    settle()
+    assert len(ollama.requests) == asked  # nothing Carol wrote reached the model
