@@ -242,6 +242,13 @@ class Pipeline:
 
     # ---------------------------------------------------------------- intake
 
+    async def room(self) -> None:
+        """Wait until the pipeline is not :attr:`full`: a gateway's back-pressure (what it
+        has not taken yet stays with the platform, unacknowledged, instead of queueing up
+        here without bound)."""
+        while self.full:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+
     async def submit(self, bridge: PlatformBridge, message: Received) -> bool:
         """Take ``message`` (on one instance) and handle it in the background.
 

@@ -323,6 +323,9 @@ async def _keep_lease(
 
 async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
     async def deliver(message: Received | Pressed) -> None:
+        # Back-pressure: a full pipeline holds the connection's next message back (Socket
+        # Mode leaves its envelope unacknowledged) instead of queueing without bound.
+        await bridging.pipeline.room()
         if isinstance(message, Pressed):
             await bridging.take_press(bridge, message)
         else:
