@@ -66,6 +66,7 @@ import yarl
 
 from bridges.downloads import read_capped, refuse_past
 from bridges.hosts import on_platform
+from bridges.pacing import split
 from bridges.port import (
     Attachment,
     BridgeError,
@@ -673,7 +674,7 @@ class DiscordBridge:
         for content, batch in messages:
             if content is None and not batch:
                 continue
-            options: dict[str, Any] = {}
+            options: dict[str, Any] = {"allowed_mentions": _addressed(to)}
             if batch:
                 options["files"] = [discord.File(io.BytesIO(f.data), f.filename) for f in batch]
             if reference is not None:
@@ -698,7 +699,9 @@ class DiscordBridge:
             reference = channel.get_partial_message(int(to.message_id)).to_reference(
                 fail_if_not_exists=False
             )
-        reply = _LiveReply(self, channel, reference, thinking=status, buttons=tuple(buttons))
+        reply = _LiveReply(
+            self, channel, reference, _addressed(to), thinking=status, buttons=tuple(buttons)
+        )
         if status is not None:  # a continuation of a long answer opens without one
             await reply.start()
         return reply
@@ -909,6 +912,13 @@ class DiscordBridge:
             ) from exc
 
 
+def _addressed(to: Received) -> discord.AllowedMentions:
+    """What an answer to ``to`` may ping: its author alone (as the reply and by a mention),
+    never anyone else the model wrote ``<@id>``, a role or ``@everyone`` for."""
+    author = [discord.Object(id=int(to.author_id))] if to.author_id.isdigit() else False
+    return discord.AllowedMentions(everyone=False, roles=False, users=author, replied_user=True)
+
+
 class _LiveReply:
     """One reply being written: typing, then one posted message edited as it grows."""
 
@@ -917,6 +927,7 @@ class _LiveReply:
         bridge: DiscordBridge,
         channel: discord.PartialMessageable,
         reference: discord.MessageReference | None,
+        mentions: discord.AllowedMentions,
         *,
         thinking: str | None,
         buttons: tuple[ReplyButton, ...],
@@ -924,6 +935,7 @@ class _LiveReply:
         self._bridge = bridge
         self._channel = channel
         self._reference = reference
+        self._mentions = mentions
         self._thinking = thinking
         self._buttons = buttons
         self._message: discord.Message | None = None
@@ -1005,7 +1017,11 @@ class _LiveReply:
             return
         if not files and self._shown == (content, buttons):
             return
-        options: dict[str, Any] = {"content": content, "view": _view(buttons)}
+        options: dict[str, Any] = {
+            "content": content,
+            "view": _view(buttons),
+            "allowed_mentions": self._mentions,
+        }
         if files:
             options["attachments"] = [discord.File(io.BytesIO(f.data), f.filename) for f in files]
         async with self._bridge._platform_call("the reply's edit"):
@@ -1020,7 +1036,7 @@ class _LiveReply:
         *,
         reply: bool = False,
     ) -> discord.Message:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"allowed_mentions": self._mentions}
         if buttons:
             options["view"] = _view(buttons)
         if files:
@@ -1079,8 +1095,8 @@ class _Client(discord.Client):
         intents.message_content = True  # privileged: enabled in the developer portal
         super().__init__(
             intents=intents,
-            # The model's text never pings @everyone or a role; a reply pings its author.
-            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True),
+            # The model's text pings nobody; a reply pings its author alone (_addressed).
+            allowed_mentions=discord.AllowedMentions.none(),
             max_ratelimit_timeout=30.0,
             chunk_guilds_at_startup=False,
         )
@@ -1199,23 +1215,9 @@ def _unknown_interaction(exc: BaseException) -> bool:
 
 
 def _chunks(text: str, limit: int) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters, cut at a line or word where one is
-    near the end (the separator dropped), else hard."""
-    chunks: list[str] = []
-    rest = text
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = window.rfind("\n")
-        if cut < limit // 2:
-            cut = window.rfind(" ")
-        if cut < limit // 2:
-            chunks.append(window)
-            rest = rest[limit:]
-        else:
-            chunks.append(rest[:cut])
-            rest = rest[cut + 1 :]
-    chunks.append(rest)
-    return chunks
+    """``text`` in pieces of at most ``limit`` characters, cut as every platform's answer is
+    (:func:`bridges.pacing.split`); blank pieces dropped, an empty text one empty piece."""
+    return [part for part in split(text, limit) if part.strip()] or [text]
 
 
 def _retry_after(exc: discord.HTTPException) -> float | None:

@@ -25,6 +25,8 @@ def on_platform(url: str, *, api_url: str, domains: Sequence[str]) -> bool:
         _ = target.port  # a port that isn't a number is no platform's URL
     except ValueError:
         return False
+    if not target.scheme or not host:
+        return False  # a relative URL, or one without a host, is no platform's
     if same_api:
         return True
     return target.scheme == "https" and any(

@@ -5,7 +5,7 @@
     text ─► the answer so far (paced: bridges.pacing)
     reasoning ─► not shown (``bridges.show_reasoning``: its latest line as the status)
     tool ─► its label as the status line; tool_finish ─► the status goes
-    login ─► the sign-in link to its person alone (send_private), never into the group
+    login ─► not an event here: the turn's ``sign_in`` hands it on (bridges.sign_in)
     pending ─► one button per choice (more than the platform carries: the typed tokens)
     final ─► exactly ``final.text`` left in the chat, with the buttons and the files
     error ─► the error's sentence replaces what was shown
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from bridges.pacing import Pacer
-from bridges.port import ACTION_MAX_BYTES, BridgeError, ReplyButton
+from bridges.port import ACTION_MAX_BYTES, ReplyButton
 from core.engine import events
 
 if TYPE_CHECKING:
@@ -258,8 +258,6 @@ class LiveAnswer:
                     tools[event.tool_call_id] = event.label
                 elif isinstance(event, events.ToolFinish):
                     tools.pop(event.tool_call_id, None)
-                elif isinstance(event, events.Login):
-                    await self._send_login(event)
                 elif isinstance(event, events.Pending):
                     pending = event
                 elif isinstance(event, events.Final):
@@ -273,13 +271,3 @@ class LiveAnswer:
             if status is None and not text:
                 status = _last_line(reasoning).strip() or thinking
             pacer.offer(text, status)
-
-    async def _send_login(self, login: events.Login) -> None:
-        sentence = self._translator.gettext("Sign in to %(service)s: %(url)s") % {
-            "service": login.service,
-            "url": login.url,
-        }
-        try:
-            await self._bridge.send_private(self._to, sentence)
-        except BridgeError as failed:
-            log.warning("a %s sign-in link was not sent: %s", self._to.platform, failed)

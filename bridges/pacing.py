@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import unicodedata
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
@@ -34,7 +35,7 @@ from bridges.port import BridgeError, PlatformUnavailable
 if TYPE_CHECKING:
     from bridges.port import EgressFile, LiveBridge, LiveLimits, LiveReply, Received, ReplyButton
 
-__all__ = ["Pacer", "split", "split_point"]
+__all__ = ["MIN_FRAGMENT", "Pacer", "Units", "measure", "split", "split_point"]
 
 log = logging.getLogger("mercury.bridges")
 
@@ -46,23 +47,100 @@ MAX_TRIES: Final = 8
 MAX_BACKOFF_S: Final = 30.0
 #: A boundary cut is taken only when it keeps at least this share of the message.
 _MIN_SHARE: Final = 3
+#: No message is left holding fewer characters than this (a lone emoji, a word's end) when
+#: a cut a little earlier can give it more.
+MIN_FRAGMENT: Final = 8
 _SENTENCE_ENDS: Final = (". ", "! ", "? ", "… ", "。", "！", "？")
 
+#: How a platform counts a message's length: code points, or UTF-16 code units (Telegram).
+Units = Literal["chars", "utf16"]
 
-def split_point(text: str, limit: int) -> int:
-    """Where to cut ``text`` so that the first part holds at most ``limit`` characters.
+
+def measure(text: str, units: Units = "chars") -> int:
+    """``text``'s length as a platform counting ``units`` counts it."""
+    if units == "chars":
+        return len(text)
+    return len(text.encode("utf-16-le")) // 2
+
+
+def _fitting(text: str, limit: int, units: Units) -> int:
+    """How many characters of ``text`` fit in ``limit`` ``units``."""
+    if units == "chars":
+        return min(len(text), limit)
+    used = 0
+    for index, char in enumerate(text):
+        used += 2 if ord(char) > 0xFFFF else 1
+        if used > limit:
+            return index
+    return len(text)
+
+
+def _extends(char: str) -> bool:
+    """Whether ``char`` belongs to the grapheme before it: a combining mark, a joiner, a
+    variation selector, an emoji modifier or tag (Unicode's extending characters)."""
+    code = ord(char)
+    return (
+        unicodedata.category(char) in ("Mn", "Me", "Mc")
+        or code in (0x200C, 0x200D)
+        or 0xFE00 <= code <= 0xFE0F
+        or 0x1F3FB <= code <= 0x1F3FF
+        or 0xE0020 <= code <= 0xE007F
+        or 0xE0100 <= code <= 0xE01EF
+    )
+
+
+def _regional(char: str) -> bool:
+    return 0x1F1E6 <= ord(char) <= 0x1F1FF
+
+
+def _grapheme_start(text: str, at: int) -> bool:
+    """Whether a cut before ``text[at]`` falls between two graphemes (never inside an
+    emoji sequence, a flag, a letter with its accents, or a CR LF)."""
+    if at <= 0 or at >= len(text):
+        return True
+    before, after = text[at - 1], text[at]
+    if _extends(after) or before == "\u200d" or (before, after) == ("\r", "\n"):
+        return False
+    if _regional(before) and _regional(after):
+        run = 0
+        while at - run - 1 >= 0 and _regional(text[at - run - 1]):
+            run += 1
+        return run % 2 == 0  # between two flags, never inside one
+    return True
+
+
+def split_point(text: str, limit: int, *, units: Units = "chars") -> int:
+    """Where to cut ``text`` so that the first part holds at most ``limit`` ``units``.
 
     The last paragraph break in reach, else the last line break, else the last sentence
-    end, else the last space; a hard cut at ``limit`` only for a word longer than a
-    message. The boundary's own characters stay with the first part, so
-    ``text[:cut] + text[cut:] == text``. ``len(text)`` when it all fits.
+    end, else the last space; a hard cut, between two graphemes, only for a word longer than
+    a message. The rest is never left under :data:`MIN_FRAGMENT` characters when a cut a
+    little earlier gives it more. The boundary's own characters stay with the first part,
+    so ``text[:cut] + text[cut:] == text``. ``len(text)`` when it all fits.
     """
     if limit < 1:
         raise ValueError(f"A message limit of {limit} characters holds nothing; give 1 or more.")
-    if len(text) <= limit:
+    fit = _fitting(text, limit, units)
+    if fit >= len(text):
         return len(text)
-    head = text[:limit]
-    least = max(1, limit // _MIN_SHARE)
+    cut = _boundary(text, fit)
+    if cut is None:
+        return fit  # one grapheme longer than a message: cut it where the limit falls
+    if len(text) - cut < MIN_FRAGMENT:
+        least = max(MIN_FRAGMENT, fit // _MIN_SHARE)
+        earlier = (
+            _boundary(text, len(text) - MIN_FRAGMENT) if len(text) > 2 * MIN_FRAGMENT else None
+        )
+        if earlier is not None and earlier >= least:
+            cut = earlier
+    return cut
+
+
+def _boundary(text: str, fit: int) -> int | None:
+    """The best cut of ``text`` at or before ``fit`` characters (see :func:`split_point`);
+    None when every cut there falls inside a grapheme."""
+    head = text[:fit]
+    least = max(1, fit // _MIN_SHARE)
     for mark in ("\n\n", "\n"):
         at = head.rfind(mark)
         if at >= 0 and at + len(mark) >= least:
@@ -74,18 +152,21 @@ def split_point(text: str, limit: int) -> int:
             best = max(best, at + len(mark))
     if best >= least:
         return best
-    for at in range(limit - 1, 0, -1):
+    for at in range(fit - 1, 0, -1):
         if head[at].isspace():
             return at + 1
-    return limit
+    for at in range(fit, 0, -1):
+        if _grapheme_start(text, at):
+            return at
+    return None
 
 
-def split(text: str, limit: int) -> list[str]:
-    """``text`` in messages of at most ``limit`` characters, cut at :func:`split_point`;
+def split(text: str, limit: int, *, units: Units = "chars") -> list[str]:
+    """``text`` in messages of at most ``limit`` ``units``, cut at :func:`split_point`;
     joined they are ``text`` exactly. An empty text is one empty message."""
     parts: list[str] = []
-    while len(text) > limit:
-        cut = split_point(text, limit)
+    while measure(text, units) > limit:
+        cut = split_point(text, limit, units=units)
         parts.append(text[:cut])
         text = text[cut:]
     parts.append(text)
@@ -228,12 +309,12 @@ class Pacer:
             rest = self._text[self._committed :]
             at = rest.rfind("\n\n")
             if at >= 0:
-                for part in split(rest[: at + 2], limits.max_chars):
+                for part in split(rest[: at + 2], limits.max_chars, units=limits.units):
                     await self._finish_part(part)
             return
-        while len(self._text) - self._committed > limits.max_chars:
+        while measure(self._text[self._committed :], limits.units) > limits.max_chars:
             rest = self._text[self._committed :]
-            await self._finish_part(rest[: split_point(rest, limits.max_chars)])
+            await self._finish_part(rest[: split_point(rest, limits.max_chars, units=limits.units)])
         state = (self._text[self._committed :], self._status)
         if state != self._shown:
             reply = await self._current()
@@ -270,7 +351,7 @@ class Pacer:
             # ``final`` extends what streamed); what is in it stays, the answer follows whole.
             log.warning("a live %s answer changed after it was split", self._to.platform)
             rest = end.text
-        *parts, last = split(rest, self.limits.max_chars)
+        *parts, last = split(rest, self.limits.max_chars, units=self.limits.units)
         for part in parts:
             await self._finish_part(part)
         reply = await self._current()

@@ -63,6 +63,7 @@ from bridges.port import (
     Pressed,
     Received,
 )
+from bridges.sign_in import sign_in_for
 from bridges.stops import StopAsk
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
     from core.spaces.settings import SpaceSettings
+    from core.tools.registry import SignIn
     from core.workspace.files import PersonFiles
 
 __all__ = ["Pipeline", "PipelineStores"]
@@ -246,6 +248,13 @@ class Pipeline:
         stores.stops.serve(self._stop_asked)
 
     # ---------------------------------------------------------------- intake
+
+    async def room(self) -> None:
+        """Wait until the pipeline is not :attr:`full`: a gateway's back-pressure (what it
+        has not taken yet stays with the platform, unacknowledged, instead of queueing up
+        here without bound)."""
+        while self.full:
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
 
     async def submit(self, bridge: PlatformBridge, message: Received) -> bool:
         """Take ``message`` (on one instance) and handle it in the background.
@@ -389,7 +398,9 @@ class Pipeline:
         ingress, notes = await self._normalize(
             bridge, message, thread.conversation_external_id, space.id, translator
         )
-        started = await self._start(ingress, decision, translator)
+        started = await self._start(
+            ingress, decision, translator, _sign_in(bridge, message, translator)
+        )
         return replace(started, notes=notes)
 
     async def _pair(self, bridge: PlatformBridge, message: Received) -> None:
@@ -646,7 +657,9 @@ class Pipeline:
                         bridge, press, translator.gettext("Rate limit exceeded. Try again shortly.")
                     )
                 return
-            started = await self._start(ingress, decision, translator)
+            started = await self._start(
+                ingress, decision, translator, _sign_in(bridge, message, translator)
+            )
         await self._finish(bridge, message, started)
 
     async def _press_stop(
@@ -763,8 +776,11 @@ class Pipeline:
         )
         return ingress, tuple(notes)
 
-    async def _start(self, ingress: IngressMessage, run: Run, translator: Translator) -> _Started:
-        """The turn for ``ingress`` opened, with the space's preferences and ambient talk."""
+    async def _start(
+        self, ingress: IngressMessage, run: Run, translator: Translator, sign_in: SignIn | None
+    ) -> _Started:
+        """The turn for ``ingress`` opened, with the space's preferences and ambient talk;
+        a sign-in link its tools ask for goes to the author alone (``sign_in``)."""
         who = run.who
         space = await self._router.space_turn(
             run, is_dm=ingress.is_dm, author_name=ingress.author_name
@@ -780,6 +796,7 @@ class Pipeline:
                 received_at=datetime.now(UTC),
                 attachments=ingress.attachments,
                 space=space,
+                sign_in=sign_in,
             )
         )
         running = self._hold_running(who, turn)
@@ -878,6 +895,12 @@ class Pipeline:
 
 
 StopOutcome = Literal["idle", "stopped", "refused", "expired", "unanswered"]
+
+
+def _sign_in(bridge: PlatformBridge, message: Received, translator: Translator) -> SignIn | None:
+    """How a turn answering ``message`` hands a sign-in link to its author alone: the one
+    rule of :mod:`bridges.sign_in` on a bridge that can reach a person privately."""
+    return sign_in_for(bridge, message, translator) if isinstance(bridge, LiveBridge) else None
 
 
 def _stop_text(outcome: StopOutcome, translator: Translator) -> str:

@@ -53,6 +53,7 @@ import msgspec
 
 __all__ = [
     "ACTION_MAX_BYTES",
+    "Admission",
     "Admits",
     "Attachment",
     "BridgeError",
@@ -308,14 +309,17 @@ class HeldBridge(GatewayBridge, Protocol):
     def restore(self, checkpoint: bytes) -> None: ...
 
 
-#: Whether the instance talks to a platform account: its id and its name (a Matrix inviter).
-Admits = Callable[[str, "str | None"], Awaitable[bool]]
+#: Whether the instance talks to a platform account (its id and its name: a Matrix inviter):
+#: ``admitted``; ``pairing``, a stranger who may ask for a code in a DM; else ``refused``.
+Admission = Literal["admitted", "pairing", "refused"]
+Admits = Callable[[str, "str | None"], Awaitable[Admission]]
 
 
 @runtime_checkable
 class InvitedBridge(GatewayBridge, Protocol):
-    """A platform whose bot is invited into rooms (Matrix): it joins only when the inviter is
-    someone the instance talks to, which the composition root tells it through ``admits``."""
+    """A platform whose bot is invited into rooms (Matrix): it joins when the inviter is
+    someone the instance talks to, which the composition root tells it through ``admits``,
+    and, for a stranger under ``pairing``, only into a DM (where they are given a code)."""
 
     def admit_by(self, admits: Admits) -> None:
         """Ask ``admits`` about each inviter from now on (called before :meth:`run`)."""
@@ -373,13 +377,15 @@ class LiveLimits(msgspec.Struct, frozen=True, kw_only=True):
     ``edit_interval_s``: the least time between two updates of one chat's message.
     ``max_buttons``: how many buttons a message can carry (more choices fall back to text).
     ``partial``: whether the platform can show partial text at all (WhatsApp can't: it gets
-    finished paragraphs as new messages).
+    finished paragraphs as new messages). ``units``: how ``max_chars`` counts, in code points
+    or in UTF-16 code units (Telegram's, where an emoji counts two).
     """
 
     max_chars: int
     edit_interval_s: float
     max_buttons: int = 5
     partial: bool = True
+    units: Literal["chars", "utf16"] = "chars"
 
 
 @runtime_checkable

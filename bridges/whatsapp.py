@@ -51,6 +51,7 @@ from bridges.downloads import read_capped, refuse_past
 from bridges.freshness import epoch
 from bridges.hosts import on_platform
 from bridges.json_body import decode
+from bridges.pacing import split
 from bridges.port import (
     ACTION_MAX_BYTES,
     Attachment,
@@ -746,25 +747,9 @@ def _recipient(thread_id: str) -> dict[str, str]:
 
 
 def _split_text(text: str, limit: int) -> list[str]:
-    """``text`` in pieces of at most ``limit`` characters, cut at a paragraph, a line or a
-    space where one falls in the second half of the piece."""
-    pieces: list[str] = []
-    rest = text.strip()
-    while len(rest) > limit:
-        window = rest[: limit + 1]
-        for separator in ("\n\n", "\n", " "):
-            at = window.rfind(separator)
-            if at >= limit // 2:
-                piece, rest = rest[:at], rest[at + len(separator) :]
-                break
-        else:
-            piece, rest = rest[:limit], rest[limit:]
-        if piece.strip():
-            pieces.append(piece.rstrip())
-        rest = rest.lstrip("\n")
-    if rest.strip():
-        pieces.append(rest)
-    return pieces
+    """``text`` in pieces of at most ``limit`` characters, cut as every platform's answer is
+    (:func:`bridges.pacing.split`), each without the blank lines around it."""
+    return [part.strip() for part in split(text.strip(), limit) if part.strip()]
 
 
 def _seconds(retry_after: str | None, code: int | None) -> float | None:

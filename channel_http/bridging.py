@@ -35,6 +35,8 @@ from bridges.holding import ConnectionLeases
 from bridges.notices import NoticeClaims
 from bridges.pipeline import Pipeline, PipelineStores
 from bridges.port import (
+    Admission,
+    BridgeError,
     GatewayBridge,
     HeldBridge,
     InvitedBridge,
@@ -45,7 +47,7 @@ from bridges.port import (
 )
 from bridges.stops import TurnStops
 from core.clock import Clock
-from core.people.people import Admitted
+from core.people.people import Admitted, Refused
 from core.people.principal import Principal
 from core.spaces.ambient import Ambient
 from core.spaces.members import Spaces
@@ -86,7 +88,18 @@ class Bridging:
     clock: Clock
     #: The leases of the connections only one instance holds (None: every bridge runs here).
     leases: ConnectionLeases | None = None
+    #: The gateway bridges whose connection ended for good (the platform refused the bot).
+    ended: set[str] = field(default_factory=set)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def gateways(self) -> dict[str, bool]:
+        """Each bridge that holds a connection of its own, and whether it still runs (False:
+        it ended for good, the platform refused its credentials, and receives nothing)."""
+        return {
+            b.platform: b.platform not in self.ended
+            for b in self.bridges
+            if isinstance(b, GatewayBridge)
+        }
 
     def held_connections(self) -> dict[str, bool]:
         """Each connection only one instance may hold that this one runs, and whether this
@@ -310,6 +323,9 @@ async def _keep_lease(
 
 async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
     async def deliver(message: Received | Pressed) -> None:
+        # Back-pressure: a full pipeline holds the connection's next message back (Socket
+        # Mode leaves its envelope unacknowledged) instead of queueing without bound.
+        await bridging.pipeline.room()
         if isinstance(message, Pressed):
             await bridging.take_press(bridge, message)
         else:
@@ -319,15 +335,30 @@ async def _connected(bridge: GatewayBridge, bridging: Bridging) -> None:
         await bridge.run(deliver)
     except asyncio.CancelledError:
         raise
+    except BridgeError as refused:
+        # The platform refused the bot for good (a wrong token): its sentence says what to
+        # set; nothing of ours failed, so no traceback.
+        log.error("%s", refused)
     except Exception:
         log.exception("the %s bridge's connection ended", bridge.platform)
+    bridging.ended.add(bridge.platform)
 
 
-async def _admits(people: People, platform: str, account: str, name: str | None) -> bool:
+async def _admits(people: People, platform: str, account: str, name: str | None) -> Admission:
     """Whether the instance talks to ``account`` of ``platform`` (an inviter), as it decides
-    for every message: the directory, or anyone when there is none."""
+    for every message: the directory, or anyone when there is none; a stranger of a
+    ``pairing`` platform may be given a code in a DM (:class:`~core.spaces.routing.Stranger`)."""
     principal = Principal(id=account, provider=platform, display_name=name)
-    return isinstance(await people.identify(principal), Admitted)
+    found = await people.identify(principal)
+    if isinstance(found, Admitted):
+        return "admitted"
+    if (
+        isinstance(found, Refused)
+        and found.reason == "unknown"
+        and people.dm_policy(platform) == "pairing"
+    ):
+        return "pairing"
+    return "refused"
 
 
 async def _sweep(stores: PipelineStores) -> None:

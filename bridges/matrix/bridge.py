@@ -34,6 +34,7 @@ from bridges.port import (
     ReplyButton,
     ThreadInfo,
 )
+from bridges.sign_in import is_direct
 from core.config.settings import ConfigurationError
 from core.spaces.ids import parse_space_id
 
@@ -71,7 +72,7 @@ _REPLY_FALLBACK: Final = re.compile(r"\A(?:> [^\n]*\n)+\n")
 #: Only sync what the bridge reads: no presence, no ephemeral events but in joined rooms.
 _FILTER: Final = {
     "presence": {"types": []},
-    "account_data": {"types": ["m.direct"]},
+    "account_data": {"types": []},
     "room": {
         "ephemeral": {"types": []},
         "account_data": {"types": []},
@@ -84,10 +85,11 @@ _FILTER: Final = {
 class _Room:
     """What the bridge knows of one joined room."""
 
-    __slots__ = ("encrypted", "joined", "names", "warned")
+    __slots__ = ("encrypted", "members", "names", "warned")
 
     def __init__(self) -> None:
-        self.joined: int | None = None
+        #: Who is in the room, joined or invited (None: asked again when next needed).
+        self.members: frozenset[str] | None = None
         self.encrypted = False
         self.warned = False
         self.names: dict[str, str] = {}
@@ -133,7 +135,6 @@ class MatrixBridge:
         self._filter_id: str | None = None
         self._admits: Admits | None = None
         self._display_name: str | None = None
-        self._direct: set[str] = set()
         self._rooms: OrderedDict[str, _Room] = OrderedDict()
         #: The ids of the messages the bot sent (a reply to one is a reply to the bot).
         self._mine: OrderedDict[str, None] = OrderedDict()
@@ -195,13 +196,11 @@ class MatrixBridge:
         # it apart from an earlier start's, which Synapse may answer from its response cache
         # (for minutes), with that start's token: the messages since would run again.
         answer = await self._sync(client, since=None, timeout_ms=secrets.randbelow(10**9) + 1)
-        self._learn_direct(answer)
         await self._handle_invites(client, answer)
         self._since = str(answer["next_batch"])
 
     async def _sync_once(self, client: ClientAPI, deliver: Deliver) -> None:
         answer = await self._sync(client, since=self._since, timeout_ms=self._sync_timeout_ms)
-        self._learn_direct(answer)
         await self._handle_invites(client, answer)
         rooms = answer.get("rooms") or {}
         for room_id in rooms.get("leave") or {}:
@@ -271,19 +270,9 @@ class MatrixBridge:
             raise PlatformUnavailable("The homeserver's sync answer has no next_batch.")
         return answer
 
-    def _learn_direct(self, answer: dict[str, Any]) -> None:
-        for event in (answer.get("account_data") or {}).get("events") or []:
-            if event.get("type") == "m.direct" and isinstance(event.get("content"), dict):
-                self._direct = {
-                    room
-                    for rooms in event["content"].values()
-                    if isinstance(rooms, list)
-                    for room in rooms
-                    if isinstance(room, str)
-                }
-
     async def _handle_invites(self, client: ClientAPI, answer: dict[str, Any]) -> None:
-        """Join each room an admitted person invited the bot to; decline the others."""
+        """Join each room an admitted person invited the bot to, and a DM a stranger invited
+        it to under ``pairing`` (where they get a code); decline the others."""
         invites = (answer.get("rooms") or {}).get("invite") or {}
         for room_id, invited in invites.items():
             inviter, direct, name = None, False, None
@@ -298,36 +287,48 @@ class MatrixBridge:
                 if event.get("type") == "m.room.member" and event.get("state_key") == inviter:
                     name = (event.get("content") or {}).get("displayname")
             try:
-                admitted = (
-                    isinstance(inviter, str)
-                    and self._admits is not None
-                    and await self._admits(inviter, name if isinstance(name, str) else None)
+                admission = (
+                    await self._admits(inviter, name if isinstance(name, str) else None)
+                    if isinstance(inviter, str) and self._admits is not None
+                    else "refused"
                 )
             except Exception:
                 # Left pending: a first start (from now) sees it again.
                 log.exception("Could not tell whether %s may invite the Matrix bot.", inviter)
                 continue
             try:
-                if admitted:
-                    await self._call("joining a room", client.join_room_by_id(RoomID(room_id)))
-                    if direct:
-                        await self._mark_direct(client, room_id, str(inviter))
-                    log.info("The Matrix bot joined %s, invited by %s.", room_id, inviter)
-                else:
+                if admission == "refused":
                     await self._call("declining an invite", client.leave_room(RoomID(room_id)))
                     log.info(
                         "The Matrix bot declined the invite to %s by %s, who is not admitted.",
                         room_id,
                         inviter,
                     )
+                    continue
+                await self._call("joining a room", client.join_room_by_id(RoomID(room_id)))
+                if admission == "pairing" and not await self._only_two(
+                    client, room_id, str(inviter)
+                ):
+                    # A stranger is given a code in a DM alone: never in a group.
+                    await self._call("leaving a room", client.leave_room(RoomID(room_id)))
+                    log.info(
+                        "The Matrix bot left %s: %s, not admitted, invited it to a room of "
+                        "more than the two of them.",
+                        room_id,
+                        inviter,
+                    )
+                    continue
+                if direct:
+                    await self._mark_direct(client, room_id, str(inviter))
+                log.info("The Matrix bot joined %s, invited by %s.", room_id, inviter)
             except BridgeError as exc:
                 if isinstance(exc, PlatformUnavailable):
                     raise
                 log.warning("The Matrix bot could not answer the invite to %s: %s", room_id, exc)
 
     async def _mark_direct(self, client: ClientAPI, room_id: str, person: str) -> None:
-        """Keep ``room_id`` among the bot's direct rooms (``m.direct``), so it stays a DM."""
-        self._direct.add(room_id)
+        """List ``room_id`` among the bot's direct rooms (``m.direct``) for clients to show as
+        such; what the bridge takes for a DM is judged from the members alone."""
         path = Path.v3.user[self._user_id].account_data["m.direct"]
         try:
             current = await self._call(
@@ -367,7 +368,7 @@ class MatrixBridge:
         if kind == "m.room.encryption":
             room.encrypted = True
         elif kind == "m.room.member":
-            room.joined = None  # counted again when next needed
+            room.members = None  # asked again when next needed: a DM is judged afresh
             user = event.get("state_key")
             name = content.get("displayname")
             if isinstance(user, str) and isinstance(name, str) and name:
@@ -440,7 +441,7 @@ class MatrixBridge:
         text = self._readable(body, content)
         if not text.strip() and not attachments:
             return None
-        is_dm = await self._is_dm(client, room_id, room)
+        is_dm = await self._is_dm(client, room_id, room, sender)
         space_id = f"{PLATFORM}:dm:{room_id}" if is_dm else f"{PLATFORM}:{room_id}"
         try:
             parse_space_id(space_id)
@@ -485,22 +486,47 @@ class MatrixBridge:
             text = f"{mention} {text}"
         return text
 
-    async def _is_dm(self, client: ClientAPI, room_id: str, room: _Room) -> bool:
-        if room_id in self._direct:
-            return True
-        if room.joined is None:
+    async def _is_dm(self, client: ClientAPI, room_id: str, room: _Room, person: str) -> bool:
+        """Whether ``room_id`` is ``person``'s DM with the bot: the two of them its only
+        members, joined or invited (:func:`~bridges.sign_in.is_direct`); whoever marked it
+        direct, it stops being one when a third is invited."""
+        if room.members is None:
             try:
-                members = await self._call(
-                    "the room's members", client.get_joined_members(RoomID(room_id))
-                )
+                room.members = await self._members(client, room_id, room)
             except BridgeError as exc:
                 log.info("Matrix did not say who is in %s: %s", room_id, exc)
                 return False
-            room.joined = len(members)
-            for user, member in members.items():
-                if member.displayname:
-                    room.names[str(user)] = member.displayname
-        return room.joined == 2
+        return is_direct(room.members, bot=self._user_id, person=person)
+
+    async def _members(
+        self, client: ClientAPI, room_id: str, room: _Room | None = None
+    ) -> frozenset[str]:
+        """Who is in ``room_id`` now, joined or invited (the homeserver's answer, never a
+        cache); their display names learned into ``room``."""
+        answer = await self._call(
+            "the room's members",
+            client.api.request(Method.GET, Path.v3.rooms[room_id].members),
+        )
+        members: set[str] = set()
+        for event in (answer.get("chunk") if isinstance(answer, dict) else None) or []:
+            user, content = event.get("state_key"), event.get("content") or {}
+            if not isinstance(user, str) or content.get("membership") not in ("join", "invite"):
+                continue
+            members.add(user)
+            name = content.get("displayname")
+            if room is not None and isinstance(name, str) and name:
+                room.names[user] = name
+        return frozenset(members)
+
+    async def _only_two(self, client: ClientAPI, room_id: str, person: str) -> bool:
+        """Whether ``room_id`` holds ``person`` and the bot alone right now."""
+        try:
+            members = await self._members(client, room_id)
+        except BridgeError as exc:
+            if isinstance(exc, PlatformUnavailable):
+                raise
+            return False
+        return is_direct(members, bot=self._user_id, person=person)
 
     async def _name_of(self, client: ClientAPI, room_id: str, room: _Room, user: str) -> str:
         name = room.names.get(user)
@@ -565,7 +591,16 @@ class MatrixBridge:
                 )
                 self._token = login.access_token
             else:
-                whoami = await self._call("checking the access token", client.whoami())
+                try:
+                    whoami = await self._call("checking the access token", client.whoami())
+                except PlatformUnavailable:
+                    raise
+                except BridgeError as refused:
+                    raise BridgeError(
+                        f"The homeserver refused MATRIX_ACCESS_TOKEN for {self._user_id} "
+                        f"({_errcode(refused)}), so the Matrix bridge is not connected: set the "
+                        "bot's current access token (or MATRIX_PASSWORD) and restart."
+                    ) from None
                 if str(whoami.user_id) != self._user_id:
                     raise BridgeError(
                         f"MATRIX_ACCESS_TOKEN belongs to {whoami.user_id}, not to "
@@ -750,23 +785,24 @@ class MatrixBridge:
         return LiveMatrixReply(self, to)
 
     async def send_private(self, to: Received, text: str) -> None:
-        """``text`` in a direct room with ``to``'s author: the one it came from, else one
-        the bot opens (and keeps) with them."""
-        if to.is_dm:
-            await self._send(
-                self._room_of(to.thread_id), {"msgtype": "m.text", "body": text, "m.mentions": {}}
-            )
-            return
+        """``text`` in a room of ``to``'s author and the bot alone, judged right before
+        sending: the one it came from, else the one the bot opened with them, else a new one
+        (a room someone else joined or was invited to since is never used)."""
         client = await self._logged_in()
+        content = {"msgtype": "m.text", "body": text, "m.mentions": {}}
+        here = self._room_of(to.thread_id)
+        if to.is_dm and await self._only_two(client, here, to.author_id):
+            await self._send(here, content)
+            return
         room_id = self._private.get(to.author_id)
-        if room_id is None:
+        if room_id is None or not await self._only_two(client, room_id, to.author_id):
             created = await self._call(
                 "opening a direct room",
                 client.create_room(invitees=[UserID(to.author_id)], is_direct=True),
             )
             room_id = self._private[to.author_id] = str(created)
             await self._mark_direct(client, room_id, to.author_id)
-        await self._send(room_id, {"msgtype": "m.text", "body": text, "m.mentions": {}})
+        await self._send(room_id, content)
 
     async def answer_press(self, press: Pressed, text: str) -> None:
         """Matrix messages carry no buttons: no press ever comes."""
@@ -784,3 +820,10 @@ class MatrixBridge:
 
 def _split(text: str) -> list[str]:
     return split(text, MESSAGE_LIMIT)
+
+
+def _errcode(refused: BridgeError) -> str:
+    """The Matrix error code a refusal names (``M_UNKNOWN_TOKEN``), else its sentence."""
+    cause = refused.__cause__
+    code = getattr(cause, "errcode", None)
+    return code if isinstance(code, str) and code else str(refused)

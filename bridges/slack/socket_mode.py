@@ -26,7 +26,10 @@ app); nothing is leased. Nothing here logs the tokens.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
+import time
 from typing import Any, Final
 
 import aiohttp
@@ -70,6 +73,15 @@ _TOKEN_REFUSED: Final = frozenset(
 _PING_INTERVAL_S: Final = 5.0
 #: Seconds an ``apps.connections.open`` call may take.
 _OPEN_TIMEOUT_S: Final = 15
+#: The largest envelope the bridge reads (characters): aiohttp's own frame limit until now,
+#: far above Slack's largest event. One larger is acknowledged and refused, once.
+ENVELOPE_MAX_CHARS: Final = 4 * 1024 * 1024
+#: The WebSocket's frame limit (bytes): room for an envelope over the bridge's limit to be
+#: read far enough to be acknowledged, instead of the connection dropping with it unanswered
+#: (Slack would send it again for ever).
+_FRAME_MAX_BYTES: Final = 64 * 1024 * 1024
+#: An envelope's id, read from its text without parsing the rest (the first top-level key).
+_ENVELOPE_ID: Final = re.compile(r'(?<!\\)"envelope_id"\s*:\s*"([^"\\]{1,200})"')
 
 
 class SlackSocketBridge(SlackBot):
@@ -131,7 +143,20 @@ class SlackSocketBridge(SlackBot):
         self, connections: AsyncBaseSocketModeClient, deliver: Deliver, raw: str | None
     ) -> None:
         """Read one Socket Mode message; an envelope's messages and presses are handed to
-        ``deliver`` and the envelope acknowledged, unless taking them failed."""
+        ``deliver`` and the envelope acknowledged, unless taking them failed. An envelope over
+        :data:`ENVELOPE_MAX_CHARS` is acknowledged unread (refused), so it comes once."""
+        if raw is not None and len(raw) > ENVELOPE_MAX_CHARS:
+            found = _ENVELOPE_ID.search(raw, 0, 4096)
+            log.warning(
+                "a Slack Socket Mode envelope (%s) of %d characters is over the %d the bridge "
+                "reads: acknowledged and refused, nothing of it runs.",
+                found.group(1) if found else "without an id",
+                len(raw),
+                ENVELOPE_MAX_CHARS,
+            )
+            if found is not None:
+                await self._acknowledge(connections, found.group(1))
+            return
         try:
             envelope = decode(_SOCKET_ENVELOPE, (raw or "").encode())
         except msgspec.DecodeError as exc:
@@ -160,10 +185,12 @@ class SlackSocketBridge(SlackBot):
             # Not acknowledged: Slack sends it again, and what was taken runs once.
             log.exception("a Slack %s envelope could not be taken", envelope.type[:40])
             return
+        await self._acknowledge(connections, envelope.envelope_id)
+
+    @staticmethod
+    async def _acknowledge(connections: AsyncBaseSocketModeClient, envelope_id: str) -> None:
         try:
-            await connections.send_socket_mode_response(
-                SocketModeResponse(envelope_id=envelope.envelope_id)
-            )
+            await connections.send_socket_mode_response(SocketModeResponse(envelope_id=envelope_id))
         except (ConnectionError, aiohttp.ClientError) as exc:
             # The connection went away first: Slack sends the envelope again, and what was
             # taken runs once.
@@ -191,6 +218,52 @@ class _Connections(SocketModeClient):
     most_wait_s: float = _MOST_WAIT_S
     #: ``apps.connections.open`` calls since Slack last said hello.
     attempts: int = 0
+
+    async def connect(self) -> None:  # type: ignore[override]
+        """The SDK's ``connect`` (the old connection closed, a new one opened, its monitor and
+        reader started), but a URL from ``apps.connections.open`` is used for one attempt
+        only: one whose WebSocket fails is dropped and a new one asked for (Slack's URLs are
+        single-use; the SDK would try the spent one for ever). The frame limit is
+        :data:`_FRAME_MAX_BYTES`."""
+        while not self.closed:
+            try:
+                old = self.current_session
+                self.auto_reconnect_enabled = False
+                if old is not None:
+                    with contextlib.suppress(Exception):
+                        await old.close()
+                if self.aiohttp_client_session.closed and not self.closed:
+                    self.aiohttp_client_session = aiohttp.ClientSession()
+                if self.wss_uri is None:
+                    self.wss_uri = await self.issue_new_wss_url()
+                url, self.wss_uri = self.wss_uri, None  # spent, whatever comes of it
+                self.current_session = await self.aiohttp_client_session.ws_connect(
+                    url,
+                    autoping=False,
+                    heartbeat=self.ping_interval,
+                    proxy=self.proxy,
+                    ssl=self.web_client.ssl if self.web_client.ssl is not None else True,
+                    max_msg_size=_FRAME_MAX_BYTES,
+                )
+                self.auto_reconnect_enabled = self.default_auto_reconnect_enabled
+                self.stale = False
+                await self.current_session.ping(f"sdk-ping-pong:{time.time()}".encode())
+                if self.current_session_monitor is not None:
+                    self.current_session_monitor.cancel()
+                self.current_session_monitor = asyncio.ensure_future(self.monitor_current_session())
+                if self.message_receiver is not None:
+                    self.message_receiver.cancel()
+                self.message_receiver = asyncio.ensure_future(self.receive_messages())
+                return
+            except Exception as exc:
+                if self.closed:
+                    return
+                log.warning(
+                    "Slack's Socket Mode connection could not be opened (%s); asking for a new "
+                    "URL.",
+                    type(exc).__name__,
+                )
+                await asyncio.sleep(self.ping_interval)
 
     async def issue_new_wss_url(self) -> str:
         if self.attempts:

@@ -51,6 +51,17 @@ from core.spaces.ids import parse_space_id
 
 log = logging.getLogger("mercury.bridges.teams")
 
+#: The Bot Framework's service hosts an activity's ``serviceUrl`` may name (HTTPS, the domain
+#: or a subdomain): the public cloud's connectors, the Bot Framework's own, and the US
+#: government clouds'. ``TEAMS_SERVICE_URLS`` adds origins (a stand-in, an emulator).
+SERVICE_DOMAINS: Final = (
+    "smba.trafficmanager.net",
+    "botframework.com",
+    "teams.microsoft.com",
+    "botframework.azure.us",
+    "teams.microsoft.us",
+)
+
 _T = TypeVar("_T")
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -113,6 +124,12 @@ class TeamsBridge:
         self._tokens = BotTokens(
             app_id=settings.app_id, app_password=settings.app_password, token_url=token_url
         )
+        if "*" in settings.service_urls:
+            raise ConfigurationError(
+                "TEAMS_SERVICE_URLS can't be *: name the origins (a stand-in's, an emulator's) "
+                "an activity's serviceUrl may have besides the Bot Framework's own hosts."
+            )
+        self._service_urls = settings.service_urls
         self._http: aiohttp.ClientSession | None = None
         self._closed = False
         #: One connector client per serviceUrl (each an HTTP session with that base).
@@ -180,6 +197,12 @@ class TeamsBridge:
             return WebhookOutcome(
                 verdict="forged",
                 reason="the token's serviceUrl claim is not the activity's serviceUrl",
+            )
+        if not self._on_service(activity.service_url):
+            return WebhookOutcome(
+                verdict="forged",
+                reason="the activity's serviceUrl is no Bot Framework service host (nor one of "
+                "TEAMS_SERVICE_URLS): replies and the bot's token would go there",
             )
         if str(activity.channel_id or "").partition(":")[0] != "msteams":
             return WebhookOutcome(verdict="ignored", reason="an activity of another channel")
@@ -533,6 +556,13 @@ class TeamsBridge:
                     f"Teams answered something unreadable when the bot tried to {what}."
                 ) from exc
         raise BridgeError(f"Teams refused the bot's token when it tried to {what}.")
+
+    def _on_service(self, service_url: str) -> bool:
+        """Whether ``service_url`` is the Bot Framework's (:data:`SERVICE_DOMAINS`, over
+        HTTPS) or one of ``TEAMS_SERVICE_URLS``: the one rule of :mod:`bridges.hosts`."""
+        return on_platform(service_url, api_url="", domains=SERVICE_DOMAINS) or any(
+            on_platform(service_url, api_url=origin, domains=()) for origin in self._service_urls
+        )
 
     def _connector(self, service_url: str) -> ConnectorClient:
         """The SDK's connector client for ``service_url``, made on first use."""

@@ -59,7 +59,7 @@ from bridges.port import (
     WebhookOutcome,
 )
 from bridges.telegram.live import _LiveReply
-from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, split_text
+from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, quiet, split_text
 from core.config.settings import ConfigurationError, TelegramSettings
 from core.spaces.ids import parse_space_id
 
@@ -68,7 +68,9 @@ SECRET_HEADER: Final = "x-telegram-bot-api-secret-token"  # noqa: S105 - a heade
 
 #: What a live reply keeps to: a message's 4,096 units; Telegram's flood control allows
 #: about one message (or edit) a second per chat; eight choices still read as a list.
-LIVE_LIMITS: Final = LiveLimits(max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8)
+LIVE_LIMITS: Final = LiveLimits(
+    max_chars=MAX_MESSAGE_CHARS, edit_interval_s=1.0, max_buttons=8, units="utf16"
+)
 
 #: A draft vanishes about 30 s after its last update: one unchanged for this long is sent
 #: again, so "Thinking…" or a tool's status stays while nothing else changes.
@@ -508,7 +510,7 @@ class TelegramBridge:
         answer = None
         if not to.is_dm:
             answer = ReplyParameters(int(to.message_id), allow_sending_without_reply=True)
-        for part in split_text(text):
+        for part in split_text(quiet(text)):
             await self._call(
                 "sendMessage",
                 self._bot.send_message(
@@ -573,6 +575,12 @@ class TelegramBridge:
                     "they haven't started a chat with the bot (or blocked it)."
                 ) from None
             raise
+
+    async def direct_chat_link(self) -> str | None:
+        """``https://t.me/<bot>?start=sign-in``: opens the person's private chat with the bot,
+        its Start button the first message (what lets the bot write to them)."""
+        username = (await self._me()).username
+        return f"https://t.me/{username}?start=sign-in" if username else None
 
     async def answer_press(self, press: Pressed, text: str) -> None:
         """``text`` as an alert only the presser sees (``answerCallbackQuery``)."""

@@ -25,7 +25,7 @@ from bridges.port import (
     Received,
     ReplyButton,
 )
-from bridges.telegram.text import _keyboard, _preview, split_text
+from bridges.telegram.text import _keyboard, _preview, quiet, split_text
 
 #: How long a reply's status is kept alive at most (a reply never finished stops there).
 _KEEPALIVE_MAX_S: Final = 15 * 60.0
@@ -152,7 +152,7 @@ class _LiveReply:
             await self._show(text, status)
 
     async def _show(self, text: str, status: str | None) -> None:
-        shown = _preview(text, status)
+        shown = _preview(quiet(text), status)
         if shown == self._shown:
             return
         if self._to.is_dm:
@@ -172,7 +172,7 @@ class _LiveReply:
         files. Tried again after a 429 with the same arguments, it goes on where it stopped:
         nothing is sent twice."""
         await self._settled()
-        parts = split_text(text)
+        parts = split_text(quiet(text))
         markup = _keyboard(buttons)
         steps: list[Callable[[], Awaitable[None]]] = []
         for index, part in enumerate(parts):

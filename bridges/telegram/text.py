@@ -3,6 +3,7 @@ into messages, a live reply's preview, an inline keyboard."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Final
 
@@ -11,12 +12,24 @@ from telegram import (
     InlineKeyboardMarkup,
 )
 
+from bridges.pacing import split
 from bridges.port import (
     ReplyButton,
 )
 
 #: The longest text one ``sendMessage`` takes, in UTF-16 code units as Telegram counts.
 MAX_MESSAGE_CHARS: Final = 4096
+
+#: An ``@username`` as Telegram finds one in plain text (an e-mail address is none).
+_MENTION: Final = re.compile(r"(?<![\w@])@(?=\w)")
+#: U+2060 WORD JOINER: invisible, and breaks Telegram's reading of ``@username``.
+_JOINER: Final = "\u2060"
+
+
+def quiet(text: str) -> str:
+    """``text`` with every ``@username`` the model wrote shown but no mention: nobody is
+    notified by an answer (Telegram notifies a mentioned member of a group)."""
+    return _MENTION.sub("@" + _JOINER, text)
 
 
 def _keyboard(buttons: Sequence[ReplyButton]) -> InlineKeyboardMarkup | None:
@@ -44,22 +57,10 @@ def _units(text: str) -> int:
 
 
 def split_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> list[str]:
-    """``text`` in parts of at most ``limit`` UTF-16 code units, cut after a paragraph, a
-    line or a space where one falls in the part's second half; blank parts are dropped."""
-    parts: list[str] = []
-    rest = text
-    while rest:
-        cut = _fitting_prefix(rest, limit)
-        if cut < len(rest):
-            for separator in ("\n\n", "\n", " "):
-                at = rest.rfind(separator, cut // 2, cut)
-                if at > 0:
-                    cut = at + len(separator)
-                    break
-        part, rest = rest[:cut], rest[cut:]
-        if part.strip():
-            parts.append(part)
-    return parts
+    """``text`` in parts of at most ``limit`` UTF-16 code units, cut as every platform's
+    answer is (:func:`bridges.pacing.split`: at a paragraph, line, sentence or word, never
+    inside a grapheme, no part left with a few characters); blank parts are dropped."""
+    return [part for part in split(text, limit, units="utf16") if part.strip()]
 
 
 def _fitting_prefix(text: str, limit: int) -> int:

@@ -57,7 +57,10 @@ async def readyz(request: Request[Any, Any, Any]) -> dict[str, Any]:
     checks, missing = await readiness(services)
     held = services.bridging.held_connections() if services.bridging is not None else {}
     # Which connections only one instance may hold this one holds, ready or not (#39).
-    connections = {"connections": held} if held else {}
+    connections: dict[str, Any] = {"connections": held} if held else {}
+    gateways = services.bridging.gateways() if services.bridging is not None else {}
+    if gateways:  # whether each bridge's own connection runs (False: refused for good)
+        connections["bridges"] = gateways
     if all(checks.values()):
         return {"ok": True, "checks": checks, **connections}
     sentences = [translator.gettext(_NOT_READY[name]) for name, ok in checks.items() if not ok]

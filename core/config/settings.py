@@ -430,6 +430,7 @@ class TeamsSettings(_Group, frozen=True, kw_only=True):
     openid_url: str
     token_url: str | None
     dm_policy: DmPolicy | None = None
+    service_urls: tuple[str, ...] = ()
 
 
 class MatrixSettings(_Group, frozen=True, kw_only=True):
@@ -932,6 +933,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Where the bot asks for its own tokens (OAuth client credentials).",
             default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
             "the tenant `botframework.com` unless `teams.tenant_id` is set"),
+    Setting("teams.service_urls", "TEAMS_SERVICE_URLS", _Origins(), (),
+            "Origins an activity's `serviceUrl` may name besides the Bot Framework's own "
+            "hosts (HTTPS on `smba.trafficmanager.net`, `botframework.com`, "
+            "`teams.microsoft.com` and their US government clouds): a stand-in or emulator. "
+            "Replies and the bot's token go nowhere else.", default_doc="none"),
     _dm_policy("teams"),
     Setting("matrix.enabled", "MERCURY_MATRIX", _Bool(), False,
             "Run the Matrix bridge: a sync loop held as the bot's user."),

@@ -350,12 +350,7 @@ class Answerer:
                         result = ran
             except LoginRequired as login:
                 outcome = "failed"
-                step_events.append(events.Login(service=login.service, url=login.url))
-                result = (
-                    f"The person must log in to {login.service} first. They have been shown "
-                    "a link to do it; tell them to use it and ask again. Never write a link "
-                    "yourself."
-                )
+                result = await _sign_in(context, login, step_events)
             except ToolError as error:
                 outcome, result = "failed", f"Error: {error}"
             except asyncio.CancelledError:
@@ -535,6 +530,30 @@ def _log_unwritten(writing: asyncio.Future[None]) -> None:
 
 def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
     return cap(f"{tool.name} {msgspec.json.encode(dict(arguments)).decode()}", 200)
+
+
+async def _sign_in(
+    context: ToolCallContext, login: LoginRequired, step_events: list[events.Event]
+) -> str:
+    """Hand ``login``'s link to the person (the turn's events, or the chat's own way), and
+    what the model is told: only what happened, never the link."""
+    if context.sign_in is None:
+        step_events.append(events.Login(service=login.service, url=login.url))
+        return (
+            f"The person must log in to {login.service} first. They have been shown a link "
+            "to do it; tell them to use it and ask again. Never write a link yourself."
+        )
+    if await context.sign_in(login.service, login.url):
+        return (
+            f"The person must log in to {login.service} first. A link to do it was sent to "
+            "them privately, where nobody else reads it; tell them to use it and ask again. "
+            "Never write a link yourself."
+        )
+    return (
+        f"The person must log in to {login.service} first, but a link could not be sent to "
+        "them privately from here. They have been told in this chat to open a direct chat "
+        "with you and ask there; say so briefly. Never write a link yourself."
+    )
 
 
 def _call_attributes(answered: str, last: ChatChunk | None) -> dict[str, AttributeValue]:

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from core.people.person_settings import PersonSettings
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn
+    from core.tools.registry import SignIn
     from core.usage import BudgetRefusal, Budgets, UsageLedger
 
 log = logging.getLogger("mercury.sessions")
@@ -98,6 +99,9 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     attachments: tuple[str, ...] = ()
     #: The shared space the turn runs in (a chat bridge's); None for the person's own.
     space: SpaceTurn | None = None
+    #: How a chat bridge hands a sign-in link to the person alone; None: the turn's events
+    #: carry it to the caller (``POST /chat``).
+    sign_in: SignIn | None = None
 
 
 class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -486,6 +490,7 @@ class SessionManager:
             translator,
             space=turn_input.space,
             written=written,
+            sign_in=turn_input.sign_in,
         )
         if turn_input.resume:
             slot = await self.resume_slots.take(key)
@@ -745,10 +750,14 @@ class SessionManager:
             translator,
             space=turn_input.space,
             written=written,
+            sign_in=turn_input.sign_in,
         )
         reply, handed_back, login = await self.confirmer.resolve(context, token)
         if login is not None:
-            await emit(events.Login(service=login.service, url=login.url))
+            if turn_input.sign_in is None:
+                await emit(events.Login(service=login.service, url=login.url))
+            else:
+                await turn_input.sign_in(login.service, login.url)
         if handed_back is None:
             if reply is None:
                 reply = translator.gettext(

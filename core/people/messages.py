@@ -356,6 +356,18 @@ PRESS_CHOSEN: Final = N_("Chosen: %(choice)s")
 # Shown: in a chat, to a person alone (never in the group), a link to sign in to a service
 # a tool needs, e.g. "Sign in to Calendar: https://…".
 SIGN_IN_PRIVATELY: Final = N_("Sign in to %(service)s: %(url)s")
+# Shown: in a group chat, to a person a sign-in link could not be sent to privately (they
+# never started a chat with the bot, or take no direct messages); link opens a private chat
+# with the bot, e.g. "https://t.me/mercury_bot?start=sign-in". Never holds the sign-in link.
+SIGN_IN_HINT_LINKED: Final = N_(
+    "%(name)s, I can't send you the link to sign in to %(service)s privately. Open a "
+    "private chat with me (%(link)s) and ask there."
+)
+# Shown: the same, on a platform with no link to a private chat.
+SIGN_IN_HINT: Final = N_(
+    "%(name)s, I can't send you the link to sign in to %(service)s privately. Open a "
+    "direct chat with me and ask there."
+)
 # Shown: the refusal of a webhook delivery for a platform whose bridge is off.
 NO_SUCH_BRIDGE: Final = N_('No "%(platform)s" bridge runs on this server.')
 # Shown: the refusal of a webhook delivery with a wrong or stale signature.

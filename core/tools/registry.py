@@ -49,6 +49,12 @@ class LoginRequired(ToolError):
         self.url = url
 
 
+#: How a channel hands a sign-in link to the person alone (``service``, ``url``): True when
+#: it reached them where nobody else reads it, False when it could not (they were told how
+#: to get one). None on a channel that shows the link to its caller (``POST /chat``).
+SignIn = Callable[[str, str], Awaitable[bool]]
+
+
 @dataclass(frozen=True, slots=True)
 class ToolCallContext:
     """What a tool knows about the call: who, where, in which language.
@@ -58,6 +64,7 @@ class ToolCallContext:
     shared space the turn runs in, None for a person's own conversation. ``written``
     collects the outbox files the turn's tools wrote, by name, for its answer to carry
     (only its own, whatever other turns of the area write meanwhile); None outside a turn.
+    ``sign_in`` delivers a sign-in link on a chat bridge (:data:`SignIn`).
     """
 
     principal: Principal
@@ -68,6 +75,7 @@ class ToolCallContext:
     displays: Displays | None = None
     space: SpaceTurn | None = None
     written: list[str] | None = None
+    sign_in: SignIn | None = None
 
     @property
     def area(self) -> str:

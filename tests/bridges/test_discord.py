@@ -680,6 +680,23 @@ async def test_a_reply_in_a_guild_channel_answers_the_message_as_a_discord_reply
     assert "roles" not in sent.json["allowed_mentions"]["parse"]
 
 
+async def test_an_answer_pings_nobody_but_the_person_it_answers(
+    discord_api: DiscordStandIn, bridge: DiscordBridge
+) -> None:
+    asked = group_message(discord_api.post_message(GENERAL, ALICE, "who?", announce=False)["id"])
+    text = f"Ask <@{BOB.id}> or <@&77> or @everyone, <@{ALICE.id}>."
+    await bridge.send_reply(asked, text)
+    reply = await bridge.open_reply(asked, status=None)
+    await reply.show(text, None)
+    await reply.finish(text + " Done.")
+    sent = [*discord_api.sent_messages(), *discord_api.edits()]
+    assert len(sent) == 3
+    for call in sent:
+        allowed = call.json["allowed_mentions"]
+        assert allowed["parse"] == [] and allowed.get("roles", []) == []
+        assert [int(u) for u in allowed["users"]] == [ALICE.id], allowed
+
+
 async def test_a_reply_in_a_thread_goes_to_the_thread(connected: Connected) -> None:
     asked = await connected.post(THREAD, ALICE, "in here")
     await connected.bridge.send_reply(asked, "Right here.")
@@ -718,7 +735,10 @@ async def test_text_over_two_thousand_characters_is_split_at_lines_and_only_the_
     paragraphs = ["a" * 1500, "b" * 1500, "c" * 100]
     await bridge.send_reply(group_message(), "\n".join(paragraphs))
     sent = discord_api.sent_messages()
-    assert [s.content for s in sent] == [paragraphs[0], paragraphs[1] + "\n" + paragraphs[2]]
+    assert [s.content for s in sent] == [
+        paragraphs[0] + "\n",  # the line break stays with the part it ends
+        paragraphs[1] + "\n" + paragraphs[2],
+    ]
     assert "message_reference" in sent[0].json
     assert "message_reference" not in sent[1].json
 

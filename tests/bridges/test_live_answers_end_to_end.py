@@ -214,6 +214,40 @@ def test_a_sign_in_link_goes_to_its_person_alone_never_into_the_group(
     assert bridge.replies == []
 
 
+def test_a_refused_private_link_is_a_hint_in_the_group_and_the_model_is_told_the_truth(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    bridge.private_refused = True
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Open a direct chat with me first."),
+    )
+    bridge.post(chat, bridge.message("C1", "U1", "@Mercury my calendar?"))
+    bridge.wait_for_answer(1)
+    [hint] = bridge.wait_for_replies(1)
+    assert hint.to.thread_id.startswith("slack:C1") and "Calendar" in hint.text
+    assert "direct chat" in hint.text
+    assert bridge.privates == []
+    assert all("calendar.example" not in t for t in [hint.text, *(c.text for c in bridge.calls)])
+    [told] = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
+    assert "could not be sent" in told and "shown a link" not in told
+
+
+def test_a_sign_in_link_in_a_direct_chat_reaches_the_model_as_sent_privately(
+    chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
+) -> None:
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Sign in, then ask again."),
+    )
+    bridge.post(chat, bridge.message("D3", "U1", "my calendar?"))
+    bridge.wait_for_answer(1)
+    [(to, text)] = bridge.privates
+    assert to.is_dm and "https://calendar.example/login?state=s1" in text
+    [told] = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
+    assert "sent to them privately" in told
+
+
 def test_the_stop_button_cancels_the_turn_and_the_model_request_for_its_author_only(
     chat: RunningServer, bridge: LiveRecordingBridge, ollama: OllamaStandIn
 ) -> None:

@@ -6,6 +6,7 @@ them: the bot's messages and their last edits."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from mautrix.api import Method
 from mautrix.api import Path as ApiPath
@@ -20,6 +22,7 @@ from mautrix.types import UserID
 
 from bridges.matrix import MatrixBridge
 from core.config.settings import Settings
+from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.scenes import system_of, user_contents
 from tests.support.server import RunningServer, serve
@@ -117,23 +120,25 @@ def say(people: People, user: MatrixUser, room: str, text: str, **extra: Any) ->
     return send(people, user, room, {"msgtype": "m.text", "body": text, **extra})
 
 
-def events(people: People, room: str) -> list[dict[str, Any]]:
-    """The room's message events, oldest first, as the owner of a client reads them."""
+def events(people: People, room: str, reader: MatrixUser | None = None) -> list[dict[str, Any]]:
+    """The room's message events, oldest first, as ``reader`` (Alice) reads them."""
     path = ApiPath.v3.rooms[room].messages
     answer = call(
         people,
-        people.alice.client.api.request(
+        (reader or people.alice).client.api.request(
             Method.GET, path, query_params={"dir": "b", "limit": "200"}
         ),
     )
     return [e for e in reversed(answer["chunk"]) if e["type"] == "m.room.message"]
 
 
-def bot_messages(people: People, room: str) -> list[tuple[dict[str, Any], str, int]]:
+def bot_messages(
+    people: People, room: str, reader: MatrixUser | None = None
+) -> list[tuple[dict[str, Any], str, int]]:
     """The bot's messages: each event, its text as shown now (after its last edit), and how
     many edits it had."""
     found: dict[str, tuple[dict[str, Any], str, int]] = {}
-    for event in events(people, room):
+    for event in events(people, room, reader):
         if event["sender"] != people.bot.user_id:
             continue
         content = event["content"]
@@ -385,6 +390,8 @@ def test_the_bot_joins_only_the_rooms_an_admitted_person_invites_it_to(
     # The bot logs in with its password here (MATRIX_PASSWORD), not a token.
     env = {**matrix_env(people), "MATRIX_PASSWORD": people.bot.password}
     del env["MATRIX_ACCESS_TOKEN"]
+    # Under allowlist; under pairing (the default with a directory) a DM invite is taken.
+    env["MATRIX_DM_POLICY"] = "allowlist"
     synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **env))
     refused = str(
         call(people, people.bob.client.create_room(invitees=[UserID(people.bot.user_id)]))
@@ -455,3 +462,91 @@ def test_with_live_answers_off_the_answer_is_one_message_never_edited(
     say(people, people.alice, room, "all at once")
     [(_, _, edits)] = final_replies(people, room, ["One piece."])
     assert edits == 0
+
+
+def test_a_sign_in_link_goes_only_to_a_room_of_its_person_and_the_bot(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    desk = Desk()
+    server = synced(make_server({"plugins": [desk.plugin()]}, **matrix_env(people)))
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return ChatScript.words("Sign in first.")
+        return ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}])
+
+    ollama.responder = respond
+    mention = {"m.mentions": {"user_ids": [people.bot.user_id]}}
+    # Marked direct by its creator, yet three people read it.
+    three = open_room(people, people.alice, people.bob, direct=True)
+    say(people, people.alice, three, "mercury: my calendar?", **mention)
+    final_replies(people, three, ["Sign in first."])
+    # Marked direct, two joined, and a third invited who may join and read the history.
+    invited = open_room(people, people.alice, direct=True)
+    call(people, people.alice.client.invite_user(invited, UserID(people.carol.user_id)))
+    say(people, people.alice, invited, "mercury: my calendar, again?", **mention)
+    final_replies(people, invited, ["Sign in first."])
+
+    for room in (three, invited):
+        assert all(LOGIN_URL not in e["content"].get("body", "") for e in events(people, room))
+    private = bridge_of(server)._private[people.alice.user_id]
+    members = call(
+        people, people.bot.client.api.request(Method.GET, ApiPath.v3.rooms[private].members)
+    )
+    assert {
+        m["state_key"] for m in members["chunk"] if m["content"]["membership"] in ("join", "invite")
+    } == {people.bot.user_id, people.alice.user_id}
+    path = ApiPath.v3.rooms[private].messages
+    sent = call(people, people.bot.client.api.request(Method.GET, path, query_params={"dir": "b"}))
+    links = [e for e in sent["chunk"] if LOGIN_URL in e.get("content", {}).get("body", "")]
+    assert len(links) == 2
+    told = [m["content"] for r in ollama.requests for m in r["messages"] if m["role"] == "tool"]
+    assert told and all("sent to them privately" in t for t in told)
+
+
+def test_a_wrong_access_token_is_one_sentence_and_readyz_says_the_bridge_is_not_connected(
+    people: People,
+    make_server: Callable[..., RunningServer],
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "mercury")
+    env = {**matrix_env(people), "MATRIX_ACCESS_TOKEN": "syt_not_the_bots_token"}
+    server = make_server(**env)
+
+    def not_connected() -> dict[str, Any] | None:
+        answer = httpx.get(server.url + "/readyz", timeout=10).json()
+        return answer if answer.get("bridges") == {"matrix": False} else None
+
+    wait_until(not_connected, "readyz to say the Matrix bridge is not connected")
+    said = [r for r in caplog.records if r.name.startswith("mercury.bridges")]
+    [refusal] = [r for r in said if "MATRIX_ACCESS_TOKEN" in r.getMessage()]
+    assert refusal.levelno == logging.ERROR and "M_UNKNOWN_TOKEN" in refusal.getMessage()
+    assert "syt_not_the_bots_token" not in caplog.text
+    assert not [r for r in said if r.exc_info], [r.getMessage() for r in said if r.exc_info]
+
+
+def test_under_pairing_a_strangers_dm_invite_is_taken_and_answered_with_a_code_only(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    directory = [
+        {"id": "alice", "displayName": "Alice", "identities": [f"matrix:{people.alice.user_id}"]}
+    ]
+    synced(make_server(DIRECTORY_STATIC_PEOPLE=json.dumps(directory), **matrix_env(people)))
+    asked = len(ollama.requests)
+    dm = open_room(people, people.carol, direct=True)  # Carol is no one the directory knows
+    say(people, people.carol, dm, "hello, let me in")
+    [(_, code, _)] = wait_until(lambda: bot_messages(people, dm, people.carol), "the code")
+    assert "give this code to an administrator" in code
+    # A room of three a stranger invites the bot to is no DM: the bot leaves it.
+    group = str(
+        call(
+            people,
+            people.carol.client.create_room(
+                invitees=[UserID(people.bot.user_id), UserID(people.bob.user_id)]
+            ),
+        )
+    )
+    wait_until(lambda: member_state(people, people.carol, group) == "leave", "the bot to leave")
+    settle()
+    assert len(ollama.requests) == asked  # nothing Carol wrote reached the model

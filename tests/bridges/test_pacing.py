@@ -50,7 +50,7 @@ def test_a_cut_prefers_a_paragraph_then_a_line_then_a_sentence_then_a_word() -> 
     assert split_point("one two\n\nthree four\nfive", 20) == len("one two\n\n")
     assert split_point("one two three\nfour five six", 20) == len("one two three\n")
     assert split_point("One two. Three four five six", 20) == len("One two. ")
-    assert split_point("one two three four five", 20) == len("one two three four ")
+    assert split_point("one two three four five six", 20) == len("one two three four ")
     assert split_point("x" * 30, 20) == 20
     assert split_point("short", 20) == 5
     with pytest.raises(ValueError, match="holds nothing"):
@@ -60,6 +60,34 @@ def test_a_cut_prefers_a_paragraph_then_a_line_then_a_sentence_then_a_word() -> 
 def test_a_boundary_too_early_is_passed_over_for_a_fuller_message() -> None:
     text = "a\n\n" + "word " * 10
     assert split_point(text, 30) == 28  # after a word, not after "a\n\n" (3 characters)
+
+
+def test_a_cut_never_splits_a_grapheme() -> None:
+    family = "\U0001f468\u200d\U0001f469\u200d\U0001f467"  # one emoji of five code points
+    flag, thumb, accent = "\U0001f1eb\U0001f1f7", "\U0001f44d\U0001f3fd", "e\u0301"
+    for cluster in (family, flag, thumb, accent, "\u2764\ufe0f"):
+        text = cluster * 12
+        for limit in range(len(cluster), len(text)):
+            parts = split(text, limit)
+            assert "".join(parts) == text
+            assert all(part and len(part) % len(cluster) == 0 for part in parts), (cluster, limit)
+
+
+def test_no_message_is_left_with_a_fragment_of_a_few_characters() -> None:
+    text = "word " * 20 + "\U0001f389"  # 101 characters: a cut at 100 leaves the emoji alone
+    parts = split(text, 100)
+    assert "".join(parts) == text
+    assert min(len(part) for part in parts) >= 8, parts
+    assert parts[0].endswith(" ")  # still at a word
+
+
+def test_a_platform_counting_utf16_units_gets_parts_within_them() -> None:
+    text = "ok \U0001f600 " * 700  # 4,900 characters, 6,300 UTF-16 units
+    parts = split(text, 4096, units="utf16")
+    assert "".join(parts) == text
+    assert all(len(p.encode("utf-16-le")) // 2 <= 4096 for p in parts)
+    assert min(len(part) for part in parts) >= 8
+    assert all(p.endswith(" ") for p in parts[:-1])
 
 
 @dataclass

@@ -328,3 +328,54 @@ async def test_failed_attempts_to_connect_wait_longer_and_longer_until_slack_say
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await bridge.close()
+
+
+async def test_an_envelope_over_the_frame_limit_is_acknowledged_and_refused_once(
+    chat: RunningServer,
+    slack: SlackSocketStandIn,
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "mercury.bridges")
+    hellos = slack.hellos
+    huge = await slack.send_event(slack.message("D9", "U4", "x" * (5 * 1024 * 1024)))
+    await all_acknowledged(slack)
+    assert (huge.sent, huge.acked) == (1, 1)
+    ollama.enqueue(ChatScript.words("Still here."))
+    await slack.send_event(slack.message("D9", "U4", "are you there?"))
+    await replies(slack, 1)  # the same connection goes on
+    assert [m.text for m in slack.messages] == ["Still here."] and slack.hellos == hellos
+    said = [r.getMessage() for r in caplog.records if "over the" in r.getMessage()]
+    assert len(said) == 1 and huge.envelope_id in said[0]
+
+
+async def test_a_connection_that_fails_asks_for_a_new_url_never_the_spent_one(
+    make_server: Callable[..., RunningServer], slack: SlackSocketStandIn, tmp_path: Path
+) -> None:
+    slack.refuse_links = 2
+    before = slack.hellos
+    make_server(MERCURY_CONFIG_FILE=config_file(tmp_path, CONFIG), **slack.env())
+    await slack.wait_until_async(lambda: slack.hellos > before, timeout=40, what="a connection")
+    assert slack.refused_links == 2 and slack.spent_urls == 0
+    assert slack.opened >= 3  # a new URL for each attempt
+
+
+async def test_a_full_pipeline_holds_envelopes_back_unacknowledged_until_there_is_room(
+    chat: RunningServer, slack: SlackSocketStandIn, ollama: OllamaStandIn
+) -> None:
+    bridging = chat.services.bridging
+    assert bridging is not None
+    bridging.pipeline.max_in_flight = 1
+    ollama.enqueue(
+        ChatScript.words("one two three four five six", delay_s=0.4),
+        ChatScript.words("Second."),
+        ChatScript.words("Third."),
+    )
+    first = await slack.send_event(slack.message("D1", "U1", "the slow one"))
+    await slack.wait_until_async(lambda: first.acked == 1, timeout=20, what="the first taken")
+    later = [await slack.send_event(slack.message(f"D{n}", "U2", f"number {n}")) for n in (2, 3)]
+    await asyncio.sleep(1.0)
+    assert all(e.acked == 0 for e in later)  # held back while the pipeline is full
+    await replies(slack, 3)
+    await all_acknowledged(slack)
+    assert [e.acked for e in later] == [1, 1]

@@ -52,6 +52,7 @@ def settings(teams: TeamsStandIn, **overrides: Any) -> TeamsSettings:
         "tenant_id": None,
         "openid_url": teams.url + "/openid",
         "token_url": teams.url + "/token",
+        "service_urls": (teams.url,),
     }
     return TeamsSettings(**{**values, **overrides})
 
@@ -274,6 +275,36 @@ async def test_a_bad_token_is_forged_before_the_body_is_read(
 ) -> None:
     outcome = await receive(bridge, teams, b"not json", token=teams.token(forged=True))
     assert outcome.verdict == "forged"
+
+
+@pytest.mark.parametrize(
+    "service_url",
+    [
+        "https://attacker.example/amer/",
+        "https://smba.trafficmanager.net.attacker.example/",
+        "http://smba.trafficmanager.net/amer/",
+        "https://evil.trafficmanager.net/",
+    ],
+)
+async def test_a_signed_activity_naming_a_foreign_service_url_is_refused(
+    bridge: TeamsBridge, teams: TeamsStandIn, service_url: str
+) -> None:
+    activity = {**teams.activity(teams.personal("d"), "d", "hi"), "serviceUrl": service_url}
+    outcome = await receive(bridge, teams, activity, token=teams.token(service_url=service_url))
+    assert outcome.verdict == "forged"
+    assert "Bot Framework" in outcome.reason
+
+
+@pytest.mark.parametrize(
+    "service_url",
+    ["https://smba.trafficmanager.net/amer/", "https://smba.infra.gov.teams.microsoft.us/"],
+)
+async def test_an_activity_from_a_bot_framework_service_host_is_taken(
+    bridge: TeamsBridge, teams: TeamsStandIn, service_url: str
+) -> None:
+    activity = {**teams.activity(teams.personal("d"), "d", "hi"), "serviceUrl": service_url}
+    outcome = await receive(bridge, teams, activity, token=teams.token(service_url=service_url))
+    assert outcome.verdict == "accepted"
 
 
 async def test_an_activity_of_another_tenant_is_ignored_by_a_single_tenant_bot(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -620,6 +621,34 @@ async def test_a_file_id_telegram_does_not_know_is_a_bridge_error(
 
 
 # -- replies -----------------------------------------------------------------------------
+
+
+def test_a_long_answer_never_leaves_a_message_of_one_emoji() -> None:
+    text = "word " * 819 + "\U0001f389"  # 4,096 characters, 4,097 UTF-16 units
+    parts = split_text(text)
+    assert "".join(parts) == text
+    assert all(len(part) >= 8 for part in parts), [p[-12:] for p in parts]
+
+
+async def test_an_answer_notifies_nobody_the_model_wrote_an_at_username_for(
+    bridge: TelegramBridge, telegram: TelegramStandIn
+) -> None:
+    alice = telegram.user("Alice")
+    group = telegram.group("Ops")
+    message = await one_message(
+        bridge, telegram, telegram.message(group, alice, "@mercury_test_bot who?")
+    )
+    await bridge.send_reply(message, "Ask @bob_example or @carol_ex, mail ann@example.com.")
+    reply = await bridge.open_reply(message, status="Thinking…")
+    await reply.show("Ask @bob_example", None)
+    await reply.finish("Ask @bob_example.")
+    texts = [
+        c.params["text"] for c in telegram.calls if c.method in ("sendMessage", "editMessageText")
+    ]
+    assert len(texts) == 3
+    for text in texts:
+        assert not re.search(r"(?<![\w@])@[A-Za-z0-9_]{3,}", text), text
+    assert texts[0].replace("\u2060", "") == "Ask @bob_example or @carol_ex, mail ann@example.com."
 
 
 async def test_a_reply_in_a_group_answers_the_triggering_message(

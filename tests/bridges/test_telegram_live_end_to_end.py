@@ -227,6 +227,28 @@ async def test_a_sign_in_link_goes_to_its_person_privately_never_into_the_group(
     assert all("calendar.example" not in m["text"] for m in telegram.sent_messages(group))
 
 
+async def test_a_person_who_never_started_the_bot_is_told_in_the_group_without_the_link(
+    chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
+) -> None:
+    group = telegram.group("Plans")
+    ann = people["Ann"]  # never started a private chat with the bot: Telegram refuses (403)
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "calendar", "arguments": {}}]),
+        ChatScript.words("Open a private chat with me first."),
+    )
+    await say(telegram, chat, telegram.message(group, ann, f"{BOT} what's on Friday?"))
+
+    def hint() -> list[str]:
+        return [m["text"] for m in telegram.sent_messages(group) if "t.me/" in m["text"]]
+
+    [text] = await until("the hint in the group", hint)
+    assert "https://t.me/mercury_test_bot?start=" in text and "Calendar" in text
+    await until("the group's answer", lambda: finished(telegram, group))
+    assert all("calendar.example" not in m["text"] for m in telegram.sent_messages(group))
+    [told] = [m["content"] for m in ollama.requests[1]["messages"] if m["role"] == "tool"]
+    assert "could not be sent" in told and "shown a link" not in told
+
+
 async def test_the_stop_button_cancels_the_turn(
     chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
 ) -> None:

@@ -225,6 +225,8 @@ class LiveRecordingBridge(RecordingBridge):
     answered: list[tuple[Pressed, str]] = field(default_factory=list)
     settled: list[tuple[Pressed, str]] = field(default_factory=list)
     unavailable: list[float | None] = field(default_factory=list)
+    #: Whether a private message is refused (a person who takes none from the bot).
+    private_refused: bool = False
     #: 429s raised so far.
     refused: int = 0
 
@@ -251,6 +253,8 @@ class LiveRecordingBridge(RecordingBridge):
         return _Reply(self, message)
 
     async def send_private(self, to: Received, text: str) -> None:
+        if self.private_refused:
+            raise BridgeError(f"{to.author_id} takes no private messages from the bot (403).")
         with self._lock:
             self.privates.append((to, text))
 

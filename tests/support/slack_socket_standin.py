@@ -88,6 +88,11 @@ class SlackSocketStandIn(SlackStandIn):
         self.refused_opens = 0
         #: Connections that got Slack's hello.
         self.hellos = 0
+        #: How many WebSocket connections to come are refused (503), their URL spent.
+        self.refuse_links = 0
+        #: Connections refused so far, and those tried with a URL already spent.
+        self.refused_links = 0
+        self.spent_urls = 0
         #: When each ``apps.connections.open`` came (``time.monotonic``).
         self.open_times: list[float] = []
         self._links: list[_Link] = []
@@ -106,6 +111,7 @@ class SlackSocketStandIn(SlackStandIn):
         super().reset()
         self.envelopes.clear()
         self.opened = self.refused_opens = 0
+        self.refuse_links = self.refused_links = self.spent_urls = 0
         self.open_times.clear()
 
     @property
@@ -189,8 +195,13 @@ class SlackSocketStandIn(SlackStandIn):
     async def _link(self, request: web.Request) -> web.StreamResponse:
         ticket = request.query.get("ticket", "")
         if ticket not in self._tickets:
+            self.spent_urls += 1
             return web.Response(status=401, text="The ticket is unknown or used.")
         self._tickets.discard(ticket)
+        if self.refuse_links > 0:  # a URL is good for one attempt, even a failed one
+            self.refuse_links -= 1
+            self.refused_links += 1
+            return web.Response(status=503, text="The connection could not be made.")
         socket = web.WebSocketResponse(autoping=True)
         await socket.prepare(request)
         link = _Link(socket=socket, number=next(self._numbers))

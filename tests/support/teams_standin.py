@@ -152,6 +152,7 @@ class TeamsStandIn(ThreadedStandIn):
             "TEAMS_APP_PASSWORD": APP_PASSWORD,
             "TEAMS_OPENID_URL": self.url + "/openid",
             "TEAMS_TOKEN_URL": self.url + "/token",
+            "TEAMS_SERVICE_URLS": self.url,
         }
 
     # -- what the Bot Framework sends ----------------------------------------------------
