@@ -8,8 +8,10 @@ a tool's result it answers once with a sentence about that result, never with an
 Confirmations and sign-ins need tools that ask for them: :func:`services_yaml` is the
 ``services`` block of a settings file declaring two small REST services that this same server
 answers (``/demo/…``), one of them with an OAuth login (``/oauth/authorize`` sends the browser
-straight back with a code, ``/oauth/token`` gives a token for it). ``mercury-http serve
---dev-model`` writes it and points the server at it.
+straight back with a code, ``/oauth/token`` gives a token for it). :func:`demo_yaml` adds the
+demo space (`DEMO_SPACE`, administered by the development person) and a directory naming its
+people. ``mercury-http serve --dev-model`` writes them beside the data and merges them into
+the settings in force, never into the person's own file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import msgspec
 from dev_model.ollama import ChatScript, OllamaStandIn, _Outcome, _Request, _write_json
 from dev_model.openai import OpenAIStandIn
 
-__all__ = ["DEMOS", "DevModel", "respond", "services_yaml"]
+__all__ = ["DEMOS", "DEMO_SPACE", "DevModel", "demo_yaml", "respond", "services_yaml"]
 
 #: What each ``/demo <what>`` produces, as the command's help and the docs list it.
 DEMOS: Final[dict[str, str]] = {
@@ -50,6 +52,9 @@ WIKI_TOOL: Final = "wiki_list"
 WRITE_TOOL: Final = "wiki_write"
 DEMO_NOTE: Final = "personal/notes/dev-model-demo.md"
 PRESENT_TOOL: Final = "present"
+#: The demo space ``--dev-model`` declares: a Slack channel no Slack workspace needs, whose
+#: admin is the development person and whose members are two demo people to mute or name.
+DEMO_SPACE: Final = "slack:CDEMO"
 
 _DEMO: Final = re.compile(r"/demo(?:\s+([a-z]+))?", re.IGNORECASE)
 _WORDS: Final = re.compile(r"\s*\S+\s*")
@@ -215,6 +220,27 @@ services:
         method: GET
         path: /account
 """
+
+
+def demo_yaml(model_url: str) -> str:
+    """The demo services, the demo space and the directory naming its people, as a file."""
+    return (
+        services_yaml(model_url)
+        + f"""\
+# The demo space: the development person (user `dev` of the development token) administers
+# it, so its settings, mutes and members can be tried from the UI and the command line.
+spaces:
+  "{DEMO_SPACE}":
+    admins: ["static:dev"]
+    members: ["slack:UDEMOANN", "slack:UDEMOBEN"]
+# Who is who: `dev` may approve requests for access (the directory role admin).
+directory:
+  static_people:
+    - {{id: dev, displayName: Developer, roles: [admin], identities: ["static:dev"]}}
+    - {{id: ann, displayName: Ann, identities: ["slack:UDEMOANN"]}}
+    - {{id: ben, displayName: Ben, identities: ["slack:UDEMOBEN"]}}
+"""
+    )
 
 
 class DevModel(OpenAIStandIn):

@@ -719,7 +719,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The directory role that lets a caller act for others on `POST /chat` "
             "(`callerId`, `authorName`, `spaceId`)."),
     Setting("rate_limit.per_user", "MERCURY_RATE_LIMIT_PER_USER", _Int(1, 1000), 10,
-            "Turns a person may start per window."),
+            "Turns a person may start per window (60 a minute under `serve --dev` when "
+            "neither sets it)."),
     Setting("rate_limit.window_ms", "MERCURY_RATE_LIMIT_WINDOW_MS", _Int(1000, 3_600_000),
             60_000, "The rate limit's sliding window, in milliseconds."),
     Setting("wiki.vault_path", "WIKI_VAULT_PATH", _PathKind(), None,

@@ -295,3 +295,51 @@ def test_the_login_demo_signs_in_through_the_scripted_service(
     again = post_turn(base, token, "/demo login", "login")
     assert "login" not in again.names()
     assert '"displayName":"Developer"' in again.text
+
+
+def test_the_demo_services_and_the_demo_space_join_a_settings_file_of_ones_own(
+    start: Any, tmp_path: Path
+) -> None:
+    own = (
+        "# mine\n"
+        'spaces:\n  "slack:COWN":\n    admins: ["static:dev"]\n'
+        "services:\n  - name: own\n    base_url: http://127.0.0.1:9/own\n"
+        "    operations:\n      - {name: ping, description: Ping., method: GET, path: /ping}\n"
+    )
+    (tmp_path / "mercury.yaml").write_text(own, encoding="utf-8")
+    port = free_port()
+    running = start("serve", "--dev", "--dev-model", "--port", str(port))
+    token = running.wait_for(r"Bearer (dev-[\w-]+)'").group(1)
+    running.wait_for(r"mercury-http: listening on")
+    base = f"http://127.0.0.1:{port}"
+    headers = {"authorization": f"Bearer {token}"}
+
+    confirm = post_turn(base, token, "/demo confirm", "with-file")
+    assert confirm.of("pending"), confirm.names()  # the demo services are declared
+    assert (tmp_path / "mercury.yaml").read_text(encoding="utf-8") == own  # never written into
+
+    listed = httpx.get(f"{base}/spaces", headers=headers, timeout=30).json()["spaces"]
+    roles = {space["spaceId"]: space["role"] for space in listed}
+    assert roles == {"slack:CDEMO": "admin", "slack:COWN": "admin"}
+    space = f"{base}/spaces/slack:CDEMO"
+    people = httpx.get(space, headers=headers, timeout=30).json()["members"]
+    assert {p["id"] for p in people} >= {"people:ann", "people:ben"}
+    changed = httpx.put(f"{space}/settings/rate_limit", json={"value": 3}, headers=headers)
+    assert changed.status_code == 200 and changed.json()["setting"]["value"] == 3
+    muted = httpx.post(
+        f"{space}/mutes",
+        json={"person": "slack:UDEMOBEN", "duration": "10m", "confirm": True},
+        headers=headers,
+        timeout=30,
+    )
+    assert muted.status_code == 200 and muted.json()["mute"]["person"] == "people:ben"
+    pairing = httpx.get(f"{base}/pairing", headers=headers, timeout=30)
+    assert pairing.status_code == 200  # the development person may approve strangers
+
+
+def test_dev_mode_allows_a_walk_through_every_demo_without_a_429(
+    server: tuple[str, str, Running],
+) -> None:
+    base, token, _ = server
+    for n in range(len(DEMOS) + 2):
+        assert post_turn(base, token, f"hello {n}", f"walk-{n}").names()[-1] == "final"
