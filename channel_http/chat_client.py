@@ -243,8 +243,8 @@ def stream_turn(session: Session, text: str) -> Outcome:
             response.read()
             raise refusal(response)
         for name, data in _sse_events(response.iter_lines()):
-            if name == "turn":  # the turn's id, for rejoining a dropped stream; not shown
-                continue
+            if name == "turn" and not session.json_output:
+                continue  # the turn's id, for rejoining a dropped stream; --json prints it
             session.view.event(name, data)
             if name == "pending":
                 outcome.pending = data

@@ -262,6 +262,7 @@ def test_json_output_is_one_event_a_line_and_parses_back(
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["event"] for line in lines] == [
+        "turn",  # every event of the stream, the turn's id first
         "reasoning",
         "reasoning_end",
         "text",
@@ -269,6 +270,7 @@ def test_json_output_is_one_event_a_line_and_parses_back(
         "final",
     ]
     assert lines[-1]["data"] == {"text": "Hello there."}
+    assert lines[0]["data"]["turnId"]
     assert "Conversation js" in result.stderr
 
 
