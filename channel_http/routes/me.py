@@ -21,15 +21,15 @@ if TYPE_CHECKING:
 
 
 @get("/me")
-async def me(request: AnyRequest) -> dict[str, Any]:
+async def me(request: AnyRequest) -> Response[Any]:
+    """The caller's saved settings; ``Content-Language`` is the language the server speaks to
+    them (saved, else ``Accept-Language``, else the default), for a UI to write its own in."""
     caller = caller_of(request)
     saved = caller.saved
-    return {
-        "ok": True,
-        "name": saved.name,
-        "language": saved.language,
-        "timeZone": saved.time_zone,
-    }
+    return Response(
+        {"ok": True, "name": saved.name, "language": saved.language, "timeZone": saved.time_zone},
+        headers={"content-language": caller.language},
+    )
 
 
 @patch("/me")
