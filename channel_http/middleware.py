@@ -23,7 +23,7 @@ from channel_http.access_log import mark
 from channel_http.errors import BadRequest, send_envelope
 from core.config.settings import AUTH_PROVIDERS
 from core.people.i18n import choose_language, negotiate
-from core.people.messages import TOKEN_MISSING, TOKEN_REFUSED
+from core.people.messages import TOKEN_EMPTY, TOKEN_MISSING, TOKEN_REFUSED
 from core.people.people import Admitted, refusal_message
 from core.people.timezones import choose_zone
 
@@ -181,12 +181,16 @@ class CallerMiddleware(ASGIMiddleware):
         if metrics is not None:
             count_auth(metrics, principal, "authorization" in headers)
         if principal is None:
-            presented = "authorization" in headers
+            given = headers.get("authorization")
+            presented = given is not None
             challenge = 'Bearer error="invalid_token"' if presented else "Bearer"
+            said = TOKEN_REFUSED if presented else TOKEN_MISSING
+            if given is not None and given.strip().lower() in ("", "bearer"):
+                said = TOKEN_EMPTY  # a pasted command whose $TOKEN was never set
             await send_envelope(
                 send,
                 401,
-                translator.gettext(TOKEN_REFUSED if presented else TOKEN_MISSING),
+                translator.gettext(said),
                 {"www-authenticate": challenge, "content-language": language},
             )
             return

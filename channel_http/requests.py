@@ -47,8 +47,9 @@ class ChatBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="
 
 
 class MeBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    time_zone: str | None = None
-    language: str | None = None  # an extension of contract v6
+    # Left out: unchanged; null: the saved value is forgotten.
+    time_zone: str | msgspec.UnsetType | None = msgspec.UNSET
+    language: str | msgspec.UnsetType | None = msgspec.UNSET  # an extension of contract v6
 
 
 class PreferenceBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):

@@ -17,6 +17,6 @@ imports it but the command line.
 
 from __future__ import annotations
 
-from dev_model.demo import DEMOS, DevModel, respond, services_yaml
+from dev_model.demo import DEMO_SPACE, DEMOS, DevModel, demo_yaml, respond, services_yaml
 
-__all__ = ["DEMOS", "DevModel", "respond", "services_yaml"]
+__all__ = ["DEMOS", "DEMO_SPACE", "DevModel", "demo_yaml", "respond", "services_yaml"]

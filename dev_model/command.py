@@ -2,8 +2,9 @@
 
 :func:`run` serves :class:`~dev_model.demo.DevModel` in the foreground on 127.0.0.1 until
 SIGINT or SIGTERM, after printing how to point a server at it. :func:`start_beside_server`
-starts it in a thread of the server's process on a free port, writes the demo services'
-settings file, and sets the server's environment to use both.
+starts it in a thread of the server's process on a free port, writes the demo settings (its
+services, the demo space) beside the data, and sets the server's environment to use it;
+:func:`with_demo` merges the demo settings into those in force.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ import secrets
 import signal
 import sys
 from pathlib import Path
+from types import MappingProxyType
+from typing import Final
 
-from core.config.settings import CONFIG_FILE_VARIABLE, DEFAULT_CONFIG_FILES, SETTINGS
-from dev_model.demo import DEMOS, DevModel, services_yaml
+import msgspec
 
-__all__ = ["model_names", "run", "start_beside_server"]
+from core.config.settings import CONFIG_FILE_VARIABLE, SETTINGS, Settings, read_settings
+from dev_model.demo import DEMOS, DevModel, demo_yaml
+
+__all__ = ["DEMO_FILE", "model_names", "run", "start_beside_server", "with_demo"]
+
+#: The demo settings ``serve --dev-model`` writes under the data directory (never the
+#: person's own settings file, which it only adds to in memory).
+DEMO_FILE: Final = "dev-model.yaml"
 
 
 def model_names(extra: list[str] | None = None) -> list[str]:
@@ -71,10 +80,10 @@ def run(arguments: argparse.Namespace) -> int:
 def start_beside_server(environ: dict[str, str], data_dir: Path) -> DevModel:
     """Start the scripted model in a thread and point the server's ``environ`` at it.
 
-    Sets the model (Ollama's protocol, the default model names), the settings file declaring
-    the demo services (unless one is named or ``./mercury.yaml`` exists: then the confirmation
-    and sign-in demos say what is missing), the public URL and secret key a sign-in needs
-    (unless set; the key is kept beside the development token).
+    Sets the model (Ollama's protocol, the default model names), the public URL and secret
+    key a sign-in needs (unless set; the key is kept beside the development token), and
+    writes the demo settings (:func:`dev_model.demo.demo_yaml`) to ``data_dir/dev-model.yaml``
+    for :func:`with_demo` to merge in.
     """
     models = model_names()
     model = DevModel(models=models).start()
@@ -82,18 +91,7 @@ def start_beside_server(environ: dict[str, str], data_dir: Path) -> DevModel:
         environ.pop(name, None)
     environ["OLLAMA_HOST"] = model.url
     data_dir.mkdir(parents=True, exist_ok=True)
-    if CONFIG_FILE_VARIABLE not in environ and not any(
-        Path(name).exists() for name in DEFAULT_CONFIG_FILES
-    ):
-        settings = data_dir / "dev-model.yaml"
-        settings.write_text(services_yaml(model.url), encoding="utf-8")
-        environ[CONFIG_FILE_VARIABLE] = str(settings)
-    else:
-        print(
-            "mercury-http: a settings file is in use, so the demo services aren't declared: "
-            "/demo confirm and /demo login will say so.",
-            flush=True,
-        )
+    (data_dir / DEMO_FILE).write_text(demo_yaml(model.url), encoding="utf-8")
     if not environ.get("HTTP_SURFACE_PUBLIC_URL"):
         host = environ.get("HTTP_SURFACE_HOST") or "127.0.0.1"
         if host in ("0.0.0.0", "::"):  # noqa: S104 - compared, not bound
@@ -113,3 +111,24 @@ def start_beside_server(environ: dict[str, str], data_dir: Path) -> DevModel:
         flush=True,
     )
     return model
+
+
+def with_demo(settings: Settings, data_dir: Path, *, development_person: bool) -> Settings:
+    """``settings`` with the demo settings :func:`start_beside_server` wrote merged in.
+
+    The demo services join the declared ones (a service of the same name stays the file's);
+    the demo space joins the file's spaces unless the file declares it. With the
+    development token (``development_person``) and no directory configured, the demo
+    directory makes ``dev`` an approver and names the demo space's people.
+    """
+    demo, _ = read_settings({CONFIG_FILE_VARIABLE: str(data_dir / DEMO_FILE)})
+    declared = {service.name for service in settings.services}
+    services = settings.services + tuple(s for s in demo.services if s.name not in declared)
+    settings = msgspec.structs.replace(
+        settings,
+        services=services,
+        spaces=MappingProxyType({**demo.spaces, **settings.spaces}),
+    )
+    if development_person and settings.directory.static_people is None:
+        settings = msgspec.structs.replace(settings, directory=demo.directory)
+    return settings

@@ -8,8 +8,10 @@ a tool's result it answers once with a sentence about that result, never with an
 Confirmations and sign-ins need tools that ask for them: :func:`services_yaml` is the
 ``services`` block of a settings file declaring two small REST services that this same server
 answers (``/demo/…``), one of them with an OAuth login (``/oauth/authorize`` sends the browser
-straight back with a code, ``/oauth/token`` gives a token for it). ``mercury-http serve
---dev-model`` writes it and points the server at it.
+straight back with a code, ``/oauth/token`` gives a token for it). :func:`demo_yaml` adds the
+demo space (`DEMO_SPACE`, administered by the development person) and a directory naming its
+people. ``mercury-http serve --dev-model`` writes them beside the data and merges them into
+the settings in force, never into the person's own file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import msgspec
 from dev_model.ollama import ChatScript, OllamaStandIn, _Outcome, _Request, _write_json
 from dev_model.openai import OpenAIStandIn
 
-__all__ = ["DEMOS", "DevModel", "respond", "services_yaml"]
+__all__ = ["DEMOS", "DEMO_SPACE", "DevModel", "demo_yaml", "respond", "services_yaml"]
 
 #: What each ``/demo <what>`` produces, as the command's help and the docs list it.
 DEMOS: Final[dict[str, str]] = {
@@ -50,6 +52,9 @@ WIKI_TOOL: Final = "wiki_list"
 WRITE_TOOL: Final = "wiki_write"
 DEMO_NOTE: Final = "personal/notes/dev-model-demo.md"
 PRESENT_TOOL: Final = "present"
+#: The demo space ``--dev-model`` declares: a Slack channel no Slack workspace needs, whose
+#: admin is the development person and whose members are two demo people to mute or name.
+DEMO_SPACE: Final = "slack:CDEMO"
 
 _DEMO: Final = re.compile(r"/demo(?:\s+([a-z]+))?", re.IGNORECASE)
 _WORDS: Final = re.compile(r"\s*\S+\s*")
@@ -128,10 +133,10 @@ def respond(request: dict[str, Any]) -> ChatScript:
         # The note exists now: writing it again without a mode asks how (two choices).
         return _call(WRITE_TOOL, {"path": DEMO_NOTE, "content": "Second version."}, "Again.")
     if results:
-        result = " ".join(_STAMP.sub("", str(messages[-1].get("content") or "")).split())
-        shown = result if len(result) <= 160 else result[:159] + "…"
-        return _say(f"The tool answered: {shown}", thinking="The tool has answered.")
+        return _after(_called(messages), _STAMP.sub("", str(messages[-1].get("content") or "")))
     if asked is None:
+        if not any(m.get("role") == "user" for m in messages[:asking]):
+            return _say(_greeting(text), thinking="A new conversation.")
         return _say(
             f"You said: {text.strip()}\n\n(Say `/demo` to see what this model can show.)",
             thinking="Thinking about it.",
@@ -139,9 +144,70 @@ def respond(request: dict[str, Any]) -> ChatScript:
     return _demo((asked.group(1) or "").lower(), _offered(request))
 
 
+def _greeting(text: str) -> str:
+    said = text.strip()
+    echo = f"You said: {said}\n\n" if said else ""
+    return f"Hello! I'm Mercury's scripted model. {echo}Say `/demo` to see what I can show."
+
+
+def _called(messages: list[dict[str, Any]]) -> str:
+    """The name of the tool whose result came last (from the call the assistant made)."""
+    for message in reversed(messages):
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if isinstance(calls, list) and calls and isinstance(calls[-1], dict):
+            function = calls[-1].get("function")
+            if isinstance(function, dict):
+                return str(function.get("name") or "")
+    return ""
+
+
+def _after(tool: str, result: str) -> ChatScript:
+    """What a model would say after ``tool`` answered ``result``: a sentence for the person,
+    never the instructions the server wrote for the model."""
+    if result.startswith("This action needs the person's confirmation"):
+        if tool == CONFIRM_TOOL:
+            said = (
+                "Archiving the demo note “old-ideas” needs your yes first: confirm it and I "
+                "archive it, cancel it and nothing changes."
+            )
+        elif tool == WRITE_TOOL:
+            said = (
+                "The note exists already, so tell me how to write it: replace what it holds, "
+                "or add the new text to its end."
+            )
+        else:
+            said = "That needs your confirmation first."
+        return _say(said, thinking="It waits for the person's yes.")
+    if result.startswith("The person must log in"):
+        said = (
+            "I need you to sign in to the demo service first: open the link I showed you, "
+            "then ask me again."
+        )
+        return _say(said, thinking="A sign-in is needed.")
+    if result.startswith("Error:"):
+        return _say(f"That didn't work. {result.removeprefix('Error:').strip()}")
+    said = {
+        WIKI_TOOL: "I listed the notes in your wiki: they are under the tool call above.",
+        CONFIRM_TOOL: "Done: the demo note “old-ideas” is archived.",
+        WRITE_TOOL: "Done: the demo note is written.",
+        PRESENT_TOOL: "Here are the days on the inner planets, in a table.",
+    }.get(tool, "Done.")
+    if tool == LOGIN_TOOL:
+        try:
+            account = msgspec.json.decode(result[result.find("{") :])
+            said = (
+                f"You're signed in to the demo service as {account['displayName']} "
+                f"({account['user']})."
+            )
+        except (msgspec.DecodeError, KeyError, TypeError):
+            said = "You're signed in to the demo service."
+    return _say(said, thinking="The tool has answered.")
+
+
 def _demo(name: str, offered: set[str]) -> ChatScript:
     if name == "reasoning":
-        return _say("After all that thinking: the answer is 42.", thinking=_REASONING)
+        # Paced, so a UI shows the reasoning arriving for a few seconds.
+        return _say("After all that thinking: the answer is 42.", thinking=_REASONING, delay_s=0.05)
     if name == "tool":
         if WIKI_TOOL not in offered:
             return _unavailable(WIKI_TOOL)
@@ -215,6 +281,27 @@ services:
         method: GET
         path: /account
 """
+
+
+def demo_yaml(model_url: str) -> str:
+    """The demo services, the demo space and the directory naming its people, as a file."""
+    return (
+        services_yaml(model_url)
+        + f"""\
+# The demo space: the development person (user `dev` of the development token) administers
+# it, so its settings, mutes and members can be tried from the UI and the command line.
+spaces:
+  "{DEMO_SPACE}":
+    admins: ["static:dev"]
+    members: ["slack:UDEMOANN", "slack:UDEMOBEN"]
+# Who is who: `dev` may approve requests for access (the directory role admin).
+directory:
+  static_people:
+    - {{id: dev, displayName: Developer, roles: [admin], identities: ["static:dev"]}}
+    - {{id: ann, displayName: Ann, identities: ["slack:UDEMOANN"]}}
+    - {{id: ben, displayName: Ben, identities: ["slack:UDEMOBEN"]}}
+"""
+    )
 
 
 class DevModel(OpenAIStandIn):

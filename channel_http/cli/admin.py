@@ -145,7 +145,12 @@ def add_commands(commands: Any) -> None:
     settings.add_argument("key", nargs="?")
     settings.add_argument("value", nargs="*", help="the new value (the rest of the line)")
     settings.add_argument(
-        "--unset", action="store_true", help="remove the space's own value of KEY"
+        "--unset",
+        metavar="KEY",
+        nargs="?",
+        const="",
+        help="remove the space's own value of KEY (settings SPACE --unset KEY, or settings "
+        "SPACE KEY --unset)",
     )
 
     pairing = commands.add_parser(
@@ -416,8 +421,8 @@ def _setting_line(setting: dict[str, Any]) -> str:
 
 def _settings(client: Client, console: Console, arguments: argparse.Namespace) -> None:
     base = f"/spaces/{_segment(arguments.space)}/settings"
-    if arguments.key is None:
-        if arguments.unset or arguments.value:
+    if arguments.key is None and arguments.unset is None:
+        if arguments.value:
             raise ChatProblem("Name the setting: settings SPACE KEY [VALUE].", Exit.USAGE)
 
         def every(answer: dict[str, Any]) -> None:
@@ -426,11 +431,11 @@ def _settings(client: Client, console: Console, arguments: argparse.Namespace) -
 
         console.answer(client.call("GET", base), every)
         return
-    path = f"{base}/{_segment(arguments.key)}"
-    if arguments.unset:
-        if arguments.value:
-            raise ChatProblem("--unset takes no value.", Exit.USAGE)
-        answer = client.call("DELETE", path)
+    if arguments.unset is not None:
+        key = arguments.unset or arguments.key
+        if arguments.value or (arguments.unset and arguments.key is not None) or not key:
+            raise ChatProblem("--unset takes one KEY and no value.", Exit.USAGE)
+        answer = client.call("DELETE", f"{base}/{_segment(key)}")
         console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
         return
     listed = client.call("GET", base)
@@ -447,7 +452,7 @@ def _settings(client: Client, console: Console, arguments: argparse.Namespace) -
         )
         return
     value = _typed(" ".join(arguments.value), current[arguments.key].get("value"))
-    answer = client.call("PUT", path, {"value": value})
+    answer = client.call("PUT", f"{base}/{_segment(arguments.key)}", {"value": value})
     console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
 
 

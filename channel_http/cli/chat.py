@@ -32,6 +32,9 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import httpx
 
+from channel_http.cli.language import ENGLISH, accept_language, spoken, translator_for
+from core.people.i18n import Translator
+
 if TYPE_CHECKING:
     from channel_http.cli.chat_view import View
 
@@ -178,13 +181,18 @@ class Session:
     streaming: bool
     interactive: bool
     json_output: bool = False
+    language: str | None = None
+    """The terminal's locale as a language tag, sent as ``Accept-Language``."""
+    tr: Translator = ENGLISH
+    """The command's own words, in the language the server speaks to the person."""
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
+        headers = {"authorization": f"Bearer {self.token}", "user-agent": "mercury-http-chat"}
+        if self.language:
+            headers["accept-language"] = self.language
         self.client = httpx.Client(
-            base_url=self.server,
-            headers={"authorization": f"Bearer {self.token}", "user-agent": "mercury-http-chat"},
-            timeout=httpx.Timeout(30.0, read=None),
+            base_url=self.server, headers=headers, timeout=httpx.Timeout(30.0, read=None)
         )
 
 
@@ -243,8 +251,8 @@ def stream_turn(session: Session, text: str) -> Outcome:
             response.read()
             raise refusal(response)
         for name, data in _sse_events(response.iter_lines()):
-            if name == "turn":  # the turn's id, for rejoining a dropped stream; not shown
-                continue
+            if name == "turn" and not session.json_output:
+                continue  # the turn's id, for rejoining a dropped stream; --json prints it
             session.view.event(name, data)
             if name == "pending":
                 outcome.pending = data
@@ -270,7 +278,10 @@ def chat_once(session: Session, text: str, files: Sequence[Path]) -> Outcome:
     session.view.close()
     for sent in answer.get("files", []):
         saved = _save(session.save_to, str(sent["filename"]), base64.b64decode(sent["data"]))
-        session.view.note(f"Saved {saved} ({sent['mimeType']}, {sent['sizeBytes']} bytes)")
+        session.view.note(
+            session.tr.gettext("Saved %(path)s (%(type)s, %(size)s bytes)")
+            % {"path": saved, "type": sent["mimeType"], "size": sent["sizeBytes"]}
+        )
     return Outcome(pending=answer.get("pending"))
 
 
@@ -300,33 +311,40 @@ def exchange(session: Session, text: str, files: Sequence[Path]) -> Outcome:
 # ------------------------------------------------------------------------ confirmations
 
 
-def _choices(pending: dict[str, Any]) -> list[tuple[str, str]]:
+def _choices(pending: dict[str, Any], tr: Translator) -> list[tuple[str, str]]:
+    confirm = tr.gettext("Confirm")
     return [
-        (choice.get("label") or "Confirm", choice["token"]) for choice in pending.get("choices", [])
-    ] or [("Confirm", pending["token"])]
+        (choice.get("label") or confirm, choice["token"]) for choice in pending.get("choices", [])
+    ] or [(confirm, pending["token"])]
 
 
-def ask_choice(pending: dict[str, Any], out: TextIO, read: Any) -> str | None:
+def ask_choice(
+    pending: dict[str, Any], out: TextIO, read: Any, tr: Translator = ENGLISH
+) -> str | None:
     """The token the person picks by number, or None when they leave it waiting."""
-    choices = _choices(pending)
-    out.write(f"\n⏸ Waiting for your confirmation: {pending['command']}\n")
+    choices = _choices(pending, tr)
+    waiting = tr.gettext("Waiting for your confirmation: %(command)s")
+    out.write(f"\n⏸ {waiting % {'command': pending['command']}}\n")
     for number, (label, _) in enumerate(choices, start=1):
         out.write(f"  {number}) {label}\n")
-    out.write("  0) Not now\n")
+    out.write(f"  0) {tr.gettext('Not now')}\n")
     out.flush()
     while True:
         try:
-            picked = read("Choose a number: ").strip()
+            picked = read(tr.gettext("Choose a number: ")).strip()
         except EOFError:
             return None
         if picked.isdigit() and 0 <= int(picked) <= len(choices):
             return None if picked == "0" else choices[int(picked) - 1][1]
-        out.write(f"Type a number from 0 to {len(choices)}.\n")
+        out.write(tr.gettext("Type a number from 0 to %(count)s.") % {"count": len(choices)} + "\n")
 
 
-def print_choices(pending: dict[str, Any], conversation: str, out: TextIO) -> None:
-    out.write(f"Waiting for confirmation: {pending['command']}\n")
-    for label, token in _choices(pending):
+def print_choices(
+    pending: dict[str, Any], conversation: str, out: TextIO, tr: Translator = ENGLISH
+) -> None:
+    waiting = tr.gettext("Waiting for your confirmation: %(command)s")
+    out.write(waiting % {"command": pending["command"]} + "\n")
+    for label, token in _choices(pending, tr):
         out.write(f"  {label}: mercury-http chat --conversation {conversation} {token}\n")
     out.flush()
 
@@ -336,9 +354,9 @@ def settle(session: Session, outcome: Outcome, out: TextIO, read: Any) -> Exit:
     while outcome.pending is not None:
         if not session.interactive:
             if not session.json_output:  # the pending event said it already
-                print_choices(outcome.pending, session.conversation, out)
+                print_choices(outcome.pending, session.conversation, out, session.tr)
             return Exit.PENDING
-        token = ask_choice(outcome.pending, out, read)
+        token = ask_choice(outcome.pending, out, read, session.tr)
         if token is None:
             return Exit.PENDING
         outcome = exchange(session, token, ())
@@ -361,23 +379,25 @@ def _build_session(arguments: argparse.Namespace, interactive: bool) -> Session:
     from channel_http.cli.chat_view import JsonView, LiveView, PlainView
 
     server, token = resolve_connection(arguments.server)
-    view: View
-    if arguments.json:
-        view = JsonView()
-    elif _is_tty(sys.stdout):
-        view = LiveView(Console(highlight=False), show_reasoning=arguments.show_reasoning)
-    else:
-        view = PlainView()
-    return Session(
+    session = Session(
         server=server,
         token=token,
         conversation=arguments.conversation or default_conversation(),
-        view=view,
+        view=JsonView(),
         save_to=arguments.save_to,
         streaming=not arguments.no_stream,
         interactive=interactive,
         json_output=arguments.json,
+        language=accept_language(os.environ),
     )
+    session.tr = spoken(session.client, session.language)
+    if not arguments.json and _is_tty(sys.stdout):
+        session.view = LiveView(
+            Console(highlight=False), show_reasoning=arguments.show_reasoning, tr=session.tr
+        )
+    elif not arguments.json:
+        session.view = PlainView(tr=session.tr)
+    return session
 
 
 def run(arguments: argparse.Namespace) -> int:
@@ -393,7 +413,10 @@ def run(arguments: argparse.Namespace) -> int:
     if not text and not stdin_tty:
         text = sys.stdin.read().strip()
     if not text and not repl and not arguments.file:
-        print("mercury-http chat: nothing to send: give TEXT or pipe it in.", file=sys.stderr)
+        nothing = translator_for(accept_language(os.environ)).gettext(
+            "nothing to send: give TEXT or pipe it in."
+        )
+        print(f"mercury-http chat: {nothing}", file=sys.stderr)
         return Exit.USAGE
     try:
         session = _build_session(arguments, interactive=stdin_tty and not arguments.json)
@@ -401,8 +424,8 @@ def run(arguments: argparse.Namespace) -> int:
         print(f"mercury-http chat: {problem}", file=sys.stderr)
         return problem.status
     print(
-        f"Conversation {session.conversation} "
-        f"(continue it with --conversation {session.conversation})",
+        session.tr.gettext("Conversation %(id)s (continue it with --conversation %(id)s)")
+        % {"id": session.conversation},
         file=sys.stderr,
         flush=True,
     )
@@ -439,7 +462,10 @@ def _one(session: Session, text: str, files: Sequence[Path]) -> int:
 def _repl(session: Session) -> int:
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401 - line editing and history for input()
-    print("Type a message; /new starts a new conversation, /quit leaves.", file=sys.stderr)
+    print(
+        session.tr.gettext("Type a message; /new starts a new conversation, /quit leaves."),
+        file=sys.stderr,
+    )
     while True:
         try:
             line = input("you › ").strip()
@@ -452,7 +478,10 @@ def _repl(session: Session) -> int:
             return Exit.ANSWERED
         if line == "/new":
             session.conversation = "cli-" + secrets.token_hex(6)
-            print(f"New conversation {session.conversation}", file=sys.stderr)
+            print(
+                session.tr.gettext("New conversation %(id)s") % {"id": session.conversation},
+                file=sys.stderr,
+            )
             continue
         status = _one(session, line, ())
         if status == Exit.REFUSED:

@@ -24,12 +24,23 @@ from rich.segment import Segment
 from rich.spinner import Spinner
 from rich.text import Text
 
+from channel_http.cli.language import ENGLISH
+from core.people.i18n import N_, Translator
+
 __all__ = ["JsonView", "LiveView", "PlainView", "View"]
 
 _MARKS: Final = {"success": ("✓", "green"), "failed": ("✗", "red"), "pending": ("⏸", "yellow")}
-LOGIN_WARNING: Final = (
-    "Open it yourself: it signs you in to {service} as you. Never share it or paste it into a chat."
+# Shown: under a sign-in link in the terminal client; service is the service's name.
+LOGIN_WARNING: Final = N_(
+    "Open it yourself: it signs you in to %(service)s as you. Never share it or paste it into "
+    "a chat."
 )
+# Shown: a tool call's outcome in the terminal client's plain output (a pipe).
+_OUTCOMES: Final = {
+    "success": N_("done"),
+    "failed": N_("failed"),
+    "pending": N_("waiting for you"),
+}
 
 
 class View(Protocol):
@@ -127,7 +138,9 @@ class LiveView:
         *,
         show_reasoning: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        tr: Translator = ENGLISH,
     ) -> None:
+        self.tr = tr
         self.console = console
         self.show_reasoning = show_reasoning
         self.clock = clock
@@ -143,7 +156,7 @@ class LiveView:
             if isinstance(block, _ToolLine):
                 parts.append(block)
             elif block.seconds is not None and not self.show_reasoning:
-                parts.append(Text(f"▸ {thought_for(block.seconds)}", style="dim"))
+                parts.append(Text(f"▸ {thought_for(block.seconds, self.tr)}", style="dim"))
             else:
                 parts.append(Text(block.text.strip(), style="dim italic"))
         if shown.final is not None:
@@ -202,7 +215,7 @@ class LiveView:
             self._settle()
             return
         elif name == "login":
-            shown.notes.extend(_login_lines(data))
+            shown.notes.extend(_login_lines(data, self.tr))
         elif name == "error":
             shown.notes.append(Text(f"✗ {data['message']}", style="bold red"))
         elif name == "pending":
@@ -212,7 +225,7 @@ class LiveView:
     def answer(self, body: dict[str, Any]) -> None:
         self.shown.final = body.get("reply", "")
         if body.get("login"):
-            self.shown.notes.extend(_login_lines(body["login"]))
+            self.shown.notes.extend(_login_lines(body["login"], self.tr))
         self._settle()
 
     def note(self, text: str) -> None:
@@ -225,25 +238,31 @@ class LiveView:
         self.tools = {}
 
 
-def thought_for(seconds: float) -> str:
+def thought_for(seconds: float, tr: Translator = ENGLISH) -> str:
     """How long the model thought, as a person says it: "Thought for 4.2 s", "for 1 min 5 s"."""
     if seconds < 0.1:
-        return "Thought for a moment"
+        return tr.gettext("Thought for a moment")
     if seconds < 9.95:
-        return f"Thought for {seconds:.1f} s"
+        return tr.gettext("Thought for %(seconds)s s") % {"seconds": f"{seconds:.1f}"}
     whole = round(seconds)
     if whole < 60:
-        return f"Thought for {whole} s"
+        return tr.gettext("Thought for %(seconds)s s") % {"seconds": whole}
     minutes, rest = divmod(whole, 60)
-    return f"Thought for {minutes} min {rest} s" if rest else f"Thought for {minutes} min"
+    if rest:
+        said = tr.gettext("Thought for %(minutes)s min %(seconds)s s")
+        return said % {"minutes": minutes, "seconds": rest}
+    return tr.gettext("Thought for %(minutes)s min") % {"minutes": minutes}
 
 
 class PlainView:
     """Plain text for a pipe: the answer on stdout as it streams, the rest on stderr."""
 
-    def __init__(self, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+    def __init__(
+        self, out: TextIO = sys.stdout, err: TextIO = sys.stderr, tr: Translator = ENGLISH
+    ) -> None:
         self.out = out
         self.err = err
+        self.tr = tr
         self.streamed = False
 
     def event(self, name: str, data: dict[str, Any]) -> None:
@@ -262,9 +281,10 @@ class PlainView:
             self.err.write(f"… {data.get('label', '')} {data.get('detail', '')}\n")
         elif name == "tool_finish":
             mark = _MARKS.get(data["outcome"], ("•", ""))[0]
-            self.err.write(f"{mark} {data['outcome']}\n")
+            outcome = _OUTCOMES.get(data["outcome"])
+            self.err.write(f"{mark} {self.tr.gettext(outcome) if outcome else data['outcome']}\n")
         elif name == "login":
-            for line in _login_lines(data):
+            for line in _login_lines(data, self.tr):
                 self.out.write(line.plain + "\n")
         elif name == "error":
             self.err.write(f"✗ {data['message']}\n")
@@ -273,7 +293,7 @@ class PlainView:
         if body.get("reply"):
             self.out.write(body["reply"] + "\n")
         if body.get("login"):
-            for line in _login_lines(body["login"]):
+            for line in _login_lines(body["login"], self.tr):
                 self.out.write(line.plain + "\n")
         self.out.flush()
 
@@ -309,11 +329,11 @@ class JsonView:
         self.out.flush()
 
 
-def _login_lines(data: dict[str, Any]) -> list[Text]:
+def _login_lines(data: dict[str, Any], tr: Translator) -> list[Text]:
     service = str(data.get("service", ""))
+    # Shown: before a sign-in link in the terminal client; service is the service's name.
+    heading = tr.gettext("Log in to %(service)s") % {"service": service}
     return [
-        Text.assemble(
-            ("🔑 Log in to ", "bold"), (service, "bold"), ": ", (str(data["url"]), "link")
-        ),
-        Text("   " + LOGIN_WARNING.format(service=service), style="yellow"),
+        Text.assemble(("🔑 " + heading, "bold"), ": ", (str(data["url"]), "link")),
+        Text("   " + tr.gettext(LOGIN_WARNING) % {"service": service}, style="yellow"),
     ]

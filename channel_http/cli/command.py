@@ -14,13 +14,14 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import uvicorn
+import yaml
 
 from channel_http.cli import admin, chat
 from channel_http.serving import collector, logs, switching
@@ -142,18 +143,45 @@ def serve(arguments: argparse.Namespace) -> int:
     environ = dict(os.environ)
     _overrides(arguments, environ)
     token = _dev_token(environ) if arguments.dev else None
-    if getattr(arguments, "dev_model", False):
+    dev_model = getattr(arguments, "dev_model", False)
+    data_dir = Path(environ.get("MERCURY_DATA_DIR") or "./data")
+    if dev_model:
         from dev_model.command import start_beside_server
 
-        start_beside_server(environ, Path(environ.get("MERCURY_DATA_DIR") or "./data"))
+        start_beside_server(environ, data_dir)
     try:
         settings = load_settings(environ)
+        if dev_model:
+            from dev_model.command import with_demo
+
+            settings = with_demo(settings, data_dir, development_person=token is not None)
     except ConfigurationError as error:
         print(f"mercury-http: {error}", file=sys.stderr)
         return 2
+    if arguments.dev:
+        settings = _dev_rate_limit(settings, environ)
     if settings.http.workers > 1:
         return _serve_workers(settings, environ, token)
     return _serve_one(settings, environ, token)
+
+
+#: Turns a person may start per minute under ``--dev`` when nothing sets the limit: enough to
+#: walk through every demo of the scripted model without a 429.
+DEV_RATE_LIMIT: Final = 60
+
+
+def _dev_rate_limit(settings: Settings, environ: Mapping[str, str]) -> Settings:
+    """Under ``--dev``, `DEV_RATE_LIMIT` unless the environment or the file sets the limit."""
+    if environ.get("MERCURY_RATE_LIMIT_PER_USER", "").strip():
+        return settings
+    if settings.config_file is not None:
+        with contextlib.suppress(OSError, yaml.YAMLError):
+            tree = yaml.safe_load(settings.config_file.read_text(encoding="utf-8"))
+            section = tree.get("rate_limit") if isinstance(tree, dict) else None
+            if isinstance(section, dict) and section.get("per_user") is not None:
+                return settings
+    limit = msgspec.structs.replace(settings.rate_limit, per_user=DEV_RATE_LIMIT)
+    return msgspec.structs.replace(settings, rate_limit=limit)
 
 
 def _serve_one(

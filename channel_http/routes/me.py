@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from litestar import Response, get, patch, post
 
 from channel_http.errors import BadRequest
@@ -20,15 +21,15 @@ if TYPE_CHECKING:
 
 
 @get("/me")
-async def me(request: AnyRequest) -> dict[str, Any]:
+async def me(request: AnyRequest) -> Response[Any]:
+    """The caller's saved settings; ``Content-Language`` is the language the server speaks to
+    them (saved, else ``Accept-Language``, else the default), for a UI to write its own in."""
     caller = caller_of(request)
     saved = caller.saved
-    return {
-        "ok": True,
-        "name": saved.name,
-        "language": saved.language,
-        "timeZone": saved.time_zone,
-    }
+    return Response(
+        {"ok": True, "name": saved.name, "language": saved.language, "timeZone": saved.time_zone},
+        headers={"content-language": caller.language},
+    )
 
 
 @patch("/me")
@@ -40,10 +41,10 @@ async def patch_me(request: AnyRequest) -> dict[str, Any]:
     caller = caller_of(request)
     tr = caller.translator
     body = decode_body(MeBody, await request.body(), tr)
-    if body.time_zone is None and body.language is None:
+    if body.time_zone is msgspec.UNSET and body.language is msgspec.UNSET:
         raise BadRequest(tr.gettext('The body must contain "timeZone" or "language".'))
     language = None
-    if body.language is not None:
+    if isinstance(body.language, str):
         language = body.language.strip().lower()
         if language not in SUPPORTED_LANGUAGES:
             raise BadRequest(
@@ -56,7 +57,7 @@ async def patch_me(request: AnyRequest) -> dict[str, Any]:
             )
     settings = services_of(request).person_settings
     saved: dict[str, Any] = {"ok": True}
-    if body.time_zone is not None:
+    if isinstance(body.time_zone, str):
         try:
             saved["timeZone"] = await settings.set_time_zone(caller.person.key, body.time_zone)
         except InvalidSetting:
@@ -67,8 +68,14 @@ async def patch_me(request: AnyRequest) -> dict[str, Any]:
                 )
                 % {"field": "timeZone", "value": body.time_zone[:64]}
             ) from None
+    elif body.time_zone is None:
+        await settings.clear(caller.person.key, "time_zone")
+        saved["timeZone"] = None
     if language is not None:
         saved["language"] = await settings.set_language(caller.person.key, language)
+    elif body.language is None:
+        await settings.clear(caller.person.key, "language")
+        saved["language"] = None
     return saved
 
 

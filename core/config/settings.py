@@ -755,7 +755,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The directory role that lets a caller act for others on `POST /chat` "
             "(`callerId`, `authorName`, `spaceId`)."),
     Setting("rate_limit.per_user", "MERCURY_RATE_LIMIT_PER_USER", _Int(1, 1000), 10,
-            "Turns a person may start per window."),
+            "Turns a person may start per window (60 a minute under `serve --dev` when "
+            "neither sets it)."),
     Setting("rate_limit.window_ms", "MERCURY_RATE_LIMIT_WINDOW_MS", _Int(1000, 3_600_000),
             60_000, "The rate limit's sliding window, in milliseconds."),
     Setting("wiki.vault_path", "WIKI_VAULT_PATH", _PathKind(), None,
@@ -998,19 +999,26 @@ def read_settings(
 ) -> tuple[Settings, list[str]]:
     """The settings as :func:`load_settings` reads them, and what is wrong across them.
 
-    A value that can't be read still raises :class:`ConfigurationError`; a rule between
-    settings that doesn't hold (a bridge on without its secrets, workers on SQLite) is a
-    problem in the list, the settings built anyway, so ``check-config`` can show both.
+    A file that can't be read at all (missing, not YAML, a secret in it) still raises
+    :class:`ConfigurationError`. Every value that can't be read (in the environment or the
+    file) and every rule between settings that doesn't hold (a bridge on without its secrets,
+    workers on SQLite) is a problem in the list, in that order, the settings built anyway with
+    the defaults in place of the unreadable values, so ``check-config`` can show them all.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
     base = (Path.cwd() if cwd is None else cwd).absolute()
     config_file = _config_file(env, base)
-    file_values = _read_file(config_file) if config_file is not None else {}
+    problems: list[str] = []
+    file_values = _read_file(config_file, problems) if config_file is not None else {}
 
     values: dict[str, Any] = {}
     for setting in SETTINGS:
         if setting.env is not None and setting.env in env:
-            values[setting.path] = _from_environment(setting, env[setting.env])
+            try:
+                values[setting.path] = _from_environment(setting, env[setting.env])
+            except ConfigurationError as error:
+                problems.append(str(error))
+                values[setting.path] = file_values.get(setting.path, setting.default)
         elif setting.path in file_values:
             values[setting.path] = file_values[setting.path]
         else:
@@ -1029,7 +1037,6 @@ def read_settings(
         else spec
         for spec in values["model.fallbacks"]
     )
-    problems: list[str] = []
     for check in (
         _check_state_url,
         _check_workers,
@@ -1271,8 +1278,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_file(path: Path) -> dict[str, object]:
-    """The values the file gives, by setting path, each read and checked."""
+def _read_file(path: Path, problems: list[str]) -> dict[str, object]:
+    """The values the file gives, by setting path, each read and checked; a key or value that
+    is wrong is added to ``problems`` and left out."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -1292,7 +1300,7 @@ def _read_file(path: Path) -> dict[str, object]:
         )
     _refuse_secrets(tree, path)
     values: dict[str, object] = {}
-    _collect(tree, "", _key_tree(), path, values)
+    _collect(tree, "", _key_tree(), path, values, problems)
     return values
 
 
@@ -1323,35 +1331,30 @@ def _collect(
     known: Mapping[str, Any],
     file: Path,
     values: dict[str, object],
+    problems: list[str],
 ) -> None:
     for key, value in node.items():
         dotted = f"{prefix}{key}"
         expected = known.get(key) if isinstance(key, str) else None
         if expected is None:
             candidates = [f"{prefix}{name}" for name in known]
-            raise ConfigurationError(_unknown_key(file, dotted, candidates))
-        if isinstance(expected, Setting):
+            problems.append(_unknown_key(file, dotted, candidates))
+        elif isinstance(expected, Setting):
             if _is_unset(value, expected.kind):
                 continue  # an empty value means "not set", as in the environment
             try:
                 values[expected.path] = expected.kind.from_yaml(value)
             except _InvalidValueError as invalid:
-                raise ConfigurationError(
-                    f"{file}: {dotted}{invalid.at} {invalid.reason}."
-                ) from None
+                problems.append(f"{file}: {dotted}{invalid.at} {invalid.reason}.")
             except _UnknownKeyError as unknown:
                 where = [expected.path + name for name in unknown.known]
-                raise ConfigurationError(
-                    _unknown_key(file, expected.path + unknown.at, where)
-                ) from None
+                problems.append(_unknown_key(file, expected.path + unknown.at, where))
         elif value is None:
             continue  # an empty section
         elif isinstance(value, Mapping):
-            _collect(value, f"{dotted}.", expected, file, values)
+            _collect(value, f"{dotted}.", expected, file, values, problems)
         else:
-            raise ConfigurationError(
-                f"{file}: {dotted} must be a section of keys, not {_shown(value)}."
-            )
+            problems.append(f"{file}: {dotted} must be a section of keys, not {_shown(value)}.")
 
 
 def _is_unset(value: object, kind: _Kind) -> bool:

@@ -22,6 +22,13 @@ from core.people.i18n import N_, N_plural
 TOKEN_MISSING: Final = N_(
     "Sign in first: this request carries no token (an Authorization: Bearer header)."
 )
+# Shown: the refusal (401) of an Authorization header naming Bearer with nothing after it,
+# as a pasted command sends when the variable meant to hold the token isn't set.
+TOKEN_EMPTY: Final = N_(
+    "This request carries no token: its Authorization header says Bearer and nothing after "
+    "it. If you pasted a command, set the variable that holds the token (such as $TOKEN) "
+    "first."
+)
 # Shown: the refusal (401) of a token no auth provider recognizes, e.g. at the UI's sign-in.
 TOKEN_REFUSED: Final = N_(
     "The server doesn't recognize this token; check it, or ask whoever runs the server for one."

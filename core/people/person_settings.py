@@ -227,5 +227,18 @@ class PersonSettings:
         )
         return zone
 
+    async def clear(self, person_key: str, field: Literal["language", "time_zone"]) -> None:
+        """Forget the person's saved language or time zone: the defaults apply again."""
+        await self.ensure_schema()
+        column = {"language": "language", "time_zone": "time_zone"}[field]  # never the caller's
+        await self._db.execute(
+            f"UPDATE person_settings SET {column} = NULL, updated_at = ? "  # noqa: S608
+            "WHERE person_key = ?",
+            (self._now(), person_key),
+        )
+        self._writes += 1
+        self._cache.pop(person_key, None)
+        self._reading.pop(person_key, None)
+
     def _now(self) -> str:
         return self._clock().isoformat()

@@ -14,10 +14,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pexpect
 import pytest
 
 from core.tools.registry import LoginRequired, Plugin, Tool, ToolCallContext
+from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 
@@ -262,6 +264,7 @@ def test_json_output_is_one_event_a_line_and_parses_back(
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["event"] for line in lines] == [
+        "turn",  # every event of the stream, the turn's id first
         "reasoning",
         "reasoning_end",
         "text",
@@ -271,6 +274,7 @@ def test_json_output_is_one_event_a_line_and_parses_back(
     final = lines[-1]["data"]
     assert final.pop("usage")["output"] > 0  # the model's counts, as final carries them
     assert final == {"text": "Hello there."}
+    assert lines[0]["data"]["turnId"]
     assert "Conversation js" in result.stderr
 
 
@@ -321,6 +325,35 @@ def test_a_file_goes_up_and_the_answers_file_is_saved(
     assert "-numbers.bin" in user["content"]
 
 
+def test_the_command_speaks_the_language_the_server_speaks_to_the_person(
+    tmp_path: Path, server: RunningServer, ollama: OllamaStandIn
+) -> None:
+    italian = client_env(tmp_path, server, LANG="it_IT.UTF-8")
+    ollama.responder = steps(
+        ChatScript(tool_calls=[{"name": "book", "arguments": {"room": "D4"}}]),
+        ChatScript.words(""),
+    )
+    waiting = piped(italian, "--conversation", "lingua", "book D4")
+    assert waiting.returncode == 3, waiting.stderr
+    assert "Conversazione lingua (continuala con --conversation lingua)" in waiting.stderr
+    assert "⏸ attende te" in waiting.stderr  # the tool line's outcome
+    assert "In attesa della tua conferma: " in waiting.stdout
+    ollama.responder = None
+    # A language the person saved wins over the terminal's, as it does on the server.
+    saved = httpx.patch(server.url + "/me", headers=ALICE, json={"language": "de"})
+    assert saved.status_code == 200
+    try:
+        german = piped(italian, "--conversation", "sprache", stdin="")
+        assert german.returncode == 2
+        assert "nichts zu senden" not in german.stderr  # no server asked yet: the terminal's
+        assert "niente da inviare" in german.stderr
+        ollama.enqueue(ChatScript.words("Hallo."))
+        answered = piped(italian, "--conversation", "sprache", "hallo")
+        assert "Unterhaltung sprache (fortsetzen mit --conversation sprache)" in answered.stderr
+    finally:
+        httpx.patch(server.url + "/me", headers=ALICE, json={"language": None})
+
+
 def test_each_exit_status(tmp_path: Path, server: RunningServer, ollama: OllamaStandIn) -> None:
     env = client_env(tmp_path, server)
     # 3: a staging, with no terminal to ask on: the choices are printed with how to confirm.
@@ -330,7 +363,7 @@ def test_each_exit_status(tmp_path: Path, server: RunningServer, ollama: OllamaS
     )
     waiting = piped(env, "--conversation", "st", "book C3")
     assert waiting.returncode == 3, waiting.stderr
-    assert "Waiting for confirmation: Book room C3" in waiting.stdout
+    assert "Waiting for your confirmation: Book room C3" in waiting.stdout
     command = waiting.stdout.strip().splitlines()[-1].split(": ", 1)[1]
     token = command.rsplit(" ", 1)[1]
     assert command == f"mercury-http chat --conversation st {token}"

@@ -129,10 +129,15 @@ def test_check_config_prints_the_spaces_as_the_file_writes_them(
 def test_check_config_names_a_bad_file(
     environment: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "bad.yaml").write_text("http:\n  port: many\n")
+    (tmp_path / "bad.yaml").write_text("http:\n  port: many\n  hots: 0.0.0.0\n")
+    environment.setenv("MERCURY_LOG_LEVEL", "loud")
     assert main(["check-config", "--config", "bad.yaml"]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("Problem: ") and "http.port" in out
+    # Every problem, not the first: two in the file, one in the environment.
+    problems = [line for line in out.splitlines() if line.startswith("Problem: ")]
+    assert any("http.port" in line for line in problems), out
+    assert any('"http.hots"' in line and '"http.host"' in line for line in problems), out
+    assert any("MERCURY_LOG_LEVEL" in line for line in problems), out
 
 
 def test_init_writes_every_setting_at_its_default_and_keeps_an_existing_file(

@@ -101,8 +101,11 @@ def test_the_command_speaks_ollama_and_openai_with_the_default_model_names(start
         ):
             thinking += part.message.thinking or ""
             content += part.message.content or ""
-        assert thinking == "Thinking about it."
-        assert content.startswith("You said: hello")
+        assert thinking == "A new conversation."
+        assert (
+            content.startswith("Hello! I'm Mercury's scripted model.")
+            and "You said: hello" in content
+        )
         assert len(client.embed(model="nomic-embed-text", input="hello").embeddings[0]) > 0
 
     models = httpx.get(f"{url}/v1/models", timeout=10).json()
@@ -206,7 +209,9 @@ def test_serve_dev_model_lists_the_demos_and_echoes_a_message(
         running.wait_for(rf"/demo {name} ")
     turn = post_turn(base, token, "hello there", "echo")
     assert turn.names()[0] == "reasoning" and turn.names()[-1] == "final"
-    assert turn.text.startswith("You said: hello there")
+    assert turn.text.startswith("Hello!") and "You said: hello there" in turn.text
+    again = post_turn(base, token, "and again", "echo")
+    assert again.text.startswith("You said: and again")
     listed = post_turn(base, token, "/demo", "help")
     for name in DEMOS:
         assert f"/demo {name}" in listed.text
@@ -232,7 +237,7 @@ def test_a_server_on_openais_protocol_runs_the_demos_against_the_command(start: 
     tool = post_turn(base, token, "/demo tool", "openai-tool")
     assert "reasoning" in tool.names()
     assert [t["name"] for t in tool.of("tool")] == ["wiki_list"]
-    assert tool.names()[-1] == "final" and tool.text.startswith("The tool answered:")
+    assert tool.names()[-1] == "final" and tool.text.startswith("I listed the notes")
     error = post_turn(base, token, "/demo error", "openai-error")
     assert error.names()[-1] == "error"
 
@@ -244,25 +249,33 @@ def test_each_demo_yields_its_events_through_a_real_server(
 
     reasoning = post_turn(base, token, "/demo reasoning", "reasoning")
     assert len(reasoning.of("reasoning")) > 20 and "reasoning_end" in reasoning.names()
+    thought = [
+        t for (n, _), t in zip(reasoning.events, reasoning.times, strict=True) if n == "reasoning"
+    ]
+    assert thought[-1] - thought[0] > 2  # paced: a UI shows it arriving for seconds
     assert reasoning.names()[-1] == "final"
 
     tool = post_turn(base, token, "/demo tool", "tool")
     assert [t["name"] for t in tool.of("tool")] == ["wiki_list"]
     assert tool.of("tool_finish")[0]["outcome"] == "success"
-    assert tool.names()[-1] == "final" and tool.text.startswith("The tool answered:")
+    assert tool.names()[-1] == "final" and tool.text.startswith("I listed the notes")
 
     confirm = post_turn(base, token, "/demo confirm", "confirm")
     [pending] = confirm.of("pending")
     assert pending["choices"] and "Archive a demo note" in pending["command"]
+    # A sentence for the person, never the instructions the server wrote for the model.
+    assert confirm.text.startswith("Archiving the demo note") and "tell them" not in confirm.text
 
     choices = post_turn(base, token, "/demo choices", "choices")
     assert [t["name"] for t in choices.of("tool")] == ["wiki_write", "wiki_write"]
     [pending] = choices.of("pending")
     assert [c["label"] for c in pending["choices"]] == ["Replace the note", "Append to the note"]
+    assert choices.text.startswith("The note exists already")
 
     present = post_turn(base, token, "/demo present", "present")
     assert [t["name"] for t in present.of("tool")] == ["present"]
     assert "Mercury | 58.6" in json.dumps(present.events)
+    assert "Here are the days on the inner planets" in present.text
 
     markdown = post_turn(base, token, "/demo markdown", "markdown")
     assert "| Planet | Moons |" in markdown.text
@@ -290,8 +303,57 @@ def test_the_login_demo_signs_in_through_the_scripted_service(
     [login] = first.of("login")
     assert login["service"] == "demo_account"
     assert "/oauth/authorize?" in login["url"]
+    assert first.text.startswith("I need you to sign in") and "Never write" not in first.text
     page = httpx.get(login["url"], follow_redirects=True, timeout=30)
     assert page.status_code == 200 and str(page.url).startswith(f"{base}/login/callback")
     again = post_turn(base, token, "/demo login", "login")
     assert "login" not in again.names()
-    assert '"displayName":"Developer"' in again.text
+    assert "signed in to the demo service as Developer (dev)" in again.text
+
+
+def test_the_demo_services_and_the_demo_space_join_a_settings_file_of_ones_own(
+    start: Any, tmp_path: Path
+) -> None:
+    own = (
+        "# mine\n"
+        'spaces:\n  "slack:COWN":\n    admins: ["static:dev"]\n'
+        "services:\n  - name: own\n    base_url: http://127.0.0.1:9/own\n"
+        "    operations:\n      - {name: ping, description: Ping., method: GET, path: /ping}\n"
+    )
+    (tmp_path / "mercury.yaml").write_text(own, encoding="utf-8")
+    port = free_port()
+    running = start("serve", "--dev", "--dev-model", "--port", str(port))
+    token = running.wait_for(r"Bearer (dev-[\w-]+)'").group(1)
+    running.wait_for(r"mercury-http: listening on")
+    base = f"http://127.0.0.1:{port}"
+    headers = {"authorization": f"Bearer {token}"}
+
+    confirm = post_turn(base, token, "/demo confirm", "with-file")
+    assert confirm.of("pending"), confirm.names()  # the demo services are declared
+    assert (tmp_path / "mercury.yaml").read_text(encoding="utf-8") == own  # never written into
+
+    listed = httpx.get(f"{base}/spaces", headers=headers, timeout=30).json()["spaces"]
+    roles = {space["spaceId"]: space["role"] for space in listed}
+    assert roles == {"slack:CDEMO": "admin", "slack:COWN": "admin"}
+    space = f"{base}/spaces/slack:CDEMO"
+    people = httpx.get(space, headers=headers, timeout=30).json()["members"]
+    assert {p["id"] for p in people} >= {"people:ann", "people:ben"}
+    changed = httpx.put(f"{space}/settings/rate_limit", json={"value": 3}, headers=headers)
+    assert changed.status_code == 200 and changed.json()["setting"]["value"] == 3
+    muted = httpx.post(
+        f"{space}/mutes",
+        json={"person": "slack:UDEMOBEN", "duration": "10m", "confirm": True},
+        headers=headers,
+        timeout=30,
+    )
+    assert muted.status_code == 200 and muted.json()["mute"]["person"] == "people:ben"
+    pairing = httpx.get(f"{base}/pairing", headers=headers, timeout=30)
+    assert pairing.status_code == 200  # the development person may approve strangers
+
+
+def test_dev_mode_allows_a_walk_through_every_demo_without_a_429(
+    server: tuple[str, str, Running],
+) -> None:
+    base, token, _ = server
+    for n in range(len(DEMOS) + 2):
+        assert post_turn(base, token, f"hello {n}", f"walk-{n}").names()[-1] == "final"

@@ -163,6 +163,25 @@ def test_patch_me_saves_a_shipped_language_which_then_speaks_to_the_caller(
     assert both.json() == {"ok": True, "timeZone": "Europe/Berlin", "language": "de"}
 
 
+def test_patch_me_with_null_forgets_the_saved_language_and_zone(server: RunningServer) -> None:
+    both = {"language": "it", "timeZone": "Europe/Rome"}
+    assert httpx.patch(server.url + "/me", headers=ALICE, json=both).status_code == 200
+    refusal = {**ALICE, "accept-language": "de"}  # a 400 says which language it speaks
+    italian = httpx.patch(server.url + "/me", headers=refusal, json={})
+    assert italian.headers["content-language"] == "it"  # the saved language wins
+    cleared = httpx.patch(server.url + "/me", headers=ALICE, json={"language": None})
+    assert cleared.json() == {"ok": True, "language": None}
+    after = httpx.get(server.url + "/me", headers=ALICE).json()
+    assert after["language"] is None and after["timeZone"] == "Europe/Rome"
+    german = httpx.patch(server.url + "/me", headers=refusal, json={})
+    assert german.headers["content-language"] == "de"  # Accept-Language, once none is saved
+    cleared = httpx.patch(server.url + "/me", headers=ALICE, json={"timeZone": None})
+    assert cleared.json() == {"ok": True, "timeZone": None}
+    assert httpx.get(server.url + "/me", headers=ALICE).json()["timeZone"] is None
+    # Clearing what was never saved is no error either.
+    assert httpx.patch(server.url + "/me", headers=BOB, json={"timeZone": None}).status_code == 200
+
+
 @pytest.mark.parametrize("language", ["pt", "english", "", "en-US", "xx"])
 def test_patch_me_refuses_a_language_that_is_not_shipped_and_saves_nothing(
     server: RunningServer, language: str

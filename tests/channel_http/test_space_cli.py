@@ -277,6 +277,11 @@ def test_settings_list_set_typed_as_the_setting_is_and_unset_back_to_the_file(cl
     unset = cli("settings", SPACE, "rate_limit", "--unset")
     assert unset.returncode == 0, unset.stderr
     assert unset.stdout.strip() == "rate_limit = 7\t(file)"
+    # As the help writes it: --unset KEY.
+    assert cli("settings", SPACE, "rate_limit", "6").returncode == 0
+    unset = cli("settings", SPACE, "--unset", "rate_limit")
+    assert unset.returncode == 0, unset.stderr
+    assert unset.stdout.strip() == "rate_limit = 7\t(file)"
 
 
 def test_spaces_show_names_the_members_with_their_roles(cli: Run) -> None:

@@ -13,7 +13,7 @@ import pytest
 from channel_http.app import CHANNEL_API_VERSION, HttpChannel
 from core.channels import admits
 from core.config.settings import ConfigurationError
-from core.people.messages import TOKEN_MISSING
+from core.people.messages import TOKEN_EMPTY, TOKEN_MISSING, TOKEN_REFUSED
 from core.version import CHANNEL_API_VERSION as CORE_CHANNEL_API_VERSION
 from core.version import __version__
 from tests.conftest import ALICE
@@ -158,6 +158,30 @@ def test_refusals_before_the_caller_is_known_speak_the_requested_language(
     plain = httpx.get(server.url + "/me")
     assert plain.json() == {"ok": False, "error": TOKEN_MISSING}
     assert plain.headers["content-language"] == "en"
+
+
+def test_an_empty_bearer_is_told_it_carries_no_token_not_that_it_is_unknown(
+    server: RunningServer,
+) -> None:
+    # What a pasted `-H "authorization: Bearer $TOKEN"` sends while $TOKEN is unset.
+    empty = httpx.get(server.url + "/me", headers={"authorization": "Bearer"})
+    assert empty.status_code == 401
+    assert empty.json() == {"ok": False, "error": TOKEN_EMPTY}
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:  # httpx won't send it
+        raw.sendall(
+            b"GET /me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \r\nConnection: close\r\n\r\n"
+        )
+        answer = b""
+        while chunk := raw.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 401") and TOKEN_EMPTY.encode() in answer
+    wrong = httpx.get(server.url + "/me", headers={"authorization": "Bearer nope"})
+    assert wrong.json() == {"ok": False, "error": TOKEN_REFUSED}
+    italian = httpx.get(
+        server.url + "/me", headers={"authorization": "Bearer", "accept-language": "it"}
+    )
+    assert italian.json()["error"].startswith("Questa richiesta non porta alcun token")
 
 
 def test_a_lone_surrogate_is_a_400_not_a_crash(server: RunningServer) -> None:

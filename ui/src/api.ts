@@ -81,6 +81,9 @@ export class ApiError extends Error {
 }
 
 export class Api {
+  /** The language the server last said it speaks to this person (Content-Language). */
+  spoken: string | null = null;
+
   constructor(
     readonly base: string,
     private readonly token: () => string | null,
@@ -121,6 +124,7 @@ export class Api {
   async get<T>(path: string, query: Record<string, string | number | null | undefined> = {}) {
     const response = await fetch(this.url(path, query), { headers: this.headers(false) });
     if (!response.ok) throw await this.refusal(response);
+    this.spoken = response.headers.get("content-language") ?? this.spoken;
     return (await response.json()) as T;
   }
 

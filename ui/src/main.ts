@@ -11,6 +11,7 @@ import {
 } from "./auth";
 import { Conversation } from "./conversation";
 import { button, h } from "./dom";
+import { useLanguage } from "./language";
 import { plainText } from "./markdown";
 import { Panels } from "./panels";
 import { strings as S } from "./strings";
@@ -58,6 +59,7 @@ class App {
   }
 
   async start(): Promise<void> {
+    useLanguage(null); // the browser's, until the server says which is the person's
     if (this.config.oidc) {
       try {
         const token = await finishOidcLogin(this.config.oidc);
@@ -128,6 +130,7 @@ class App {
   private async enter(): Promise<void> {
     try {
       this.me = await this.api.get<Me>("/me");
+      useLanguage(this.api.spoken);
     } catch (error) {
       if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
         this.signOut(error.message);

@@ -1,9 +1,11 @@
-// Every word this UI writes itself, in one table: English, the default. A translated UI is a
-// copy of this table with the same keys (the type holds them to it). What the server writes
-// (errors, pending choices, tool labels, notes) arrives already in the person's language: the
-// browser sends its Accept-Language with every request and the server's catalogs answer in it.
+// Every word this UI writes itself, in one table: English, the default. Each translation
+// (strings_de.ts, strings_es.ts, strings_fr.ts, strings_it.ts) is a copy of this table with
+// the same keys, which the type holds it to; language.ts picks one as the server picks the
+// person's language. What the server writes (errors, pending choices, tool labels, notes)
+// arrives already in the person's language: the browser sends its Accept-Language with every
+// request and the server's catalogs answer in it.
 
-export const strings = {
+export const en = {
   appName: "Mercury",
   // Signing in
   accessToken: "Access token",
@@ -233,4 +235,7 @@ export const strings = {
   pairingRevoked: (name: string) => `${name} can no longer talk to the assistant.`,
 };
 
-export type Strings = typeof strings;
+export type Strings = typeof en;
+
+/** The words in use: English until language.ts puts a translation in its place. */
+export const strings: Strings = { ...en };
