@@ -31,6 +31,7 @@ from core.observe.telemetry import span
 from core.tools.display_tools import PRESENT
 from core.tools.displays import Displays, display_chunks, tool_message, with_displays
 from core.tools.registry import (
+    InputRequired,
     LoginRequired,
     Tool,
     ToolCallContext,
@@ -109,7 +110,7 @@ class Answerer:
         displays = Displays(session.results)
         context = replace(context, displays=displays)
         translator = context.translator
-        offered = self.registry.offered_tools(context.person)
+        offered = await self.registry.offer(context.person, context.space)
         specs = [tool.spec for _, tool in offered.values()]
         system = ChatMessage(role="system", content=self._instructions(context, offered))
         text_parts: list[str] = []
@@ -241,7 +242,8 @@ class Answerer:
         tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
         entry = offered.get(name)
         tool = entry[1] if entry is not None else None
-        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": name}
+        shown = (tool.title or name) if tool else name
+        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": shown}
         detail = cap(tool.detail(arguments)) if tool and tool.detail else detail_of(arguments)
         await emit(
             events.Tool(label=label, detail=detail, tool_call_id=tool_call_id, tool_name=name)
@@ -269,6 +271,18 @@ class Answerer:
                         result, images = ran.text, ran.images or None
                     else:
                         result = ran
+            except InputRequired as asked:
+                if asked.link is not None:
+                    step_events.append(events.Login(service=asked.link[0], url=asked.link[1]))
+                staging = await self._stage(
+                    context, tool, asked.arguments, summary=asked.summary, choices=asked.choices
+                )  # type: ignore[arg-type]
+                outcome, staged = "pending", True
+                step_events.append(staging)
+                result = (
+                    f"The tool asks the person: {asked.summary} They have been shown the "
+                    "choices; tell them briefly, without inventing a token, and wait."
+                )
             except LoginRequired as login:
                 outcome = "failed"
                 step_events.append(events.Login(service=login.service, url=login.url))
@@ -308,10 +322,20 @@ class Answerer:
         return staged
 
     async def _stage(
-        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
+        self,
+        context: ToolCallContext,
+        tool: Tool,
+        arguments: dict[str, Any],
+        *,
+        summary: str | None = None,
+        choices: Sequence[tuple[str, str]] | None = None,
     ) -> events.Pending:
-        summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
-        choices = list(tool.choices(context, arguments)) if tool.choices else None
+        if summary is None:
+            summary = (
+                tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
+            )
+        if choices is None and tool.choices:
+            choices = list(tool.choices(context, arguments))
         staging = await self.confirmations.stage(
             context.session_key,
             context.person.key,
