@@ -147,7 +147,8 @@ class _McpServers(_Kind):
 def _server(name: str, value: object, at: str) -> McpServerConfig:
     entry = _mapping(value, at, "a mapping of the server's settings")
     _only_keys(entry, at, _KEYS)
-    url, command = entry.get("url"), entry.get("command")
+    url: object = entry.get("url")
+    command: object = entry.get("command")
     if (url is None) == (command is None):
         raise _InvalidValueError("needs either url (streamable HTTP) or command (stdio)", at)
     if url is not None:
@@ -240,8 +241,8 @@ def _server(name: str, value: object, at: str) -> McpServerConfig:
     return McpServerConfig(
         name=name,
         title=title.strip(),
-        url=url,
-        command=command,
+        url=url if isinstance(url, str) else None,
+        command=command if isinstance(command, str) else None,
         args=args,
         env=MappingProxyType(dict(env)),  # type: ignore[arg-type]
         cwd=cwd,

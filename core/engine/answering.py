@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -275,8 +275,12 @@ class Answerer:
                 if asked.link is not None:
                     step_events.append(events.Login(service=asked.link[0], url=asked.link[1]))
                 staging = await self._stage(
-                    context, tool, asked.arguments, summary=asked.summary, choices=asked.choices
-                )  # type: ignore[arg-type]
+                    context,
+                    cast("Tool", tool),  # only a tool that ran can ask
+                    asked.arguments,
+                    summary=asked.summary,
+                    choices=asked.choices,
+                )
                 outcome, staged = "pending", True
                 step_events.append(staging)
                 result = (

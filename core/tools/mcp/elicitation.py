@@ -48,7 +48,6 @@ def question_of(
     translator: Translator,
 ) -> InputRequired:
     """The staging for what ``result`` asks; ToolError for a question buttons can't answer."""
-    tr = translator.gettext
     requests = result.input_requests or {}
     if len(requests) != 1:
         raise ToolError(
@@ -63,13 +62,13 @@ def question_of(
         )
     params = request.params
     state = {"key": key, "state": result.request_state, "field": None}
-    ends = [(tr("Decline"), "decline"), (tr("Cancel"), "cancel")]
+    ends = [(translator.gettext("Decline"), "decline"), (translator.gettext("Cancel"), "cancel")]
     if isinstance(params, types.ElicitRequestURLParams):
         host = urllib.parse.urlsplit(params.url).hostname or params.url
         summary = cap(f"{server_title}: {params.message} ({host})", 300)
         return InputRequired(
             summary,
-            [(tr("Done"), "accept"), *ends],
+            [(translator.gettext("Done"), "accept"), *ends],
             {**arguments, INPUT: state},
             link=(f"{server_title} ({host})", params.url),
         )
@@ -78,7 +77,7 @@ def question_of(
     message = cap(f"{server_title}: {params.message}", 300)
     if not properties:
         return InputRequired(
-            message, [(tr("Accept"), "accept"), *ends], {**arguments, INPUT: state}
+            message, [(translator.gettext("Accept"), "accept"), *ends], {**arguments, INPUT: state}
         )
     if len(properties) == 1:
         ((field, spec),) = properties.items()

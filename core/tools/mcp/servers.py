@@ -181,6 +181,27 @@ class McpServers:
         self._personal.clear()
         await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
 
+    async def probe(self) -> dict[str, str | None]:
+        """Per server, None when it answers a tool list now, else why not (for check-config)."""
+        answers: dict[str, str | None] = {}
+
+        async def one(name: str) -> None:
+            if self.servers[name].auth == "oauth":
+                answers[name] = None
+                return
+            connection = self.connection(name, None)
+            try:
+                tools = await connection.tools()
+            except ToolError as error:
+                answers[name] = str(error)
+                return
+            answers[name] = None
+            log.info("MCP server %s answers: %d tools", name, len(tools))
+
+        await asyncio.gather(*(one(name) for name in sorted(self.servers)))
+        await self.close()
+        return dict(sorted(answers.items()))
+
     def health(self) -> list[ServerHealth]:
         """Each server's state as the shared connection (or the people's) last saw it."""
         report = []
@@ -318,8 +339,8 @@ class McpServers:
         def choices(
             context: ToolCallContext, arguments: Mapping[str, Any]
         ) -> list[tuple[str, str]]:
-            tr = context.translator
-            return [(tr.gettext("Confirm"), "confirm"), (tr.gettext("Cancel"), "cancel")]
+            gettext = context.translator.gettext
+            return [(gettext("Confirm"), "confirm"), (gettext("Cancel"), "cancel")]
 
         async def needs(context: ToolCallContext, arguments: Mapping[str, Any]) -> bool:
             if server.auth == "oauth":
