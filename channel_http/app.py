@@ -396,6 +396,7 @@ async def open_services(
         ),
         access=settings.access.plugins,
         sources=(mcp,) if mcp is not None else (),
+        tool_budget=settings.mcp.tool_budget,
     )
     if mcp is not None:
         mcp.start_warming()

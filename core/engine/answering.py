@@ -41,6 +41,7 @@ from core.tools.registry import (
     cap,
     detail_of,
 )
+from core.tools.tool_search import deferral
 
 if TYPE_CHECKING:
     from core.engine.confirmations import ConfirmationStore
@@ -110,8 +111,14 @@ class Answerer:
         displays = Displays(session.results)
         context = replace(context, displays=displays)
         translator = context.translator
-        offered = await self.registry.offer(context.person, context.space)
-        specs = [tool.spec for _, tool in offered.values()]
+        offered, search = deferral(
+            await self.registry.offer(context.person, context.space), self.registry.tool_budget
+        )
+        listed = [
+            tool.spec
+            for _, tool in offered.values()
+            if search is None or tool.name not in search.deferred
+        ]
         system = ChatMessage(role="system", content=self._instructions(context, offered))
         text_parts: list[str] = []
         step_text: list[str] = []  # the step whose answer is still streaming
@@ -122,6 +129,7 @@ class Answerer:
         try:
             for _step in range(self.max_steps):
                 step_text = []
+                specs = listed if search is None else [*listed, *search.specs()]
                 calls = await self._model_step([system, *session.messages], specs, emit, step_text)
                 text_parts.extend(step_text)
                 session.messages.append(

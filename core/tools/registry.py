@@ -136,6 +136,8 @@ class Tool:
     hands_back: bool = False
     #: The name a person reads in the status line (``%(tool)s`` of ``label``); the name if None.
     title: str | None = None
+    #: Left out of a long tool list until a search loads it (:mod:`core.tools.tool_search`).
+    deferrable: bool = False
     #: What the model is offered, built once: a turn used to build one per tool.
     spec: ToolSpec = field(init=False, repr=False, compare=False)
 
@@ -199,6 +201,8 @@ class ToolRegistry:
     plugins: tuple[Plugin, ...]
     access: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     sources: tuple[PluginSource, ...] = ()
+    #: Past this many tools in a turn, deferrable tools are found by a search; None: never.
+    tool_budget: int | None = None
 
     async def offer(
         self, person: Person, space: SpaceTurn | None = None

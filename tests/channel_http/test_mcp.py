@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
+import mcp_types as types
 import pytest
 import uvicorn
 import yaml
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel
@@ -71,6 +72,26 @@ def mcp_server(tracker: Tracker) -> MCPServer:
     def archive_issue(key: str, answer: Annotated[Confirm, Resolve(archive_question)]) -> str:
         tracker.calls.append(("archive_issue", {"key": key, "confirm": answer.confirm}))
         return f"archived {key}" if answer.confirm else f"kept {key}"
+
+    @server.tool(title="Sign a document", annotations=ToolAnnotations(read_only_hint=True))
+    def sign_document(doc: str, ctx: Context) -> str | types.InputRequiredResult:
+        answers = ctx.input_responses or {}
+        if "signed" not in answers:
+            return types.InputRequiredResult(
+                input_requests={
+                    "signed": types.ElicitRequest(
+                        params=types.ElicitRequestURLParams(
+                            message=f"Sign {doc} on the signing site",
+                            url=f"https://sign.example.test/sign?doc={doc}",
+                            elicitation_id="sig-1",
+                        )
+                    )
+                },
+                request_state=f"doc={doc}",
+            )
+        answer = answers["signed"]
+        tracker.calls.append(("sign_document", {"doc": doc, "state": ctx.request_state}))
+        return f"{doc}: {getattr(answer, 'action', '?')}"
 
     @server.tool(title="Wait a while", annotations=ToolAnnotations(read_only_hint=True))
     async def slow(seconds: float) -> str:
@@ -385,3 +406,53 @@ async def test_a_server_that_dies_mid_call_gives_a_clear_error_and_the_next_turn
                 assert ("get_issue", {"key": "TRK-9"}) in own.calls
     finally:
         http.stop()
+
+
+async def test_a_url_question_shows_a_link_naming_the_host_and_done_retries_the_call(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(call("trk_sign_document", doc="D-1"), ChatScript.words("Sign it."))
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        received = await ask(client, "sign D-1")
+        (login,) = received.of("login")
+        assert login["url"] == "https://sign.example.test/sign?doc=D-1"
+        assert "sign.example.test" in login["service"]
+        (pending,) = received.of("pending")
+        assert [c["label"] for c in pending["choices"]] == ["Done", "Decline", "Cancel"]
+        assert tracker.calls == []
+        done = pending["choices"][0]
+        answer = await client.post(
+            "/confirm", json={"token": done["token"], "conversationId": "c1"}, headers=ALICE
+        )
+        assert answer.status_code == 200, answer.text
+    assert tracker.calls == [("sign_document", {"doc": "D-1", "state": "doc=D-1"})]
+
+
+async def test_past_the_tool_budget_a_search_loads_the_schemas_it_finds(
+    tmp_path: Path,
+    make_settings: Callable[..., Settings],
+    mcp_http: McpHttp,
+    ollama: OllamaStandIn,
+    tracker: Tracker,
+) -> None:
+    tracker.calls.clear()
+    settings = make_settings(
+        MERCURY_CONFIG_FILE=str(config_file(tmp_path, mcp_http.url)),
+        MERCURY_MCP_TOOL_BUDGET="5",
+    )
+    with serve(settings, mcp_targets={"local": mcp_server(tracker)}) as running:
+        ollama.enqueue(
+            call("search_tools", query="delete an issue"),
+            call("old_delete_issue", key="TRK-10"),
+            ChatScript.words("Deleted."),
+        )
+        async with httpx.AsyncClient(base_url=running.url, timeout=30) as client:
+            received = await ask(client, "delete TRK-10")
+        first, second, _ = ollama.requests[-3:]
+        listed = {tool["function"]["name"] for tool in first["tools"]}
+        assert "search_tools" in listed
+        assert not any(name.startswith(("trk_", "old_", "untr_", "local_")) for name in listed)
+        loaded = {tool["function"]["name"] for tool in second["tools"]} - listed
+        assert "old_delete_issue" in loaded and "trk_delete_issue" in loaded
+        assert received.final["text"] == "Deleted."
+    assert tracker.calls == [("delete_issue", {"key": "TRK-10"})]

@@ -61,9 +61,10 @@ def question_of(
             "tell the person the tool can't be used from here."
         )
     params = request.params
-    state = {"key": key, "state": result.request_state, "field": None}
+    state: dict[str, Any] = {"key": key, "state": result.request_state, "field": None}
     ends = [(translator.gettext("Decline"), "decline"), (translator.gettext("Cancel"), "cancel")]
     if isinstance(params, types.ElicitRequestURLParams):
+        state["url"] = True
         host = urllib.parse.urlsplit(params.url).hostname or params.url
         summary = cap(f"{server_title}: {params.message} ({host})", 300)
         return InputRequired(
@@ -129,7 +130,9 @@ def responses_for(
     elif answer.startswith("accept:") and field:
         value = msgspec.json.decode(answer.removeprefix("accept:"))
         result = types.ElicitResult(action="accept", content={str(field): value})
+    elif state.get("url"):
+        result = types.ElicitResult(action="accept")
     else:
-        result = types.ElicitResult(action="accept", content={} if field is None else None)
+        result = types.ElicitResult(action="accept", content={})
     request_state = state.get("state")
     return {key: result}, request_state if isinstance(request_state, str) else None

@@ -361,6 +361,7 @@ class McpServers:
             choice_argument=ANSWER,
             hands_back=True,
             title=shown,
+            deferrable=True,
         )
 
     async def _call(
