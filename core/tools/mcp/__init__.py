@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
-from core.tools.mcp.oauth import McpSignIn, OAuthTarget
+from core.tools.mcp.discovery import SignInUnavailable
+from core.tools.mcp.hosts import admits
+from core.tools.mcp.oauth import AccessRefused, McpSignIn, OAuthTarget
 
-__all__ = ["McpSignIn", "OAuthTarget"]
+__all__ = ["AccessRefused", "McpSignIn", "OAuthTarget", "SignInUnavailable", "admits"]
