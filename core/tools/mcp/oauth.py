@@ -48,7 +48,6 @@ from core.tools.mcp.discovery import (
     discover,
     parse_challenge,
 )
-from core.tools.mcp.hosts import is_loopback
 from core.tools.mcp.registration import (
     CLIENT_METADATA_PATH,
     Registration,
@@ -139,13 +138,12 @@ class McpSignIn:
     def client_metadata_url(self) -> str | None:
         """Mercury's ``client_id`` where servers take a metadata document: its URL.
 
-        None without a public URL, or when it is plain HTTP on a host other than this
-        machine's (a document's URL must be HTTPS; loopback is let through for development).
+        None without a public URL, or when it isn't HTTPS (a document's URL must be):
+        Mercury then registers itself where the server lets it.
         """
         if self._public_url is None or self._logins.redirect_uri is None:
             return None
-        parts = urlsplit(self._public_url)
-        if parts.scheme != "https" and not is_loopback(parts.hostname or ""):
+        if urlsplit(self._public_url).scheme != "https":
             return None
         return self._public_url + CLIENT_METADATA_PATH
 
@@ -192,7 +190,6 @@ class McpSignIn:
             granted = await self._logins.granted_scopes(person_key, service)
             await self._sign_in(person_key, target, challenge, granted=granted, language=language)
         await self._logins.forget(person_key, service)
-        self._discovered.pop(target.server, None)  # the server may have moved: look again
         await self._sign_in(person_key, target, challenge, granted=(), language=language)
 
     async def connections(self, person_key: str) -> list[Connection]:
