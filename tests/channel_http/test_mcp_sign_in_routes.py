@@ -1,0 +1,143 @@
+"""The MCP sign-in over HTTP: the client metadata document, the callback, ``/me/connections``.
+
+Real peers only: the tests' OpenID provider in its MCP mode (it fetches Mercury's client
+metadata document from the running server, as through DNS and a TLS proxy), the protected
+MCP endpoint of ``tests/support/mcp_resource.py``, and Mercury on uvicorn with the public
+URL ``https://mercury.example.test``. The test plays the person's browser and delivers the
+callback to the server it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import httpx
+import pytest
+
+from core.config.settings import Settings
+from core.tools.mcp import McpSignIn, OAuthTarget
+from core.tools.registry import LoginRequired
+from tests.conftest import ALICE, BOB
+from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
+from tests.support.mcp_resource import ProtectedMcp, serving
+from tests.support.server import RunningServer, serve
+
+pytestmark = [pytest.mark.timeout(120)]
+
+PUBLIC_URL = "https://mercury.example.test"
+REDIRECT = PUBLIC_URL + "/login/callback"
+ALICE_KEY = "static:alice"
+
+
+@pytest.fixture(scope="module")
+def idp() -> Iterator[OidcProviderProcess]:
+    ensure_node_modules()
+    with OidcProviderProcess(mcp=True, login_redirect_uri=REDIRECT) as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def mcp(idp: OidcProviderProcess) -> Iterator[ProtectedMcp]:
+    resource = ProtectedMcp(idp.issuer)
+    with serving(resource) as origin:
+        resource.origin = origin
+        yield resource
+
+
+@pytest.fixture
+def mercury(
+    make_settings: Callable[..., Settings], idp: OidcProviderProcess
+) -> Iterator[RunningServer]:
+    settings = make_settings(
+        HTTP_SURFACE_PUBLIC_URL=PUBLIC_URL + "/",
+        MERCURY_SECRET_KEY="mcp-sign-in-routes-secret-key-0123456789",
+    )
+    with serve(settings) as server:
+        idp.fetch_from(PUBLIC_URL, server.url)
+        yield server
+
+
+def target(idp: OidcProviderProcess, mcp: ProtectedMcp) -> OAuthTarget:
+    return OAuthTarget(
+        server="tracker",
+        title="Tracker",
+        url=mcp.url,
+        allowed_hosts=(urlsplit(idp.issuer).netloc,),
+    )
+
+
+def login_url(mercury: RunningServer, person: str, where: OAuthTarget) -> str:
+    sign_in: McpSignIn = mercury.services.mcp_sign_in
+    with pytest.raises(LoginRequired) as raised:
+        mercury.call(sign_in.authorization(person, where))
+    return raised.value.url
+
+
+def sign_in_as(
+    mercury: RunningServer, idp: OidcProviderProcess, where: OAuthTarget, person: str
+) -> httpx.Response:
+    """The whole dialogue in the browser; the callback page Mercury answers."""
+    url = login_url(mercury, person, where)
+    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+        back = idp.approve(browser, url, login=person.split(":")[-1], redirect_uri=REDIRECT)
+        return browser.get(mercury.url + "/login/callback?" + urlsplit(back).query)
+
+
+def test_the_client_metadata_document_is_served_at_its_own_url_without_a_token(
+    mercury: RunningServer,
+) -> None:
+    answer = httpx.get(mercury.url + "/oauth/client-metadata.json", timeout=10)
+    assert answer.status_code == 200
+    document = answer.json()
+    assert document["client_id"] == PUBLIC_URL + "/oauth/client-metadata.json"
+    assert document["redirect_uris"] == [REDIRECT]
+    assert document["token_endpoint_auth_method"] == "none"
+    assert "access-control-allow-origin" not in answer.headers
+
+
+def test_a_person_signs_in_sees_their_connection_and_removes_it(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp
+) -> None:
+    where = target(idp, mcp)
+    page = sign_in_as(mercury, idp, where, ALICE_KEY)
+    assert page.status_code == 200, page.text
+    assert "Tracker" in page.text
+    listed = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
+    assert listed.status_code == 200
+    assert listed.headers["cache-control"] == "no-store"
+    [connection] = listed.json()["connections"]
+    assert connection["server"] == "tracker"
+    assert connection["title"] == "Tracker"
+    assert connection["issuer"] == idp.issuer
+    assert connection["scopes"] == ["mcp:read"]
+    assert "token" not in str(connection).lower()
+    # Bob sees nothing of Alice's, and can't remove it.
+    theirs = httpx.get(mercury.url + "/me/connections", headers=BOB, timeout=10)
+    assert theirs.json() == {"ok": True, "connections": []}
+    refused = httpx.delete(mercury.url + "/me/connections/tracker", headers=BOB, timeout=10)
+    assert refused.status_code == 404
+    assert refused.json()["ok"] is False and "tracker" in refused.json()["error"]
+    removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=10)
+    assert removed.json() == {"ok": True, "server": "tracker"}
+    after = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
+    assert after.json()["connections"] == []
+    assert httpx.get(mercury.url + "/me/connections", timeout=10).status_code == 401
+
+
+def test_a_callback_from_another_issuer_is_refused_without_showing_its_error(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp
+) -> None:
+    url = login_url(mercury, ALICE_KEY, target(idp, mcp))
+    state = dict(parse_qsl(urlsplit(url).query))["state"]
+    forged = {"state": state, "error": "access_denied_by_attacker", "iss": "https://evil.example"}
+    page = httpx.get(mercury.url + "/login/callback?" + urlencode(forged), timeout=10)
+    assert page.status_code == 400
+    assert "attacker" not in page.text
+    assert "wasn't sent to" in page.text
+    # The login is spent: the genuine callback, after, finds nothing to finish.
+    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+        back = idp.approve(browser, url, login="alice", redirect_uri=REDIRECT)
+        late = browser.get(mercury.url + "/login/callback?" + urlsplit(back).query)
+    assert late.status_code == 400
+    assert "expired" in late.text
