@@ -62,10 +62,7 @@ async def connections_list(request: AnyRequest) -> Response[Any]:
 async def connections_remove(request: AnyRequest, server: FromPath[str]) -> Response[Any]:
     caller, sign_in = _sign_in(request)
     if not await sign_in.disconnect(caller.person.key, server):
-        raise NotFound(
-            caller.translator.gettext(CONNECTION_UNKNOWN)
-            % {"server": server[:80]}
-        )
+        raise NotFound(caller.translator.gettext(CONNECTION_UNKNOWN) % {"server": server[:80]})
     return Response({"ok": True, "server": server}, headers=_NO_STORE)
 
 

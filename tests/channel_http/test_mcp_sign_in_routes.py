@@ -9,7 +9,12 @@ callback to the server it runs.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
@@ -28,6 +33,8 @@ pytestmark = [pytest.mark.timeout(120)]
 PUBLIC_URL = "https://mercury.example.test"
 REDIRECT = PUBLIC_URL + "/login/callback"
 ALICE_KEY = "static:alice"
+ROOT = Path(__file__).resolve().parents[2]
+Completed = subprocess.CompletedProcess[str]
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +148,51 @@ def test_a_callback_from_another_issuer_is_refused_without_showing_its_error(
         late = browser.get(mercury.url + "/login/callback?" + urlsplit(back).query)
     assert late.status_code == 400
     assert "expired" in late.text
+
+
+def cli(mercury: RunningServer, tmp_path: Path, token: str, *args: str) -> Completed:
+    """``mercury-http ARGS`` as a script runs it, as ``token``'s owner."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "MERCURY_TOKEN": token,
+        "MERCURY_SERVER": mercury.url,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+    }
+    return subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "channel_http", *args],
+        cwd=ROOT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_command_line_lists_and_removes_the_callers_connections(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp, tmp_path: Path
+) -> None:
+    assert sign_in_as(mercury, idp, target(idp, mcp), ALICE_KEY).status_code == 200
+    listed = cli(mercury, tmp_path, "alice-token", "connections", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [connection] = json.loads(listed.stdout)["connections"]
+    assert (connection["server"], connection["issuer"]) == ("tracker", idp.issuer)
+    human = cli(mercury, tmp_path, "alice-token", "connections")
+    assert human.stdout.startswith("tracker\tTracker\t" + idp.issuer + "\tmcp:read\tlapses ")
+    nobody = cli(mercury, tmp_path, "bob-token", "connections", "list")
+    assert nobody.stdout.strip() == "You aren't signed in to any MCP server."
+    refused = cli(mercury, tmp_path, "bob-token", "connections", "remove", "tracker")
+    assert refused.returncode == 2
+    assert "aren't signed in to a server called tracker" in refused.stderr
+    removed = cli(mercury, tmp_path, "alice-token", "connections", "remove", "tracker")
+    assert (removed.returncode, removed.stdout.strip()) == (0, "Signed out of tracker."), (
+        removed.stderr
+    )
+    assert json.loads(cli(mercury, tmp_path, "alice-token", "connections", "--json").stdout) == {
+        "ok": True,
+        "connections": [],
+    }
