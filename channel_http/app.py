@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -73,7 +73,7 @@ from core.state import Database, connect
 from core.tools.builtin_plugins import builtin_plugins
 from core.tools.file_tools import files_plugin
 from core.tools.logins import Logins
-from core.tools.mcp import McpSignIn
+from core.tools.mcp import McpServers, McpSignIn
 from core.tools.memory_tools import memory_plugin
 from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
@@ -159,12 +159,14 @@ def build_app(
     directory: Directory | None = None,
     dev_token: str | None = None,
     bridges: Sequence[PlatformBridge] | None = None,
+    mcp_targets: Mapping[str, Any] | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
     ``extra_routes`` are mounted behind the same authentication (benchmark baselines);
     ``dev_token`` is what the browser UI fills in for a browser on this machine (``--dev``);
-    ``bridges`` replaces the chat bridges the settings turn on.
+    ``bridges`` replaces the chat bridges the settings turn on; ``mcp_targets`` stands in
+    for configured MCP servers' URLs or commands (in-process servers, for tests).
     """
     auth = auth or build_auth(settings)
     chat_bridges = list(bridges) if bridges is not None else build_bridges(settings)
@@ -179,6 +181,7 @@ def build_app(
     mcp_sign_in = McpSignIn(logins, public_url=public_url)
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
     metrics = Metrics() if settings.metrics.enabled else None
+    mcp_servers = build_mcp(settings, metrics, mcp_targets, sign_in=mcp_sign_in)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -192,6 +195,7 @@ def build_app(
             plugins=plugins,
             memory=memory,
             metrics=metrics,
+            mcp=mcp_servers,
         )
         await logins.open(services.db)
         services.logins = logins
@@ -304,6 +308,7 @@ async def open_services(
     plugins: Sequence[Plugin] = (),
     memory: MemoryStore | None = None,
     metrics: Metrics | None = None,
+    mcp: McpServers | None = None,
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -394,7 +399,11 @@ async def open_services(
             *plugins,
         ),
         access=settings.access.plugins,
+        sources=(mcp,) if mcp is not None else (),
+        tool_budget=settings.mcp.tool_budget,
     )
+    if mcp is not None:
+        mcp.start_warming()
     session = settings.session
     resume_chars = settings.http.resume_max_chars
     order: ConversationOrder | None = None
@@ -446,6 +455,7 @@ async def open_services(
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
         space_stores=space_stores,
+        mcp=mcp,
         router=Router(
             settings=settings,
             engine=manager,
@@ -493,6 +503,28 @@ async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
             ", ".join(missing),
             fetch_hint(settings, missing),
         )
+
+
+def build_mcp(
+    settings: Settings,
+    metrics: Metrics | None,
+    targets: Mapping[str, Any] | None = None,
+    *,
+    sign_in: McpSignIn | None = None,
+) -> McpServers | None:
+    """The configured MCP servers, None when there are none; nothing connects yet.
+
+    An ``auth: oauth`` server needs MERCURY_SECRET_KEY to seal people's tokens with
+    (ConfigurationError without one, as for a REST service's login).
+    """
+    servers = settings.mcp.servers
+    if not servers:
+        return None
+    oauth = [name for name, server in servers.items() if server.auth == "oauth"]
+    if sign_in is not None:
+        for name in oauth:
+            sign_in.check(name)
+    return McpServers(servers, sign_in=sign_in if oauth else None, metrics=metrics, targets=targets)
 
 
 def collection_names(settings: Settings) -> CollectionNames:
@@ -574,6 +606,8 @@ async def close_services(services: Services) -> None:
     await manager.stop_turns()
     if services.bridging is not None:
         await services.bridging.close()
+    if services.mcp is not None:
+        await services.mcp.close()
     if manager.archive is not None:
         left = await manager.archive.flush(timeout_s=5.0)
         if left:

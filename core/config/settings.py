@@ -68,6 +68,7 @@ from core.config.kinds import (
     _Zone,
     service_secret_variable,
 )
+from core.config.mcp import McpServerConfig, _McpServers, with_secrets
 from core.people.i18n import SUPPORTED_LANGUAGES
 from core.people.pairing import DM_POLICIES, DmPolicy
 from core.spaces.config import SpaceConfig, _Spaces
@@ -91,6 +92,8 @@ __all__ = [
     "HttpSettings",
     "LogSettings",
     "MatrixSettings",
+    "McpServerConfig",
+    "McpSettings",
     "MemoryCollections",
     "MemorySettings",
     "MetricsSettings",
@@ -437,6 +440,13 @@ class LogSettings(_Group, frozen=True, kw_only=True):
     format: LogFormat
 
 
+class McpSettings(_Group, frozen=True, kw_only=True):
+    """The MCP servers whose tools the model is offered, and when their schemas are deferred."""
+
+    servers: Mapping[str, McpServerConfig]
+    tool_budget: int
+
+
 class MetricsSettings(_Group, frozen=True, kw_only=True):
     """The Prometheus metrics: whether they are kept, and where they are served."""
 
@@ -478,6 +488,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
+    mcp: McpSettings
     secret_key: str | None
     services: tuple[RestService, ...]
     #: The YAML file that was read, if any.
@@ -534,6 +545,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
+    "mcp": McpSettings,
 }
 
 
@@ -909,6 +921,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
             "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
             "network only the scraper reaches; the surface then serves none.", default_doc="none"),
+    Setting("mcp.servers", None, _McpServers(), MappingProxyType({}),
+            "MCP servers whose tools the model is offered as `<server>_<tool>` (see "
+            "docs/mcp.md).", default_doc="none"),
+    Setting("mcp.tool_budget", "MERCURY_MCP_TOOL_BUDGET", _Int(1, 1000), 40,
+            "Past this many tools in a turn (built-in ones included), MCP tools are offered "
+            "through a search tool that loads the schemas it finds."),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),
@@ -964,6 +982,8 @@ def read_settings(
         for service in values["services"]
     )
     problems: list[str] = []
+    values["mcp.servers"], missing = with_secrets(values["mcp.servers"], env)
+    problems.extend(missing)
     for check in (_check_state_url, _check_workers, _check_memory, _check_model, _check_bridges):
         try:
             check(values)
@@ -1421,6 +1441,7 @@ _SECTION_TITLES: Final = {
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
+    "mcp": "MCP servers",
     "secret_key": "Secret key",
     "services": "REST services",
 }

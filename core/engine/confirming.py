@@ -53,7 +53,8 @@ class Confirmer:
         if taken is None:
             return None, None, None
         login: LoginRequired | None = None
-        tool_entry = self.registry.offered_tools(context.person).get(taken.tool_name)
+        offered = await self.registry.offer(context.person, context.space)
+        tool_entry = offered.get(taken.tool_name)
         arguments = dict(taken.arguments)
         if tool_entry is None:
             outcome, result = "failed", "the tool is no longer offered"

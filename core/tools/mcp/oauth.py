@@ -127,10 +127,10 @@ class McpSignIn:
         self._registrations = Registrations(logins, client_name=client_name)
         self._discovered: dict[str, tuple[float, ProtectedResource, AuthorizationServer]] = {}
 
-    def check(self, target: OAuthTarget) -> None:
-        """Refuse, at start-up, an ``auth: oauth`` server where tokens can't be sealed
-        (ConfigurationError: no usable ``MERCURY_SECRET_KEY``)."""
-        self._logins.check_secret_key(target.server)
+    def check(self, server: str) -> None:
+        """Refuse, at start-up, the ``auth: oauth`` server ``server`` where people's tokens
+        can't be sealed (ConfigurationError: no usable ``MERCURY_SECRET_KEY``)."""
+        self._logins.check_secret_key(server)
 
     # --- the client metadata document -----------------------------------------------------
 
