@@ -19,6 +19,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import pytest
+import yaml
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
 
 from core.config.settings import Settings
 from core.tools.mcp import McpSignIn, OAuthTarget
@@ -26,7 +29,9 @@ from core.tools.registry import LoginRequired
 from tests.conftest import ALICE, BOB
 from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
 from tests.support.mcp_resource import ProtectedMcp, serving
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
+from tests.support.sse import turn
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -196,3 +201,87 @@ def test_the_command_line_lists_and_removes_the_callers_connections(
         "ok": True,
         "connections": [],
     }
+
+
+# --- through a turn: the MCP plugin signs the person in ------------------------------------
+
+
+def issue_server() -> MCPServer:
+    server = MCPServer("issues")
+
+    @server.tool(title="Read an issue", annotations=ToolAnnotations(read_only_hint=True))
+    def get_issue(key: str) -> str:
+        return f"{key}: Fix the login page"
+
+    return server
+
+
+@pytest.fixture(scope="module")
+def gated(idp: OidcProviderProcess) -> Iterator[ProtectedMcp]:
+    """The SDK's MCP server behind the bearer check, as an OAuth-protected server runs."""
+    gate = ProtectedMcp(idp.issuer, issue_server().streamable_http_app())
+    with serving(gate, lifespan=True) as origin:
+        gate.origin = origin
+        yield gate
+
+
+@pytest.fixture
+def mercury_with_mcp(
+    make_settings: Callable[..., Settings],
+    idp: OidcProviderProcess,
+    gated: ProtectedMcp,
+    tmp_path: Path,
+) -> Iterator[RunningServer]:
+    config = tmp_path / "mercury.yaml"
+    server = {
+        "url": gated.url,
+        "title": "Issues",
+        "auth": "oauth",
+        "trusted": True,
+        "allowed_hosts": [urlsplit(idp.issuer).netloc],
+    }
+    config.write_text(yaml.safe_dump({"mcp": {"servers": {"iss": server}}}))
+    settings = make_settings(
+        MERCURY_CONFIG_FILE=str(config),
+        HTTP_SURFACE_PUBLIC_URL=PUBLIC_URL + "/",
+        MERCURY_SECRET_KEY="mcp-sign-in-routes-secret-key-0123456789",
+    )
+    with serve(settings) as running:
+        idp.fetch_from(PUBLIC_URL, running.url)
+        yield running
+
+
+@pytest.mark.anyio
+async def test_a_turn_asks_the_person_to_sign_in_and_the_next_uses_the_tool_as_them(
+    mercury_with_mcp: RunningServer,
+    idp: OidcProviderProcess,
+    gated: ProtectedMcp,
+    ollama: OllamaStandIn,
+) -> None:
+    mercury = mercury_with_mcp
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "iss_sign_in", "arguments": {}}]),
+        ChatScript.words("Sign in first."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        asked = await turn(client, {"text": "show ISS-1", "conversationId": "c1"}, ALICE)
+        [login] = asked.of("login")
+        assert login["service"] == "iss"
+        assert dict(parse_qsl(urlsplit(login["url"]).query))["resource"] == gated.url
+        with httpx.Client(follow_redirects=False, timeout=10) as browser:
+            back = idp.approve(browser, login["url"], login="alice", redirect_uri=REDIRECT)
+        page = await client.get("/login/callback?" + urlsplit(back).query)
+        assert page.status_code == 200, page.text
+        assert "Issues" in page.text
+
+        ollama.enqueue(
+            ChatScript(tool_calls=[{"name": "iss_get_issue", "arguments": {"key": "ISS-1"}}]),
+            ChatScript.words("Here it is."),
+        )
+        done = await turn(client, {"text": "show ISS-1", "conversationId": "c1"}, ALICE)
+        assert [f["outcome"] for f in done.of("tool_finish")] == ["success"]
+        heard = ollama.requests[-1]["messages"]
+        assert any("ISS-1: Fix the login page" in (m.get("content") or "") for m in heard)
+    assert "alice" in gated.subjects
+    # Only the token issued for the MCP server reaches it, never the person's Mercury token.
+    assert gated.bearers and ALICE["authorization"] not in gated.bearers

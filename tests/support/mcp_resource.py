@@ -7,6 +7,9 @@ server's URL (the RFC 8707 resource). Without one it answers 401 with
 wants ``mcp:write`` as well and answers 403 ``insufficient_scope`` without it. Its protected
 resource metadata (RFC 9728) is at ``/.well-known/oauth-protected-resource/mcp``;
 ``authorization_servers`` can be changed to name another server (the SSRF tests).
+
+Given an ``app`` (an ``mcp`` SDK server's ``streamable_http_app()``), it is that server's
+gate instead: a request with a valid token goes through to it, ``sub`` in ``subjects``.
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ PRM_PATH = "/.well-known/oauth-protected-resource/mcp"
 class ProtectedMcp:
     """The resource server; ``url`` is set once it listens (``<origin>/mcp``)."""
 
-    def __init__(self, issuer: str) -> None:
+    def __init__(self, issuer: str, app: Any = None) -> None:
         self.issuer = issuer
+        self.app = app
+        self.subjects: list[str] = []  # whom the requests let through to ``app`` came from
         self.keys = jwt.PyJWKSet.from_dict(httpx.get(f"{issuer}/jwks", timeout=10).json())
         self.origin = ""
         self.authorization_servers: list[str] = [issuer]
@@ -101,7 +106,13 @@ class ProtectedMcp:
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        assert scope["type"] == "http"
+        if scope["type"] != "http":
+            assert self.app is not None, scope["type"]
+            await self.app(scope, receive, send)  # the SDK app's lifespan
+            return
+        if self.app is not None and scope["path"] != PRM_PATH:
+            await self._gate(scope, receive, send)
+            return
         raw = b""
         while True:
             message = await receive()
@@ -116,12 +127,36 @@ class ProtectedMcp:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": msgspec.json.encode(body)})
 
+    async def _gate(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        value = dict(scope["headers"]).get(b"authorization", b"").decode()
+        if value:
+            self.bearers.append(value)
+        scheme, _, token = value.partition(" ")
+        claims = self.claims(token) if scheme.lower() == "bearer" and token else None
+        if claims is not None:
+            self.subjects.append(str(claims["sub"]))
+            await self.app(scope, receive, send)
+            return
+        challenge = f'Bearer resource_metadata="{self.metadata_url}", scope="mcp:read"'
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"www-authenticate", challenge.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": b'{"error": "invalid_token"}'})
+
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
+def serving(app: Any, *, lifespan: bool = False) -> Iterator[str]:
     """``app`` (ASGI) under uvicorn on 127.0.0.1 in a thread; its origin."""
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            lifespan="on" if lifespan else "off",
+            log_level="warning",
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
