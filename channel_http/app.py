@@ -25,7 +25,7 @@ from channel_http import chat, routes
 from channel_http.access_log import RequestLog
 from channel_http.bridging import open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
-from channel_http.login_callback import callback_path, login_router, redirect_uri
+from channel_http.login_callback import login_router, public_paths, redirect_uri
 from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
 from channel_http.pairing import pairing_routes
@@ -41,6 +41,7 @@ from channel_http.probes import (
 from channel_http.probes import model_names as probe_model_names
 from channel_http.requests import MAX_BODY
 from channel_http.services import Services
+from channel_http.sign_ins import sign_in_routes
 from channel_http.spaces import space_routes
 from channel_http.tracing import traced
 from channel_http.ui import ui_router
@@ -177,9 +178,10 @@ def build_app(
         clock=clock,
         redirect_uri=redirect_uri(public_url) if public_url else None,
     )
+    mcp_sign_in = McpSignIn(logins, public_url=public_url)
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
     metrics = Metrics() if settings.metrics.enabled else None
-    mcp_servers = build_mcp(settings, metrics, mcp_targets)
+    mcp_servers = build_mcp(settings, metrics, mcp_targets, sign_in=mcp_sign_in)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -197,6 +199,7 @@ def build_app(
         )
         await logins.open(services.db)
         services.logins = logins
+        services.mcp_sign_in = mcp_sign_in
         if services.space_stores is not None:
             leases = ConnectionLeases(
                 services.db, lease_s=settings.bridges.connection_lease_s, clock=clock
@@ -259,12 +262,13 @@ def build_app(
         routes.memory_scroll,
         *space_routes,
         *pairing_routes,
+        *sign_in_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
         authenticated.append(metrics_route)
     # The login callback exists only where people's browsers can reach it.
-    login_routes = [login_router(public_url, logins)] if public_url else []
+    login_routes = [login_router(public_url, logins, mcp_sign_in)] if public_url else []
     app = Litestar(
         route_handlers=[*public, *login_routes, routes.authenticated_router(authenticated)],
         lifespan=[lifespan],
@@ -286,7 +290,7 @@ def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
     """
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
-    bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
+    bare = public_paths(public_url) if public_url else frozenset()
     routes = RouteTemplates(route.path for route in app.routes)
     cors = CorsMiddleware(app, settings.http.cors_origin, routes, bare=bare)
     logged = RequestLog(cors, routes, getattr(app.state, "metrics", None))
@@ -502,16 +506,25 @@ async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
 
 
 def build_mcp(
-    settings: Settings, metrics: Metrics | None, targets: Mapping[str, Any] | None = None
+    settings: Settings,
+    metrics: Metrics | None,
+    targets: Mapping[str, Any] | None = None,
+    *,
+    sign_in: McpSignIn | None = None,
 ) -> McpServers | None:
-    """The configured MCP servers, None when there are none; nothing connects yet."""
+    """The configured MCP servers, None when there are none; nothing connects yet.
+
+    An ``auth: oauth`` server needs MERCURY_SECRET_KEY to seal people's tokens with
+    (ConfigurationError without one, as for a REST service's login).
+    """
     servers = settings.mcp.servers
     if not servers:
         return None
-    oauth = any(server.auth == "oauth" for server in servers.values())
-    return McpServers(
-        servers, sign_in=McpSignIn() if oauth else None, metrics=metrics, targets=targets
-    )
+    oauth = [name for name, server in servers.items() if server.auth == "oauth"]
+    if sign_in is not None:
+        for name in oauth:
+            sign_in.check(name)
+    return McpServers(servers, sign_in=sign_in if oauth else None, metrics=metrics, targets=targets)
 
 
 def collection_names(settings: Settings) -> CollectionNames:

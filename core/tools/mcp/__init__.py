@@ -9,10 +9,13 @@ is what the model reads of an answer; ``oauth`` signs each person in.
 from __future__ import annotations
 
 from core.tools.mcp.connection import McpConnection, McpOutcomeUnknown, McpUnavailable
-from core.tools.mcp.oauth import McpSignIn, OAuthTarget
+from core.tools.mcp.discovery import SignInUnavailable
+from core.tools.mcp.hosts import admits
+from core.tools.mcp.oauth import AccessRefused, McpSignIn, OAuthTarget
 from core.tools.mcp.servers import McpServers, ServerHealth
 
 __all__ = [
+    "AccessRefused",
     "McpConnection",
     "McpOutcomeUnknown",
     "McpServers",
@@ -20,4 +23,6 @@ __all__ = [
     "McpUnavailable",
     "OAuthTarget",
     "ServerHealth",
+    "SignInUnavailable",
+    "admits",
 ]
