@@ -49,7 +49,7 @@ def config_file(folder: Path, url: str) -> Path:
             "title": "Old tracker",
             "trusted": True,
             "protocol": "legacy",
-            "tools": {"allow": ["get_*", "delete_*"]},
+            "tools": {"allow": ["get_*", "delete_*", "archive_*"]},
             "confirm": {"get_*": "always", "delete_*": "never"},
         },
         "adm": {"url": url, "roles": ["admin"], "tools": {"allow": ["get_*"]}},
@@ -377,3 +377,23 @@ async def test_a_question_asked_after_the_person_confirmed_is_shown_by_the_resum
         assert done.of("pending") == []
         heard = ollama.requests[-1]["messages"]
         assert any("kept TRK-11" in (m.get("content") or "") for m in heard)
+
+
+async def test_on_2025_11_25_a_question_asked_mid_call_waits_for_the_persons_choice(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(call("old_archive_issue", key="TRK-12"), ChatScript.words("Answer it."))
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        received = await ask(client, "archive TRK-12")
+        (pending,) = received.of("pending")
+        assert "Archive TRK-12 for good?" in pending["command"]
+        assert [c["label"] for c in pending["choices"]] == ["Yes", "No", "Decline", "Cancel"]
+        assert tracker.calls == []  # the call is open on the server, waiting
+        answer = await client.post(
+            "/confirm",
+            json={"token": pending["choices"][0]["token"], "conversationId": "c1"},
+            headers=ALICE,
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["resume"] is True
+    assert tracker.calls == [("archive_issue", {"key": "TRK-12", "confirm": True})]

@@ -32,7 +32,7 @@ from core.tools.registry import InputRequired, ToolError, cap
 if TYPE_CHECKING:
     from core.people.i18n import Translator
 
-__all__ = ["ANSWER", "INPUT", "question_of", "responses_for"]
+__all__ = ["ANSWER", "INPUT", "answer_of", "question_for", "question_of", "responses_for"]
 
 #: The argument a staged call's chosen value arrives in.
 ANSWER: Final = "__mcp_answer"
@@ -60,8 +60,19 @@ def question_of(
             f"{server_title} asked for {request.method}, which Mercury doesn't provide; "
             "tell the person the tool can't be used from here."
         )
-    params = request.params
     state: dict[str, Any] = {"key": key, "state": result.request_state, "field": None}
+    return question_for(server_title, request.params, state, arguments, translator)
+
+
+def question_for(
+    server_title: str,
+    params: types.ElicitRequestParams,
+    state: dict[str, Any],
+    arguments: Mapping[str, Any],
+    translator: Translator,
+) -> InputRequired:
+    """The staging for one question; ``state`` travels in the staged arguments (``field``
+    and ``url`` are filled in here)."""
     ends = [(translator.gettext("Decline"), "decline"), (translator.gettext("Cancel"), "cancel")]
     if isinstance(params, types.ElicitRequestURLParams):
         state["url"] = True
@@ -122,7 +133,14 @@ def responses_for(
     state: Mapping[str, Any], answer: str | None
 ) -> tuple[dict[str, types.ElicitResult], str | None]:
     """The ``inputResponses`` and ``requestState`` a retry carries for ``answer``."""
-    key, field = str(state.get("key")), state.get("field")
+    request_state = state.get("state")
+    responses = {str(state.get("key")): answer_of(state, answer)}
+    return responses, request_state if isinstance(request_state, str) else None
+
+
+def answer_of(state: Mapping[str, Any], answer: str | None) -> types.ElicitResult:
+    """What the person's choice ``answer`` says to the server's question."""
+    field = state.get("field")
     if answer is None or answer == "cancel":
         result = types.ElicitResult(action="cancel")
     elif answer == "decline":
@@ -134,5 +152,4 @@ def responses_for(
         result = types.ElicitResult(action="accept")
     else:
         result = types.ElicitResult(action="accept", content={})
-    request_state = state.get("state")
-    return {key: result}, request_state if isinstance(request_state, str) else None
+    return result

@@ -36,8 +36,16 @@ import msgspec
 from core.observe.telemetry import span
 from core.people.i18n import N_
 from core.tools.mcp.connection import McpConnection, McpOutcomeUnknown, McpUnavailable
-from core.tools.mcp.elicitation import ANSWER, INPUT, question_of, responses_for
+from core.tools.mcp.elicitation import (
+    ANSWER,
+    INPUT,
+    answer_of,
+    question_for,
+    question_of,
+    responses_for,
+)
 from core.tools.mcp.oauth import McpSignIn, OAuthTarget
+from core.tools.mcp.questions import OpenQuestions, Parked
 from core.tools.mcp.results import reply_of
 from core.tools.registry import (
     Plugin,
@@ -98,6 +106,7 @@ class McpServers:
         self._personal: dict[tuple[str, str], McpConnection] = {}
         self._plugins: dict[tuple[str, str | None], tuple[tuple[types.Tool, ...], Plugin]] = {}
         self._warming: asyncio.Task[None] | None = None
+        self.questions = OpenQuestions()
 
     # --- connections --------------------------------------------------------------------
 
@@ -143,14 +152,17 @@ class McpServers:
                 await sign_in.challenged(key, target, status, header)
 
             authorization, challenged = authorization_header, on_challenge
-        return McpConnection(
+        connection = McpConnection(
             server,
             target=self.targets.get(server.name),
             authorization=authorization,
             challenged=challenged,
-            elicitation=_legacy_elicitation(server),
             metrics=self.metrics,
         )
+        # 2025-11-25: a question asked mid-call waits for the person, bounded within the
+        # call's own timeout so the server hears "cancel" before the call times out.
+        connection.elicitation = self.questions.callback(connection, server.timeout * 0.8)
+        return connection
 
     async def warm(self) -> None:
         """Connect to every shared server and list its tools, in parallel; failures are kept."""
@@ -322,6 +334,8 @@ class McpServers:
             asked = arguments.pop(INPUT, None)
             if asked is None and answer == "cancel":
                 return f"The person cancelled; nothing was sent to {server.title}."
+            if isinstance(asked, Mapping) and "open" in asked:
+                return await servers._answer(server, context, arguments, asked, answer)
             responses, state = (
                 responses_for(asked, answer) if isinstance(asked, Mapping) else (None, None)
             )
@@ -364,6 +378,24 @@ class McpServers:
             deferrable=True,
         )
 
+    async def _answer(
+        self,
+        server: McpServerConfig,
+        context: ToolCallContext,
+        arguments: dict[str, Any],
+        asked: Mapping[str, Any],
+        answer: str | None,
+    ) -> ToolReply | str:
+        """The person's answer to a 2025-11-25 question, handed to the call still open."""
+        result = await self.questions.resume(str(asked["open"]), answer_of(asked, answer))
+        if isinstance(result, Parked):
+            raise question_for(
+                server.title, result.params, {"open": result.id}, arguments, context.translator
+            )
+        if self.metrics is not None:
+            self.metrics.mcp_calls.labels(server.name, "success").inc()
+        return reply_of(server.title, result)
+
     async def _call(
         self,
         server: McpServerConfig,
@@ -389,21 +421,29 @@ class McpServers:
                     "gen_ai.operation.name": "execute_tool",
                 },
             ):
-                try:
-                    result = await connection.call(
-                        remote, arguments, input_responses=responses, request_state=state
-                    )
-                except McpOutcomeUnknown:
-                    if not retry_safe:
-                        raise
-                    # Read-only or idempotent on a trusted server: once more, on a new
-                    # connection, after at most a short wait for the breaker.
-                    await asyncio.sleep(
-                        min(_RETRY_WAIT, max(0.0, connection._retry_at - connection.clock()))
-                    )
-                    result = await connection.call(
-                        remote, arguments, input_responses=responses, request_state=state
-                    )
+
+                async def start() -> types.CallToolResult | types.InputRequiredResult:
+                    try:
+                        return await connection.call(
+                            remote, arguments, input_responses=responses, request_state=state
+                        )
+                    except McpOutcomeUnknown:
+                        if not retry_safe:
+                            raise
+                        # Read-only or idempotent on a trusted server: once more, on a new
+                        # connection, after at most a short wait for the breaker.
+                        wait = connection._retry_at - connection.clock()
+                        await asyncio.sleep(min(_RETRY_WAIT, max(0.0, wait)))
+                        return await connection.call(
+                            remote, arguments, input_responses=responses, request_state=state
+                        )
+
+                result = await self.questions.run(connection, start)
+            if isinstance(result, Parked):
+                outcome = "success"
+                raise question_for(
+                    server.title, result.params, {"open": result.id}, arguments, context.translator
+                )
             if isinstance(result, types.InputRequiredResult):
                 outcome = "success"
                 raise question_of(server.title, result, arguments, context.translator)
@@ -425,20 +465,6 @@ class McpServers:
                 self.metrics.mcp_call_seconds.labels(server.name).observe(
                     time.perf_counter() - started
                 )
-
-
-def _legacy_elicitation(server: McpServerConfig) -> Any:
-    """A 2025-11-25 server's question sent mid-call: cancelled, the model told why.
-
-    A turn's tool call can't show a ``pending`` and wait for ``/confirm`` while the request
-    stays open; on 2026-07-28 the question is staged instead (:mod:`.elicitation`).
-    """
-
-    async def elicit(context: Any, params: Any) -> types.ElicitResult:
-        log.info("MCP server %s asked a question mid-call; cancelled", server.name)
-        return types.ElicitResult(action="cancel")
-
-    return elicit
 
 
 def _tool_name(server: str, tool: str) -> str:
