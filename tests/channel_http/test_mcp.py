@@ -9,6 +9,8 @@ process; the Ollama stand-in as the model; Mercury on uvicorn.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,8 +19,9 @@ import httpx
 import pytest
 import yaml
 
+from channel_http.cli.command import main
 from core.config.settings import Settings
-from tests.conftest import ALICE, BOB
+from tests.conftest import ALICE, BOB, TOKENS
 from tests.support.mcp_tracker import McpHttp, Tracker, mcp_server
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
@@ -135,6 +138,7 @@ async def test_cancelling_a_staged_call_sends_nothing(
 async def test_a_read_only_tool_runs_at_once_on_a_trusted_server_and_is_staged_on_an_untrusted(
     mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
 ) -> None:
+    """And the calls are counted per server and outcome, no person or argument in a label."""
     ollama.enqueue(
         call("trk_get_issue", key="TRK-3"),
         ChatScript.words("Here."),
@@ -149,6 +153,10 @@ async def test_a_read_only_tool_runs_at_once_on_a_trusted_server_and_is_staged_o
         untrusted = await ask(client, "show TRK-4")
         assert len(untrusted.of("pending")) == 1
         assert tracker.calls == [("get_issue", {"key": "TRK-3"})]
+        metrics = (await client.get("/metrics", headers=ALICE)).text
+    assert 'mercury_mcp_calls_total{outcome="success",server="trk"} 1.0' in metrics
+    assert "mercury_mcp_call_seconds_count" in metrics
+    assert "TRK-3" not in metrics and "alice" not in metrics
 
 
 async def test_the_rules_of_the_configuration_beat_the_annotations_on_the_2025_11_25_revision(
@@ -286,6 +294,15 @@ async def test_a_server_that_dies_mid_call_gives_a_clear_error_and_the_next_turn
                     assert [f["outcome"] for f in down.of("tool_finish")] == ["failed"]
                 connection = running.services.mcp._shared["trk"]
                 assert connection._opened <= 4
+                ollama.models = ["llama3.2"]  # the model is there: only the MCP server is down
+                try:
+                    ready = await client.get("/readyz")
+                finally:
+                    ollama.models = None
+                assert ready.status_code == 200, ready.text  # never failed by one server
+                health = (await client.get("/health", headers=ALICE)).json()
+                trk = next(s for s in health["mcpServers"] if s["name"] == "trk")
+                assert trk["status"] == "down" and trk["error"]
 
                 http.start()  # the same port again
                 await asyncio.sleep(max(0.0, connection._retry_at - connection.clock()) + 0.1)
@@ -397,3 +414,38 @@ async def test_on_2025_11_25_a_question_asked_mid_call_waits_for_the_persons_cho
         assert answer.status_code == 200, answer.text
         assert answer.json()["resume"] is True
     assert tracker.calls == [("archive_issue", {"key": "TRK-12", "confirm": True})]
+
+
+def test_check_config_says_which_servers_answer_and_which_secret_is_missing(
+    tmp_path: Path,
+    mcp_http: McpHttp,
+    ollama: OllamaStandIn,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in list(os.environ):
+        if name.startswith(("MERCURY_", "OLLAMA_", "AUTH_", "HTTP_SURFACE_", "QDRANT_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OLLAMA_HOST", ollama.url)
+    monkeypatch.setenv("MERCURY_MEMORY_STORE", "off")
+    monkeypatch.setenv("MERCURY_AUTH", "static")
+    monkeypatch.setenv("AUTH_STATIC_TOKENS", json.dumps(TOKENS))
+    servers = {
+        "trk": {"url": mcp_http.url},
+        "gone": {"url": "http://127.0.0.1:9/mcp", "connect_timeout": 3},
+        "tok": {"url": mcp_http.url, "auth": "bearer", "bearer_env": "TOK_MCP_TOKEN"},
+    }
+    path = tmp_path / "mercury.yaml"
+    path.write_text(yaml.safe_dump({"mcp": {"servers": servers}}))
+    ollama.models = ["llama3.2"]
+    try:
+        assert main(["check-config", "--config", str(path)]) == 1
+    finally:
+        ollama.models = None
+    lines = capsys.readouterr().out.splitlines()
+    assert "Note: The MCP server 'trk' answers." in lines
+    problems = [line for line in lines if line.startswith("Problem:")]
+    assert len(problems) == 2, problems
+    assert "'tok' reads its bearer token from TOK_MCP_TOKEN, which is not set" in problems[0]
+    assert "The MCP server gone can't be reached" in problems[1]
