@@ -18,6 +18,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.shared.subscriptions import ToolsListChanged
 
 from channel_http.cli.command import main
 from core.config.settings import Settings
@@ -449,3 +452,39 @@ def test_check_config_says_which_servers_answer_and_which_secret_is_missing(
     assert len(problems) == 2, problems
     assert "'tok' reads its bearer token from TOK_MCP_TOKEN, which is not set" in problems[0]
     assert "The MCP server gone can't be reached" in problems[1]
+
+
+async def test_a_changed_tool_list_is_read_again_on_the_servers_notice_and_only_then(
+    tmp_path: Path, make_settings: Callable[..., Settings], ollama: OllamaStandIn
+) -> None:
+    bus = InMemorySubscriptionBus()
+    server = MCPServer("changing", subscriptions=bus)
+
+    @server.tool()
+    def first() -> str:
+        return "1"
+
+    def second() -> str:
+        return "2"
+
+    path = tmp_path / "mercury.yaml"
+    path.write_text(yaml.safe_dump({"mcp": {"servers": {"lc": {"command": "in-process"}}}}))
+    settings = make_settings(MERCURY_CONFIG_FILE=str(path))
+    with serve(settings, mcp_targets={"lc": server}) as running:
+        ollama.enqueue(*(ChatScript.words("Hi.") for _ in range(3)))
+        async with httpx.AsyncClient(base_url=running.url, timeout=30) as client:
+            await ask(client, "hello")
+            assert {n for n in offered(ollama) if n.startswith("lc_")} == {"lc_first"}
+            await ask(client, "hello")
+            connection = running.services.mcp._shared["lc"]
+            listed = connection.list_calls
+
+            async def change() -> None:
+                server.add_tool(second)
+                await bus.publish(ToolsListChanged())
+
+            running.call(change())
+            await asyncio.sleep(0.3)
+            await ask(client, "hello")
+            assert {n for n in offered(ollama) if n.startswith("lc_")} == {"lc_first", "lc_second"}
+            assert connection.list_calls == listed + 1
