@@ -295,6 +295,10 @@ async def test_a_server_that_dies_mid_call_gives_a_clear_error_and_the_next_turn
                     ollama.enqueue(call("trk_get_issue", key="X"), ChatScript.words("Down."))
                     down = await ask(client, "show X")
                     assert [f["outcome"] for f in down.of("tool_finish")] == ["failed"]
+                    # Its last list is still offered: the tool answers a clear error.
+                    assert "trk_get_issue" in offered(ollama)
+                    told = ollama.requests[-1]["messages"][-1]["content"]
+                    assert "The MCP server Tracker" in told, told
                 connection = running.services.mcp._shared["trk"]
                 assert connection._opened <= 4
                 ollama.models = ["llama3.2"]  # the model is there: only the MCP server is down

@@ -124,6 +124,8 @@ class McpConnection:
         self._retry_at = 0.0
         self._opened = 0
         self._tools: tuple[types.Tool, ...] | None = None
+        #: The list may have changed (a notice, a new connection): read it again once up.
+        self._stale = False
         self._tools_lock = asyncio.Lock()
         self.last_error: str | None = None
         #: How many tools/list calls this connection made (the bench reads it).
@@ -235,7 +237,7 @@ class McpConnection:
         finally:
             if self._client is not None and self._stop is stop:
                 self._client = None
-                self._tools = None
+                self._stale = True
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         if self.target is not None:
@@ -283,7 +285,7 @@ class McpConnection:
 
         async def events() -> None:
             async for _event in subscription:
-                self._tools = None
+                self._stale = True
 
         return events()
 
@@ -297,7 +299,7 @@ class McpConnection:
         """Drop the connection after a failure; the next call reconnects after the backoff."""
         stop = self._stop
         self._client = None
-        self._tools = None
+        self._stale = True
         self._stop = None
         if stop is not None:
             stop.set()
@@ -321,21 +323,36 @@ class McpConnection:
         if isinstance(message, types.ServerNotification) and isinstance(
             message, types.ToolListChangedNotification
         ):
-            self._tools = None
+            self._stale = True
         elif isinstance(message, Exception):
             log.info("MCP server %s: %s", self.server.name, _reason(message))
 
     # --- calls ------------------------------------------------------------------------
 
+    def _fresh(self) -> tuple[types.Tool, ...] | None:
+        """The list to offer without asking: the last one read, unless it may have changed
+        while connected. A server that is down keeps offering its last list (its tools then
+        answer a clear error), so no turn waits on it."""
+        cached = self._tools
+        if cached is not None and (not self._stale or self._client is None):
+            return cached
+        return None
+
     async def tools(self) -> tuple[types.Tool, ...]:
         """The server's tools, ordered by name: cached, listed again only after a change."""
-        cached = self._tools
-        if cached is not None:
-            return cached
+        fresh = self._fresh()
+        if fresh is not None:
+            return fresh
         async with self._tools_lock:
-            if self._tools is not None:
-                return self._tools
-            client = await self.client()
+            fresh = self._fresh()
+            if fresh is not None:
+                return fresh
+            try:
+                client = await self.client()
+            except McpUnavailable:
+                if self._tools is not None:
+                    return self._tools
+                raise
             listed: list[types.Tool] = []
             cursor: str | None = None
             try:
@@ -356,7 +373,7 @@ class McpConnection:
                 ) from None
             tools = tuple(sorted(listed, key=lambda tool: tool.name))
             if self._client is client:
-                self._tools = tools
+                self._tools, self._stale = tools, False
             return tools
 
     async def call(
