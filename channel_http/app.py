@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -30,7 +30,7 @@ from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.requests import MAX_BODY
 from channel_http.routes import about, chat, me, records, turn
 from channel_http.routes.handling import authenticated_router
-from channel_http.routes.login_callback import callback_path, login_router, redirect_uri
+from channel_http.routes.login_callback import login_router, public_paths, redirect_uri
 from channel_http.routes.pairing import pairing_routes
 from channel_http.routes.probes import (
     fetch_hint,
@@ -46,6 +46,7 @@ from channel_http.routes.ui import ui_router
 from channel_http.routes.usage import usage_routes
 from channel_http.routes.webhooks import webhook, webhook_interactions
 from channel_http.services import Services
+from channel_http.sign_ins import sign_in_routes
 from channel_http.tracing import traced
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
@@ -74,6 +75,7 @@ from core.state import Database, connect
 from core.tools.builtin_plugins import builtin_plugins
 from core.tools.file_tools import files_plugin
 from core.tools.logins import Logins
+from core.tools.mcp import McpServers, McpSignIn
 from core.tools.memory_tools import memory_plugin
 from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
@@ -160,12 +162,14 @@ def build_app(
     directory: Directory | None = None,
     dev_token: str | None = None,
     bridges: Sequence[PlatformBridge] | None = None,
+    mcp_targets: Mapping[str, Any] | None = None,
 ) -> Litestar:
     """The application for ``settings``; raises ConfigurationError before anything opens.
 
     ``extra_routes`` are mounted behind the same authentication (benchmark baselines);
     ``dev_token`` is what the browser UI fills in for a browser on this machine (``--dev``);
-    ``bridges`` replaces the chat bridges the settings turn on.
+    ``bridges`` replaces the chat bridges the settings turn on; ``mcp_targets`` stands in
+    for configured MCP servers' URLs or commands (in-process servers, for tests).
     """
     auth = auth or build_auth(settings)
     chat_bridges = list(bridges) if bridges is not None else build_bridges(settings)
@@ -177,8 +181,10 @@ def build_app(
         clock=clock,
         redirect_uri=redirect_uri(public_url) if public_url else None,
     )
+    mcp_sign_in = McpSignIn(logins, public_url=public_url)
     plugins = (*plugins, *(rest_plugin(service, logins) for service in settings.services))
     metrics = Metrics() if settings.metrics.enabled else None
+    mcp_servers = build_mcp(settings, metrics, mcp_targets, sign_in=mcp_sign_in)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -192,9 +198,11 @@ def build_app(
             plugins=plugins,
             memory=memory,
             metrics=metrics,
+            mcp=mcp_servers,
         )
         await logins.open(services.db)
         services.logins = logins
+        services.mcp_sign_in = mcp_sign_in
         if services.space_stores is not None:
             leases = ConnectionLeases(
                 services.db, lease_s=settings.bridges.connection_lease_s, clock=clock
@@ -258,12 +266,13 @@ def build_app(
         *space_routes,
         *pairing_routes,
         *usage_routes,
+        *sign_in_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
         authenticated.append(metrics_route)
     # The login callback exists only where people's browsers can reach it.
-    login_routes = [login_router(public_url, logins)] if public_url else []
+    login_routes = [login_router(public_url, logins, mcp_sign_in)] if public_url else []
     app = Litestar(
         route_handlers=[*public, *login_routes, authenticated_router(authenticated)],
         lifespan=[lifespan],
@@ -285,7 +294,7 @@ def with_cors(app: Litestar, settings: Settings) -> ASGIApp:
     """
     public_url = settings.http.public_url
     # The plain-text login pages carry no CORS and answer no preflight.
-    bare = frozenset({callback_path(public_url)}) if public_url else frozenset()
+    bare = public_paths(public_url) if public_url else frozenset()
     routes = RouteTemplates(route.path for route in app.routes)
     cors = CorsMiddleware(app, settings.http.cors_origin, routes, bare=bare)
     logged = RequestLog(cors, routes, getattr(app.state, "metrics", None))
@@ -303,6 +312,7 @@ async def open_services(
     plugins: Sequence[Plugin] = (),
     memory: MemoryStore | None = None,
     metrics: Metrics | None = None,
+    mcp: McpServers | None = None,
 ) -> Services:
     data_dir = settings.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -393,7 +403,11 @@ async def open_services(
             *plugins,
         ),
         access=settings.access.plugins,
+        sources=(mcp,) if mcp is not None else (),
+        tool_budget=settings.mcp.tool_budget,
     )
+    if mcp is not None:
+        mcp.start_warming()
     session = settings.session
     resume_chars = settings.http.resume_max_chars
     order: ConversationOrder | None = None
@@ -454,6 +468,7 @@ async def open_services(
         model_names=model_names,
         transcript=Transcript(db) if order is not None else None,
         space_stores=space_stores,
+        mcp=mcp,
         router=Router(
             settings=settings,
             engine=manager,
@@ -501,6 +516,28 @@ async def check_models(settings: Settings, names: tuple[str, ...]) -> None:
             ", ".join(missing),
             fetch_hint(settings, missing),
         )
+
+
+def build_mcp(
+    settings: Settings,
+    metrics: Metrics | None,
+    targets: Mapping[str, Any] | None = None,
+    *,
+    sign_in: McpSignIn | None = None,
+) -> McpServers | None:
+    """The configured MCP servers, None when there are none; nothing connects yet.
+
+    An ``auth: oauth`` server needs MERCURY_SECRET_KEY to seal people's tokens with
+    (ConfigurationError without one, as for a REST service's login).
+    """
+    servers = settings.mcp.servers
+    if not servers:
+        return None
+    oauth = [name for name, server in servers.items() if server.auth == "oauth"]
+    if sign_in is not None:
+        for name in oauth:
+            sign_in.check(name)
+    return McpServers(servers, sign_in=sign_in if oauth else None, metrics=metrics, targets=targets)
 
 
 def collection_names(settings: Settings) -> CollectionNames:
@@ -608,6 +645,8 @@ async def close_services(services: Services) -> None:
     await manager.stop_turns()
     if services.bridging is not None:
         await services.bridging.close()
+    if services.mcp is not None:
+        await services.mcp.close()
     if manager.archive is not None:
         left = await manager.archive.flush(timeout_s=5.0)
         if left:

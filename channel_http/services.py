@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from core.spaces.routing import Router
     from core.state import Database
     from core.tools.logins import Logins
+    from core.tools.mcp import McpServers, McpSignIn
     from core.turn_logs import TurnLogs
     from core.workspace.files import PersonFiles
     from core.workspace.wiki import Vault
@@ -54,6 +55,7 @@ class Services:
     collection_names: CollectionNames
     embedder: Embedder | None = None
     logins: Logins | None = None
+    mcp_sign_in: McpSignIn | None = None
     turn_logs: TurnLogs | None = None
     metrics: Metrics | None = None
     #: What people saw of their conversations, when instances share the state store:
@@ -70,6 +72,8 @@ class Services:
     router: Router | None = None
     #: The chat bridges and their pipeline, once the lifespan has started them.
     bridging: Bridging | None = None
+    #: The configured MCP servers, None without any.
+    mcp: McpServers | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:

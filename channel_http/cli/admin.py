@@ -1,6 +1,8 @@
-"""The space commands of ``mercury-http``: spaces, preferences, mutes, settings, pairing, usage.
+"""The space commands of ``mercury-http``: spaces, preferences, mutes, settings, pairing and
+usage; and ``connections``, the MCP servers the caller has signed in to.
 
-Each talks to a running server over its HTTP routes (``/spaces…``, ``/pairing…``) with the
+Each talks to a running server over its HTTP routes (``/spaces…``, ``/pairing…``,
+``/me/connections…``) with the
 caller's token, found as ``mercury-http chat`` finds it
 (:func:`~channel_http.cli.chat.resolve_connection`), so the server decides who may do what
 by the same rule its routes and the agent's tools use: a refusal is the server's sentence,
@@ -38,6 +40,7 @@ COMMANDS: Final = (
     "settings",
     "pairing",
     "usage",
+    "connections",
 )
 
 
@@ -189,6 +192,22 @@ def add_commands(commands: Any) -> None:
     usage.add_argument("--everyone", action="store_true", help="everyone's usage (admins)")
     usage.add_argument("--person", help="with --everyone: one person (a person key)")
     usage.add_argument("--model", help="with --everyone: one model")
+
+    connections = commands.add_parser(
+        "connections",
+        parents=[common],
+        help="the MCP servers you're signed in to, or sign out of one",
+        description="Without arguments, the MCP servers you have signed in to, with the "
+        "scopes granted and when the access lapses (it is renewed before). 'remove SERVER' "
+        "signs you out of it: the next use of its tools asks you to sign in again.",
+        epilog=epilog,
+    )
+    connections_actions = connections.add_subparsers(dest="action")
+    connections_actions.add_parser("list", parents=[nested], help="your connections")
+    removed = connections_actions.add_parser(
+        "remove", parents=[nested], help="sign out of a server"
+    )
+    removed.add_argument("name", metavar="SERVER", help="the server's name, as listed")
 
 
 # ----------------------------------------------------------------------------- the wire
@@ -534,6 +553,27 @@ def _tokens(sums: dict[str, Any]) -> str:
     )
 
 
+def _connections(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    if (arguments.action or "list") == "list":
+
+        def listed(answer: dict[str, Any]) -> None:
+            connections = answer.get("connections") or []
+            if not connections:
+                console.say("You aren't signed in to any MCP server.")
+            for connection in connections:
+                scopes = " ".join(connection.get("scopes") or []) or "-"
+                lapses = connection.get("expiresAt") or "never"
+                console.say(
+                    f"{connection['server']}\t{connection.get('title') or ''}\t"
+                    f"{connection.get('issuer') or '-'}\t{scopes}\tlapses {lapses}"
+                )
+
+        console.answer(client.call("GET", "/me/connections"), listed)
+        return
+    answer = client.call("DELETE", f"/me/connections/{_segment(arguments.name)}")
+    console.answer(answer, lambda _: console.say(f"Signed out of {arguments.name}."))
+
+
 _RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = {
     "spaces": _spaces,
     "prefs": _prefs,
@@ -543,6 +583,7 @@ _RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = 
     "settings": _settings,
     "pairing": _pairing,
     "usage": _usage,
+    "connections": _connections,
 }
 
 

@@ -18,7 +18,7 @@ from typing import Final, TextIO
 
 import yaml
 
-from channel_http.app import HttpChannel, build_auth, build_directory
+from channel_http.app import HttpChannel, build_auth, build_directory, build_mcp
 from channel_http.routes.probes import fetch_hint, missing_models, model_names, model_server
 from core.channels import admits
 from core.config.settings import SETTINGS, ConfigurationError, Setting, read_settings
@@ -68,6 +68,15 @@ def check_config(arguments: argparse.Namespace, out: TextIO | None = None) -> in
         problems.append(f"{server} doesn't answer; start it, or set {where} to where it runs.")
     elif missing:
         problems.append(f"{server} lacks {', '.join(missing)}; {fetch_hint(settings, missing)}")
+    mcp = build_mcp(settings, None)
+    if mcp is not None:
+        for name, failure in asyncio.run(mcp.probe()).items():
+            if failure is not None:
+                problems.append(failure)
+            elif settings.mcp.servers[name].auth == "oauth":
+                notes.append(f"The MCP server {name!r} signs each person in; it was not asked.")
+            else:
+                notes.append(f"The MCP server {name!r} answers.")
     print("", file=out)
     for note in notes:
         print(f"Note: {note}", file=out)

@@ -11,6 +11,7 @@ import resource
 import time
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from litestar import Response, get
 
 from channel_http.routes.handling import AnyRequest, caller_of, services_of
@@ -38,13 +39,16 @@ async def health(request: AnyRequest) -> dict[str, Any]:
         services.manager.model.reachable(), services.memory_reachable()
     )
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {
+    body: dict[str, Any] = {
         "ok": True,
         "uptimeSeconds": round(time.monotonic() - services.started, 3),
         "memory": {"rss": _rss_bytes(usage.ru_maxrss)},
         "qdrantReachable": qdrant_ok,
         "ollamaReachable": ollama_ok,
     }
+    if services.mcp is not None:
+        body["mcpServers"] = [msgspec.to_builtins(s) for s in services.mcp.health()]
+    return body
 
 
 def _rss_bytes(fallback_kib: int) -> int:

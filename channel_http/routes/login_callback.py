@@ -1,12 +1,17 @@
 """``GET <public URL path>/login/callback``: where a person's browser comes back from a service.
 
-Mounted only when ``HTTP_SURFACE_PUBLIC_URL`` is set (:func:`login_router`). There is no
+Mounted only when ``HTTP_SURFACE_PUBLIC_URL`` is set (:func:`login_router`), beside (when
+that URL is HTTPS) ``GET <public URL path>/oauth/client-metadata.json``, Mercury's Client ID
+Metadata Document for MCP servers' authorization servers (:mod:`core.tools.mcp.registration`).
+There is no
 bearer token here, and no CORS: the ``state`` Mercury issued is the credential, and the
 answer is a short plain-text page (``Cache-Control: no-store``, ``Referrer-Policy:
 no-referrer``, ``X-Content-Type-Options: nosniff``) saying how the login went, in the
 browser's language, else the app's default, except that a login that failed reads in the
 language of the person who started it. The code and state are handed to
-:meth:`core.tools.logins.Logins.complete` and neither kept nor logged.
+:meth:`core.tools.logins.Logins.complete` and neither kept nor logged. A callback whose
+``iss`` (RFC 9207) isn't the issuer the login was sent to is refused before anything else it
+carries is looked at, its ``error`` included.
 
 Exceptions: none (every outcome is a page).
 """
@@ -23,13 +28,24 @@ from litestar.status_codes import HTTP_200_OK
 
 from channel_http.errors import BadRequest
 from core.people.i18n import negotiate
+from core.people.messages import LOGIN_WRONG_ISSUER
 from core.tools.logins import Logins
+from core.tools.mcp import McpSignIn
+from core.tools.mcp.registration import CLIENT_METADATA_PATH
 
 if TYPE_CHECKING:
     from channel_http.services import Services
     from core.people.i18n import Translator
 
-__all__ = ["CALLBACK_PATH", "callback_path", "login_callback", "login_router", "redirect_uri"]
+__all__ = [
+    "CALLBACK_PATH",
+    "callback_path",
+    "client_metadata_document",
+    "login_callback",
+    "login_router",
+    "public_paths",
+    "redirect_uri",
+]
 
 AnyRequest = Request[Any, Any, Any]
 
@@ -51,14 +67,30 @@ def callback_path(public_url: str) -> str:
     return urlsplit(public_url).path.rstrip("/") + CALLBACK_PATH
 
 
-def login_router(public_url: str, logins: Logins) -> Router:
-    """The callback, mounted under the public URL's path, with ``logins`` to complete them."""
+def public_paths(public_url: str) -> frozenset[str]:
+    """The paths :func:`login_router` serves (no bearer token, no CORS)."""
+    prefix = urlsplit(public_url).path.rstrip("/")
+    return frozenset({prefix + CALLBACK_PATH, prefix + CLIENT_METADATA_PATH})
+
+
+def login_router(public_url: str, logins: Logins, sign_in: McpSignIn) -> Router:
+    """The callback and the client metadata document, mounted under the public URL's path."""
     prefix = urlsplit(public_url).path.rstrip("/") or "/"
+    document = [client_metadata_document] if sign_in.client_metadata() is not None else []
     return Router(
         path=prefix,
-        route_handlers=[login_callback],
-        dependencies={"logins": Provide(lambda: logins, use_cache=True, sync_to_thread=False)},
+        route_handlers=[login_callback, *document],
+        dependencies={
+            "logins": Provide(lambda: logins, use_cache=True, sync_to_thread=False),
+            "sign_in": Provide(lambda: sign_in, use_cache=True, sync_to_thread=False),
+        },
     )
+
+
+@get(CLIENT_METADATA_PATH, status_code=HTTP_200_OK, sync_to_thread=False)
+def client_metadata_document(sign_in: NamedDependency[McpSignIn]) -> Response[Any]:
+    """Mercury's Client ID Metadata Document (mounted only where there is one)."""
+    return Response(sign_in.client_metadata(), headers={"cache-control": "public, max-age=3600"})
 
 
 @get(CALLBACK_PATH, status_code=HTTP_200_OK)
@@ -69,6 +101,9 @@ async def login_callback(request: AnyRequest, logins: NamedDependency[Logins]) -
     browser = negotiate(request.headers.get("accept-language"), catalogs.languages) or default
     tr = catalogs.translator(browser)
     query = request.query_params
+    state, code, iss = query.get("state"), query.get("code"), query.get("iss")
+    if state and not await logins.check_issuer(state, iss):
+        return _refused(tr)
     error = query.get("error")
     if error is not None:
         reason = _REASON_REFUSED.sub("", error)[:_REASON_MAX_CHARS]
@@ -80,7 +115,6 @@ async def login_callback(request: AnyRequest, logins: NamedDependency[Logins]) -
             )
             % {"reason": reason},
         )
-    state, code = query.get("state"), query.get("code")
     if not state or not code:
         return _page(
             tr,
@@ -89,7 +123,9 @@ async def login_callback(request: AnyRequest, logins: NamedDependency[Logins]) -
                 "The login link came back without a code or a state. Ask the assistant again for a new link."  # noqa: E501 - one literal, for extraction
             ),
         )
-    outcome = await logins.complete(state, code)
+    outcome = await logins.complete(state, code, iss)
+    if outcome.status == "refused":
+        return _refused(catalogs.translator(outcome.language or browser))
     if outcome.status == "logged_in":
         return _page(
             tr,
@@ -115,6 +151,14 @@ async def login_callback(request: AnyRequest, logins: NamedDependency[Logins]) -
         tr.gettext(
             "This login link has expired or was already used: ask the assistant again for a new one."  # noqa: E501 - one literal, for extraction
         ),
+    )
+
+
+def _refused(tr: Translator) -> Response[str]:
+    return _page(
+        tr,
+        BadRequest.status,
+        tr.gettext(LOGIN_WRONG_ISSUER),
     )
 
 

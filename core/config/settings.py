@@ -70,6 +70,7 @@ from core.config.kinds import (
     _Zone,
     service_secret_variable,
 )
+from core.config.mcp import McpServerConfig, _McpServers, with_secrets
 from core.people.i18n import SUPPORTED_LANGUAGES
 from core.people.pairing import DM_POLICIES, DmPolicy
 from core.spaces.config import SpaceConfig, _Spaces, trigger_word
@@ -93,6 +94,8 @@ __all__ = [
     "HttpSettings",
     "LogSettings",
     "MatrixSettings",
+    "McpServerConfig",
+    "McpSettings",
     "MemoryCollections",
     "MemorySettings",
     "MetricsSettings",
@@ -453,6 +456,13 @@ class LogSettings(_Group, frozen=True, kw_only=True):
     format: LogFormat
 
 
+class McpSettings(_Group, frozen=True, kw_only=True):
+    """The MCP servers whose tools the model is offered, and when their schemas are deferred."""
+
+    servers: Mapping[str, McpServerConfig]
+    tool_budget: int
+
+
 class MetricsSettings(_Group, frozen=True, kw_only=True):
     """The Prometheus metrics: whether they are kept, and where they are served."""
 
@@ -501,6 +511,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
+    mcp: McpSettings
     tracing: TracingSettings
     secret_key: str | None
     services: tuple[RestService, ...]
@@ -559,6 +570,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
+    "mcp": McpSettings,
     "tracing": TracingSettings,
 }
 
@@ -965,6 +977,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
             "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
             "network only the scraper reaches; the surface then serves none.", default_doc="none"),
+    Setting("mcp.servers", None, _McpServers(), MappingProxyType({}),
+            "MCP servers whose tools the model is offered as `<server>_<tool>` (see "
+            "docs/mcp.md).", default_doc="none"),
+    Setting("mcp.tool_budget", "MERCURY_MCP_TOOL_BUDGET", _Int(1, 1000), 40,
+            "Past this many tools in a turn (built-in ones included), MCP tools are offered "
+            "through a search tool that loads the schemas it finds."),
     Setting("tracing.capture_content", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
             _Bool(), False,
             "Put the messages a model call was sent and its answer on its span "
@@ -1037,6 +1055,8 @@ def read_settings(
         else spec
         for spec in values["model.fallbacks"]
     )
+    values["mcp.servers"], missing = with_secrets(values["mcp.servers"], env)
+    problems.extend(missing)
     for check in (
         _check_state_url,
         _check_workers,
@@ -1512,6 +1532,7 @@ _SECTION_TITLES: Final = {
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
+    "mcp": "MCP servers",
     "tracing": "Traces",
     "secret_key": "Secret key",
     "services": "REST services",

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -33,6 +33,7 @@ from core.state import StateError
 from core.tools.display_tools import PRESENT
 from core.tools.displays import Displays, display_chunks, tool_message, with_displays
 from core.tools.registry import (
+    InputRequired,
     LoginRequired,
     Tool,
     ToolCallContext,
@@ -43,6 +44,7 @@ from core.tools.registry import (
     detail_of,
 )
 from core.usage import Spent
+from core.tools.tool_search import deferral
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
@@ -120,8 +122,14 @@ class Answerer:
         displays = Displays(session.results)
         context = replace(context, displays=displays)
         translator = context.translator
-        offered = self.registry.offered_tools(context.person)
-        specs = [tool.spec for _, tool in offered.values()]
+        offered, search = deferral(
+            await self.registry.offer(context.person, context.space), self.registry.tool_budget
+        )
+        listed = [
+            tool.spec
+            for _, tool in offered.values()
+            if search is None or tool.name not in search.deferred
+        ]
         system = ChatMessage(role="system", content=self._instructions(context, offered))
         text_parts: list[str] = []
         step_text: list[str] = []  # the step whose answer is still streaming
@@ -133,6 +141,7 @@ class Answerer:
         try:
             for _step in range(self.max_steps):
                 step_text = []
+                specs = listed if search is None else [*listed, *search.specs()]
                 calls = await self._model_step(
                     [system, *session.messages], specs, emit, step_text, context, used
                 )
@@ -311,7 +320,8 @@ class Answerer:
         tool_call_id = f"call_{uuid.uuid4().hex[:16]}"
         entry = offered.get(name)
         tool = entry[1] if entry is not None else None
-        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": name}
+        shown = (tool.title or name) if tool else name
+        label = translator.gettext(tool.label if tool else "Using %(tool)s…") % {"tool": shown}
         detail = cap(tool.detail(arguments)) if tool and tool.detail else detail_of(arguments)
         await emit(
             events.Tool(label=label, detail=detail, tool_call_id=tool_call_id, tool_name=name)
@@ -348,6 +358,22 @@ class Answerer:
                         result, images = ran.text, ran.images or None
                     else:
                         result = ran
+            except InputRequired as asked:
+                if asked.link is not None:
+                    step_events.append(events.Login(service=asked.link[0], url=asked.link[1]))
+                staging = await self._stage(
+                    context,
+                    cast("Tool", tool),  # only a tool that ran can ask
+                    asked.arguments,
+                    summary=asked.summary,
+                    choices=asked.choices,
+                )
+                outcome, staged = "pending", True
+                step_events.append(staging)
+                result = (
+                    f"The tool asks the person: {asked.summary} They have been shown the "
+                    "choices; tell them briefly, without inventing a token, and wait."
+                )
             except LoginRequired as login:
                 outcome = "failed"
                 result = await _sign_in(context, login, step_events)
@@ -382,10 +408,20 @@ class Answerer:
         return staged
 
     async def _stage(
-        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
+        self,
+        context: ToolCallContext,
+        tool: Tool,
+        arguments: dict[str, Any],
+        *,
+        summary: str | None = None,
+        choices: Sequence[tuple[str, str]] | None = None,
     ) -> events.Pending:
-        summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
-        choices = list(tool.choices(context, arguments)) if tool.choices else None
+        if summary is None:
+            summary = (
+                tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
+            )
+        if choices is None and tool.choices:
+            choices = list(tool.choices(context, arguments))
         staging = await self.confirmations.stage(
             context.session_key,
             context.person.key,

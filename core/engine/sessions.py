@@ -503,6 +503,8 @@ class SessionManager:
                     )
                 )
                 return
+            for event in _shown_events(slot.get("shown")):
+                await emit(event)
             session.messages.append(
                 ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
             )
@@ -752,12 +754,14 @@ class SessionManager:
             written=written,
             sign_in=turn_input.sign_in,
         )
-        reply, handed_back, login = await self.confirmer.resolve(context, token)
+        reply, handed_back, login, shown = await self.confirmer.resolve(context, token)
         if login is not None:
             if turn_input.sign_in is None:
                 await emit(events.Login(service=login.service, url=login.url))
             else:
                 await turn_input.sign_in(login.service, login.url)
+        for event in shown:
+            await emit(event)
         if handed_back is None:
             if reply is None:
                 reply = translator.gettext(
@@ -795,12 +799,16 @@ class SessionManager:
         translator = self.catalogs.translator(language)
         key = self.session_key(person, conversation_id)
         context = ToolCallContext(principal, person, key, conversation_id, translator)
-        reply, handed_back, _login = await self.confirmer.resolve(context, token)
+        reply, handed_back, _login, shown = await self.confirmer.resolve(context, token)
         if handed_back is None:
             if reply is None:
                 return ConfirmResult(resolved=False)
             return ConfirmResult(resolved=True, text=reply)
-        await self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
+        slot = {"tool": handed_back[0], "result": handed_back[1]}
+        if shown:
+            # What the action asked once run is shown by the resuming turn (its stream).
+            slot["shown"] = msgspec.json.encode([[e.name.decode(), e] for e in shown]).decode()
+        await self.resume_slots.put(key, slot)
         return ConfirmResult(resolved=True, resume=True)
 
     # ---------------------------------------------------------------- helpers
@@ -900,6 +908,22 @@ def attachments_note(paths: tuple[str, ...]) -> str:
 
 def _space_id(turn_input: TurnInput) -> str | None:
     return None if turn_input.space is None else turn_input.space.space_id
+
+
+def _shown_events(encoded: str | None) -> list[events.Event]:
+    """The events a resume slot keeps for the resuming turn to show (``pending``, ``login``)."""
+    if not encoded:
+        return []
+    kinds: dict[str, type[events.Pending] | type[events.Login]] = {
+        "pending": events.Pending,
+        "login": events.Login,
+    }
+    shown: list[events.Event] = []
+    for name, payload in msgspec.json.decode(encoded):
+        kind = kinds.get(name)
+        if kind is not None:
+            shown.append(msgspec.convert(payload, kind))
+    return shown
 
 
 def conversation_trace_id(turn_input: TurnInput) -> str:

@@ -162,6 +162,26 @@ class Metrics:
             ["tool", "outcome"],
             registry=r,
         )
+        self.mcp_calls = Counter(
+            "mercury_mcp_calls",
+            "MCP tool calls by server and outcome (success, error, unavailable, timeout, "
+            "cancelled, unknown).",
+            ["server", "outcome"],
+            registry=r,
+        )
+        self.mcp_call_seconds = Histogram(
+            "mercury_mcp_call_seconds",
+            "How long an MCP tool call took, per server.",
+            ["server"],
+            buckets=_FIRST_BUCKETS,
+            registry=r,
+        )
+        self.mcp_reconnects = Counter(
+            "mercury_mcp_reconnects",
+            "Connections (re)opened to an MCP server after the first, per server.",
+            ["server"],
+            registry=r,
+        )
         self.confirmations = Counter(
             "mercury_confirmations",
             "Staged actions by event: staged, confirmed, expired (the token was unknown, used "

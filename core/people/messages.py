@@ -213,6 +213,15 @@ LOGIN_INCOMPLETE: Final = N_(
 LOGIN_EXPIRED: Final = N_(
     "This login link has expired or was already used: ask the assistant again for a new one."
 )
+# Shown: the login page for a callback whose issuer isn't the server the login was sent to.
+LOGIN_WRONG_ISSUER: Final = N_(
+    "This sign-in came back from a server it wasn't sent to, so it was refused. Ask the "
+    "assistant again for a new link."
+)
+# Shown: the refusal (404) to remove a connection to an MCP server the person hasn't got.
+CONNECTION_UNKNOWN: Final = N_(
+    "You aren't signed in to a server called %(server)s, so there is nothing to remove."
+)
 # Shown: the login page when exchanging the code with the service failed.
 LOGIN_FAILED: Final = N_(
     "The %(service)s login didn't go through. Ask the assistant again for a new link."

@@ -12,9 +12,18 @@ service behind every such login:
   with. The state is consumed before anything else, so it is single use even when the
   exchange fails. The code is exchanged (with the PKCE verifier) by authlib's async client.
 - :meth:`Logins.access_token` gives a tool the person's access token, refreshing it with the
-  refresh token once it has expired; when there is none, or the service refuses the
-  refresh (revoked), the tokens are forgotten and :class:`~core.tools.registry.LoginRequired` is
-  raised with a new login URL.
+  refresh token shortly before it expires (a moment chosen with jitter, so that instances
+  don't all refresh at once; one refresh at a time per person and service across every
+  instance, under a database lock, since a rotating refresh token used twice revokes the
+  grant); when there is none, or the service refuses the refresh (revoked), the tokens are
+  forgotten and :class:`~core.tools.registry.LoginRequired` is raised with a new login URL.
+
+A login may also be given at :meth:`Logins.begin` rather than declared (an MCP server's,
+discovered when its server first asks for one): the pending login and then the tokens keep it,
+so the callback, and every refresh, works on any instance. Such a login may name the
+``resource`` it is for (RFC 8707: sent in the authorization and the token requests) and the
+``issuer`` expected on the callback (RFC 9207: a callback whose ``iss`` differs is refused
+before its code or its error is looked at).
 
 Pending logins and tokens live in the state store (:mod:`core.state`), so a login begun
 through one instance calls back through any other. Both are sealed with AES-256-GCM under a
@@ -38,6 +47,7 @@ import asyncio
 import base64
 import hashlib
 import logging
+import random
 import secrets
 import warnings
 from datetime import datetime, timedelta
@@ -72,6 +82,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOGIN_TTL",
+    "Connection",
     "LoginOutcome",
     "LoginServiceUnreachable",
     "LoginUnavailable",
@@ -85,6 +96,8 @@ log = logging.getLogger("mercury.logins")
 LOGIN_TTL: Final = timedelta(minutes=10)
 #: An access token this close to its expiry is refreshed before use.
 EXPIRY_LEEWAY: Final = timedelta(seconds=30)
+#: Up to this much earlier still, chosen at random per use, so instances spread their refreshes.
+REFRESH_JITTER: Final = timedelta(seconds=30)
 MIN_SECRET_KEY_CHARS: Final = 16
 
 _SCHEMA: Final = Schema(
@@ -157,14 +170,31 @@ class ServiceLogin(msgspec.Struct, frozen=True, kw_only=True):
     #: None for a public client (PKCE only); from the environment, never the file.
     client_secret: str | None = None
     scopes: tuple[str, ...] = ()
+    #: The name the person reads on the callback page (default: the service).
+    title: str | None = None
+    #: The resource the tokens are for (RFC 8707), sent in every authorization and token request.
+    resource: str | None = None
+    #: The authorization server's issuer; a callback's ``iss`` must equal it (RFC 9207).
+    issuer: str | None = None
+    #: Whether the server says it sends ``iss`` on every callback (then one without is refused).
+    issuer_in_callback: bool = False
+    #: How a client with a secret authenticates at the token endpoint.
+    client_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
 
     def __repr__(self) -> str:
         secret = "set" if self.client_secret else "not set"
         return (
             f"ServiceLogin(service={self.service!r}, authorize_url={self.authorize_url!r}, "
             f"token_url={self.token_url!r}, client_id={self.client_id!r}, "
-            f"client_secret={secret}, scopes={self.scopes!r})"
+            f"client_secret={secret}, scopes={self.scopes!r}, resource={self.resource!r}, "
+            f"issuer={self.issuer!r})"
         )
+
+    def admits_issuer(self, iss: str | None) -> bool:
+        """Whether a callback carrying ``iss`` (None: none) may come from this login's server."""
+        if iss is None:
+            return not (self.issuer is not None and self.issuer_in_callback)
+        return self.issuer is None or iss == self.issuer
 
     @classmethod
     def of(cls, service: RestService) -> ServiceLogin | None:
@@ -186,7 +216,7 @@ class ServiceLogin(msgspec.Struct, frozen=True, kw_only=True):
 class LoginOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """How a callback went. ``language`` is that of the person who started the login."""
 
-    status: Literal["logged_in", "expired", "failed"]
+    status: Literal["logged_in", "expired", "failed", "refused"]
     service: str | None = None
     language: str | None = None
 
@@ -197,9 +227,23 @@ class _Tokens(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: datetime | None = None
     token_type: str = "Bearer"  # noqa: S105 - a token type, not a secret
     scope: str | None = None
+    #: The login they came from, when it wasn't declared (refreshes go where it says).
+    login: ServiceLogin | None = None
 
-    def is_expired(self, now: datetime) -> bool:
-        return self.expires_at is not None and now + EXPIRY_LEEWAY >= self.expires_at
+    def is_expired(self, now: datetime, jitter: timedelta = timedelta(0)) -> bool:
+        return self.expires_at is not None and now + EXPIRY_LEEWAY + jitter >= self.expires_at
+
+
+class Connection(msgspec.Struct, frozen=True, kw_only=True):
+    """What a person may know of one of their logins (never a token)."""
+
+    service: str
+    title: str | None
+    issuer: str | None
+    resource: str | None
+    scopes: tuple[str, ...]
+    expires_at: datetime | None
+    updated_at: str
 
 
 class _Pending(msgspec.Struct, frozen=True, kw_only=True):
@@ -208,6 +252,7 @@ class _Pending(msgspec.Struct, frozen=True, kw_only=True):
     verifier: str
     url: str
     language: str | None = None
+    login: ServiceLogin | None = None
 
 
 _TOKENS_ENCODER: Final = msgspec.json.Encoder()
@@ -244,9 +289,14 @@ class Logins:
                 f"Two plugins declare a login to the service {login.service!r}; give each "
                 "service one plugin, or rename one of them."
             )
+        self.check_secret_key(login.service)
+        self._declared[login.service] = login
+
+    def check_secret_key(self, service: str) -> None:
+        """Refuse a login to ``service`` (declared or given later) without a usable secret key."""
         if not self._secret_key:
             raise ConfigurationError(
-                f"The service {login.service!r} declares a login, and people's tokens for it "
+                f"The service {service!r} declares a login, and people's tokens for it "
                 "must be encrypted with MERCURY_SECRET_KEY, which isn't set; set it to a long "
                 "random string (python -c 'import secrets; print(secrets.token_urlsafe(32))') "
                 "or remove the service's login."
@@ -258,7 +308,6 @@ class Logins:
             )
         if self._sealer is None:
             self._sealer = AESGCM(_derive_key(self._secret_key))
-        self._declared[login.service] = login
 
     async def open(self, db: Database) -> None:
         """Use ``db`` for the tokens (creating the table); call once the database is open."""
@@ -271,23 +320,46 @@ class Logins:
             raise KeyError(f"No login is declared for the service {service!r}.")
         return login
 
+    @property
+    def database(self) -> Database:
+        """The state store the logins live in (for stores kept beside them)."""
+        return self._database()
+
     # --- the dialogue ---------------------------------------------------------------------
 
-    async def begin(self, person_key: str, service: str, language: str | None = None) -> str:
-        """The URL ``person_key`` logs in to ``service`` at; the pending one while it lasts."""
-        login = self.declared(service)
+    async def begin(
+        self,
+        person_key: str,
+        service: str,
+        language: str | None = None,
+        *,
+        login: ServiceLogin | None = None,
+    ) -> str:
+        """The URL ``person_key`` logs in to ``service`` at; the pending one while it lasts.
+
+        ``login`` is the login to use when ``service`` has none declared (an MCP server's,
+        discovered); a pending login begun with another one (other scopes, another server)
+        is replaced.
+        """
+        given = login
+        login = given or self.declared(service)
         if self.redirect_uri is None:
             raise LoginUnavailable(service)
         now = self._clock()
         db = self._database()
         await db.execute("DELETE FROM login_states WHERE expires_at <= ?", (to_micros(now),))
-        current = await self._pending_url(person_key, service)
+        current = await self._pending(person_key, service)
+        if current is not None and current.login == given:
+            return current.url
         if current is not None:
-            return current
+            await db.execute(
+                "DELETE FROM login_states WHERE person_key = ? AND service = ?",
+                (person_key, service),
+            )
         state = secrets.token_urlsafe(32)
         verifier = secrets.token_urlsafe(64)  # 86 characters, inside RFC 7636's 43..128
         url = _authorization_url(login, self.redirect_uri, state, _challenge(verifier))
-        pending = _Pending(verifier=verifier, url=url, language=language)
+        pending = _Pending(verifier=verifier, url=url, language=language, login=given)
         sealed = self._seal(person_key, service, _TOKENS_ENCODER.encode(pending))
         created = await db.execute(
             "INSERT INTO login_states (state_hash, person_key, service, sealed, expires_at) "
@@ -296,12 +368,12 @@ class Logins:
         )
         if created == 0:
             # Another instance began the same login a moment ago: show its link.
-            current = await self._pending_url(person_key, service)
+            current = await self._pending(person_key, service)
             if current is not None:
-                return current
+                return current.url
         return url
 
-    async def _pending_url(self, person_key: str, service: str) -> str | None:
+    async def _pending(self, person_key: str, service: str) -> _Pending | None:
         row = await self._database().fetch_one(
             "SELECT sealed FROM login_states WHERE person_key = ? AND service = ? "
             "AND expires_at > ?",
@@ -309,11 +381,38 @@ class Logins:
         )
         if row is None:
             return None
-        pending = self._open_pending(person_key, service, bytes(row["sealed"]))
-        return None if pending is None else pending.url
+        return self._open_pending(person_key, service, bytes(row["sealed"]))
 
-    async def complete(self, state: str, code: str) -> LoginOutcome:
-        """Finish the login ``state`` names with the service's ``code``; never raises."""
+    async def check_issuer(self, state: str, iss: str | None) -> bool:
+        """Whether the callback for ``state`` may come from the issuer ``iss`` (RFC 9207).
+
+        False only for a pending login whose server is another (or sends ``iss`` always
+        and didn't): that login is then dropped, and nothing else the callback carries
+        (its code, its error) may be used or shown.
+        """
+        row = await self._database().fetch_one(
+            "SELECT person_key, service, sealed FROM login_states WHERE state_hash = ?",
+            (_state_hash(state),),
+        )
+        if row is None:
+            return True  # nothing to protect: the callback is answered as expired
+        person_key, service = str(row["person_key"]), str(row["service"])
+        pending = self._open_pending(person_key, service, bytes(row["sealed"]))
+        login = None if pending is None else pending.login or self._declared.get(service)
+        if login is None or login.admits_issuer(iss):
+            return True
+        await self._database().execute(
+            "DELETE FROM login_states WHERE state_hash = ?", (_state_hash(state),)
+        )
+        log.warning("A %s callback came from another issuer; the login is refused", service)
+        return False
+
+    async def complete(self, state: str, code: str, iss: str | None = None) -> LoginOutcome:
+        """Finish the login ``state`` names with the service's ``code``; never raises.
+
+        ``iss`` is the callback's issuer parameter (RFC 9207), checked against the login's
+        issuer before the code is redeemed.
+        """
         # Taken out first, by whichever instance the callback reaches: single use even when
         # the exchange below fails, and only one of two racing callbacks gets it.
         row = await self._database().fetch_one(
@@ -324,13 +423,17 @@ class Logins:
         if row is None or from_micros(row["expires_at"]) <= self._clock():
             return LoginOutcome(status="expired")
         person_key, service = str(row["person_key"]), str(row["service"])
-        if service not in self._declared:
-            return LoginOutcome(status="expired")
         pending = self._open_pending(person_key, service, bytes(row["sealed"]))
         if pending is None:
             return LoginOutcome(status="expired")
+        login = pending.login or self._declared.get(service)
+        if login is None:
+            return LoginOutcome(status="expired")
         language = pending.language
-        login = self.declared(service)
+        if not login.admits_issuer(iss):
+            log.warning("A %s callback came from another issuer; the login is refused", service)
+            return LoginOutcome(status="refused", language=language)
+        title = login.title or service
         try:
             async with self._oauth_client(login) as client:
                 token = await client.fetch_token(
@@ -338,19 +441,20 @@ class Logins:
                     grant_type="authorization_code",
                     code=code,
                     code_verifier=pending.verifier,
+                    **_resource(login),
                 )
-            tokens = self._tokens_from(token, previous=None)
+            tokens = self._tokens_from(token, previous=None, login=pending.login)
         except asyncio.CancelledError:
             raise
         except OAuthError as error:
             log.warning("The %s login was refused at the token endpoint: %s", service, error.error)
-            return LoginOutcome(status="failed", service=service, language=language)
+            return LoginOutcome(status="failed", service=title, language=language)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             log.warning("The %s login failed at the token endpoint: %r", service, type(error))
-            return LoginOutcome(status="failed", service=service, language=language)
+            return LoginOutcome(status="failed", service=title, language=language)
         await self._store(person_key, service, tokens)
         log.info("%s logged in to %s", person_key, service)
-        return LoginOutcome(status="logged_in", service=service, language=language)
+        return LoginOutcome(status="logged_in", service=title, language=language)
 
     # --- what tools ask -------------------------------------------------------------------
 
@@ -368,27 +472,34 @@ class Logins:
         meanwhile, it is refreshed now. Raises :class:`LoginRequired` (with a new login URL)
         when the person has no tokens, no refresh token, or the service refuses the refresh.
         """
-        login = self.declared(service)
+        self.declared(service)
+        token = await self.token(person_key, service, stale=stale)
+        if token is None:
+            raise LoginRequired(service, await self.begin(person_key, service, language))
+        return token
+
+    async def token(self, person_key: str, service: str, *, stale: str | None = None) -> str | None:
+        """The person's access token for ``service`` as :meth:`access_token` gives it, or
+        None (the tokens forgotten) where it would ask the person to log in."""
         if stale is None:
             tokens = await self._load(person_key, service)
-            if tokens is not None and not tokens.is_expired(self._clock()):
+            if tokens is None:
+                return None
+            jitter = REFRESH_JITTER * random.random()  # noqa: S311 - spreading, not a secret
+            if not tokens.is_expired(self._clock(), jitter):
                 return tokens.access_token  # the common case takes no lock
         # One refresh at a time per person and service, across every instance: a rotating
         # refresh token used twice would revoke the whole grant. Inside the lock every
         # statement runs on the lock's own connection: borrowing a second one from the pool
         # while holding the first would let a pool's worth of refreshes wait on each other.
         async with self._database().lock(f"service-login:{person_key}:{service}") as held:
-            token = await self._refresh(held, person_key, service, login, stale)
-        if token is None:
-            raise LoginRequired(service, await self.begin(person_key, service, language))
-        return token
+            return await self._refresh(held, person_key, service, stale)
 
     async def _refresh(
         self,
         db: Statements,
         person_key: str,
         service: str,
-        login: ServiceLogin,
         stale: str | None,
     ) -> str | None:
         """The access token, refreshed if need be; ``None`` when the person must log in."""
@@ -399,15 +510,16 @@ class Logins:
             return tokens.access_token  # refreshed by another call while this one waited
         if stale is not None and tokens.access_token != stale:
             return tokens.access_token  # another call refreshed it already
-        if tokens.refresh_token is None:
+        login = tokens.login or self._declared.get(service)
+        if tokens.refresh_token is None or login is None:
             await self.forget(person_key, service, db)
             return None
         try:
             async with self._oauth_client(login) as client:
                 token = await client.refresh_token(
-                    login.token_url, refresh_token=tokens.refresh_token
+                    login.token_url, refresh_token=tokens.refresh_token, **_resource(login)
                 )
-            renewed = self._tokens_from(token, previous=tokens)
+            renewed = self._tokens_from(token, previous=tokens, login=tokens.login)
         except asyncio.CancelledError:
             raise
         except OAuthError as error:
@@ -423,12 +535,60 @@ class Logins:
     async def is_logged_in(self, person_key: str, service: str) -> bool:
         return await self._load(person_key, service) is not None
 
-    async def forget(self, person_key: str, service: str, db: Statements | None = None) -> None:
-        """Drop the person's tokens for ``service`` (a logout, or tokens that stopped working)."""
-        await (db or self._database()).execute(
+    async def connections(self, person_key: str, prefix: str = "") -> list[Connection]:
+        """The person's logins to the services whose names start with ``prefix``, by name."""
+        rows = await self._database().fetch_all(
+            "SELECT service, updated_at FROM service_tokens WHERE person_key = ? ORDER BY service",
+            (person_key,),
+        )
+        found: list[Connection] = []
+        for row in rows:
+            service = str(row["service"])
+            if not service.startswith(prefix):
+                continue
+            tokens = await self._load(person_key, service)
+            if tokens is None:
+                continue
+            login = tokens.login or self._declared.get(service)
+            found.append(
+                Connection(
+                    service=service,
+                    title=None if login is None else login.title,
+                    issuer=None if login is None else login.issuer,
+                    resource=None if login is None else login.resource,
+                    scopes=tuple((tokens.scope or "").split()),
+                    expires_at=tokens.expires_at,
+                    updated_at=str(row["updated_at"]),
+                )
+            )
+        return found
+
+    async def granted_scopes(self, person_key: str, service: str) -> tuple[str, ...]:
+        """The scopes the person's current tokens for ``service`` were granted (none: ())."""
+        tokens = await self._load(person_key, service)
+        return () if tokens is None else tuple((tokens.scope or "").split())
+
+    async def forget(self, person_key: str, service: str, db: Statements | None = None) -> bool:
+        """Drop the person's tokens for ``service`` (a logout, or tokens that stopped working).
+
+        True when there were some.
+        """
+        dropped = await (db or self._database()).execute(
             "DELETE FROM service_tokens WHERE person_key = ? AND service = ?",
             (person_key, service),
         )
+        return dropped > 0
+
+    def seal(self, first: str, second: str, plain: bytes) -> bytes:
+        """``plain`` encrypted as the tokens are, bound to ``first`` and ``second``."""
+        return self._seal(first, second, plain)
+
+    def unseal(self, first: str, second: str, sealed: bytes) -> bytes:
+        """What :meth:`seal` sealed; raises ValueError when it doesn't open."""
+        try:
+            return self._open_seal(first, second, sealed)
+        except InvalidTag:
+            raise ValueError("The sealed value doesn't open with this key.") from None
 
     # --- inside ---------------------------------------------------------------------------
 
@@ -448,13 +608,15 @@ class Logins:
         return AsyncOAuth2Client(
             client_id=login.client_id,
             client_secret=login.client_secret,
-            token_endpoint_auth_method=("client_secret_basic" if login.client_secret else "none"),
+            token_endpoint_auth_method=(login.client_auth if login.client_secret else "none"),
             redirect_uri=self.redirect_uri,
             timeout=self._timeout_s,
             follow_redirects=False,
         )
 
-    def _tokens_from(self, token: Any, *, previous: _Tokens | None) -> _Tokens:
+    def _tokens_from(
+        self, token: Any, *, previous: _Tokens | None, login: ServiceLogin | None = None
+    ) -> _Tokens:
         access = token["access_token"]
         if not isinstance(access, str) or not access:
             raise ValueError("The token response has no access token.")
@@ -469,12 +631,18 @@ class Logins:
             # A refresh that doesn't rotate the refresh token keeps the old one usable.
             refresh = previous.refresh_token if previous is not None else None
         scope = token.get("scope")
+        if not isinstance(scope, str):
+            # RFC 6749 §5.1: no scope in the answer means the scope asked for was granted.
+            scope = previous.scope if previous is not None else None
+            if scope is None and login is not None and login.scopes:
+                scope = " ".join(login.scopes)
         return _Tokens(
             access_token=access,
             refresh_token=refresh,
             expires_at=expires_at,
             token_type=str(token.get("token_type") or "Bearer"),
-            scope=scope if isinstance(scope, str) else None,
+            scope=scope,
+            login=login,
         )
 
     def _database(self) -> Database:
@@ -529,7 +697,9 @@ class Logins:
 
     def _aead(self) -> AESGCM:
         if self._sealer is None:
-            raise RuntimeError("No login is declared, so there is no key to seal tokens with.")
+            if not self._secret_key or len(self._secret_key) < MIN_SECRET_KEY_CHARS:
+                raise RuntimeError("No usable MERCURY_SECRET_KEY, so no key to seal tokens with.")
+            self._sealer = AESGCM(_derive_key(self._secret_key))
         return self._sealer
 
 
@@ -569,6 +739,12 @@ def _authorization_url(login: ServiceLogin, redirect_uri: str, state: str, chall
     }
     if login.scopes:
         ours["scope"] = " ".join(login.scopes)
+    ours |= _resource(login)
     theirs = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in ours]
     query = urlencode([*theirs, *ours.items()])
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query, ""))
+
+
+def _resource(login: ServiceLogin) -> dict[str, str]:
+    """The RFC 8707 ``resource`` parameter of ``login``'s requests, if it names one."""
+    return {} if login.resource is None else {"resource": login.resource}

@@ -9,14 +9,15 @@ Exception tree::
 
     ToolError                 a tool could not do what it was asked (told to the model)
     ├── InvalidArguments      the model's arguments do not fit the tool's schema
-    └── LoginRequired         the person must log in to a service first (not a failure)
+    ├── LoginRequired         the person must log in to a service first (not a failure)
+    └── InputRequired         the tool needs the person's answer first: staged with choices
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import jsonschema
 import msgspec
@@ -53,6 +54,28 @@ class LoginRequired(ToolError):
 #: it reached them where nobody else reads it, False when it could not (they were told how
 #: to get one). None on a channel that shows the link to its caller (``POST /chat``).
 SignIn = Callable[[str, str], Awaitable[bool]]
+
+
+class InputRequired(ToolError):
+    """The tool asks the person something before it can go on (an MCP server's question).
+
+    The call is staged again as ``arguments`` (which carry what the tool needs to resume),
+    worded ``summary``, with ``choices`` (label, value); ``link`` (service, url) is also shown
+    as a ``login`` link when the answer is given on another site.
+    """
+
+    def __init__(
+        self,
+        summary: str,
+        choices: Sequence[tuple[str, str]],
+        arguments: Mapping[str, Any],
+        link: tuple[str, str] | None = None,
+    ) -> None:
+        super().__init__(summary)
+        self.summary = summary
+        self.choices = tuple(choices)
+        self.arguments = dict(arguments)
+        self.link = link
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +142,10 @@ class Tool:
     choices: ChoicesFor | None = None
     choice_argument: str | None = None
     hands_back: bool = False
+    #: The name a person reads in the status line (``%(tool)s`` of ``label``); the name if None.
+    title: str | None = None
+    #: Left out of a long tool list until a search loads it (:mod:`core.tools.tool_search`).
+    deferrable: bool = False
     #: What the model is offered, built once: a turn used to build one per tool.
     spec: ToolSpec = field(init=False, repr=False, compare=False)
 
@@ -167,12 +194,42 @@ class Plugin:
     login: Any = None  # a core.tools.logins.ServiceLogin for plugins acting as the person
 
 
+class PluginSource(Protocol):
+    """Plugins whose tools are known only at run time (an MCP server's), per person and place."""
+
+    async def plugins_for(self, person: Person, space_id: str | None) -> Sequence[Plugin]:
+        """The plugins ``person`` may use in ``space_id`` (None: their own conversation)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolRegistry:
     """Every plugin the core hosts, and the access rules that decide who gets which."""
 
     plugins: tuple[Plugin, ...]
     access: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sources: tuple[PluginSource, ...] = ()
+    #: Past this many tools in a turn, deferrable tools are found by a search; None: never.
+    tool_budget: int | None = None
+
+    async def offer(
+        self, person: Person, space: SpaceTurn | None = None
+    ) -> dict[str, tuple[Plugin, Tool]]:
+        """Every tool ``person`` is offered in ``space``: the hosted plugins' and the sources'.
+
+        The sources' plugins obey ``access`` as the hosted ones do; a name already taken
+        keeps its first tool.
+        """
+        offered = self.offered_tools(person)
+        space_id = space.space_id if space is not None else None
+        for source in self.sources:
+            for plugin in await source.plugins_for(person, space_id):
+                roles = self.access.get(plugin.name)
+                if roles is not None and not person.roles.intersection(roles):
+                    continue
+                for tool in plugin.tools:
+                    offered.setdefault(tool.name, (plugin, tool))
+        return offered
 
     def offered_plugins(self, person: Person) -> list[Plugin]:
         """The plugins ``person`` is offered.

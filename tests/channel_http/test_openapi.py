@@ -32,6 +32,9 @@ def documented_routes(settings: Settings) -> set[tuple[str, str]]:
     for path, operations in document()["paths"].items():
         if path == "/login/callback" and settings.http.public_url is None:
             continue
+        public = settings.http.public_url or ""
+        if path == "/oauth/client-metadata.json" and not public.startswith("https://"):
+            continue
         if path == "/metrics" and (not settings.metrics.enabled or settings.metrics.port):
             continue
         for method in operations:
@@ -64,6 +67,7 @@ def test_with_a_public_url_the_login_callback_is_documented_and_mounted(
         HTTP_SURFACE_PUBLIC_URL="https://mercury.example.test/", MERCURY_SECRET_KEY="k" * 32
     )
     assert ("GET", "/login/callback") in app_routes(settings)
+    assert ("GET", "/oauth/client-metadata.json") in app_routes(settings)
     assert app_routes(settings) == documented_routes(settings)
 
 

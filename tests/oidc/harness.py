@@ -114,7 +114,10 @@ class OidcProviderProcess:
         login_redirect_uri: str = DEFAULT_REDIRECT_URI,
         access_token_ttl_s: int = 3600,
         startup_timeout_s: float = 90.0,
+        mcp: bool = False,
     ) -> None:
+        """``mcp``: also an MCP server's authorization server (``OIDC_MCP`` in provider.mjs)."""
+        self.mcp = mcp
         self.port = port
         self.audience = audience
         self.login_redirect_uri = login_redirect_uri
@@ -151,6 +154,7 @@ class OidcProviderProcess:
             "OIDC_AUDIENCE": self.audience,
             "OIDC_LOGIN_REDIRECT_URI": self.login_redirect_uri,
             "OIDC_ACCESS_TOKEN_TTL": str(self.access_token_ttl_s),
+            "OIDC_MCP": "1" if self.mcp else "0",
         }
         # A node that hasn't said it listens within a third of the budget is started again:
         # once in a while (seen under CI, not reproduced alone) it never prints its line.
@@ -262,6 +266,17 @@ class OidcProviderProcess:
         self.kids = list(response.json()["kids"])
         return self.kids
 
+    def fetch_from(self, origin: str, local: str) -> None:
+        """Have the provider fetch documents of ``origin`` (https) from ``local`` (loopback)."""
+        response = httpx.post(f"{self.issuer}/__admin/fetch-map", json={origin: local}, timeout=10)
+        response.raise_for_status()
+
+    def approve(self, client: httpx.Client, url: str, *, login: str, redirect_uri: str) -> str:
+        """Play the browser from an authorization ``url`` someone else built: the person logs
+        in as ``login`` and consents; the URL the provider sends the browser back to (which
+        starts with ``redirect_uri``, or is the provider's error page's)."""
+        return self._follow(client, client.get(url), login=login, redirect_uri=redirect_uri)
+
     def authorize(
         self, client: httpx.Client, *, login: str, verifier: str, state: str = "state"
     ) -> str:
@@ -284,12 +299,19 @@ class OidcProviderProcess:
                 "resource": resource_indicator(self.audience),
             },
         )
+        return self._follow(client, response, login=login, redirect_uri=self.login_redirect_uri)
+
+    def _follow(
+        self, client: httpx.Client, response: httpx.Response, *, login: str, redirect_uri: str
+    ) -> str:
         for _ in range(10):
             location: str | None = response.headers.get("location")
             if location is None:
-                raise RuntimeError(f"The login stopped at HTTP {response.status_code}.")
+                raise RuntimeError(
+                    f"The login stopped at HTTP {response.status_code}: {response.text[:500]}"
+                )
             url = urljoin(str(response.url), location)
-            if url.startswith(self.login_redirect_uri):
+            if url.startswith(redirect_uri):
                 return url
             path = urlsplit(url).path
             if path.startswith("/interaction/"):

@@ -15,6 +15,11 @@
 //   OIDC_LOGIN_CLIENT_ID      authorization code + PKCE public client (default "mercury-login")
 //   OIDC_LOGIN_REDIRECT_URI   its redirect URI (default "http://127.0.0.1:4100/login/callback")
 //   OIDC_ACCESS_TOKEN_TTL     access token lifetime in seconds (default 3600)
+//   OIDC_MCP                  "1": also an MCP server's authorization server: dynamic client
+//                             registration (POST /reg), Client ID Metadata Documents (an https
+//                             client_id is fetched where POST /__admin/fetch-map says, as DNS
+//                             and a TLS-terminating proxy in front of it would), the resource
+//                             scopes "mcp:read mcp:write", and no check of fetches to loopback
 //
 // Resource indicators must be absolute URIs, so the resource "urn:<aud>" yields tokens whose
 // "aud" is "<aud>" (the default resource is "urn:" + OIDC_AUDIENCE).
@@ -23,6 +28,8 @@
 //   POST /__admin/rotate   body {"keep_old": bool}: a new RS256 key signs from now on; the old
 //                          ones stay published when keep_old is true. Answers {"kids": [...]}.
 //   GET  /__admin/health   answers {"ok": true}.
+//   POST /__admin/fetch-map body {"<https origin>": "<http origin on 127.0.0.1>"}: where the
+//                          provider fetches documents (client metadata) of that origin from.
 
 import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -41,6 +48,20 @@ const clientName = env.OIDC_CLIENT_NAME ?? 'Mercury Tests';
 const loginClientId = env.OIDC_LOGIN_CLIENT_ID ?? 'mercury-login';
 const loginRedirectUri = env.OIDC_LOGIN_REDIRECT_URI ?? 'http://127.0.0.1:4100/login/callback';
 const accessTokenTtl = Number(env.OIDC_ACCESS_TOKEN_TTL ?? 3600);
+const mcp = env.OIDC_MCP === '1';
+
+// The client metadata document's https URL on 127.0.0.1 is the test's plain-HTTP server: the
+// TLS a proxy would terminate in front of Mercury is left out. oidc-provider's own check of
+// fetches to special-use addresses is left out with it (every peer here is on loopback).
+const fetchMap = {};
+
+async function fetchOverLoopback(url, options) {
+  const { dispatcher: _unused, ...rest } = options;
+  const target = new URL(url);
+  const local = fetchMap[target.origin];
+  const mapped = local ? new URL(target.pathname + target.search, local) : target;
+  return globalThis.fetch(mapped, rest);
+}
 
 function newKey() {
   const { privateKey } = generateKeyPairSync('rsa', { modulusLength: 2048 });
@@ -84,6 +105,7 @@ function build(issuer, keys) {
     ],
     jwks: { keys },
     pkce: { required: () => true },
+    ...(mcp ? { fetch: fetchOverLoopback } : {}),
     issueRefreshToken: async (_ctx, client) => client.grantTypeAllowed('refresh_token'),
     claims: {
       openid: ['sub'],
@@ -108,12 +130,18 @@ function build(issuer, keys) {
     features: {
       clientCredentials: { enabled: true },
       devInteractions: { enabled: true },
+      ...(mcp
+        ? {
+            registration: { enabled: true },
+            clientIdMetadataDocument: { enabled: true, ack: 'draft-02' },
+          }
+        : {}),
       resourceIndicators: {
         enabled: true,
         defaultResource: (_ctx, _client, oneOf) => oneOf ?? `urn:${audience}`,
         useGrantedResource: () => true,
         getResourceServerInfo: (_ctx, indicator) => ({
-          scope: 'api',
+          scope: mcp ? 'api mcp:read mcp:write' : 'api',
           audience: audienceOf(indicator),
           accessTokenTTL: accessTokenTtl,
           accessTokenFormat: 'jwt',
@@ -142,6 +170,15 @@ function answer(res, status, body) {
 const server = createServer((req, res) => {
   if (req.url === '/__admin/health') {
     answer(res, 200, { ok: true });
+    return;
+  }
+  if (req.url === '/__admin/fetch-map' && req.method === 'POST') {
+    let raw = '';
+    req.on('data', (chunk) => { raw += chunk; });
+    req.on('end', () => {
+      Object.assign(fetchMap, JSON.parse(raw));
+      answer(res, 200, { ok: true });
+    });
     return;
   }
   if (req.url === '/__admin/rotate' && req.method === 'POST') {

@@ -1,0 +1,287 @@
+"""The MCP sign-in over HTTP: the client metadata document, the callback, ``/me/connections``.
+
+Real peers only: the tests' OpenID provider in its MCP mode (it fetches Mercury's client
+metadata document from the running server, as through DNS and a TLS proxy), the protected
+MCP endpoint of ``tests/support/mcp_resource.py``, and Mercury on uvicorn with the public
+URL ``https://mercury.example.test``. The test plays the person's browser and delivers the
+callback to the server it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import httpx
+import pytest
+import yaml
+from mcp.server.mcpserver import MCPServer
+from mcp_types import ToolAnnotations
+
+from core.config.settings import Settings
+from core.tools.mcp import McpSignIn, OAuthTarget
+from core.tools.registry import LoginRequired
+from tests.conftest import ALICE, BOB
+from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
+from tests.support.mcp_resource import ProtectedMcp, serving
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer, serve
+from tests.support.sse import turn
+
+pytestmark = [pytest.mark.timeout(120)]
+
+PUBLIC_URL = "https://mercury.example.test"
+REDIRECT = PUBLIC_URL + "/login/callback"
+ALICE_KEY = "static:alice"
+ROOT = Path(__file__).resolve().parents[2]
+Completed = subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def idp() -> Iterator[OidcProviderProcess]:
+    ensure_node_modules()
+    with OidcProviderProcess(mcp=True, login_redirect_uri=REDIRECT) as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def mcp(idp: OidcProviderProcess) -> Iterator[ProtectedMcp]:
+    resource = ProtectedMcp(idp.issuer)
+    with serving(resource) as origin:
+        resource.origin = origin
+        yield resource
+
+
+@pytest.fixture
+def mercury(
+    make_settings: Callable[..., Settings], idp: OidcProviderProcess
+) -> Iterator[RunningServer]:
+    settings = make_settings(
+        HTTP_SURFACE_PUBLIC_URL=PUBLIC_URL + "/",
+        MERCURY_SECRET_KEY="mcp-sign-in-routes-secret-key-0123456789",
+    )
+    with serve(settings) as server:
+        idp.fetch_from(PUBLIC_URL, server.url)
+        yield server
+
+
+def target(idp: OidcProviderProcess, mcp: ProtectedMcp) -> OAuthTarget:
+    return OAuthTarget(
+        server="tracker",
+        title="Tracker",
+        url=mcp.url,
+        allowed_hosts=(urlsplit(idp.issuer).netloc,),
+    )
+
+
+def login_url(mercury: RunningServer, person: str, where: OAuthTarget) -> str:
+    sign_in: McpSignIn = mercury.services.mcp_sign_in
+    with pytest.raises(LoginRequired) as raised:
+        mercury.call(sign_in.authorization(person, where))
+    return raised.value.url
+
+
+def sign_in_as(
+    mercury: RunningServer, idp: OidcProviderProcess, where: OAuthTarget, person: str
+) -> httpx.Response:
+    """The whole dialogue in the browser; the callback page Mercury answers."""
+    url = login_url(mercury, person, where)
+    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+        back = idp.approve(browser, url, login=person.split(":")[-1], redirect_uri=REDIRECT)
+        return browser.get(mercury.url + "/login/callback?" + urlsplit(back).query)
+
+
+def test_the_client_metadata_document_is_served_at_its_own_url_without_a_token(
+    mercury: RunningServer,
+) -> None:
+    answer = httpx.get(mercury.url + "/oauth/client-metadata.json", timeout=10)
+    assert answer.status_code == 200
+    document = answer.json()
+    assert document["client_id"] == PUBLIC_URL + "/oauth/client-metadata.json"
+    assert document["redirect_uris"] == [REDIRECT]
+    assert document["token_endpoint_auth_method"] == "none"
+    assert "access-control-allow-origin" not in answer.headers
+
+
+def test_a_person_signs_in_sees_their_connection_and_removes_it(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp
+) -> None:
+    where = target(idp, mcp)
+    page = sign_in_as(mercury, idp, where, ALICE_KEY)
+    assert page.status_code == 200, page.text
+    assert "Tracker" in page.text
+    listed = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
+    assert listed.status_code == 200
+    assert listed.headers["cache-control"] == "no-store"
+    [connection] = listed.json()["connections"]
+    assert connection["server"] == "tracker"
+    assert connection["title"] == "Tracker"
+    assert connection["issuer"] == idp.issuer
+    assert connection["scopes"] == ["mcp:read"]
+    assert "token" not in str(connection).lower()
+    # Bob sees nothing of Alice's, and can't remove it.
+    theirs = httpx.get(mercury.url + "/me/connections", headers=BOB, timeout=10)
+    assert theirs.json() == {"ok": True, "connections": []}
+    refused = httpx.delete(mercury.url + "/me/connections/tracker", headers=BOB, timeout=10)
+    assert refused.status_code == 404
+    assert refused.json()["ok"] is False and "tracker" in refused.json()["error"]
+    removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=10)
+    assert removed.json() == {"ok": True, "server": "tracker"}
+    after = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
+    assert after.json()["connections"] == []
+    assert httpx.get(mercury.url + "/me/connections", timeout=10).status_code == 401
+
+
+def test_a_callback_from_another_issuer_is_refused_without_showing_its_error(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp
+) -> None:
+    url = login_url(mercury, ALICE_KEY, target(idp, mcp))
+    state = dict(parse_qsl(urlsplit(url).query))["state"]
+    forged = {"state": state, "error": "access_denied_by_attacker", "iss": "https://evil.example"}
+    page = httpx.get(mercury.url + "/login/callback?" + urlencode(forged), timeout=10)
+    assert page.status_code == 400
+    assert "attacker" not in page.text
+    assert "wasn't sent to" in page.text
+    # The login is spent: the genuine callback, after, finds nothing to finish.
+    with httpx.Client(follow_redirects=False, timeout=10) as browser:
+        back = idp.approve(browser, url, login="alice", redirect_uri=REDIRECT)
+        late = browser.get(mercury.url + "/login/callback?" + urlsplit(back).query)
+    assert late.status_code == 400
+    assert "expired" in late.text
+
+
+def cli(mercury: RunningServer, tmp_path: Path, token: str, *args: str) -> Completed:
+    """``mercury-http ARGS`` as a script runs it, as ``token``'s owner."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "MERCURY_TOKEN": token,
+        "MERCURY_SERVER": mercury.url,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", str(ROOT)),
+    }
+    return subprocess.run(  # noqa: S603 - our own interpreter and module
+        [sys.executable, "-m", "channel_http", *args],
+        cwd=ROOT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_command_line_lists_and_removes_the_callers_connections(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp, tmp_path: Path
+) -> None:
+    assert sign_in_as(mercury, idp, target(idp, mcp), ALICE_KEY).status_code == 200
+    listed = cli(mercury, tmp_path, "alice-token", "connections", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [connection] = json.loads(listed.stdout)["connections"]
+    assert (connection["server"], connection["issuer"]) == ("tracker", idp.issuer)
+    human = cli(mercury, tmp_path, "alice-token", "connections")
+    assert human.stdout.startswith("tracker\tTracker\t" + idp.issuer + "\tmcp:read\tlapses ")
+    nobody = cli(mercury, tmp_path, "bob-token", "connections", "list")
+    assert nobody.stdout.strip() == "You aren't signed in to any MCP server."
+    refused = cli(mercury, tmp_path, "bob-token", "connections", "remove", "tracker")
+    assert refused.returncode == 2
+    assert "aren't signed in to a server called tracker" in refused.stderr
+    removed = cli(mercury, tmp_path, "alice-token", "connections", "remove", "tracker")
+    assert (removed.returncode, removed.stdout.strip()) == (0, "Signed out of tracker."), (
+        removed.stderr
+    )
+    assert json.loads(cli(mercury, tmp_path, "alice-token", "connections", "--json").stdout) == {
+        "ok": True,
+        "connections": [],
+    }
+
+
+# --- through a turn: the MCP plugin signs the person in ------------------------------------
+
+
+def issue_server() -> MCPServer:
+    server = MCPServer("issues")
+
+    @server.tool(title="Read an issue", annotations=ToolAnnotations(read_only_hint=True))
+    def get_issue(key: str) -> str:
+        return f"{key}: Fix the login page"
+
+    return server
+
+
+@pytest.fixture(scope="module")
+def gated(idp: OidcProviderProcess) -> Iterator[ProtectedMcp]:
+    """The SDK's MCP server behind the bearer check, as an OAuth-protected server runs."""
+    gate = ProtectedMcp(idp.issuer, issue_server().streamable_http_app())
+    with serving(gate, lifespan=True) as origin:
+        gate.origin = origin
+        yield gate
+
+
+@pytest.fixture
+def mercury_with_mcp(
+    make_settings: Callable[..., Settings],
+    idp: OidcProviderProcess,
+    gated: ProtectedMcp,
+    tmp_path: Path,
+) -> Iterator[RunningServer]:
+    config = tmp_path / "mercury.yaml"
+    server = {
+        "url": gated.url,
+        "title": "Issues",
+        "auth": "oauth",
+        "trusted": True,
+        "allowed_hosts": [urlsplit(idp.issuer).netloc],
+    }
+    config.write_text(yaml.safe_dump({"mcp": {"servers": {"iss": server}}}))
+    settings = make_settings(
+        MERCURY_CONFIG_FILE=str(config),
+        HTTP_SURFACE_PUBLIC_URL=PUBLIC_URL + "/",
+        MERCURY_SECRET_KEY="mcp-sign-in-routes-secret-key-0123456789",
+    )
+    with serve(settings) as running:
+        idp.fetch_from(PUBLIC_URL, running.url)
+        yield running
+
+
+@pytest.mark.anyio
+async def test_a_turn_asks_the_person_to_sign_in_and_the_next_uses_the_tool_as_them(
+    mercury_with_mcp: RunningServer,
+    idp: OidcProviderProcess,
+    gated: ProtectedMcp,
+    ollama: OllamaStandIn,
+) -> None:
+    mercury = mercury_with_mcp
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "iss_sign_in", "arguments": {}}]),
+        ChatScript.words("Sign in first."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        asked = await turn(client, {"text": "show ISS-1", "conversationId": "c1"}, ALICE)
+        [login] = asked.of("login")
+        assert login["service"] == "iss"
+        assert dict(parse_qsl(urlsplit(login["url"]).query))["resource"] == gated.url
+        with httpx.Client(follow_redirects=False, timeout=10) as browser:
+            back = idp.approve(browser, login["url"], login="alice", redirect_uri=REDIRECT)
+        page = await client.get("/login/callback?" + urlsplit(back).query)
+        assert page.status_code == 200, page.text
+        assert "Issues" in page.text
+
+        ollama.enqueue(
+            ChatScript(tool_calls=[{"name": "iss_get_issue", "arguments": {"key": "ISS-1"}}]),
+            ChatScript.words("Here it is."),
+        )
+        done = await turn(client, {"text": "show ISS-1", "conversationId": "c1"}, ALICE)
+        assert [f["outcome"] for f in done.of("tool_finish")] == ["success"]
+        heard = ollama.requests[-1]["messages"]
+        assert any("ISS-1: Fix the login page" in (m.get("content") or "") for m in heard)
+    assert "alice" in gated.subjects
+    # Only the token issued for the MCP server reaches it, never the person's Mercury token.
+    assert gated.bearers and ALICE["authorization"] not in gated.bearers
