@@ -21,16 +21,18 @@ from auth_providers import AuthChain, load_providers
 from bridges.build import build_bridges
 from bridges.holding import ConnectionLeases
 from bridges.port import PlatformBridge
-from channel_http import chat, routes
 from channel_http.access_log import RequestLog
 from channel_http.bridging import open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
-from channel_http.login_callback import login_router, public_paths, redirect_uri
 from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
-from channel_http.pairing import pairing_routes
 from channel_http.paths import CanonicalPaths, RouteTemplates
-from channel_http.probes import (
+from channel_http.requests import MAX_BODY
+from channel_http.routes import about, chat, me, records, turn
+from channel_http.routes.handling import authenticated_router
+from channel_http.routes.login_callback import login_router, public_paths, redirect_uri
+from channel_http.routes.pairing import pairing_routes
+from channel_http.routes.probes import (
     fetch_hint,
     livez,
     metrics_route,
@@ -38,14 +40,13 @@ from channel_http.probes import (
     model_server,
     readyz,
 )
-from channel_http.probes import model_names as probe_model_names
-from channel_http.requests import MAX_BODY
+from channel_http.routes.probes import model_names as probe_model_names
+from channel_http.routes.spaces import space_routes
+from channel_http.routes.ui import ui_router
+from channel_http.routes.webhooks import webhook, webhook_interactions
 from channel_http.services import Services
 from channel_http.sign_ins import sign_in_routes
-from channel_http.spaces import space_routes
 from channel_http.tracing import traced
-from channel_http.ui import ui_router
-from channel_http.webhooks import webhook, webhook_interactions
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
 from core.engine.confirmations import ConfirmationStore, ResumeSlots
@@ -58,7 +59,7 @@ from core.memory.archive import ArchiveWriter
 from core.memory.capture import Capture
 from core.memory.edge import EdgeStore
 from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
-from core.model import OllamaModel, OpenAIModel
+from core.model import FallbackModel, OllamaModel, OpenAIModel
 from core.observe.metrics import Metrics, measured
 from core.people.directory import Directory, DirectoryConfigurationError
 from core.people.directory_static import StaticDirectory
@@ -233,8 +234,8 @@ def build_app(
             await close_services(services)
 
     public: list[Any] = [
-        routes.version,
-        routes.openapi_document,
+        about.version,
+        about.openapi_document,
         livez,
         readyz,
         webhook,
@@ -243,23 +244,23 @@ def build_app(
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
-        routes.turn,
-        routes.turn_events,
+        turn.turn,
+        turn.turn_events,
         chat.chat,
-        routes.confirm,
-        routes.me,
-        routes.patch_me,
-        routes.link,
-        routes.health,
-        routes.manifest,
-        routes.confirmations,
-        routes.tool_log,
-        routes.wiki_list,
-        routes.wiki_read,
-        routes.wiki_grep,
-        routes.conversation,
-        routes.conversations,
-        routes.memory_scroll,
+        turn.confirm,
+        me.me,
+        me.patch_me,
+        me.link,
+        about.health,
+        about.manifest,
+        records.confirmations,
+        records.tool_log,
+        records.wiki_list,
+        records.wiki_read,
+        records.wiki_grep,
+        records.conversation,
+        records.conversations,
+        records.memory_scroll,
         *space_routes,
         *pairing_routes,
         *sign_in_routes,
@@ -270,7 +271,7 @@ def build_app(
     # The login callback exists only where people's browsers can reach it.
     login_routes = [login_router(public_url, logins, mcp_sign_in)] if public_url else []
     app = Litestar(
-        route_handlers=[*public, *login_routes, routes.authenticated_router(authenticated)],
+        route_handlers=[*public, *login_routes, authenticated_router(authenticated)],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=MAX_BODY,
@@ -353,7 +354,7 @@ async def open_services(
     await tool_log.ensure_schema()
     await limiter.ensure_schema()
     await resume_slots.ensure_schema()
-    chat_model = model or build_model(settings)
+    chat_model = model or build_model(settings, metrics)
     model_names = () if model is not None else probe_model_names(settings, memory_on=False)
     memory = measured(memory or build_memory(settings), "memory", metrics)
     archive: ArchiveWriter | None = None
@@ -430,6 +431,7 @@ async def open_services(
             idle_timeout_s=session.idle_timeout_ms / 1000,
             idle_check_s=session.idle_check_interval_ms / 1000,
             capture_threshold=session.capture_message_threshold,
+            trace_content=settings.tracing.capture_content,
         ),
         clock=clock,
         order=order,
@@ -535,22 +537,48 @@ def collection_names(settings: Settings) -> CollectionNames:
     )
 
 
-def build_model(settings: Settings) -> ModelClient:
-    """The chat model on the server ``MERCURY_MODEL_PROVIDER`` names."""
-    if settings.model.provider == "openai":
+def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
+    """The chat model on the server ``MERCURY_MODEL_PROVIDER`` names, followed by
+    ``model.fallbacks`` when there are any."""
+    first = _model_client(settings, settings.model.provider, None, None, None)
+    if not settings.model.fallbacks:
+        return first
+    chain = [first]
+    for spec in settings.model.fallbacks:
+        chain.append(
+            _model_client(settings, spec.provider, spec.model, spec.base_url, spec.api_key)
+        )
+    return FallbackModel(
+        chain,
+        first_chunk_timeout_s=settings.model.first_chunk_timeout_s,
+        cooldown_s=settings.model.fallback_cooldown_s,
+        on_failure=None if metrics is None else metrics.model_failed,
+    )
+
+
+def _model_client(
+    settings: Settings,
+    provider: str,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+) -> ModelClient:
+    """One chat model; ``None`` takes the provider's own setting."""
+    if provider == "openai":
         openai = settings.openai
-        if openai.model is None:  # the settings refuse this already
+        name = model or openai.model
+        if name is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MODEL_PROVIDER=openai needs OPENAI_MODEL.")
         return OpenAIModel(
-            openai.base_url,
-            openai.model,
-            api_key=openai.api_key,
+            base_url or openai.base_url,
+            name,
+            api_key=api_key if model is not None else openai.api_key,
             read_timeout_s=openai.timeout_s,
             connect_timeout_s=openai.connect_timeout_s,
         )
     return OllamaModel(
-        settings.ollama.host,
-        settings.ollama.model,
+        base_url or settings.ollama.host,
+        model or settings.ollama.model,
         read_timeout_s=settings.ollama.timeout_s,
         connect_timeout_s=settings.ollama.connect_timeout_s,
     )

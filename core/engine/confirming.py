@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from core.tools.registry import LoginRequired, ToolCallContext, ToolError, ToolRegistry, ToolReply
+from core.engine import events
+from core.engine.confirmations import StagedActionSpec
+from core.tools.registry import (
+    InputRequired,
+    LoginRequired,
+    ToolCallContext,
+    ToolError,
+    ToolRegistry,
+    ToolReply,
+)
 
 if TYPE_CHECKING:
     from core.engine.confirmations import ConfirmationStore
@@ -40,18 +49,22 @@ class Confirmer:
 
     async def resolve(
         self, context: ToolCallContext, token: str
-    ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None]:
-        """Take and run a staged action: (reply, None, …) or (None, (tool, result), None).
+    ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None, list[events.Event]]:
+        """Take and run a staged action: (reply, None, …) or (None, (tool, result), None, …).
 
         A reply of None means nothing was pending for this caller and session. The third
         item is set when the action needs a service login that has lapsed since staging.
+        When the action, once run, asks the person something (an MCP server's question),
+        the question is staged in turn; the fourth item holds the events that show it
+        (``pending``, and ``login`` for a link), for the caller to deliver.
         """
+        shown: list[events.Event] = []
         translator = context.translator
         taken = await self.confirmations.take(context.session_key, context.person.key, token)
         if self.metrics is not None:
             self.metrics.confirmations.labels("expired" if taken is None else "confirmed").inc()
         if taken is None:
-            return None, None, None
+            return None, None, None, shown
         login: LoginRequired | None = None
         offered = await self.registry.offer(context.person, context.space)
         tool_entry = offered.get(taken.tool_name)
@@ -65,6 +78,9 @@ class Confirmer:
             try:
                 ran = await tool.run(context, arguments)
                 outcome, result = "success", ran.text if isinstance(ran, ToolReply) else ran
+            except InputRequired as asked:
+                outcome = "success"
+                result = await self._stage_question(context, taken.tool_name, asked, shown)
             except LoginRequired as required:
                 outcome, result, login = "failed", str(required), required
             except ToolError as error:
@@ -82,10 +98,46 @@ class Confirmer:
         )
         if login is not None:
             text = translator.gettext("You need to log in to %(service)s first.")
-            return text % {"service": login.service}, None, login
+            return text % {"service": login.service}, None, login, shown
         if taken.hands_back:
-            return None, (taken.tool_name, f"Confirmed by the person. Result: {result}"), None
+            handed = (taken.tool_name, f"Confirmed by the person. Result: {result}")
+            return None, handed, None, shown
         if outcome == "success":
-            return translator.gettext("Confirmed and done."), None, None
+            return translator.gettext("Confirmed and done."), None, None, shown
         failed = translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}
-        return failed, None, None
+        return failed, None, None, shown
+
+    async def _stage_question(
+        self,
+        context: ToolCallContext,
+        tool_name: str,
+        asked: InputRequired,
+        shown: list[events.Event],
+    ) -> str:
+        """Stage what the confirmed action asks; the events that show it go to ``shown``."""
+        staging = await self.confirmations.stage(
+            context.session_key,
+            context.person.key,
+            StagedActionSpec(
+                tool_name=tool_name,
+                arguments=asked.arguments,
+                summary=asked.summary,
+                hands_back=True,
+            ),
+            asked.choices,
+        )
+        if self.metrics is not None:
+            self.metrics.confirmations.labels("staged").inc()
+        if asked.link is not None:
+            shown.append(events.Login(service=asked.link[0], url=asked.link[1]))
+        shown.append(
+            events.Pending(
+                command=asked.summary,
+                token=staging.token,
+                choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+            )
+        )
+        return (
+            f"It asks the person: {asked.summary} They have been shown the choices; tell "
+            "them briefly, without inventing a token, and wait."
+        )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 import uuid
@@ -44,6 +45,7 @@ from core.model import (
     ModelHTTPError,
     ModelUnreachable,
 )
+from core.observe.telemetry import span
 from core.people.linking import is_link_code
 from core.people.principal import Person, Principal
 from core.people.timezones import stamp
@@ -53,6 +55,8 @@ from core.spaces.turn import memory_block
 from core.tools.registry import ToolCallContext, ToolRegistry
 
 if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
+
     from core.engine.confirmations import ConfirmationStore, ResumeSlots
     from core.engine.conversation_order import ConversationOrder, HeldTurn
     from core.engine.tool_log import ToolLog
@@ -171,6 +175,8 @@ class EngineLimits:
     idle_timeout_s: float = 1800.0
     idle_check_s: float = 60.0
     capture_threshold: int = 6
+    #: Whether a model call's span carries the messages and the answer (opt-in).
+    trace_content: bool = False
 
 
 class SessionManager:
@@ -229,6 +235,7 @@ class SessionManager:
             think=limits.think,
             clock=clock,
             metrics=metrics,
+            trace_content=limits.trace_content,
         )
         self.confirmer = Confirmer(
             confirmations=confirmations, registry=registry, tool_log=tool_log, metrics=metrics
@@ -332,6 +339,17 @@ class SessionManager:
         )
 
     async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
+        """The turn in a span of its own, a child of the request's (the task copied it)."""
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "Mercury",
+        }
+        if turn_input.conversation_id is not None:
+            attributes["gen_ai.conversation.id"] = conversation_trace_id(turn_input)
+        with span("invoke_agent Mercury", **attributes):
+            await self._run_turn(turn, turn_input)
+
+    async def _run_turn(self, turn: Turn, turn_input: TurnInput) -> None:
         emit = turn.events
         translator = self.catalogs.translator(turn_input.language)
         outcome: TurnOutcome = "error"
@@ -451,6 +469,8 @@ class SessionManager:
                     )
                 )
                 return
+            for event in _shown_events(slot.get("shown")):
+                await emit(event)
             session.messages.append(
                 ChatMessage(role="tool", tool_name=slot["tool"], content=slot["result"])
             )
@@ -694,9 +714,11 @@ class SessionManager:
             space=turn_input.space,
             written=written,
         )
-        reply, handed_back, login = await self.confirmer.resolve(context, token)
+        reply, handed_back, login, shown = await self.confirmer.resolve(context, token)
         if login is not None:
             await emit(events.Login(service=login.service, url=login.url))
+        for event in shown:
+            await emit(event)
         if handed_back is None:
             if reply is None:
                 reply = translator.gettext(
@@ -734,12 +756,16 @@ class SessionManager:
         translator = self.catalogs.translator(language)
         key = self.session_key(person, conversation_id)
         context = ToolCallContext(principal, person, key, conversation_id, translator)
-        reply, handed_back, _login = await self.confirmer.resolve(context, token)
+        reply, handed_back, _login, shown = await self.confirmer.resolve(context, token)
         if handed_back is None:
             if reply is None:
                 return ConfirmResult(resolved=False)
             return ConfirmResult(resolved=True, text=reply)
-        await self.resume_slots.put(key, {"tool": handed_back[0], "result": handed_back[1]})
+        slot = {"tool": handed_back[0], "result": handed_back[1]}
+        if shown:
+            # What the action asked once run is shown by the resuming turn (its stream).
+            slot["shown"] = msgspec.json.encode([[e.name.decode(), e] for e in shown]).decode()
+        await self.resume_slots.put(key, slot)
         return ConfirmResult(resolved=True, resume=True)
 
     # ---------------------------------------------------------------- helpers
@@ -839,3 +865,30 @@ def attachments_note(paths: tuple[str, ...]) -> str:
 
 def _space_id(turn_input: TurnInput) -> str | None:
     return None if turn_input.space is None else turn_input.space.space_id
+
+
+def _shown_events(encoded: str | None) -> list[events.Event]:
+    """The events a resume slot keeps for the resuming turn to show (``pending``, ``login``)."""
+    if not encoded:
+        return []
+    kinds: dict[str, type[events.Pending] | type[events.Login]] = {
+        "pending": events.Pending,
+        "login": events.Login,
+    }
+    shown: list[events.Event] = []
+    for name, payload in msgspec.json.decode(encoded):
+        kind = kinds.get(name)
+        if kind is not None:
+            shown.append(msgspec.convert(payload, kind))
+    return shown
+
+
+def conversation_trace_id(turn_input: TurnInput) -> str:
+    """The conversation as traces name it: a digest of its key, stable across its turns.
+
+    A conversation id is the client's text (it may hold a name or a subject), and traces
+    leave the service for a collector: they get a pseudonym that still groups the turns.
+    """
+    space = _space_id(turn_input)
+    key = f"{space or ''}\x00{turn_input.person.key}\x00{turn_input.conversation_id or ''}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]

@@ -73,6 +73,11 @@ def mcp_server(tracker: Tracker) -> MCPServer:
         tracker.calls.append(("archive_issue", {"key": key, "confirm": answer.confirm}))
         return f"archived {key}" if answer.confirm else f"kept {key}"
 
+    @server.tool(title="Purge an issue", annotations=ToolAnnotations(destructive_hint=True))
+    def purge_issue(key: str, answer: Annotated[Confirm, Resolve(archive_question)]) -> str:
+        tracker.calls.append(("purge_issue", {"key": key, "confirm": answer.confirm}))
+        return f"purged {key}" if answer.confirm else f"kept {key}"
+
     @server.tool(title="Sign a document", annotations=ToolAnnotations(read_only_hint=True))
     def sign_document(doc: str, ctx: Context) -> str | types.InputRequiredResult:
         answers = ctx.input_responses or {}
@@ -456,3 +461,35 @@ async def test_past_the_tool_budget_a_search_loads_the_schemas_it_finds(
         assert "old_delete_issue" in loaded and "trk_delete_issue" in loaded
         assert received.final["text"] == "Deleted."
     assert tracker.calls == [("delete_issue", {"key": "TRK-10"})]
+
+
+async def test_a_question_asked_after_the_person_confirmed_is_shown_by_the_resuming_turn(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(call("trk_purge_issue", key="TRK-11"), ChatScript.words("Confirm it."))
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+
+        async def confirm(token: str) -> None:
+            answer = await client.post(
+                "/confirm", json={"token": token, "conversationId": "c1"}, headers=ALICE
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["resume"] is True
+
+        (pending,) = (await ask(client, "purge TRK-11")).of("pending")
+        await confirm(pending["choices"][0]["token"])  # Confirm
+        assert tracker.calls == []  # the server asked before doing anything
+
+        ollama.enqueue(ChatScript.words("It asks whether to archive."))
+        resumed = await turn(client, {"resume": True, "conversationId": "c1"}, ALICE)
+        (question,) = resumed.of("pending")
+        assert "Archive TRK-11 for good?" in question["command"]
+        assert [c["label"] for c in question["choices"]] == ["Yes", "No", "Decline", "Cancel"]
+
+        await confirm(question["choices"][1]["token"])  # No
+        assert tracker.calls == [("purge_issue", {"key": "TRK-11", "confirm": False})]
+        ollama.enqueue(ChatScript.words("Kept."))
+        done = await turn(client, {"resume": True, "conversationId": "c1"}, ALICE)
+        assert done.of("pending") == []
+        heard = ollama.requests[-1]["messages"]
+        assert any("kept TRK-11" in (m.get("content") or "") for m in heard)
