@@ -229,7 +229,7 @@ class McpConnection:
         except BaseException as error:  # an ExceptionGroup from the SDK's task groups too
             if not ready.done():
                 ready.set_exception(RuntimeError(_reason(error)))
-            else:
+            elif not stop.is_set():  # a connection dropped on purpose was counted already
                 log.warning("MCP server %s: connection ended: %s", self.server.name, _reason(error))
                 self._failed(_reason(error))
         finally:
