@@ -375,3 +375,19 @@ def test_a_bearer_challenge_is_read_with_its_quoted_and_bare_parameters() -> Non
 
 def test_the_tokens_are_kept_under_the_server_name_apart_from_rest_services() -> None:
     assert service_key("tracker") == "mcp:tracker"
+
+
+async def test_a_sign_in_that_cant_be_found_isnt_looked_for_again_at_every_turn(
+    two: tuple[Instance, Instance], peers: Peers, target: OAuthTarget
+) -> None:
+    first, _ = two
+    peers.mcp.authorization_servers = ["https://elsewhere.example"]
+    before = peers.mcp.metadata_reads
+    for _ in range(3):
+        with pytest.raises(SignInUnavailable, match="elsewhere"):
+            await first.sign_in.authorization("alice", target)
+    assert peers.mcp.metadata_reads == before + 1
+    # The server's own challenge is always followed.
+    with pytest.raises(SignInUnavailable, match="elsewhere"):
+        await first.sign_in.challenged("alice", target, 401, None)
+    assert peers.mcp.metadata_reads == before + 2

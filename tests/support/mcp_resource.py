@@ -43,6 +43,7 @@ class ProtectedMcp:
         self.authorization_servers: list[str] = [issuer]
         #: Where the resource metadata is served (and the challenge says it is).
         self.metadata_path = PRM_PATH
+        self.metadata_reads = 0
         self.bearers: list[str] = []  # every Authorization header received
 
     @property
@@ -68,6 +69,7 @@ class ProtectedMcp:
         self, path: str, method: str, headers: dict[bytes, bytes], raw: bytes
     ) -> tuple[int, dict[str, str], Any]:
         if method == "GET" and path == self.metadata_path:
+            self.metadata_reads += 1
             return (
                 200,
                 {},

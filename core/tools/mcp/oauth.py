@@ -46,6 +46,7 @@ from core.tools.mcp.discovery import (
     AuthorizationServer,
     Challenge,
     ProtectedResource,
+    SignInUnavailable,
     discover,
     parse_challenge,
     probe_challenge,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from core.tools.logins import Logins
 
 __all__ = [
+    "DISCOVERY_RETRY_S",
     "DISCOVERY_TTL_S",
     "SERVICE_PREFIX",
     "AccessRefused",
@@ -74,6 +76,10 @@ __all__ = [
 SERVICE_PREFIX: Final = "mcp:"
 #: How long a server's discovered metadata is used before it is fetched again (seconds).
 DISCOVERY_TTL_S: Final = 300.0
+#: How long a sign-in that couldn't be found isn't looked for again for a person's call
+#: (each turn asks for the person's tools: a server whose metadata is broken or out of reach
+#: would otherwise cost every turn a discovery).
+DISCOVERY_RETRY_S: Final = 30.0
 CLIENT_NAME: Final = "Mercury"
 
 
@@ -130,6 +136,7 @@ class McpSignIn:
         self._discovered: dict[
             str, tuple[float, ProtectedResource, AuthorizationServer, Challenge]
         ] = {}
+        self._failed: dict[str, tuple[float, SignInUnavailable]] = {}
 
     def check(self, server: str) -> None:
         """Refuse, at start-up, the ``auth: oauth`` server ``server`` where people's tokens
@@ -224,14 +231,23 @@ class McpSignIn:
         redirect = self._logins.redirect_uri
         if redirect is None:
             raise LoginUnavailable(target.title)
-        async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
-            if challenge is None:
-                kept = self._kept(target.server)
-                challenge = (
-                    kept[2] if kept is not None else await probe_challenge(client, target.url)
-                )
-            resource, server = await self._discover(client, target, challenge)
-            registration = await self._client(client, target, server, redirect)
+        failed = self._failed.get(target.server)
+        if challenge is None and failed is not None:
+            if time.monotonic() - failed[0] < DISCOVERY_RETRY_S:
+                raise SignInUnavailable(failed[1].title, failed[1].reason)
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
+                if challenge is None:
+                    kept = self._kept(target.server)
+                    challenge = (
+                        kept[2] if kept is not None else await probe_challenge(client, target.url)
+                    )
+                resource, server = await self._discover(client, target, challenge)
+                registration = await self._client(client, target, server, redirect)
+        except SignInUnavailable as error:
+            self._failed[target.server] = (time.monotonic(), error)
+            raise
+        self._failed.pop(target.server, None)
         asked = challenge.scopes or target.scopes or resource.scopes_supported
         scopes = tuple(dict.fromkeys((*granted, *asked)))
         login = ServiceLogin(
