@@ -29,6 +29,7 @@ from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.requests import MAX_BODY
 from channel_http.routes import about, chat, me, records, turn
+from channel_http.routes.connections import connection_routes
 from channel_http.routes.handling import authenticated_router
 from channel_http.routes.login_callback import login_router, public_paths, redirect_uri
 from channel_http.routes.pairing import pairing_routes
@@ -46,7 +47,6 @@ from channel_http.routes.ui import ui_router
 from channel_http.routes.usage import usage_routes
 from channel_http.routes.webhooks import webhook, webhook_interactions
 from channel_http.services import Services
-from channel_http.sign_ins import sign_in_routes
 from channel_http.tracing import traced
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
@@ -266,7 +266,7 @@ def build_app(
         *space_routes,
         *pairing_routes,
         *usage_routes,
-        *sign_in_routes,
+        *connection_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:
