@@ -255,7 +255,7 @@ class Answerer:
                     raise ToolError(f"There is no tool named {name}.")
                 valid = tool.validate(arguments)
                 if await tool.needs_confirmation(context, valid):
-                    staging = await self._stage(context, tool, valid)
+                    staging = await self._stage(context, tool, valid, tool_call_id)
                     outcome, staged = "pending", True
                     step_events.append(staging)  # every staging gets its event and tokens
                     result = (
@@ -308,7 +308,7 @@ class Answerer:
         return staged
 
     async def _stage(
-        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any]
+        self, context: ToolCallContext, tool: Tool, arguments: dict[str, Any], tool_call_id: str
     ) -> events.Pending:
         summary = tool.summary(context, arguments) if tool.summary else _summary(tool, arguments)
         choices = list(tool.choices(context, arguments)) if tool.choices else None
@@ -329,6 +329,7 @@ class Answerer:
             command=summary,
             token=staging.token,
             choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+            tool_call_id=tool_call_id,
         )
 
     def _instructions(
