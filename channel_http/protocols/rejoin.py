@@ -19,9 +19,11 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from channel_http.protocols.sse import HEARTBEAT, framed
+import msgspec
+
+from channel_http.protocols.sse import HEARTBEAT, Rendering, framed
 from core.engine import events
 from core.engine.sessions import Turn
 from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
@@ -75,20 +77,29 @@ async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | Non
 
 
 def follow(
-    log: TurnLog | LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None = None
+    log: TurnLog | LogElsewhere,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None = None,
+    rendering: Rendering | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The log's events numbered ``start`` and later, then the live rest until the turn ends.
 
     A log of this instance opens with its ``turn`` event, so following it from 0 yields that
-    frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks).
+    frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks). With a
+    ``rendering``, the events are its bytes instead of this dialect's frames.
     """
     if isinstance(log, TurnLog):
-        return _follow_here(log, start, heartbeat_s, metrics)
-    return _follow_elsewhere(log, start, heartbeat_s, metrics)
+        return _follow_here(log, start, heartbeat_s, metrics, rendering)
+    return _follow_elsewhere(log, start, heartbeat_s, metrics, rendering)
 
 
 async def _follow_here(
-    log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None
+    log: TurnLog,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None,
+    rendering: Rendering | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -99,10 +110,15 @@ async def _follow_here(
         while True:
             end = len(log.events)
             if position < end:
-                yield b"".join(framed(event, tid, seq) for seq, event in log.since(position))
+                if rendering is None:
+                    yield b"".join(framed(event, tid, seq) for seq, event in log.since(position))
+                elif written := rendering.render([event for _, event in log.since(position)]):
+                    yield written
                 position = end
                 continue
             if log.done:
+                if rendering is not None:
+                    yield rendering.end()
                 return
             try:
                 async with asyncio.timeout(heartbeat_s):
@@ -122,7 +138,11 @@ _POLL_S: Final = 0.5
 
 
 async def _follow_elsewhere(
-    log: LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None
+    log: LogElsewhere,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None,
+    rendering: Rendering | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -136,13 +156,20 @@ async def _follow_elsewhere(
             log.expect()  # before reading: a batch written meanwhile wakes the wait below
             frames, ended = await log.read(position)
             if frames:
-                yield b"".join(
-                    b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
-                    for seq, name, data in frames
-                )
+                if rendering is None:
+                    yield b"".join(
+                        b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
+                        for seq, name, data in frames
+                    )
+                elif written := rendering.render(
+                    [_decoded(name, data) for _, name, data in frames]
+                ):
+                    yield written
                 position = frames[-1][0] + 1
                 quiet_since = loop.time()
             if ended:
+                if rendering is not None:
+                    yield rendering.end()
                 return
             quiet = loop.time() - quiet_since
             if quiet >= heartbeat_s:
@@ -156,3 +183,13 @@ async def _follow_elsewhere(
         await asyncio.shield(log.detach())
         if metrics is not None:
             metrics.open_streams.dec()
+
+
+_KINDS: Final[tuple[Any, ...]] = (*events.EVENT_TYPES, events.TurnStarted)
+_DECODERS: Final = {kind.name: msgspec.json.Decoder(kind) for kind in _KINDS}
+
+
+def _decoded(name: bytes, data: bytes) -> events.Event | events.TurnStarted:
+    """An event another instance logged, from its name and JSON data, for a rendering."""
+    event: events.Event | events.TurnStarted = _DECODERS[name].decode(data)
+    return event

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
 
 import msgspec
 from litestar.response import Stream
@@ -37,6 +37,23 @@ HEADERS: Final = {
 MEDIA_TYPE: Final = "text/event-stream"  # Litestar appends "; charset=utf-8"
 
 _encode = msgspec.json.Encoder().encode
+
+
+class Rendering(Protocol):
+    """Another protocol's rendering of a turn's events, in place of this dialect's frames.
+
+    The stream bodies here and in :mod:`~channel_http.protocols.rejoin` read the turn (its
+    batches, heartbeats, cancel on disconnect) and hand each batch to it; a rendering only
+    translates (:class:`~channel_http.protocols.ai_sdk.UiMessageStream`).
+    """
+
+    def render(self, batch: Sequence[Event | TurnStarted]) -> bytes:
+        """The bytes of a batch of events (the ``turn`` event first); empty shows nothing."""
+        ...
+
+    def end(self) -> bytes:
+        """The bytes that close the stream once the turn has ended."""
+        ...
 
 
 def frame(event: Event | TurnStarted) -> bytes:
@@ -201,12 +218,16 @@ _PING: Final[Any] = object()
 
 
 async def event_stream(
-    turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
+    turn: Turn,
+    heartbeat_s: float,
+    turn_id: str,
+    metrics: Metrics | None = None,
+    rendering: Rendering | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The turn's events as frames numbered from 1, after the ``turn`` event (number 0).
 
     Everything the turn emitted since the last write goes out as one write: the frames
-    of a batch in a list, joined once.
+    of a batch in a list, joined once. With a ``rendering``, each batch is its bytes instead.
     """
     turn_events = turn.events
     take, take_nowait = turn_events.take, turn_events.take_nowait
@@ -220,10 +241,11 @@ async def event_stream(
     if metrics is not None:
         metrics.open_streams.inc()
     try:
-        yield framed(TurnStarted(turn_id=turn_id), tid, 0)
+        started = TurnStarted(turn_id=turn_id)
+        yield framed(started, tid, 0) if rendering is None else rendering.render((started,))
         while True:
             batch = take_nowait() or await take()
-            frames = []
+            frames: list[Any] = []
             ended = False
             for event in batch:
                 if event is None:
@@ -232,12 +254,17 @@ async def event_stream(
                 if event is _PING:
                     continue
                 seq += 1
-                frames.append(head % (seq, event.name, _encode(event)))
+                frames.append(
+                    head % (seq, event.name, _encode(event)) if rendering is None else event
+                )
             if frames:
                 if first:
                     first = False
                     metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
-                yield frames[0] if len(frames) == 1 else b"".join(frames)
+                if rendering is None:
+                    yield frames[0] if len(frames) == 1 else b"".join(frames)
+                elif written := rendering.render(frames):
+                    yield written
                 pinger.last = loop_time()
             elif not ended:
                 yield HEARTBEAT
@@ -245,6 +272,8 @@ async def event_stream(
                 if metrics is not None:
                     metrics.heartbeats.inc()
             if ended:
+                if rendering is not None:
+                    yield rendering.end()
                 return
     finally:
         pinger.cancel()

@@ -6,7 +6,8 @@ edge, asks the core, and answers JSON or a stream: ``turn`` (``POST /turn``, its
 ``/link``), ``records`` (what a person reads back: confirmations, the tool log, conversations,
 memory, the wiki), ``about`` (version, contract, health, manifest), ``spaces``, ``pairing``,
 ``webhooks`` (the chat platforms' deliveries), ``login_callback``, ``probes`` (liveness,
-readiness, metrics) and ``ui`` (the reference browser UI). How a turn's events are written on
+readiness, metrics), ``ui`` (the reference browser UI) and ``ui_stream`` (turns as the AI
+SDK's UI message stream, for ``useChat``). How a turn's events are written on
 the wire is not here but in :mod:`channel_http.protocols`.
 """
 
@@ -22,6 +23,7 @@ from channel_http.routes import (
     spaces,
     turn,
     ui,
+    ui_stream,
     webhooks,
 )
 
@@ -37,5 +39,6 @@ __all__ = [
     "spaces",
     "turn",
     "ui",
+    "ui_stream",
     "webhooks",
 ]
