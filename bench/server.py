@@ -39,10 +39,12 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from bench import collector_log
-from channel_http import access_log, collector, sse, switching
-from channel_http.accept import GreedyAccept, accept_greedily
+from channel_http import access_log
 from channel_http.app import build_app, with_cors
-from channel_http.connections import server_options
+from channel_http.protocols import sse
+from channel_http.serving import collector, switching
+from channel_http.serving.accept import GreedyAccept, accept_greedily
+from channel_http.serving.connections import server_options
 from core.config.settings import load_settings
 from core.engine.events import Text
 from core.model import ChatChunk, OllamaModel
@@ -152,27 +154,28 @@ def main() -> None:
         "--switch",
         choices=["short", "default"],
         default="short",
-        help="the interpreter's switch interval as serve sets it (channel_http/switching.py), "
-        "or CPython's 5 ms",
+        help="the interpreter's switch interval as serve sets it "
+        "(channel_http/serving/switching.py), or CPython's 5 ms",
     )
     parser.add_argument(
         "--opening",
         choices=["at-once", "task"],
         default="at-once",
-        help="a turn's first frame from the response's task (channel_http/sse.py Opening), "
-        "or from the body's task one loop iteration later",
+        help="a turn's first frame from the response's task "
+        "(channel_http/protocols/sse.py Opening), or from the body's task one loop iteration later",
     )
     parser.add_argument(
         "--gc",
         choices=["settled", "default"],
         default="settled",
-        help="the collector as serve leaves it (channel_http/collector.py), or CPython's defaults",
+        help="the collector as serve leaves it (channel_http/serving/collector.py), "
+        "or CPython's defaults",
     )
     parser.add_argument(
         "--accept",
         choices=["greedy", "uvloop"],
         default="greedy",
-        help="new connections all at once as serve takes them (channel_http/accept.py), "
+        help="new connections all at once as serve takes them (channel_http/serving/accept.py), "
         "or uvloop's one per loop iteration",
     )
     parser.add_argument(

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import uvloop
 
-from channel_http import collector
+from channel_http.serving import collector
 from dev_model.ollama import ChatScript, OllamaStandIn, echo_script
 from dev_model.openai import CompletionScript, OpenAIStandIn, completion_echo
 

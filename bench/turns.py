@@ -38,7 +38,7 @@ import uvloop
 from bench import collector_log
 from bench.client import Connection, Reply
 from bench.server import TOKEN, USERS
-from channel_http import collector
+from channel_http.serving import collector
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -458,7 +458,7 @@ async def concurrency(
         floor = await _level(port, pid, standin_pid, plan, level, bare)
         await asyncio.sleep(0.5)
         # The same floor, each stream on a connection it opens as it starts: new clients
-        # arriving while the others stream (channel_http/accept.py).
+        # arriving while the others stream (channel_http/serving/accept.py).
         floor_fresh = await _level(port, pid, standin_pid, plan, level, bare, fresh=True)
         await asyncio.sleep(0.5)
         alone = await _level(
@@ -1159,7 +1159,8 @@ def main() -> None:
     parser.add_argument(
         "--gc-default",
         action="store_true",
-        help="the server keeps CPython's collector settings (before channel_http/collector.py)",
+        help="the server keeps CPython's collector settings "
+        "(before channel_http/serving/collector.py)",
     )
     parser.add_argument(
         "--gc-thresholds",
@@ -1170,18 +1171,19 @@ def main() -> None:
         "--accept-uvloop",
         action="store_true",
         help="the server takes new connections one per loop iteration, as uvloop does "
-        "(before channel_http/accept.py)",
+        "(before channel_http/serving/accept.py)",
     )
     parser.add_argument(
         "--switch-default",
         action="store_true",
-        help="the server keeps CPython's 5 ms switch interval (before channel_http/switching.py)",
+        help="the server keeps CPython's 5 ms switch interval "
+        "(before channel_http/serving/switching.py)",
     )
     parser.add_argument(
         "--opening-in-task",
         action="store_true",
         help="a turn's first frame waits for the body's task, one loop iteration after the "
-        "headers (before channel_http/sse.py Opening)",
+        "headers (before channel_http/protocols/sse.py Opening)",
     )
     parser.add_argument(
         "--gc-log",

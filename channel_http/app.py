@@ -21,16 +21,18 @@ from auth_providers import AuthChain, load_providers
 from bridges.build import build_bridges
 from bridges.holding import ConnectionLeases
 from bridges.port import PlatformBridge
-from channel_http import chat, routes
 from channel_http.access_log import RequestLog
 from channel_http.bridging import open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
-from channel_http.login_callback import callback_path, login_router, redirect_uri
 from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
-from channel_http.pairing import pairing_routes
 from channel_http.paths import CanonicalPaths, RouteTemplates
-from channel_http.probes import (
+from channel_http.requests import MAX_BODY
+from channel_http.routes import about, chat, me, records, turn
+from channel_http.routes.handling import authenticated_router
+from channel_http.routes.login_callback import callback_path, login_router, redirect_uri
+from channel_http.routes.pairing import pairing_routes
+from channel_http.routes.probes import (
     fetch_hint,
     livez,
     metrics_route,
@@ -38,13 +40,12 @@ from channel_http.probes import (
     model_server,
     readyz,
 )
-from channel_http.probes import model_names as probe_model_names
-from channel_http.requests import MAX_BODY
+from channel_http.routes.probes import model_names as probe_model_names
+from channel_http.routes.spaces import space_routes
+from channel_http.routes.ui import ui_router
+from channel_http.routes.webhooks import webhook, webhook_interactions
 from channel_http.services import Services
-from channel_http.spaces import space_routes
 from channel_http.tracing import traced
-from channel_http.ui import ui_router
-from channel_http.webhooks import webhook, webhook_interactions
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
 from core.engine.confirmations import ConfirmationStore, ResumeSlots
@@ -225,8 +226,8 @@ def build_app(
             await close_services(services)
 
     public: list[Any] = [
-        routes.version,
-        routes.openapi_document,
+        about.version,
+        about.openapi_document,
         livez,
         readyz,
         webhook,
@@ -235,23 +236,23 @@ def build_app(
     if settings.http.ui:
         public.append(ui_router(settings, dev_token=dev_token))
     authenticated = [
-        routes.turn,
-        routes.turn_events,
+        turn.turn,
+        turn.turn_events,
         chat.chat,
-        routes.confirm,
-        routes.me,
-        routes.patch_me,
-        routes.link,
-        routes.health,
-        routes.manifest,
-        routes.confirmations,
-        routes.tool_log,
-        routes.wiki_list,
-        routes.wiki_read,
-        routes.wiki_grep,
-        routes.conversation,
-        routes.conversations,
-        routes.memory_scroll,
+        turn.confirm,
+        me.me,
+        me.patch_me,
+        me.link,
+        about.health,
+        about.manifest,
+        records.confirmations,
+        records.tool_log,
+        records.wiki_list,
+        records.wiki_read,
+        records.wiki_grep,
+        records.conversation,
+        records.conversations,
+        records.memory_scroll,
         *space_routes,
         *pairing_routes,
         *extra_routes,
@@ -261,7 +262,7 @@ def build_app(
     # The login callback exists only where people's browsers can reach it.
     login_routes = [login_router(public_url, logins)] if public_url else []
     app = Litestar(
-        route_handlers=[*public, *login_routes, routes.authenticated_router(authenticated)],
+        route_handlers=[*public, *login_routes, authenticated_router(authenticated)],
         lifespan=[lifespan],
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=MAX_BODY,

@@ -19,7 +19,7 @@ Exception tree::
                           503    the state store is locked or out of reach; Retry-After
     client gone                  a client that left before its body arrived: logged, not an error
 
-Refused by the connection layer (channel_http/connections.py), before any request exists:
+Refused by the connection layer (channel_http/serving/connections.py), before any request exists:
 ``HEAD_TIMEOUT`` 408 (a head slower than its timeout), ``HEAD_TOO_LARGE`` 431 (a head past
 its size limit), ``OVER_CAPACITY`` 503 (too many connections at once; Retry-After).
 

@@ -47,7 +47,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from channel_http.accept import GreedyAccept, one_accept_per_iteration
+from channel_http.serving.accept import GreedyAccept, one_accept_per_iteration
 from dev_model.threaded import StandInError, StandInTimeoutError, ThreadedServer
 
 __all__ = [
@@ -479,7 +479,7 @@ class OllamaStandIn(ThreadedServer):
         self._bound_port = server.sockets[0].getsockname()[1]
         # On uvloop (the benchmark's stand-in) a burst of new connections would be taken in
         # one per loop iteration, late by seconds beside hundreds of paced streams; taken
-        # all at once, as the server takes its own (channel_http/accept.py).
+        # all at once, as the server takes its own (channel_http/serving/accept.py).
         loop = asyncio.get_running_loop()
         greedy = (
             GreedyAccept(loop, server.sockets[0], self._stream_protocol)

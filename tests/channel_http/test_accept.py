@@ -10,7 +10,7 @@ import time
 
 import uvloop
 
-from channel_http.accept import BACK_OFF_S, GreedyAccept
+from channel_http.serving.accept import BACK_OFF_S, GreedyAccept
 
 CLIENTS = 60
 BUSY_S = 0.01  # how long each loop iteration takes: a loop busy with streams

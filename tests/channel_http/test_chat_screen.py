@@ -17,7 +17,7 @@ import pexpect
 import pyte
 import pytest
 
-from channel_http.chat_view import thought_for
+from channel_http.cli.chat_view import thought_for
 from core.memory.edge import EdgeStore
 from tests.support.live_scenarios import Desk
 from tests.support.memory_doubles import SlowStore

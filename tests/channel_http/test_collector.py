@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from channel_http.collector import MIDDLE_THRESHOLD, YOUNG_THRESHOLD
-from channel_http.switching import SWITCH_INTERVAL_S
+from channel_http.serving.collector import MIDDLE_THRESHOLD, YOUNG_THRESHOLD
+from channel_http.serving.switching import SWITCH_INTERVAL_S
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _STARTED = """
 import asyncio, gc, json, sys
 import uvicorn
-from channel_http.cli import _Server
+from channel_http.cli.command import _Server
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":

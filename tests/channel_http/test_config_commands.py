@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_http.cli import main
+from channel_http.cli.command import main
 from core.config.settings import load_settings
 from core.version import core_version
 from tests.conftest import TOKENS

@@ -11,7 +11,7 @@ import pytest
 from litestar import Litestar, get
 from litestar.exceptions import LitestarException
 
-from channel_http import rejoin, sse
+from channel_http.protocols import rejoin, sse
 from core.engine.turn_events import TurnEvents
 from core.turn_logs import MemoryTurnLogs
 

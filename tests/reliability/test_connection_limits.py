@@ -2,7 +2,7 @@
 
 The adversarial review found a 50 MB header accepted, 100 half-sent heads kept open for
 minutes and no cap on connections. Each attack runs against a real uvicorn configured as
-``serve`` configures it (``channel_http.connections.server_options``), over raw sockets.
+``serve`` configures it (``channel_http.serving.connections.server_options``), over raw sockets.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 import uvicorn
 
 from channel_http.app import build_app, with_cors
-from channel_http.connections import server_options
+from channel_http.serving.connections import server_options
 from core.config.settings import Settings
 
 

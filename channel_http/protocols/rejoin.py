@@ -21,7 +21,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Final
 
-from channel_http.sse import HEARTBEAT, framed
+from channel_http.protocols.sse import HEARTBEAT, framed
 from core.engine import events
 from core.engine.sessions import Turn
 from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
@@ -80,7 +80,7 @@ def follow(
     """The log's events numbered ``start`` and later, then the live rest until the turn ends.
 
     A log of this instance opens with its ``turn`` event, so following it from 0 yields that
-    frame before any wait (what :class:`~channel_http.sse.Opening` asks).
+    frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks).
     """
     if isinstance(log, TurnLog):
         return _follow_here(log, start, heartbeat_s, metrics)

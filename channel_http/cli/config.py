@@ -19,7 +19,7 @@ from typing import Final, TextIO
 import yaml
 
 from channel_http.app import HttpChannel, build_auth, build_directory
-from channel_http.probes import fetch_hint, missing_models, model_names, model_server
+from channel_http.routes.probes import fetch_hint, missing_models, model_names, model_server
 from core.channels import admits
 from core.config.settings import SETTINGS, ConfigurationError, Setting, read_settings
 

@@ -26,7 +26,7 @@ from litestar.response import Redirect
 from channel_http.errors import NotFound
 from core.config.settings import Settings
 
-UI_DIR: Final = Path(__file__).resolve().parent / "ui"
+UI_DIR: Final = Path(__file__).resolve().parents[1] / "ui"
 PREFIX: Final = "/ui"
 
 _TYPES: Final = {

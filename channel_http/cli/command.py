@@ -22,8 +22,9 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from channel_http import admin_client, chat_client, collector, logs, switching
-from channel_http.accept import GreedyAccept, accept_greedily
+from channel_http.cli import admin, chat
+from channel_http.serving import collector, logs, switching
+from channel_http.serving.accept import GreedyAccept, accept_greedily
 from core.channels import admits
 from core.config.settings import ConfigurationError, Settings, help_text, load_settings
 from core.version import core_version
@@ -164,7 +165,7 @@ def _serve_one(
     """One server process: the app, the checks, then uvicorn (on ``sockets`` when given)."""
     # Imported here: `mercury-http chat` shares this entry point and must start quickly.
     from channel_http.app import HttpChannel, build_app, with_cors
-    from channel_http.connections import server_options
+    from channel_http.serving.connections import server_options
     from channel_http.tracing import configure_tracing
     from core.state import DatabaseUnavailable
 
@@ -261,7 +262,7 @@ def _serve_workers(settings: Settings, environ: dict[str, str], token: str | Non
     multiproc: tempfile.TemporaryDirectory[str] | None = None
     if settings.metrics.enabled and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Before any worker imports prometheus_client: each writes its samples there and
-        # GET /metrics on any worker adds them up (channel_http/probes.py).
+        # GET /metrics on any worker adds them up (channel_http/routes/probes.py).
         multiproc = tempfile.TemporaryDirectory(prefix="mercury-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc.name
     if token is not None:
@@ -393,19 +394,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="another model name to answer to (repeatable); it always answers to the default "
         "chat and embedding models",
     )
-    chat_client.add_command(commands)
-    admin_client.add_commands(commands)
+    chat.add_command(commands)
+    admin.add_commands(commands)
     arguments = parser.parse_args(argv)
     if arguments.command == "dev-model":
         from dev_model.command import run as run_dev_model
 
         return run_dev_model(arguments)
     if arguments.command == "chat":
-        return chat_client.run(arguments)
-    if arguments.command in admin_client.COMMANDS:
-        return admin_client.run(arguments)
+        return chat.run(arguments)
+    if arguments.command in admin.COMMANDS:
+        return admin.run(arguments)
     if arguments.command in ("check-config", "init"):
-        from channel_http.config_commands import check_config, init
+        from channel_http.cli.config import check_config, init
 
         return check_config(arguments) if arguments.command == "check-config" else init(arguments)
     return serve(arguments)

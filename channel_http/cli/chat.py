@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 import httpx
 
 if TYPE_CHECKING:
-    from channel_http.chat_view import View
+    from channel_http.cli.chat_view import View
 
 __all__ = [
     "DEFAULT_SERVER",
@@ -140,7 +140,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 def resolve_connection(server_argument: str | None) -> tuple[str, str]:
     """The server and the token a command talks with: ``--server``, ``MERCURY_SERVER`` or the
     config file's ``server`` (default :data:`DEFAULT_SERVER`); ``MERCURY_TOKEN`` or its
-    ``token``. Shared by ``chat`` and the space commands (:mod:`channel_http.admin_client`)."""
+    ``token``. Shared by ``chat`` and the space commands (:mod:`channel_http.cli.admin`)."""
     environ = dict(os.environ)
     config = _read_config(config_file(environ))
     token = environ.get("MERCURY_TOKEN") or config.get("token")
@@ -358,7 +358,7 @@ def _is_tty(stream: TextIO) -> bool:
 def _build_session(arguments: argparse.Namespace, interactive: bool) -> Session:
     from rich.console import Console
 
-    from channel_http.chat_view import JsonView, LiveView, PlainView
+    from channel_http.cli.chat_view import JsonView, LiveView, PlainView
 
     server, token = resolve_connection(arguments.server)
     view: View

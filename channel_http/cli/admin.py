@@ -2,11 +2,11 @@
 
 Each talks to a running server over its HTTP routes (``/spaces…``, ``/pairing…``) with the
 caller's token, found as ``mercury-http chat`` finds it
-(:func:`~channel_http.chat_client.resolve_connection`), so the server decides who may do what
+(:func:`~channel_http.cli.chat.resolve_connection`), so the server decides who may do what
 by the same rule its routes and the agent's tools use: a refusal is the server's sentence,
 printed as it came. ``--json`` prints the server's answer as one JSON object, for scripts.
 
-Exit statuses (:class:`~channel_http.chat_client.Exit`): 0 done, 1 the server failed or
+Exit statuses (:class:`~channel_http.cli.chat.Exit`): 0 done, 1 the server failed or
 can't be reached, 2 a usage error or a request the server refused as wrong (400, 404), 4
 refused (401, 403, 429). Deleting a space and muting someone ask first on a terminal; with
 no terminal they need ``--yes``.
@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import httpx
 
-from channel_http.chat_client import ChatProblem, Exit, refusal, resolve_connection
+from channel_http.cli.chat import ChatProblem, Exit, refusal, resolve_connection
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 

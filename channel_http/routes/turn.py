@@ -1,0 +1,186 @@
+"""``POST /turn``, its rejoining (``GET /turn/events``) and ``POST /confirm``.
+
+A turn streams as Server-Sent Events (:mod:`channel_http.protocols.sse`), straight from the
+engine or through its log when turns may be rejoined (:mod:`channel_http.protocols.rejoin`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from litestar import Response, get, post
+from litestar.response import Stream
+
+from channel_http.access_log import mark
+from channel_http.errors import BadRequest, NotFound, TooManyRequests
+from channel_http.middleware import Caller
+from channel_http.protocols import rejoin, sse
+from channel_http.requests import (
+    ConfirmBody,
+    TurnBody,
+    conversation_id,
+    decode_body,
+    required_query,
+)
+from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
+from core.engine.sessions import Turn, TurnInput
+
+if TYPE_CHECKING:
+    from channel_http.services import Services
+
+
+@post("/turn", status_code=200)
+async def turn(request: AnyRequest) -> Stream:
+    caller = caller_of(request)
+    services = services_of(request)
+    tr = caller.translator
+    last_event_id = request.headers.get("last-event-id")
+    if last_event_id is not None:
+        # A client reconnecting by sending its request again (fetch-event-source does): the
+        # id names the turn, which is rejoined rather than run twice.
+        return await _rejoin(services, caller, None, last_event_id)
+    reading = time.perf_counter()
+    body = decode_body(TurnBody, await request.body(), tr)
+    mark(request.scope, "body", time.perf_counter() - reading)
+    conversation = conversation_id(body.conversation_id, tr)
+    opening, resume = bool(body.opening), bool(body.resume)
+    if opening and conversation is None:
+        raise BadRequest(tr.gettext("An opening turn needs a conversationId."))
+    if resume and conversation is None:
+        raise BadRequest(tr.gettext("A resumed turn needs a conversationId."))
+    text = body.text or ""
+    if not (opening or resume) and not text.strip():
+        raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
+    manager = services.manager
+    if not resume:
+        checking = time.perf_counter()
+        decision = await manager.check_rate(caller.person, text, opening=opening)
+        mark(request.scope, "rate", time.perf_counter() - checking)
+        if decision is not None and not decision.allowed:
+            seconds = decision.retry_after_s
+            raise TooManyRequests(
+                tr.ngettext(
+                    "Too many messages: wait %(seconds)d second before sending another.",
+                    "Too many messages: wait %(seconds)d seconds before sending another.",
+                    seconds,
+                )
+                % {"seconds": seconds},
+                headers={"retry-after": str(seconds), "content-language": caller.language},
+            )
+    running = manager.open_turn(
+        TurnInput(
+            principal=caller.principal,
+            person=caller.person,
+            conversation_id=conversation,
+            text=text,
+            opening=opening,
+            resume=resume,
+            language=caller.language,
+            time_zone=caller.time_zone,
+            received_at=datetime.now(UTC),
+        )
+    )
+    request.scope["state"]["turn"] = running
+    heartbeat_s = services.settings.http.heartbeat_s
+    await _admitted(request, running, min(QUEUE_REPORT_S, heartbeat_s))
+    headers = {**sse.HEADERS, "content-language": caller.language}
+    metrics = services.metrics
+    # Either body yields its `turn` frame before any wait: sent with the headers (sse.Opening).
+    if services.turn_logs is None:
+        frames = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
+    else:
+        log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
+        frames = rejoin.follow(log, 0, heartbeat_s, metrics)
+    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
+
+
+@get("/turn/events")
+async def turn_events(request: AnyRequest) -> Stream:
+    """Rejoin a turn (an extension of contract 6): its events after Last-Event-ID, then live."""
+    caller = caller_of(request)
+    turn_id = required_query(request.query_params.get("turnId"), "turnId", caller.translator)
+    return await _rejoin(
+        services_of(request), caller, turn_id, request.headers.get("last-event-id")
+    )
+
+
+async def _rejoin(
+    services: Services, caller: Caller, turn_id: str | None, last_event_id: str | None
+) -> Stream:
+    tr = caller.translator
+    start = 0
+    if last_event_id is not None:
+        parsed = rejoin.parse_event_id(last_event_id)
+        if parsed is None or (turn_id is not None and parsed[0] != turn_id):
+            raise BadRequest(
+                tr.gettext(
+                    "Last-Event-ID is not an id of this turn; leave it out to read the turn "
+                    "from its start."
+                )
+            )
+        turn_id, start = parsed[0], parsed[1] + 1
+    logs = services.turn_logs
+    log = None if logs is None or turn_id is None else await logs.find(turn_id, caller.person.key)
+    if log is None:
+        raise NotFound(
+            tr.gettext(
+                "That turn can't be rejoined: it ended too long ago, or it isn't yours. "
+                "Send your message again."
+            )
+        )
+    return sse.EventStream(
+        rejoin.follow(log, start, services.settings.http.heartbeat_s, services.metrics),
+        media_type=sse.MEDIA_TYPE,
+        headers={**sse.HEADERS, "content-language": caller.language},
+    )
+
+
+#: How long ``/turn`` may hold its headers back to report the wait behind earlier turns.
+QUEUE_REPORT_S: Final = 0.05
+
+
+async def _admitted(request: AnyRequest, running: Turn, bound: float) -> None:
+    """Wait (briefly) until the turn holds its conversation, for ``Server-Timing: queue``.
+
+    A turn behind a longer one doesn't hold its headers: a client sees its 200 at once and
+    can leave before the turn starts. Its ``queue`` then says ``waiting``, with the wait so
+    far.
+    """
+    if running.admitted.is_set():  # most turns: nothing to wait for, no timer to arm
+        mark(request.scope, "queue", running.queue_s)
+        return
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(bound):
+            await running.admitted.wait()
+    except TimeoutError:
+        mark(request.scope, "queue", time.perf_counter() - started, "waiting")
+        return
+    except asyncio.CancelledError:
+        running.cancel()
+        raise
+    mark(request.scope, "queue", running.queue_s)
+
+
+@post("/confirm", status_code=200)
+async def confirm(request: AnyRequest) -> Response[Any]:
+    caller = caller_of(request)
+    tr = caller.translator
+    body = decode_body(ConfirmBody, await request.body(), tr)
+    token = (body.token or "").strip()
+    conversation = conversation_id(body.conversation_id, tr)
+    if not token or conversation is None:
+        raise BadRequest(tr.gettext("Both token and conversationId are required."))
+    result = await services_of(request).manager.confirm(
+        caller.principal, caller.person, conversation, token, caller.language
+    )
+    content: dict[str, Any] = {"resolved": result.resolved}
+    if result.resume:
+        content["resume"] = True
+    elif result.text is not None:
+        content["text"] = result.text
+    return ok(content, headers={"content-language": caller.language})
