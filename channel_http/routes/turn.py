@@ -55,6 +55,35 @@ async def turn(request: AnyRequest) -> Stream:
     text = body.text or ""
     if not (opening or resume) and not text.strip():
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
+    running = await start_turn(
+        request, caller, services, conversation, text=text, opening=opening, resume=resume
+    )
+    heartbeat_s = services.settings.http.heartbeat_s
+    headers = {**sse.HEADERS, "content-language": caller.language}
+    metrics = services.metrics
+    # Either body yields its `turn` frame before any wait: sent with the headers (sse.Opening).
+    if services.turn_logs is None:
+        frames = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
+    else:
+        log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
+        frames = rejoin.follow(log, 0, heartbeat_s, metrics)
+    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
+
+
+async def start_turn(
+    request: AnyRequest,
+    caller: Caller,
+    services: Services,
+    conversation: str | None,
+    *,
+    text: str = "",
+    opening: bool = False,
+    resume: bool = False,
+) -> Turn:
+    """What every route streaming a turn does before its first byte: a new message checked
+    against the rate limit (a 429 over it), the turn opened, a brief wait for its admission.
+    """
+    tr = caller.translator
     manager = services.manager
     if not resume:
         checking = time.perf_counter()
@@ -85,17 +114,8 @@ async def turn(request: AnyRequest) -> Stream:
         )
     )
     request.scope["state"]["turn"] = running
-    heartbeat_s = services.settings.http.heartbeat_s
-    await _admitted(request, running, min(QUEUE_REPORT_S, heartbeat_s))
-    headers = {**sse.HEADERS, "content-language": caller.language}
-    metrics = services.metrics
-    # Either body yields its `turn` frame before any wait: sent with the headers (sse.Opening).
-    if services.turn_logs is None:
-        frames = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
-    else:
-        log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
-        frames = rejoin.follow(log, 0, heartbeat_s, metrics)
-    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
+    await _admitted(request, running, min(QUEUE_REPORT_S, services.settings.http.heartbeat_s))
+    return running
 
 
 @get("/turn/events")
