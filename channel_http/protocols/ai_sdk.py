@@ -30,7 +30,7 @@ Heartbeats stay SSE comments (``: ping``), which the AI SDK's parser skips.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -99,21 +99,19 @@ class UiMessageStream:
         self._reasoning: set[str] = set()  # the open reasoning parts' ids
         self._parts = 0  # text parts opened so far, for their ids
         self._streamed: list[str] = []  # the answer text sent so far, to compare with final
-        self.ended = False  # a final or an error was rendered: the stream is complete
+        self.ended = False  # a final or an error was rendered: the message is complete
 
-    def render(self, batch: Iterable[events.Event | events.TurnStarted]) -> bytes:
-        """The chunks of a batch of events, as one write (empty when it shows nothing)."""
+    def __call__(self, batch: Sequence[events.Event | events.TurnStarted]) -> bytes:
+        """The chunks of a batch of events, as one write (empty when it shows nothing).
+
+        ``finish`` or ``error`` ends the message, followed by ``[DONE]``; what the turn
+        emits after it (memory capture's tool calls) is not part of the message.
+        """
         out: list[bytes] = []
         for event in batch:
+            if self.ended:
+                break
             self._event(event, out)
-        return b"".join(out)
-
-    def end(self) -> bytes:
-        """What closes the response: ``[DONE]`` (after closing what a cut turn left open)."""
-        out: list[bytes] = []
-        if not self.ended:
-            self._close_parts(out)
-        out.append(DONE)
         return b"".join(out)
 
     def settled(self, text: str) -> bytes:
@@ -121,7 +119,6 @@ class UiMessageStream:
         out: list[bytes] = []
         self._start(None, out)
         self._final(events.Final(text=text), out)
-        out.append(DONE)
         return b"".join(out)
 
     # ------------------------------------------------------------------ the events
@@ -169,6 +166,7 @@ class UiMessageStream:
         elif isinstance(event, events.Error):
             self._close_parts(out)
             out.append(chunk({"type": "error", "errorText": event.message}))
+            out.append(DONE)
             self.ended = True
         elif isinstance(event, events.TurnStarted):
             self._start(event.turn_id, out)
@@ -249,6 +247,7 @@ class UiMessageStream:
         if usage is not None:
             metadata["usage"] = msgspec.to_builtins(usage)
         out.append(chunk({"type": "finish", "finishReason": "stop", "messageMetadata": metadata}))
+        out.append(DONE)
         self.ended = True
 
     # ------------------------------------------------------------------ the parts

@@ -18,18 +18,21 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from channel_http.protocols.sse import HEARTBEAT, Rendering, framed
+from channel_http.protocols.sse import HEARTBEAT, framed
 from core.engine import events
 from core.engine.sessions import Turn
 from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
 
 if TYPE_CHECKING:
     from core.observe.metrics import Metrics
+
+#: Another protocol's rendering of a batch of logged events (the ``turn`` event first).
+Render = Callable[[Sequence[events.Event | events.TurnStarted]], bytes]
 
 _EVENT_ID: Final = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,9})")
 
@@ -81,17 +84,18 @@ def follow(
     start: int,
     heartbeat_s: float,
     metrics: Metrics | None = None,
-    rendering: Rendering | None = None,
+    render: Render | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The log's events numbered ``start`` and later, then the live rest until the turn ends.
 
     A log of this instance opens with its ``turn`` event, so following it from 0 yields that
     frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks). With a
-    ``rendering``, the events are its bytes instead of this dialect's frames.
+    ``render``, the events are what it writes instead of this dialect's frames (another
+    protocol's rendering, as :func:`~channel_http.protocols.sse.forward` takes one).
     """
     if isinstance(log, TurnLog):
-        return _follow_here(log, start, heartbeat_s, metrics, rendering)
-    return _follow_elsewhere(log, start, heartbeat_s, metrics, rendering)
+        return _follow_here(log, start, heartbeat_s, metrics, render)
+    return _follow_elsewhere(log, start, heartbeat_s, metrics, render)
 
 
 async def _follow_here(
@@ -99,7 +103,7 @@ async def _follow_here(
     start: int,
     heartbeat_s: float,
     metrics: Metrics | None,
-    rendering: Rendering | None,
+    render: Render | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -110,15 +114,13 @@ async def _follow_here(
         while True:
             end = len(log.events)
             if position < end:
-                if rendering is None:
+                if render is None:
                     yield b"".join(framed(event, tid, seq) for seq, event in log.since(position))
-                elif written := rendering.render([event for _, event in log.since(position)]):
+                elif written := render([event for _, event in log.since(position)]):
                     yield written
                 position = end
                 continue
             if log.done:
-                if rendering is not None:
-                    yield rendering.end()
                 return
             try:
                 async with asyncio.timeout(heartbeat_s):
@@ -142,7 +144,7 @@ async def _follow_elsewhere(
     start: int,
     heartbeat_s: float,
     metrics: Metrics | None,
-    rendering: Rendering | None,
+    render: Render | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -156,20 +158,16 @@ async def _follow_elsewhere(
             log.expect()  # before reading: a batch written meanwhile wakes the wait below
             frames, ended = await log.read(position)
             if frames:
-                if rendering is None:
+                if render is None:
                     yield b"".join(
                         b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
                         for seq, name, data in frames
                     )
-                elif written := rendering.render(
-                    [_decoded(name, data) for _, name, data in frames]
-                ):
+                elif written := render([_decoded(name, data) for _, name, data in frames]):
                     yield written
                 position = frames[-1][0] + 1
                 quiet_since = loop.time()
             if ended:
-                if rendering is not None:
-                    yield rendering.end()
                 return
             quiet = loop.time() - quiet_since
             if quiet >= heartbeat_s:
@@ -190,6 +188,6 @@ _DECODERS: Final = {kind.name: msgspec.json.Decoder(kind) for kind in _KINDS}
 
 
 def _decoded(name: bytes, data: bytes) -> events.Event | events.TurnStarted:
-    """An event another instance logged, from its name and JSON data, for a rendering."""
+    """An event another instance logged, from its name and JSON data, for a ``render``."""
     event: events.Event | events.TurnStarted = _DECODERS[name].decode(data)
     return event

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 from litestar.response import Stream
@@ -37,23 +37,6 @@ HEADERS: Final = {
 MEDIA_TYPE: Final = "text/event-stream"  # Litestar appends "; charset=utf-8"
 
 _encode = msgspec.json.Encoder().encode
-
-
-class Rendering(Protocol):
-    """Another protocol's rendering of a turn's events, in place of this dialect's frames.
-
-    The stream bodies here and in :mod:`~channel_http.protocols.rejoin` read the turn (its
-    batches, heartbeats, cancel on disconnect) and hand each batch to it; a rendering only
-    translates (:class:`~channel_http.protocols.ai_sdk.UiMessageStream`).
-    """
-
-    def render(self, batch: Sequence[Event | TurnStarted]) -> bytes:
-        """The bytes of a batch of events (the ``turn`` event first); empty shows nothing."""
-        ...
-
-    def end(self) -> bytes:
-        """The bytes that close the stream once the turn has ended."""
-        ...
 
 
 def frame(event: Event | TurnStarted) -> bytes:
@@ -217,53 +200,72 @@ class _Pinger:
 _PING: Final[Any] = object()
 
 
-async def event_stream(
+def event_stream(
+    turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
+) -> AsyncGenerator[bytes, None]:
+    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0)."""
+    tid = turn_id.encode()
+    opening = framed(TurnStarted(turn_id=turn_id), tid, 0)
+    return forward(turn, heartbeat_s, opening, _Numbered(tid), metrics)
+
+
+class _Numbered:
+    """Mercury's frames for a batch of events, each with its id: one %-format per event."""
+
+    __slots__ = ("head", "seq")
+
+    def __init__(self, turn_id: bytes) -> None:
+        # framed() in one %-format per event: the id, the name and the JSON.
+        self.head = b"id: " + turn_id.replace(b"%", b"%%") + b".%d\nevent: %b\ndata: %b\n\n"
+        self.seq = 0
+
+    def __call__(self, batch: list[Event]) -> bytes:
+        head, seq = self.head, self.seq
+        frames = []
+        for event in batch:
+            seq += 1
+            frames.append(head % (seq, event.name, _encode(event)))
+        self.seq = seq
+        return frames[0] if len(frames) == 1 else b"".join(frames)
+
+
+async def forward(
     turn: Turn,
     heartbeat_s: float,
-    turn_id: str,
+    opening: bytes,
+    render: Callable[[list[Event]], bytes],
     metrics: Metrics | None = None,
-    rendering: Rendering | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0).
+    """``opening``, then the turn's events as ``render`` writes them, until the turn ends.
 
-    Everything the turn emitted since the last write goes out as one write: the frames
-    of a batch in a list, joined once. With a ``rendering``, each batch is its bytes instead.
+    The body of every protocol's stream (each renders the events its own way). Everything
+    the turn emitted since the last write goes out as one write; a ``: ping`` comment when
+    the turn has been quiet for the heartbeat interval; the turn is cancelled when the body
+    ends, so a client that leaves stops it. ``opening`` is ready at once (what
+    :class:`Opening` asks).
     """
     turn_events = turn.events
     take, take_nowait = turn_events.take, turn_events.take_nowait
     pinger = _Pinger(turn_events, heartbeat_s)
     loop_time = pinger.loop.time
-    tid = turn_id.encode()
-    # framed() in one %-format per event: the id, the name and the JSON.
-    head = b"id: " + tid.replace(b"%", b"%%") + b".%d\nevent: %b\ndata: %b\n\n"
-    seq = 0
-    first = metrics is not None  # one check per event, the histogram once per turn
+    first = metrics is not None  # one check per batch, the histogram once per turn
     if metrics is not None:
         metrics.open_streams.inc()
     try:
-        started = TurnStarted(turn_id=turn_id)
-        yield framed(started, tid, 0) if rendering is None else rendering.render((started,))
+        yield opening
         while True:
             batch = take_nowait() or await take()
-            frames: list[Any] = []
-            ended = False
-            for event in batch:
-                if event is None:
-                    ended = True
-                    break
-                if event is _PING:
-                    continue
-                seq += 1
-                frames.append(
-                    head % (seq, event.name, _encode(event)) if rendering is None else event
-                )
-            if frames:
+            if batch[0] is _PING:  # the timer adds its tick only to an empty hand-off
+                del batch[0]
+            ended = None in batch
+            if ended:  # the end: nothing after it counts
+                del batch[batch.index(None) :]
+            if batch:
                 if first:
                     first = False
                     metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
-                if rendering is None:
-                    yield frames[0] if len(frames) == 1 else b"".join(frames)
-                elif written := rendering.render(frames):
+                written = render(batch)
+                if written:
                     yield written
                 pinger.last = loop_time()
             elif not ended:
@@ -272,8 +274,6 @@ async def event_stream(
                 if metrics is not None:
                     metrics.heartbeats.inc()
             if ended:
-                if rendering is not None:
-                    yield rendering.end()
                 return
     finally:
         pinger.cancel()

@@ -28,6 +28,7 @@ from channel_http.requests import (
     required_query,
 )
 from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
+from core.engine.events import TurnStarted
 from core.engine.sessions import ConfirmResult, Turn, TurnInput
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ async def turn(request: AnyRequest) -> Stream:
     if not (opening or resume) and not text.strip():
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
     running = await start_turn(
-        request, caller, services, conversation, text, opening=opening, resume=resume
+        request, caller, services, conversation, text=text, opening=opening, resume=resume
     )
     headers = {**sse.HEADERS, "content-language": caller.language}
     _, frames = stream_of(running, services, caller)
@@ -69,14 +70,13 @@ async def start_turn(
     caller: Caller,
     services: Services,
     conversation: str | None,
-    text: str,
     *,
+    text: str = "",
     opening: bool = False,
     resume: bool = False,
 ) -> Turn:
-    """A turn opened for the caller, past the rate limit (a resumed turn is not counted).
-
-    Every route that runs a turn opens it here: ``/turn`` and ``/ui-stream`` alike.
+    """What every route streaming a turn does before its first byte: a new message checked
+    against the rate limit (a 429 over it), the turn opened, a brief wait for its admission.
     """
     tr = caller.translator
     manager = services.manager
@@ -114,20 +114,24 @@ async def start_turn(
 
 
 def stream_of(
-    running: Turn, services: Services, caller: Caller, rendering: sse.Rendering | None = None
+    running: Turn, services: Services, caller: Caller, render: rejoin.Render | None = None
 ) -> tuple[str, AsyncGenerator[bytes, None]]:
     """The turn's id and its stream body: logged (to be rejoined) when turns may be.
 
+    Mercury's own frames, or with ``render`` another protocol's rendering of the same events.
     Either body yields its ``turn`` event before any wait: sent with the headers
     (:class:`~channel_http.protocols.sse.Opening`).
     """
     heartbeat_s = services.settings.http.heartbeat_s
     metrics = services.metrics
-    if services.turn_logs is None:
-        turn_id = secrets.token_urlsafe(18)
-        return turn_id, sse.event_stream(running, heartbeat_s, turn_id, metrics, rendering)
-    log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
-    return log.turn_id, rejoin.follow(log, 0, heartbeat_s, metrics, rendering)
+    if services.turn_logs is not None:
+        log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
+        return log.turn_id, rejoin.follow(log, 0, heartbeat_s, metrics, render)
+    turn_id = secrets.token_urlsafe(18)
+    if render is None:
+        return turn_id, sse.event_stream(running, heartbeat_s, turn_id, metrics)
+    opening = render([TurnStarted(turn_id=turn_id)])
+    return turn_id, sse.forward(running, heartbeat_s, opening, render, metrics)
 
 
 @get("/turn/events")

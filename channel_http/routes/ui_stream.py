@@ -68,7 +68,7 @@ async def ui_stream(request: AnyRequest) -> Response[Any] | Stream:
     if last is not None and last.role == "user":
         text = "".join(part.text or "" for part in last.parts if part.type == "text")
         if text.strip():
-            running = await start_turn(request, caller, services, chat, text)
+            running = await start_turn(request, caller, services, chat, text=text)
             return _streamed(request, services, caller, chat, running, ai_sdk.UiMessageStream(tr))
     elif last is not None and last.role == "assistant":
         answered = [
@@ -133,7 +133,7 @@ async def _answered(
         )
     rendering = ai_sdk.UiMessageStream(tr, message_id=message.id or None, lead=b"".join(lead))
     if resume:
-        running = await start_turn(request, caller, services, chat, "", resume=True)
+        running = await start_turn(request, caller, services, chat, resume=True)
         return _streamed(request, services, caller, chat, running, rendering)
     return Response(
         rendering.settled("\n\n".join(replies)),
@@ -184,13 +184,8 @@ async def ui_stream_resume(request: AnyRequest) -> Response[Any] | Stream:
     log = None if turn_id is None or logs is None else await logs.find(turn_id, caller.person.key)
     if log is None or (isinstance(log, TurnLog) and log.done):
         return Response(None, status_code=204)
-    frames = rejoin.follow(
-        log,
-        0,
-        services.settings.http.heartbeat_s,
-        services.metrics,
-        ai_sdk.UiMessageStream(tr),
-    )
+    heartbeat_s = services.settings.http.heartbeat_s
+    frames = rejoin.follow(log, 0, heartbeat_s, services.metrics, ai_sdk.UiMessageStream(tr))
     return sse.EventStream(
         sse.Opening(frames),
         media_type=sse.MEDIA_TYPE,

@@ -289,9 +289,8 @@ def chunks(data: bytes) -> list[Any]:
     ]
 
 
-def translate(*batch: events.Event | events.TurnStarted, end: bool = True) -> list[Any]:
-    stream = UiMessageStream(EN)
-    return chunks(stream.render(batch) + (stream.end() if end else b""))
+def translate(*batch: events.Event | events.TurnStarted) -> list[Any]:
+    return chunks(UiMessageStream(EN)(batch))
 
 
 def test_text_parts_close_before_a_tool_and_reopen_after_it_with_a_new_id() -> None:
@@ -350,8 +349,7 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
             token="tok1",
             choices=(events.Choice("tok1", ""),),
             tool_call_id="c1",
-        ),
-        end=False,
+        )
     )
     assert plain == [{"type": "tool-approval-request", "approvalId": "tok1", "toolCallId": "c1"}]
     labelled = translate(
@@ -360,8 +358,7 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
             token="a1",
             choices=(events.Choice("a1", "Replace"), events.Choice("a2", "Append")),
             tool_call_id="c2",
-        ),
-        end=False,
+        )
     )
     assert labelled[0] == {
         "type": "data-pending",
@@ -376,12 +373,19 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
 
 
 def test_a_login_is_a_data_part_and_a_markdown_link() -> None:
-    out = translate(events.Login(service="Calendar", url="https://example.com/a"), end=False)
+    out = translate(events.Login(service="Calendar", url="https://example.com/a"))
     assert out[0] == {
         "type": "data-login",
         "data": {"service": "Calendar", "url": "https://example.com/a"},
     }
     assert "[https://example.com/a](https://example.com/a)" in out[2]["delta"]
+
+
+def test_nothing_follows_the_end_of_the_message() -> None:
+    """Memory capture's tool calls come after ``final``: not part of the answer."""
+    stream = UiMessageStream(EN)
+    stream([events.TurnStarted(turn_id="t1"), events.Final(text="")])
+    assert stream([events.Tool(label="Saving", detail="", tool_call_id="m1")]) == b""
 
 
 def test_an_error_closes_what_is_open_and_ends_without_finish() -> None:
