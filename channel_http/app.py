@@ -28,7 +28,7 @@ from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.requests import MAX_BODY
-from channel_http.routes import about, chat, me, records, turn
+from channel_http.routes import about, chat, me, records, turn, ui_stream
 from channel_http.routes.connections import connection_routes
 from channel_http.routes.handling import authenticated_router
 from channel_http.routes.login_callback import login_router, public_paths, redirect_uri
@@ -250,6 +250,8 @@ def build_app(
         turn.turn_events,
         chat.chat,
         turn.confirm,
+        ui_stream.ui_stream,
+        ui_stream.ui_stream_resume,
         me.me,
         me.patch_me,
         me.link,

@@ -69,6 +69,38 @@ class SettingBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     value: Any
 
 
+class UiApproval(msgspec.Struct, frozen=True):
+    """A tool part's approval in a ``useChat`` message: its id (the token) and the answer."""
+
+    id: str
+    approved: bool | None = None
+
+
+class UiPart(msgspec.Struct, frozen=True, rename="camel"):
+    """The fields of a ``useChat`` message part that ``/ui-stream`` reads; others are ignored."""
+
+    type: str
+    text: str | None = None
+    tool_call_id: str | None = None
+    state: str | None = None
+    approval: UiApproval | None = None
+
+
+class UiMessage(msgspec.Struct, frozen=True):
+    role: str
+    id: str = ""
+    parts: tuple[UiPart, ...] = ()
+
+
+class UiStreamBody(msgspec.Struct, frozen=True, rename="camel"):
+    """``useChat``'s ``DefaultChatTransport`` body; fields a client adds are ignored."""
+
+    id: str | None = None
+    messages: tuple[UiMessage, ...] = ()
+    trigger: str | None = None
+    message_id: str | None = None
+
+
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
@@ -81,6 +113,7 @@ _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
         PreferenceBody,
         MuteBody,
         SettingBody,
+        UiStreamBody,
     )
 }
 _EXPECTED: Final = {

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Final
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from channel_http.protocols.sse import HEARTBEAT, framed
 from core.engine import events
@@ -28,6 +30,9 @@ from core.turn_logs import LogElsewhere, TurnLog, TurnLogs
 
 if TYPE_CHECKING:
     from core.observe.metrics import Metrics
+
+#: Another protocol's rendering of a batch of logged events (the ``turn`` event first).
+Render = Callable[[Sequence[events.Event | events.TurnStarted]], bytes]
 
 _EVENT_ID: Final = re.compile(r"([A-Za-z0-9_-]{1,64})\.(\d{1,9})")
 
@@ -75,20 +80,30 @@ async def _pump(turn: Turn, log: TurnLog, logs: TurnLogs, metrics: Metrics | Non
 
 
 def follow(
-    log: TurnLog | LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None = None
+    log: TurnLog | LogElsewhere,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None = None,
+    render: Render | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """The log's events numbered ``start`` and later, then the live rest until the turn ends.
 
     A log of this instance opens with its ``turn`` event, so following it from 0 yields that
-    frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks).
+    frame before any wait (what :class:`~channel_http.protocols.sse.Opening` asks). With a
+    ``render``, the events are what it writes instead of this dialect's frames (another
+    protocol's rendering, as :func:`~channel_http.protocols.sse.forward` takes one).
     """
     if isinstance(log, TurnLog):
-        return _follow_here(log, start, heartbeat_s, metrics)
-    return _follow_elsewhere(log, start, heartbeat_s, metrics)
+        return _follow_here(log, start, heartbeat_s, metrics, render)
+    return _follow_elsewhere(log, start, heartbeat_s, metrics, render)
 
 
 async def _follow_here(
-    log: TurnLog, start: int, heartbeat_s: float, metrics: Metrics | None
+    log: TurnLog,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None,
+    render: Render | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -99,7 +114,10 @@ async def _follow_here(
         while True:
             end = len(log.events)
             if position < end:
-                yield b"".join(framed(event, tid, seq) for seq, event in log.since(position))
+                if render is None:
+                    yield b"".join(framed(event, tid, seq) for seq, event in log.since(position))
+                elif written := render([event for _, event in log.since(position)]):
+                    yield written
                 position = end
                 continue
             if log.done:
@@ -122,7 +140,11 @@ _POLL_S: Final = 0.5
 
 
 async def _follow_elsewhere(
-    log: LogElsewhere, start: int, heartbeat_s: float, metrics: Metrics | None
+    log: LogElsewhere,
+    start: int,
+    heartbeat_s: float,
+    metrics: Metrics | None,
+    render: Render | None,
 ) -> AsyncGenerator[bytes, None]:
     tid = log.turn_id.encode()
     position = start
@@ -136,10 +158,13 @@ async def _follow_elsewhere(
             log.expect()  # before reading: a batch written meanwhile wakes the wait below
             frames, ended = await log.read(position)
             if frames:
-                yield b"".join(
-                    b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
-                    for seq, name, data in frames
-                )
+                if render is None:
+                    yield b"".join(
+                        b"id: %b.%d\nevent: %b\ndata: %b\n\n" % (tid, seq, name, data)
+                        for seq, name, data in frames
+                    )
+                elif written := render([_decoded(name, data) for _, name, data in frames]):
+                    yield written
                 position = frames[-1][0] + 1
                 quiet_since = loop.time()
             if ended:
@@ -156,3 +181,13 @@ async def _follow_elsewhere(
         await asyncio.shield(log.detach())
         if metrics is not None:
             metrics.open_streams.dec()
+
+
+_KINDS: Final[tuple[Any, ...]] = (*events.EVENT_TYPES, events.TurnStarted)
+_DECODERS: Final = {kind.name: msgspec.json.Decoder(kind) for kind in _KINDS}
+
+
+def _decoded(name: bytes, data: bytes) -> events.Event | events.TurnStarted:
+    """An event another instance logged, from its name and JSON data, for a ``render``."""
+    event: events.Event | events.TurnStarted = _DECODERS[name].decode(data)
+    return event

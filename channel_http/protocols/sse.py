@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
@@ -200,44 +200,73 @@ class _Pinger:
 _PING: Final[Any] = object()
 
 
-async def event_stream(
+def event_stream(
     turn: Turn, heartbeat_s: float, turn_id: str, metrics: Metrics | None = None
 ) -> AsyncGenerator[bytes, None]:
-    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0).
+    """The turn's events as frames numbered from 1, after the ``turn`` event (number 0)."""
+    tid = turn_id.encode()
+    opening = framed(TurnStarted(turn_id=turn_id), tid, 0)
+    return forward(turn, heartbeat_s, opening, _Numbered(tid), metrics)
 
-    Everything the turn emitted since the last write goes out as one write: the frames
-    of a batch in a list, joined once.
+
+class _Numbered:
+    """Mercury's frames for a batch of events, each with its id: one %-format per event."""
+
+    __slots__ = ("head", "seq")
+
+    def __init__(self, turn_id: bytes) -> None:
+        # framed() in one %-format per event: the id, the name and the JSON.
+        self.head = b"id: " + turn_id.replace(b"%", b"%%") + b".%d\nevent: %b\ndata: %b\n\n"
+        self.seq = 0
+
+    def __call__(self, batch: list[Event]) -> bytes:
+        head, seq = self.head, self.seq
+        frames = []
+        for event in batch:
+            seq += 1
+            frames.append(head % (seq, event.name, _encode(event)))
+        self.seq = seq
+        return frames[0] if len(frames) == 1 else b"".join(frames)
+
+
+async def forward(
+    turn: Turn,
+    heartbeat_s: float,
+    opening: bytes,
+    render: Callable[[list[Event]], bytes],
+    metrics: Metrics | None = None,
+) -> AsyncGenerator[bytes, None]:
+    """``opening``, then the turn's events as ``render`` writes them, until the turn ends.
+
+    The body of every protocol's stream (each renders the events its own way). Everything
+    the turn emitted since the last write goes out as one write; a ``: ping`` comment when
+    the turn has been quiet for the heartbeat interval; the turn is cancelled when the body
+    ends, so a client that leaves stops it. ``opening`` is ready at once (what
+    :class:`Opening` asks).
     """
     turn_events = turn.events
     take, take_nowait = turn_events.take, turn_events.take_nowait
     pinger = _Pinger(turn_events, heartbeat_s)
     loop_time = pinger.loop.time
-    tid = turn_id.encode()
-    # framed() in one %-format per event: the id, the name and the JSON.
-    head = b"id: " + tid.replace(b"%", b"%%") + b".%d\nevent: %b\ndata: %b\n\n"
-    seq = 0
-    first = metrics is not None  # one check per event, the histogram once per turn
+    first = metrics is not None  # one check per batch, the histogram once per turn
     if metrics is not None:
         metrics.open_streams.inc()
     try:
-        yield framed(TurnStarted(turn_id=turn_id), tid, 0)
+        yield opening
         while True:
             batch = take_nowait() or await take()
-            frames = []
-            ended = False
-            for event in batch:
-                if event is None:
-                    ended = True
-                    break
-                if event is _PING:
-                    continue
-                seq += 1
-                frames.append(head % (seq, event.name, _encode(event)))
-            if frames:
+            if batch[0] is _PING:  # the timer adds its tick only to an empty hand-off
+                del batch[0]
+            ended = None in batch
+            if ended:  # the end: nothing after it counts
+                del batch[batch.index(None) :]
+            if batch:
                 if first:
                     first = False
                     metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
-                yield frames[0] if len(frames) == 1 else b"".join(frames)
+                written = render(batch)
+                if written:
+                    yield written
                 pinger.last = loop_time()
             elif not ended:
                 yield HEARTBEAT

@@ -7,8 +7,9 @@ edge, asks the core, and answers JSON or a stream: ``turn`` (``POST /turn``, its
 (what a person reads back: confirmations, the tool log, conversations, memory, the wiki),
 ``about`` (version, contract, health, manifest), ``spaces``, ``pairing``, ``webhooks`` (the
 chat platforms' deliveries), ``login_callback`` (with the OAuth client metadata document),
-``probes`` (liveness, readiness, metrics), ``usage`` (the usage ledger, read) and ``ui`` (the
-reference browser UI). How a turn's events are written on the wire is not here but in
+``probes`` (liveness, readiness, metrics), ``usage`` (the usage ledger, read), ``ui`` (the
+reference browser UI) and ``ui_stream`` (turns as the AI SDK's UI message stream, for
+``useChat``). How a turn's events are written on the wire is not here but in
 :mod:`channel_http.protocols`.
 """
 
@@ -26,6 +27,7 @@ from channel_http.routes import (
     turn,
     ui,
     usage,
+    ui_stream,
     webhooks,
 )
 
@@ -43,5 +45,6 @@ __all__ = [
     "turn",
     "ui",
     "usage",
+    "ui_stream",
     "webhooks",
 ]

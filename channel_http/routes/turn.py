@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,7 +28,8 @@ from channel_http.requests import (
     required_query,
 )
 from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
-from core.engine.sessions import Turn, TurnInput
+from core.engine.events import TurnStarted
+from core.engine.sessions import ConfirmResult, Turn, TurnInput
 
 if TYPE_CHECKING:
     from channel_http.services import Services
@@ -55,6 +57,28 @@ async def turn(request: AnyRequest) -> Stream:
     text = body.text or ""
     if not (opening or resume) and not text.strip():
         raise BadRequest(tr.gettext('Write some text: "text" is missing or blank.'))
+    running = await start_turn(
+        request, caller, services, conversation, text=text, opening=opening, resume=resume
+    )
+    headers = {**sse.HEADERS, "content-language": caller.language}
+    _, frames = stream_of(running, services, caller)
+    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
+
+
+async def start_turn(
+    request: AnyRequest,
+    caller: Caller,
+    services: Services,
+    conversation: str | None,
+    *,
+    text: str = "",
+    opening: bool = False,
+    resume: bool = False,
+) -> Turn:
+    """What every route streaming a turn does before its first byte: a new message checked
+    against the rate limit (a 429 over it), the turn opened, a brief wait for its admission.
+    """
+    tr = caller.translator
     manager = services.manager
     if not resume:
         checking = time.perf_counter()
@@ -85,17 +109,29 @@ async def turn(request: AnyRequest) -> Stream:
         )
     )
     request.scope["state"]["turn"] = running
+    await _admitted(request, running, min(QUEUE_REPORT_S, services.settings.http.heartbeat_s))
+    return running
+
+
+def stream_of(
+    running: Turn, services: Services, caller: Caller, render: rejoin.Render | None = None
+) -> tuple[str, AsyncGenerator[bytes, None]]:
+    """The turn's id and its stream body: logged (to be rejoined) when turns may be.
+
+    Mercury's own frames, or with ``render`` another protocol's rendering of the same events.
+    Either body yields its ``turn`` event before any wait: sent with the headers
+    (:class:`~channel_http.protocols.sse.Opening`).
+    """
     heartbeat_s = services.settings.http.heartbeat_s
-    await _admitted(request, running, min(QUEUE_REPORT_S, heartbeat_s))
-    headers = {**sse.HEADERS, "content-language": caller.language}
     metrics = services.metrics
-    # Either body yields its `turn` frame before any wait: sent with the headers (sse.Opening).
-    if services.turn_logs is None:
-        frames = sse.event_stream(running, heartbeat_s, secrets.token_urlsafe(18), metrics)
-    else:
+    if services.turn_logs is not None:
         log = rejoin.start_logged(running, services.turn_logs, caller.person.key, metrics)
-        frames = rejoin.follow(log, 0, heartbeat_s, metrics)
-    return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
+        return log.turn_id, rejoin.follow(log, 0, heartbeat_s, metrics, render)
+    turn_id = secrets.token_urlsafe(18)
+    if render is None:
+        return turn_id, sse.event_stream(running, heartbeat_s, turn_id, metrics)
+    opening = render([TurnStarted(turn_id=turn_id)])
+    return turn_id, sse.forward(running, heartbeat_s, opening, render, metrics)
 
 
 @get("/turn/events")
@@ -175,12 +211,19 @@ async def confirm(request: AnyRequest) -> Response[Any]:
     conversation = conversation_id(body.conversation_id, tr)
     if not token or conversation is None:
         raise BadRequest(tr.gettext("Both token and conversationId are required."))
-    result = await services_of(request).manager.confirm(
-        caller.principal, caller.person, conversation, token, caller.language
-    )
+    result = await confirm_token(services_of(request), caller, conversation, token)
     content: dict[str, Any] = {"resolved": result.resolved}
     if result.resume:
         content["resume"] = True
     elif result.text is not None:
         content["text"] = result.text
     return ok(content, headers={"content-language": caller.language})
+
+
+async def confirm_token(
+    services: Services, caller: Caller, conversation: str, token: str
+) -> ConfirmResult:
+    """Confirm a staged action by its token, as its owner: ``/confirm`` and ``/ui-stream``."""
+    return await services.manager.confirm(
+        caller.principal, caller.person, conversation, token, caller.language
+    )

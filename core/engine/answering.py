@@ -344,7 +344,7 @@ class Answerer:
                     raise ToolError(f"There is no tool named {name}.")
                 valid = tool.validate(arguments)
                 if await tool.needs_confirmation(context, valid):
-                    staging = await self._stage(context, tool, valid)
+                    staging = await self._stage(context, tool, valid, tool_call_id)
                     outcome, staged = "pending", True
                     step_events.append(staging)  # every staging gets its event and tokens
                     result = (
@@ -365,6 +365,7 @@ class Answerer:
                     context,
                     cast("Tool", tool),  # only a tool that ran can ask
                     asked.arguments,
+                    tool_call_id,
                     summary=asked.summary,
                     choices=asked.choices,
                 )
@@ -412,6 +413,7 @@ class Answerer:
         context: ToolCallContext,
         tool: Tool,
         arguments: dict[str, Any],
+        tool_call_id: str,
         *,
         summary: str | None = None,
         choices: Sequence[tuple[str, str]] | None = None,
@@ -439,6 +441,7 @@ class Answerer:
             command=summary,
             token=staging.token,
             choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+            tool_call_id=tool_call_id,
         )
 
     def _instructions(

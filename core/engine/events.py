@@ -67,12 +67,13 @@ class Choice(msgspec.Struct, frozen=True):
 
 
 class Pending(_Event, frozen=True):
-    """A confirm-required action was staged."""
+    """A confirm-required action was staged; ``tool_call_id`` names the call that staged it."""
 
     name: ClassVar[bytes] = b"pending"
     command: str
     token: str
     choices: tuple[Choice, ...]
+    tool_call_id: str | None = None
 
 
 class Login(_Event, frozen=True):

@@ -200,6 +200,18 @@ async def test_a_plain_staging_emits_pending_with_one_unlabelled_choice_and_a_pe
     assert httpx.get(engine.url + "/confirmations", headers=BOB).json()["pending"] == []
 
 
+async def test_a_staged_confirmations_pending_carries_the_tool_call_id_of_its_tool_call(
+    engine: RunningServer, ollama: OllamaStandIn
+) -> None:
+    ollama.responder = tool_loop(call("peek"), call("bump", by=2), answer="")
+    got = await post_turn(engine, {"text": "peek, then bump", "conversationId": "c1"}, ALICE)
+    peek, bump = got.of("tool")
+    [pending] = got.of("pending")
+    assert pending["toolCallId"] == bump["toolCallId"] != peek["toolCallId"]
+    finishes = {f["toolCallId"]: f["outcome"] for f in got.of("tool_finish")}
+    assert finishes[pending["toolCallId"]] == "pending"
+
+
 async def test_a_staging_in_a_one_off_turn_is_listed_without_a_conversation_id(
     engine: RunningServer, ollama: OllamaStandIn
 ) -> None:
@@ -445,6 +457,8 @@ async def test_two_stagings_in_one_step_each_get_their_pending_event(
     ]
     commands = [p["command"] for p in got.of("pending")]
     assert commands == ["Add 1 to the counter", "Add 2 to the counter"]
+    staged = [p["toolCallId"] for p in got.of("pending")]
+    assert staged == [t["toolCallId"] for t in got.of("tool")]
     for pending in got.of("pending"):
         confirm = {"token": pending["token"], "conversationId": "c1"}
         done = httpx.post(engine.url + "/confirm", headers=ALICE, json=confirm)
