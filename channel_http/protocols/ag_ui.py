@@ -27,8 +27,8 @@ is the client's, echoed in RUN_STARTED and RUN_FINISHED.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -56,7 +56,8 @@ def frame(event: dict[str, Any]) -> bytes:
 
 
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    """A message id: 64 random bits, unique enough within a thread, short on every frame."""
+    return os.urandom(8).hex()  # a tenth of uuid4's cost
 
 
 class AgUiRun:
@@ -68,7 +69,7 @@ class AgUiRun:
     """
 
     __slots__ = (
-        "_content_head",
+        "_content",
         "_link",
         "_reasoning",
         "_streamed",
@@ -88,7 +89,7 @@ class AgUiRun:
         self._link = link
         self.expires_in = expires_in
         self._text_id: bytes | None = None
-        self._content_head = b""
+        self._content = b""
         self._reasoning: set[str] = set()
         self._streamed: list[str] = []
         #: The interrupts the run ends with, one per ``pending``.
@@ -142,6 +143,23 @@ class AgUiRun:
             return self.close_text() + frame({"type": "RUN_ERROR", "message": event.message})
         return b""
 
+    def render_batch(self, batch: list[events.Event]) -> bytes:
+        """The frames of a batch of events, as :meth:`render` makes them.
+
+        An answer's deltas, nearly every event of a turn, are written here without a call
+        each: into the open text message, one %-format (as ``/turn``'s frames are).
+        """
+        frames: list[bytes] = []
+        append = frames.append
+        streamed = self._streamed.append
+        for event in batch:
+            if type(event) is events.Text and self._text_id is not None and event.chunk:
+                streamed(event.chunk)
+                append(self._content % _encode(event.chunk))
+            else:
+                append(self.render(event))
+        return b"".join(frames)
+
     def text(self, chunk: str) -> bytes:
         """A text delta of the server's own (a confirmation's reply), not the model's."""
         return self._text(chunk) if chunk else b""
@@ -194,14 +212,15 @@ class AgUiRun:
         if self._text_id is None:
             message_id = _new_id().encode()
             self._text_id = message_id
-            self._content_head = (
-                b'data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"' + message_id + b'","delta":'
+            self._content = (
+                b'data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"%b","delta":%%b}\n\n'
+                % message_id
             )
             head = (
                 b'data: {"type":"TEXT_MESSAGE_START","messageId":"%b","role":"assistant"}\n\n'
                 % message_id
             )
-        return head + self._content_head + _encode(chunk) + b"}\n\n"
+        return head + self._content % _encode(chunk)
 
     def _reasoning_delta(self, event: events.Reasoning) -> bytes:
         head = b""

@@ -76,7 +76,7 @@ async def ag_ui_run(request: AnyRequest) -> Stream:
     calls, person = services.interrupt_calls, caller.person.key
 
     def render(batch: list[events.Event]) -> bytes:
-        frames = b"".join([run.render(event) for event in batch])
+        frames = run.render_batch(batch)
         if run.tool_calls:  # a staging: its interrupt's call, for the run that answers it
             calls.remember(person, run)
             run.tool_calls.clear()

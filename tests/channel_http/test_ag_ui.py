@@ -61,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 def rendered(run: AgUiRun, *stream: events.Event) -> list[dict[str, Any]]:
     """The events ``stream`` becomes, after RUN_STARTED, each validated by the models."""
-    raw = run.started() + b"".join(run.render(event) for event in stream)
+    raw = run.started() + run.render_batch(list(stream))
     frames = [f for f in raw.split(b"\n\n") if f]
     decoded = []
     for one in frames:
@@ -85,11 +85,13 @@ def a_run() -> AgUiRun:
 def test_final_text_beyond_the_deltas_is_streamed_before_run_finished() -> None:
     got = rendered(
         a_run(),
-        events.Text(chunk="Here is a table."),
+        events.Text(chunk="Here is "),
+        events.Text(chunk="a table."),
         events.Final(text="Here is a table.\n\n| a |"),
     )
     deltas = [e["delta"] for e in got if e["type"] == "TEXT_MESSAGE_CONTENT"]
-    assert deltas == ["Here is a table.", "\n\n| a |"]
+    assert deltas == ["Here is ", "a table.", "\n\n| a |"]
+    assert len({e["messageId"] for e in got if e["type"].startswith("TEXT_MESSAGE")}) == 1
     assert types(got)[-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
 
 
