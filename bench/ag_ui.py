@@ -20,7 +20,6 @@ shape, so both pay the same session set-up):
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import statistics
