@@ -31,11 +31,12 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any, Final
 
 import msgspec
 
+from core.clock import Clock, system_clock
 from core.engine import events
 
 PROTOCOL_VERSION: Final = "1.0"
@@ -61,14 +62,15 @@ def _new_id() -> str:
 
 
 class AgUiRun:
-    """One AG-UI run's rendering of a turn's events; :meth:`render` is called per event.
+    """One AG-UI run's rendering of a turn's events: :meth:`render_batch` per batch.
 
     ``link`` makes the text a login shows (the translated "Sign in to …" with the link);
-    ``expires_in`` is how long a staged confirmation stays open, for each interrupt's
-    ``expiresAt``.
+    ``expires_in`` is how long a staged confirmation stays open, from ``clock``'s now, for
+    each interrupt's ``expiresAt``.
     """
 
     __slots__ = (
+        "_clock",
         "_content",
         "_link",
         "_reasoning",
@@ -82,12 +84,19 @@ class AgUiRun:
     )
 
     def __init__(
-        self, thread_id: str, run_id: str, *, link: Callable[[str, str], str], expires_in: timedelta
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        link: Callable[[str, str], str],
+        expires_in: timedelta,
+        clock: Clock = system_clock,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
         self._link = link
         self.expires_in = expires_in
+        self._clock = clock
         self._text_id: bytes | None = None
         self._content = b""
         self._reasoning: set[str] = set()
@@ -265,7 +274,7 @@ class AgUiRun:
         )
 
     def _pending(self, event: events.Pending) -> None:
-        expires = datetime.now(UTC) + self.expires_in
+        expires = self._clock().astimezone(UTC) + self.expires_in
         interrupt: dict[str, Any] = {
             "id": event.token,
             "reason": CONFIRMATION,

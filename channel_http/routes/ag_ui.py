@@ -51,6 +51,7 @@ async def ag_ui_run(request: AnyRequest) -> Stream:
             tr.gettext("Sign in to %(service)s: %(url)s") % {"service": service, "url": url}
         ),
         expires_in=manager.confirmations.ttl,
+        clock=manager.clock,
     )
     headers = {**sse.HEADERS, "content-language": caller.language}
     if body.resume:

@@ -13,7 +13,7 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from ag_ui.core import Event, RunAgentInput
 from pydantic import TypeAdapter
 
 from channel_http.protocols.ag_ui import AgUiRun
+from core.clock import ManualClock
 from core.config.settings import load_settings
 from core.engine import events
 from core.tools.registry import Plugin, Tool, ToolCallContext
@@ -154,6 +155,23 @@ def test_text_closes_before_a_tool_and_a_new_message_opens_after() -> None:
     start = got[types(got).index("TOOL_CALL_START")]
     assert start["toolCallName"] == "memory"  # a tool event without a name: Mercury saving
     assert json.loads(got[types(got).index("TOOL_CALL_RESULT")]["content"]) == {"outcome": "failed"}
+
+
+def test_an_interrupt_expires_when_its_staging_does_by_the_servers_clock() -> None:
+    run = AgUiRun(
+        "thread",
+        "run-1",
+        link=lambda service, url: url,
+        expires_in=timedelta(minutes=5),
+        clock=ManualClock(datetime(2026, 12, 7, 13, 0, tzinfo=UTC)),
+    )
+    pending = events.Pending(
+        command="x", token="abcd-efgh", choices=(events.Choice("abcd-efgh", ""),)
+    )
+    got = rendered(run, pending, events.Final(text=""))
+    [interrupt] = got[-1]["outcome"]["interrupts"]
+    assert interrupt["expiresAt"] == "2026-12-07T13:05:00.000Z"
+    assert "toolCallId" not in interrupt  # a pending from before toolCallId: none to name
 
 
 def test_usage_on_final_goes_into_run_finished() -> None:
@@ -360,6 +378,41 @@ def test_what_is_wrong_before_the_stream_is_a_4xx_with_a_sentence(
     assert response.status_code == status
     answer = json.loads("\n".join(lines))
     assert answer["ok"] is False and says in answer["error"]
+
+
+def test_refusals_and_the_stream_speak_the_callers_language(server: RunningServer) -> None:
+    german = {**ALICE, "accept-language": "de"}
+    response, _, lines = post(server, {"threadId": "bad id!", "runId": "r"}, german)
+    assert response.status_code == 400 and response.headers["content-language"] == "de"
+    assert json.loads("\n".join(lines))["error"].startswith("Die threadId benennt das Gespräch")
+    response, _, _ = post(server, run_input("deutsch", "hallo"), german)
+    assert response.headers["content-language"] == "de"
+
+
+def test_a_browser_may_call_it_from_another_origin(server: RunningServer) -> None:
+    preflight = httpx.options(
+        server.url + "/ag-ui",
+        headers={
+            "origin": "http://ui.example",
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type",
+        },
+    )
+    assert preflight.status_code in (200, 204)
+    assert preflight.headers["access-control-allow-origin"] in ("*", "http://ui.example")
+    assert "authorization" in preflight.headers["access-control-allow-headers"]
+
+
+def test_over_the_rate_limit_a_run_is_429_before_any_stream(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    limited = make_server(MERCURY_RATE_LIMIT_PER_USER="1")
+    first, events, _ = post(limited, run_input("limited", "one"))
+    assert first.status_code == 200 and events[-1]["type"] == "RUN_FINISHED"
+    second, _, lines = post(limited, run_input("limited", "two"))
+    assert second.status_code == 429 and int(second.headers["retry-after"]) >= 1
+    answer = json.loads("\n".join(lines))
+    assert answer["ok"] is False and "Too many messages" in answer["error"]
 
 
 def test_another_person_cannot_answer_an_interrupt(server: RunningServer) -> None:
