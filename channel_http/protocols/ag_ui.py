@@ -18,7 +18,8 @@ Mapping (Mercury → AG-UI)::
                          nothing for ``pending``: the call waits for its interrupt
     pending              an interrupt of RUN_FINISHED {outcome: {type: "interrupt"}}
     login                CUSTOM {name: "mercury.login"} + a text part with the link
-    final                the text ``final`` adds to the deltas, then RUN_FINISHED
+    final                the text ``final`` adds to the deltas; RUN_FINISHED once the stream
+                         ends (a memory capture's tool call may follow ``final``)
     error                RUN_ERROR {message}
 
 AG-UI has no resumption (a re-run is a new run), so these runs are not rejoinable; the run id
@@ -73,6 +74,7 @@ class AgUiRun:
         "_clock",
         "_content",
         "_link",
+        "_outcome",
         "_reasoning",
         "_streamed",
         "_text_id",
@@ -101,6 +103,7 @@ class AgUiRun:
         self._content = b""
         self._reasoning: set[str] = set()
         self._streamed: list[str] = []
+        self._outcome: tuple[dict[str, Any], dict[str, Any] | None] | None = None
         #: The interrupts the run ends with, one per ``pending``.
         self.interrupts: list[dict[str, Any]] = []
         #: Staged calls by confirmation token: the tool call each interrupt answers.
@@ -298,8 +301,19 @@ class AgUiRun:
         if event.pending_note is not None:
             result["pendingNote"] = event.pending_note
         usage = getattr(event, "usage", None)  # the turn's token usage, where `final` has it
+        self._outcome = (result, None if usage is None else token_usage(usage))
         shown = self._text(rest) if rest else b""
-        return shown + self.finished(result, None if usage is None else token_usage(usage))
+        return shown + self.close_text() + self._close_reasoning()
+
+    def ended(self) -> bytes:
+        """RUN_FINISHED, once the turn has ended after its ``final``.
+
+        Not at ``final`` itself: a memory capture may follow it as a tool call, which AG-UI
+        allows only inside the run.
+        """
+        if self._outcome is None:
+            return b""
+        return self.finished(*self._outcome)
 
 
 def response_schema(pending: events.Pending) -> dict[str, Any]:

@@ -89,6 +89,7 @@ async def ag_ui_run(request: AnyRequest) -> Stream:
         run.started() + answered,
         render,
         services.metrics,
+        run.ended,
     )
     return sse.EventStream(sse.Opening(frames), media_type=sse.MEDIA_TYPE, headers=headers)
 

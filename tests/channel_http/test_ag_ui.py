@@ -27,6 +27,7 @@ from channel_http.protocols.ag_ui import AgUiRun
 from core.clock import ManualClock
 from core.config.settings import load_settings
 from core.engine import events
+from core.memory.edge import EdgeStore
 from core.tools.registry import Plugin, Tool, ToolCallContext
 from dev_model.demo import DevModel, services_yaml
 from tests.conftest import ALICE, BOB, server_env
@@ -62,7 +63,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 def rendered(run: AgUiRun, *stream: events.Event) -> list[dict[str, Any]]:
     """The events ``stream`` becomes, after RUN_STARTED, each validated by the models."""
-    raw = run.started() + run.render_batch(list(stream))
+    raw = run.started() + run.render_batch(list(stream)) + run.ended()
     frames = [f for f in raw.split(b"\n\n") if f]
     decoded = []
     for one in frames:
@@ -569,3 +570,30 @@ def test_an_answer_that_hands_back_streams_the_models_resumed_turn_in_the_run(
     assert resumed[-1]["outcome"] == {"type": "success"}
     heard = ollama.requests[-1]["messages"][-1]
     assert heard["role"] == "tool" and "counter is now 3" in heard["content"]
+
+
+def test_a_memory_capture_after_final_stays_inside_the_run(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    server = make_server(
+        {"memory": EdgeStore(tmp_path / "edge")}, SESSION_CAPTURE_MESSAGE_THRESHOLD="4"
+    )
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        if request.get("stream") is False:  # the capture's summary
+            return ChatScript(content=[json.dumps({"summary": "A trip.", "facts": []})])
+        return ChatScript.words("Noted.")
+
+    ollama.responder = respond
+    post(server, run_input("remembered", "I plan a trip"))
+    _, events, _ = post(server, run_input("remembered", "to Lisbon in May"))
+    # AG-UI allows nothing after RUN_FINISHED: the capture's call comes before it.
+    assert types(events)[-5:] == [
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "RUN_FINISHED",
+    ]
+    assert events[-5]["toolCallName"] == "memory"
+    assert events[-1]["result"] == {"text": "Noted."}
