@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from channel_http.protocols.ag_ui import InterruptCalls
+
 if TYPE_CHECKING:
     from auth_providers import AuthChain
     from bridges.pipeline import PipelineStores
@@ -74,6 +76,8 @@ class Services:
     bridging: Bridging | None = None
     #: The configured MCP servers, None without any.
     mcp: McpServers | None = None
+    #: The tool call each open AG-UI interrupt answers (``POST /ag-ui``).
+    interrupt_calls: InterruptCalls = field(default_factory=InterruptCalls)
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:
