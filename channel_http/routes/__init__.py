@@ -28,8 +28,8 @@ from channel_http.routes import (
     spaces,
     turn,
     ui,
-    usage,
     ui_stream,
+    usage,
     webhooks,
 )
 
@@ -47,7 +47,7 @@ __all__ = [
     "spaces",
     "turn",
     "ui",
-    "usage",
     "ui_stream",
+    "usage",
     "webhooks",
 ]

@@ -43,8 +43,8 @@ from core.tools.registry import (
     cap,
     detail_of,
 )
-from core.usage import Spent
 from core.tools.tool_search import deferral
+from core.usage import Spent
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
