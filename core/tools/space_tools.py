@@ -284,9 +284,10 @@ def settings_plugin(settings: SpaceSettings) -> Plugin:
                 name="space_settings",
                 description=(
                     "Read this space's settings (rate limit, trigger, ambient context bounds, "
-                    "live answers, token allowances), each with where its value comes from: the space's own, "
-                    "the file's or the global one; or, for an admin's request, set or delete "
-                    "the space's own value of one (delete falls back to the file's or global)."
+                    "live answers, token allowances), each with where its value comes from: "
+                    "the space's own, the file's or the global one; or, for an admin's request, "
+                    "set or delete the space's own value of one (delete falls back to the "
+                    "file's or global)."
                 ),
                 parameters={
                     "type": "object",

@@ -333,3 +333,18 @@ def test_a_call_a_fallback_answered_is_kept_under_the_model_that_answered(
     assert answered.json()["usage"]["cached"] == 0  # the OpenAI protocol's counts
     [row] = ledger_rows(server)
     assert row["model"] == MODEL and row["calls"] == 1  # not llama3.2, which failed
+
+
+def test_a_turn_of_two_model_calls_writes_twice_and_final_sums_both(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    server = start(make_server, tmp_path)
+    ollama.enqueue(ChatScript(tool_calls=[{"name": "wiki_list", "arguments": {}}]))
+    ollama.enqueue(ChatScript.words("There are no notes."))
+    received = post_turn(server, {"text": "what notes do I have?"})
+    assert received.names()[-1] == "final"
+    [final] = received.of("final")
+    [row] = ledger_rows(server)
+    assert row["calls"] == len(ollama.requests) == 2
+    assert server.services.manager.ledger.writes == 2
+    assert final["usage"] == {"input": row["input_tokens"], "output": row["output_tokens"]}
