@@ -257,7 +257,7 @@ def test_a_plain_message_streams_reasoning_then_one_text_message_in_agui_order(
     assert seen[end + 1] == "TEXT_MESSAGE_START"
     assert seen[-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert text.startswith("You said: hello there")
+    assert "You said: hello there" in text  # after the greeting of a first turn
     assert finished["outcome"] == {"type": "success"}
     assert finished["result"] == {"text": text} and finished["runId"] == body["runId"]
     ids = {e["messageId"] for e in events if e["type"].startswith("TEXT_MESSAGE")}
@@ -332,7 +332,7 @@ def test_only_the_last_user_message_is_the_input_the_rest_is_ignored(
     ]
     _, events, _ = post(server, body)
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert text.startswith("You said: the new one")
+    assert "You said: the new one" in text
     said = httpx.get(
         server.url + "/conversation", params={"conversationId": "history"}, headers=ALICE
     )
