@@ -329,19 +329,11 @@ def response_schema(pending: events.Pending) -> dict[str, Any]:
     }
 
 
-#: Mercury's usage fields by the names AG-UI's ``TokenUsage`` gives them.
+#: ``final.usage``'s counts (``input``, ``output``, ``cached``) by AG-UI ``TokenUsage``'s names.
 _USAGE_NAMES: Final = {
     "input": "inputTokens",
-    "inputTokens": "inputTokens",
     "output": "outputTokens",
-    "outputTokens": "outputTokens",
     "cached": "cachedInputTokens",
-    "cachedTokens": "cachedInputTokens",
-    "cachedInputTokens": "cachedInputTokens",
-    "total": "totalTokens",
-    "totalTokens": "totalTokens",
-    "reasoning": "reasoningTokens",
-    "reasoningTokens": "reasoningTokens",
 }
 
 
