@@ -29,6 +29,7 @@ from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.requests import MAX_BODY
 from channel_http.routes import about, chat, me, records, turn
+from channel_http.routes.connections import connection_routes
 from channel_http.routes.handling import authenticated_router
 from channel_http.routes.login_callback import login_router, public_paths, redirect_uri
 from channel_http.routes.pairing import pairing_routes
@@ -45,7 +46,6 @@ from channel_http.routes.spaces import space_routes
 from channel_http.routes.ui import ui_router
 from channel_http.routes.webhooks import webhook, webhook_interactions
 from channel_http.services import Services
-from channel_http.sign_ins import sign_in_routes
 from channel_http.tracing import traced
 from core.clock import Clock, system_clock
 from core.config.settings import ConfigurationError, Settings, dm_policies
@@ -263,7 +263,7 @@ def build_app(
         records.memory_scroll,
         *space_routes,
         *pairing_routes,
-        *sign_in_routes,
+        *connection_routes,
         *extra_routes,
     ]
     if metrics is not None and settings.metrics.port is None:

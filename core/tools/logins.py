@@ -76,6 +76,22 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", category=authlib.deprecate.AuthlibDeprecationWarning)
     from authlib.integrations.httpx_client import AsyncOAuth2Client, OAuthError
 
+# authlib's client runs on httpx2 where it is installed (the MCP SDK brings it), else on
+# httpx: a transport failure is either's HTTPError. A token answer that can't be read is a
+# ValueError, KeyError or TypeError.
+try:
+    import httpx2
+
+    _FAILURES: tuple[type[Exception], ...] = (
+        httpx.HTTPError,
+        httpx2.HTTPError,
+        ValueError,
+        KeyError,
+        TypeError,
+    )
+except ImportError:  # pragma: no cover - httpx2 comes with the mcp dependency
+    _FAILURES = (httpx.HTTPError, ValueError, KeyError, TypeError)
+
 if TYPE_CHECKING:
     from core.config.settings import RestService
     from core.state import Database
@@ -449,7 +465,7 @@ class Logins:
         except OAuthError as error:
             log.warning("The %s login was refused at the token endpoint: %s", service, error.error)
             return LoginOutcome(status="failed", service=title, language=language)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+        except _FAILURES as error:
             log.warning("The %s login failed at the token endpoint: %r", service, type(error))
             return LoginOutcome(status="failed", service=title, language=language)
         await self._store(person_key, service, tokens)
@@ -526,7 +542,7 @@ class Logins:
             log.info("%s's %s refresh was refused: %s", person_key, service, error.error)
             await self.forget(person_key, service, db)
             return None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+        except _FAILURES as error:
             log.warning("The %s token endpoint failed a refresh: %r", service, type(error))
             raise LoginServiceUnreachable(service) from None
         await self._store(person_key, service, renewed, db)

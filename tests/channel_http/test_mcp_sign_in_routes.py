@@ -28,6 +28,7 @@ from core.tools.mcp import McpSignIn, OAuthTarget
 from core.tools.registry import LoginRequired
 from tests.conftest import ALICE, BOB
 from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
+from tests.support.contract import check_response
 from tests.support.mcp_resource import ProtectedMcp, serving
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
@@ -101,6 +102,7 @@ def test_the_client_metadata_document_is_served_at_its_own_url_without_a_token(
 ) -> None:
     answer = httpx.get(mercury.url + "/oauth/client-metadata.json", timeout=10)
     assert answer.status_code == 200
+    check_response(answer)
     document = answer.json()
     assert document["client_id"] == PUBLIC_URL + "/oauth/client-metadata.json"
     assert document["redirect_uris"] == [REDIRECT]
@@ -118,6 +120,7 @@ def test_a_person_signs_in_sees_their_connection_and_removes_it(
     listed = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
     assert listed.status_code == 200
     assert listed.headers["cache-control"] == "no-store"
+    check_response(listed)
     [connection] = listed.json()["connections"]
     assert connection["server"] == "tracker"
     assert connection["title"] == "Tracker"
@@ -129,9 +132,11 @@ def test_a_person_signs_in_sees_their_connection_and_removes_it(
     assert theirs.json() == {"ok": True, "connections": []}
     refused = httpx.delete(mercury.url + "/me/connections/tracker", headers=BOB, timeout=10)
     assert refused.status_code == 404
+    check_response(refused)
     assert refused.json()["ok"] is False and "tracker" in refused.json()["error"]
     removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=10)
     assert removed.json() == {"ok": True, "server": "tracker"}
+    check_response(removed)
     after = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
     assert after.json()["connections"] == []
     assert httpx.get(mercury.url + "/me/connections", timeout=10).status_code == 401
@@ -145,6 +150,7 @@ def test_a_callback_from_another_issuer_is_refused_without_showing_its_error(
     forged = {"state": state, "error": "access_denied_by_attacker", "iss": "https://evil.example"}
     page = httpx.get(mercury.url + "/login/callback?" + urlencode(forged), timeout=10)
     assert page.status_code == 400
+    check_response(page)
     assert "attacker" not in page.text
     assert "wasn't sent to" in page.text
     # The login is spent: the genuine callback, after, finds nothing to finish.

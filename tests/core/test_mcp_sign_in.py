@@ -27,7 +27,7 @@ from core.tools.mcp.discovery import parse_challenge
 from core.tools.mcp.oauth import service_key
 from core.tools.registry import LoginRequired
 from tests.oidc.harness import LOGIN_CLIENT_ID, OidcProviderProcess, ensure_node_modules
-from tests.support.mcp_resource import ProtectedMcp, serving
+from tests.support.mcp_resource import PRM_PATH, ProtectedMcp, serving
 from tests.support.state import StateBackend, backend_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -79,6 +79,7 @@ def peers() -> Iterator[Peers]:
 @pytest.fixture
 def target(peers: Peers) -> OAuthTarget:
     peers.mcp.authorization_servers = [peers.idp.issuer]
+    peers.mcp.metadata_path = PRM_PATH
     return OAuthTarget(
         server="tracker",
         title="Tracker",
@@ -194,6 +195,17 @@ async def test_a_login_started_on_one_instance_finishes_on_another_with_the_meta
     assert answer.json()["result"]["content"][0]["text"] == "read as alice"
     claims = peers.mcp.claims(authorization.removeprefix("Bearer "))
     assert claims is not None and claims["aud"] == peers.mcp.url
+
+
+async def test_metadata_found_only_through_the_challenge_is_found_before_the_first_call(
+    two: tuple[Instance, Instance], peers: Peers, target: OAuthTarget
+) -> None:
+    first, _ = two
+    peers.mcp.metadata_path = "/meta/resource.json"  # nothing at the well-known paths
+    with pytest.raises(LoginRequired) as raised:
+        await first.sign_in.authorization("alice", target)
+    query = dict(parse_qsl(urlsplit(raised.value.url).query))
+    assert query["resource"] == peers.mcp.url and query["scope"] == "mcp:read"
 
 
 async def test_a_callback_from_another_issuer_is_refused_and_its_code_never_redeemed(
@@ -363,3 +375,19 @@ def test_a_bearer_challenge_is_read_with_its_quoted_and_bare_parameters() -> Non
 
 def test_the_tokens_are_kept_under_the_server_name_apart_from_rest_services() -> None:
     assert service_key("tracker") == "mcp:tracker"
+
+
+async def test_a_sign_in_that_cant_be_found_isnt_looked_for_again_at_every_turn(
+    two: tuple[Instance, Instance], peers: Peers, target: OAuthTarget
+) -> None:
+    first, _ = two
+    peers.mcp.authorization_servers = ["https://elsewhere.example"]
+    before = peers.mcp.metadata_reads
+    for _ in range(3):
+        with pytest.raises(SignInUnavailable, match="elsewhere"):
+            await first.sign_in.authorization("alice", target)
+    assert peers.mcp.metadata_reads == before + 1
+    # The server's own challenge is always followed.
+    with pytest.raises(SignInUnavailable, match="elsewhere"):
+        await first.sign_in.challenged("alice", target, 401, None)
+    assert peers.mcp.metadata_reads == before + 2

@@ -5,7 +5,8 @@ provider issued for it: signed by the provider's key, ``iss`` the provider, ``au
 server's URL (the RFC 8707 resource). Without one it answers 401 with
 ``WWW-Authenticate: Bearer resource_metadata="…", scope="mcp:read"``; the tool ``write``
 wants ``mcp:write`` as well and answers 403 ``insufficient_scope`` without it. Its protected
-resource metadata (RFC 9728) is at ``/.well-known/oauth-protected-resource/mcp``;
+resource metadata (RFC 9728) is at ``/.well-known/oauth-protected-resource/mcp``, or where
+``metadata_path`` says (then only the challenge tells where);
 ``authorization_servers`` can be changed to name another server (the SSRF tests).
 
 Given an ``app`` (an ``mcp`` SDK server's ``streamable_http_app()``), it is that server's
@@ -40,6 +41,9 @@ class ProtectedMcp:
         self.keys = jwt.PyJWKSet.from_dict(httpx.get(f"{issuer}/jwks", timeout=10).json())
         self.origin = ""
         self.authorization_servers: list[str] = [issuer]
+        #: Where the resource metadata is served (and the challenge says it is).
+        self.metadata_path = PRM_PATH
+        self.metadata_reads = 0
         self.bearers: list[str] = []  # every Authorization header received
 
     @property
@@ -48,7 +52,7 @@ class ProtectedMcp:
 
     @property
     def metadata_url(self) -> str:
-        return self.origin + PRM_PATH
+        return self.origin + self.metadata_path
 
     def claims(self, token: str) -> dict[str, Any] | None:
         try:
@@ -64,7 +68,8 @@ class ProtectedMcp:
     def _answer(
         self, path: str, method: str, headers: dict[bytes, bytes], raw: bytes
     ) -> tuple[int, dict[str, str], Any]:
-        if method == "GET" and path == PRM_PATH:
+        if method == "GET" and path == self.metadata_path:
+            self.metadata_reads += 1
             return (
                 200,
                 {},
@@ -110,7 +115,7 @@ class ProtectedMcp:
             assert self.app is not None, scope["type"]
             await self.app(scope, receive, send)  # the SDK app's lifespan
             return
-        if self.app is not None and scope["path"] != PRM_PATH:
+        if self.app is not None and scope["path"] != self.metadata_path:
             await self._gate(scope, receive, send)
             return
         raw = b""

@@ -1,6 +1,7 @@
 // What the agent keeps of the person, read-only: the wiki, memory, the tool log, pending
-// confirmations and plugins, plus the settings screen (name, language, time zone) and the
-// shared spaces with their preferences (spaces.ts).
+// confirmations and plugins, plus the settings screen (name, language, time zone), the MCP
+// servers the person signed in to (each can be signed out of) and the shared spaces with
+// their preferences (spaces.ts).
 
 import { type Api, ApiError, type Me } from "./api";
 import { button, clear, h } from "./dom";
@@ -50,6 +51,7 @@ export class Panels {
       { id: "tool-log", label: S.toolLog, render: (panel) => this.toolLog(panel) },
       { id: "pending", label: S.pending, render: (panel) => this.pending(panel) },
       { id: "plugins", label: S.plugins, render: (panel) => this.plugins(panel) },
+      { id: "connections", label: S.connections, render: (panel) => this.connections(panel) },
       { id: "spaces", label: S.spaces, render: (panel) => this.spaces.render(panel) },
     ];
     for (const tab of this.tabs) {
@@ -331,5 +333,43 @@ export class Panels {
         ),
       ),
     );
+  }
+
+  private async connections(panel: HTMLElement): Promise<void> {
+    const { connections } = await this.host.api.get<{
+      connections: { server: string; title: string; issuer: string | null; scopes: string[] }[];
+    }>("/me/connections");
+    const status = h("p", { class: "note", attrs: { role: "status" } });
+    panel.append(h("h2", {}, S.connections), h("p", { class: "muted" }, S.connectionsHelp));
+    if (connections.length === 0) {
+      panel.append(h("p", {}, S.noConnections));
+      return;
+    }
+    const list = h("ul", { class: "connections" });
+    for (const connection of connections) {
+      const item = h(
+        "li",
+        {},
+        h("strong", {}, connection.title),
+        connection.issuer ? S.signedInThrough(connection.issuer) : null,
+        connection.scopes.length > 0 ? S.grantedScopes(connection.scopes.join(" ")) : null,
+        " ",
+      );
+      item.append(
+        button(S.signOutOf(connection.title), async () => {
+          try {
+            const path = `/me/connections/${encodeURIComponent(connection.server)}`;
+            await this.host.api.send("DELETE", path);
+            item.remove();
+            status.textContent = S.signedOutOf(connection.title);
+            if (list.children.length === 0) list.replaceWith(h("p", {}, S.noConnections));
+          } catch (error) {
+            status.textContent = error instanceof Error ? error.message : String(error);
+          }
+        }),
+      );
+      list.append(item);
+    }
+    panel.append(list, status);
   }
 }

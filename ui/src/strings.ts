@@ -92,6 +92,16 @@ export const strings = {
   plugins: "Plugins",
   active: " · active",
   inactive: " · inactive",
+  // MCP servers the person signed in to
+  connections: "Connections",
+  connectionsHelp:
+    "The tool servers you signed in to. Signing out forgets your access there; using one of " +
+    "its tools asks you to sign in again.",
+  noConnections: "You aren't signed in to any tool server.",
+  grantedScopes: (scopes: string) => ` · ${scopes}`,
+  signedInThrough: (issuer: string) => ` · through ${issuer}`,
+  signOutOf: (title: string) => `Sign out of ${title}`,
+  signedOutOf: (title: string) => `Signed out of ${title}.`,
   // Spaces and their preferences
   spaces: "Spaces",
   noSpaces: "You are in no shared space yet.",

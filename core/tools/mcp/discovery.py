@@ -1,7 +1,8 @@
 """How to sign in to an MCP server: its challenge, its resource and authorization servers.
 
 - :func:`parse_challenge` reads a ``WWW-Authenticate: Bearer …`` header: the protected
-  resource metadata's URL, the scope the server asks for, the error (``insufficient_scope``).
+  resource metadata's URL, the scope the server asks for, the error (``insufficient_scope``);
+  :func:`probe_challenge` asks the server for one (a request without a token).
 - :func:`discover` fetches the server's protected resource metadata (RFC 9728: the URL the
   challenge names, else the well-known path for the server's URL, then the one at its
   root), checks that it is about this server, then its first authorization server's metadata
@@ -38,6 +39,7 @@ __all__ = [
     "SignInUnavailable",
     "discover",
     "parse_challenge",
+    "probe_challenge",
 ]
 
 #: Metadata documents larger than this are refused.
@@ -107,6 +109,21 @@ def parse_challenge(header: str | None) -> Challenge:
         scopes=tuple(params.get("scope", "").split()),
         error=params.get("error") or None,
     )
+
+
+async def probe_challenge(client: httpx.AsyncClient, server_url: str) -> Challenge:
+    """The challenge the server answers a request without a token with (empty: none)."""
+    ping = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+    headers = {"accept": "application/json, text/event-stream"}
+    try:
+        async with client.stream("POST", server_url, json=ping, headers=headers) as answer:
+            if answer.status_code != httpx.codes.UNAUTHORIZED:
+                return Challenge()
+            return parse_challenge(answer.headers.get("www-authenticate"))
+    except asyncio.CancelledError:
+        raise
+    except httpx.HTTPError:
+        return Challenge()
 
 
 async def discover(

@@ -6,7 +6,8 @@ the server answers 401 or 403 it calls :meth:`McpSignIn.challenged`. Either rais
 :class:`~core.tools.registry.LoginRequired` with the URL the person signs in at, after:
 
 1. discovery (:mod:`core.tools.mcp.discovery`): RFC 9728 protected resource metadata, from
-   the challenge's ``resource_metadata`` else the well-known path, then RFC 8414 / OpenID
+   the challenge's ``resource_metadata`` (asked of the server with a request without a token
+   when the client hasn't one yet) else the well-known path, then RFC 8414 / OpenID
    Connect metadata of its authorization server; every URL within the server's own host and
    its ``allowed_hosts`` (:mod:`core.tools.mcp.hosts`);
 2. Mercury's client there (:mod:`core.tools.mcp.registration`), in the specification's
@@ -45,8 +46,10 @@ from core.tools.mcp.discovery import (
     AuthorizationServer,
     Challenge,
     ProtectedResource,
+    SignInUnavailable,
     discover,
     parse_challenge,
+    probe_challenge,
 )
 from core.tools.mcp.registration import (
     CLIENT_METADATA_PATH,
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     from core.tools.logins import Logins
 
 __all__ = [
+    "DISCOVERY_RETRY_S",
     "DISCOVERY_TTL_S",
     "SERVICE_PREFIX",
     "AccessRefused",
@@ -72,6 +76,10 @@ __all__ = [
 SERVICE_PREFIX: Final = "mcp:"
 #: How long a server's discovered metadata is used before it is fetched again (seconds).
 DISCOVERY_TTL_S: Final = 300.0
+#: How long a sign-in that couldn't be found isn't looked for again for a person's call
+#: (each turn asks for the person's tools: a server whose metadata is broken or out of reach
+#: would otherwise cost every turn a discovery).
+DISCOVERY_RETRY_S: Final = 30.0
 CLIENT_NAME: Final = "Mercury"
 
 
@@ -125,7 +133,10 @@ class McpSignIn:
         self._client_name = client_name
         self._timeout_s = timeout_s
         self._registrations = Registrations(logins, client_name=client_name)
-        self._discovered: dict[str, tuple[float, ProtectedResource, AuthorizationServer]] = {}
+        self._discovered: dict[
+            str, tuple[float, ProtectedResource, AuthorizationServer, Challenge]
+        ] = {}
+        self._failed: dict[str, tuple[float, SignInUnavailable]] = {}
 
     def check(self, server: str) -> None:
         """Refuse, at start-up, the ``auth: oauth`` server ``server`` where people's tokens
@@ -166,7 +177,7 @@ class McpSignIn:
         token = await self._logins.token(person_key, service_key(target.server))
         if token is not None:
             return f"Bearer {token}"
-        await self._sign_in(person_key, target, Challenge(), granted=(), language=language)
+        await self._sign_in(person_key, target, None, granted=(), language=language)
 
     async def challenged(
         self,
@@ -210,18 +221,33 @@ class McpSignIn:
         self,
         person_key: str,
         target: OAuthTarget,
-        challenge: Challenge,
+        challenge: Challenge | None,
         *,
         granted: tuple[str, ...],
         language: str | None,
     ) -> NoReturn:
+        """``challenge`` None: the server hasn't been asked yet; it is (once per discovery)."""
         service = service_key(target.server)
         redirect = self._logins.redirect_uri
         if redirect is None:
             raise LoginUnavailable(target.title)
-        async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
-            resource, server = await self._discover(client, target, challenge)
-            registration = await self._client(client, target, server, redirect)
+        failed = self._failed.get(target.server)
+        if challenge is None and failed is not None:
+            if time.monotonic() - failed[0] < DISCOVERY_RETRY_S:
+                raise SignInUnavailable(failed[1].title, failed[1].reason)
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False) as client:
+                if challenge is None:
+                    kept = self._kept(target.server)
+                    challenge = (
+                        kept[2] if kept is not None else await probe_challenge(client, target.url)
+                    )
+                resource, server = await self._discover(client, target, challenge)
+                registration = await self._client(client, target, server, redirect)
+        except SignInUnavailable as error:
+            self._failed[target.server] = (time.monotonic(), error)
+            raise
+        self._failed.pop(target.server, None)
         asked = challenge.scopes or target.scopes or resource.scopes_supported
         scopes = tuple(dict.fromkeys((*granted, *asked)))
         login = ServiceLogin(
@@ -247,14 +273,9 @@ class McpSignIn:
     async def _discover(
         self, client: httpx.AsyncClient, target: OAuthTarget, challenge: Challenge
     ) -> tuple[ProtectedResource, AuthorizationServer]:
-        now = time.monotonic()
-        kept = self._discovered.get(target.server)
-        if (
-            kept is not None
-            and challenge.resource_metadata is None
-            and now - kept[0] < DISCOVERY_TTL_S
-        ):
-            return kept[1], kept[2]
+        kept = self._kept(target.server)
+        if kept is not None and challenge in (Challenge(), kept[2]):
+            return kept[0], kept[1]
         resource, server = await discover(
             client,
             title=target.title,
@@ -262,8 +283,15 @@ class McpSignIn:
             allowed_hosts=target.allowed_hosts,
             challenge=challenge,
         )
-        self._discovered[target.server] = (now, resource, server)
+        self._discovered[target.server] = (time.monotonic(), resource, server, challenge)
         return resource, server
+
+    def _kept(self, server: str) -> tuple[ProtectedResource, AuthorizationServer, Challenge] | None:
+        """The server's discovery while it is fresh: its metadata and the challenge it read."""
+        kept = self._discovered.get(server)
+        if kept is None or time.monotonic() - kept[0] >= DISCOVERY_TTL_S:
+            return None
+        return kept[1], kept[2], kept[3]
 
     async def _client(
         self,

@@ -118,14 +118,6 @@ class Registrations:
         )
         return registered
 
-    async def forget(self, issuer: str, redirect_uri: str) -> None:
-        """Drop a registration the server no longer knows (it is made again when next needed)."""
-        await self._open()
-        await self._logins.database.execute(
-            "DELETE FROM mcp_oauth_clients WHERE issuer = ? AND redirect_uri = ?",
-            (issuer, redirect_uri),
-        )
-
     async def _register(
         self,
         client: httpx.AsyncClient,

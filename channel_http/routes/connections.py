@@ -12,28 +12,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from litestar import Request, Response, delete, get
+from litestar import Response, delete, get
 from litestar.params import FromPath
 
 from channel_http.errors import NotFound
+from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
 from core.people.messages import CONNECTION_UNKNOWN
 
 if TYPE_CHECKING:
     from channel_http.middleware import Caller
-    from channel_http.services import Services
     from core.tools.logins import Connection
     from core.tools.mcp import McpSignIn
 
-__all__ = ["sign_in_routes"]
+__all__ = ["connection_routes"]
 
-AnyRequest = Request[Any, Any, Any]
 _NO_STORE: Final = {"cache-control": "no-store"}
 
 
 def _sign_in(request: AnyRequest) -> tuple[Caller, McpSignIn]:
-    services: Services = request.app.state.services
-    caller: Caller = request.scope["state"]["caller"]
-    sign_in = services.mcp_sign_in
+    caller = caller_of(request)
+    sign_in = services_of(request).mcp_sign_in
     assert sign_in is not None  # noqa: S101 - the app builds it with the logins
     return caller, sign_in
 
@@ -53,9 +51,7 @@ def _connection(found: Connection) -> dict[str, Any]:
 async def connections_list(request: AnyRequest) -> Response[Any]:
     caller, sign_in = _sign_in(request)
     found = await sign_in.connections(caller.person.key)
-    return Response(
-        {"ok": True, "connections": [_connection(one) for one in found]}, headers=_NO_STORE
-    )
+    return ok({"connections": [_connection(one) for one in found]}, headers=_NO_STORE)
 
 
 @delete("/me/connections/{server:str}", status_code=200)
@@ -63,7 +59,7 @@ async def connections_remove(request: AnyRequest, server: FromPath[str]) -> Resp
     caller, sign_in = _sign_in(request)
     if not await sign_in.disconnect(caller.person.key, server):
         raise NotFound(caller.translator.gettext(CONNECTION_UNKNOWN) % {"server": server[:80]})
-    return Response({"ok": True, "server": server}, headers=_NO_STORE)
+    return ok({"server": server}, headers=_NO_STORE)
 
 
-sign_in_routes: Final = (connections_list, connections_remove)
+connection_routes: Final = (connections_list, connections_remove)
