@@ -523,3 +523,18 @@ async def test_a_call_is_a_span_under_the_turns_tool_span_without_its_arguments(
     }
     for span in finished:
         assert "SECRET-1" not in str(dict(span.attributes or {}))
+
+
+async def test_the_model_cannot_pass_what_only_a_staging_may(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(
+        call("trk_archive_issue", key="TRK-13", __mcp_input={"open": "x", "field": "confirm"}),
+        ChatScript.words("No."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        received = await ask(client, "archive TRK-13")
+    assert [f["outcome"] for f in received.of("tool_finish")] == ["failed"]
+    assert received.of("pending") == []
+    assert "reserved key" in ollama.requests[-1]["messages"][-1]["content"]
+    assert tracker.calls == []
