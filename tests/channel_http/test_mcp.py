@@ -492,3 +492,18 @@ async def test_a_changed_tool_list_is_read_again_on_the_servers_notice_and_only_
             await ask(client, "hello")
             assert {n for n in offered(ollama) if n.startswith("lc_")} == {"lc_first", "lc_second"}
             assert connection.list_calls == listed + 1
+
+
+async def test_the_model_cannot_pass_what_only_a_staging_may(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(
+        call("trk_archive_issue", key="TRK-13", __mcp_input={"open": "x", "field": "confirm"}),
+        ChatScript.words("No."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        received = await ask(client, "archive TRK-13")
+    assert [f["outcome"] for f in received.of("tool_finish")] == ["failed"]
+    assert received.of("pending") == []
+    assert "reserved key" in ollama.requests[-1]["messages"][-1]["content"]
+    assert tracker.calls == []

@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import httpx
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from channel_http.serving.logs import JsonFormatter, with_trace_id
 from tests.conftest import ALICE
+from tests.support.mcp_tracker import Tracker, mcp_server
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.support.sse import turn
@@ -142,3 +144,33 @@ async def test_the_messages_go_on_a_model_calls_span_only_when_the_setting_opts_
     assert answer == [
         {"role": "assistant", "parts": [{"type": "text", "content": "second answer"}]}
     ]
+
+
+async def test_an_mcp_call_is_a_span_under_the_turns_tool_span_without_its_arguments(
+    spans: InMemorySpanExporter, make_server: object, ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    tracker = Tracker()
+    config = tmp_path / "mercury.yaml"
+    config.write_text("mcp:\n  servers:\n    trk: {command: in-process, trusted: true}\n")
+    server: RunningServer = make_server(  # type: ignore[operator]
+        {"mcp_targets": {"trk": mcp_server(tracker)}}, MERCURY_CONFIG_FILE=str(config)
+    )
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "trk_get_issue", "arguments": {"key": "SECRET-1"}}]),
+        ChatScript.words("Here."),
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+        await turn(client, {"text": "show it", "conversationId": "c1"}, ALICE)
+    assert tracker.calls == [("get_issue", {"key": "SECRET-1"})]
+    finished = spans.get_finished_spans()
+    (mcp,) = named(finished, "mcp.tools.call")
+    (tool,) = named(finished, "execute_tool trk_get_issue")
+    assert mcp.parent is not None and mcp.parent.span_id == tool.context.span_id
+    assert dict(mcp.attributes or {}) == {
+        "mcp.method.name": "tools/call",
+        "mcp.server": "trk",
+        "gen_ai.tool.name": "get_issue",
+        "gen_ai.operation.name": "execute_tool",
+    }
+    for span in finished:
+        assert "SECRET-1" not in json.dumps(dict(span.attributes or {}))

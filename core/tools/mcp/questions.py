@@ -48,6 +48,8 @@ class _Flight:
     """One call in flight on a connection, and the question it may be asked."""
 
     id: str
+    #: The person the call is made for: only they may answer its question.
+    owner: str
     question: asyncio.Future[types.ElicitRequestParams] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -94,18 +96,22 @@ class OpenQuestions:
         return elicit
 
     async def run(
-        self, connection: object, start: Callable[[], Coroutine[Any, Any, R]]
+        self, connection: object, owner: str, start: Callable[[], Coroutine[Any, Any, R]]
     ) -> R | Parked:
-        """The call's result, or :class:`Parked` when the server asked the person first."""
-        flight = _Flight(id=secrets.token_urlsafe(12))
+        """The call's result, or :class:`Parked` when the server asked ``owner`` first."""
+        flight = _Flight(id=secrets.token_urlsafe(12), owner=owner)
         self._active.setdefault(connection, set()).add(flight)
         task: asyncio.Task[R] = asyncio.create_task(start())
         result: R | Parked = await self._race(flight, task, connection)
         return result
 
-    async def resume(self, flight_id: str, answer: types.ElicitResult) -> Any:
-        """Hand ``answer`` to the parked call; its result, or :class:`Parked` again."""
-        parked = self._parked.pop(flight_id, None)
+    async def resume(self, flight_id: str, owner: str, answer: types.ElicitResult) -> Any:
+        """Hand ``owner``'s ``answer`` to the parked call; its result, or :class:`Parked` again."""
+        parked = self._parked.get(flight_id)
+        if parked is not None and parked[0].owner == owner:
+            del self._parked[flight_id]
+        else:
+            parked = None
         if parked is None or parked[0].answer is None or parked[0].answer.done():
             raise QuestionExpired(
                 "The server stopped waiting for this answer (it waits a limited time, on the "

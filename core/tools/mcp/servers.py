@@ -28,6 +28,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import mcp_types as types
@@ -48,6 +49,7 @@ from core.tools.mcp.oauth import McpSignIn, OAuthTarget
 from core.tools.mcp.questions import OpenQuestions, Parked
 from core.tools.mcp.results import reply_of
 from core.tools.registry import (
+    InvalidArguments,
     Plugin,
     Tool,
     ToolCallContext,
@@ -362,7 +364,7 @@ class McpServers:
                 await self.connection(server.name, context.person.key).client()
             return confirm
 
-        return Tool(
+        return _McpTool(
             name=_tool_name(server.name, listed.name),
             description=description,
             parameters=parameters,
@@ -387,7 +389,9 @@ class McpServers:
         answer: str | None,
     ) -> ToolReply | str:
         """The person's answer to a 2025-11-25 question, handed to the call still open."""
-        result = await self.questions.resume(str(asked["open"]), answer_of(asked, answer))
+        result = await self.questions.resume(
+            str(asked["open"]), context.person.key, answer_of(asked, answer)
+        )
         if isinstance(result, Parked):
             raise question_for(
                 server.title, result.params, {"open": result.id}, arguments, context.translator
@@ -438,7 +442,7 @@ class McpServers:
                             remote, arguments, input_responses=responses, request_state=state
                         )
 
-                result = await self.questions.run(connection, start)
+                result = await self.questions.run(connection, context.person.key, start)
             if isinstance(result, Parked):
                 outcome = "success"
                 raise question_for(
@@ -465,6 +469,18 @@ class McpServers:
                 self.metrics.mcp_call_seconds.labels(server.name).observe(
                     time.perf_counter() - started
                 )
+
+
+@dataclass(frozen=True, slots=True)
+class _McpTool(Tool):
+    """An MCP server's tool: the model's arguments never carry what only a staging may."""
+
+    def validate(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if any(str(key).startswith("__mcp") for key in arguments):
+            # The staged answer and question state come from the confirmation store alone:
+            # from the model they could answer a question for someone else.
+            raise InvalidArguments(f"The arguments of {self.name} name a reserved key.")
+        return Tool.validate(self, arguments)
 
 
 def _tool_name(server: str, tool: str) -> str:
