@@ -33,6 +33,9 @@ async def me(request: AnyRequest) -> Response[Any]:
             "name": saved.name,
             "language": saved.language,
             "timeZone": saved.time_zone,
+            # The name the directory or the token gives (``name`` is the one the person
+            # asked the assistant for), for a UI to greet them by before they say one.
+            "displayName": caller.person.display_name or caller.principal.display_name,
             # Whether the caller may answer requests for access (GET /pairing), so a UI
             # asks only then.
             "approver": may_approve(caller.person),

@@ -1,7 +1,8 @@
 """The UI a team keeps open all day, in a real Chromium: an answer shows one reasoning block
 however many model rounds it takes, a tool chip's state follows its confirmation (without the
-confirmation box's border), the Memory tab renders the archive's Markdown safely, and a visit
-in Italian logs no console error, a non-approver's Spaces tab included."""
+confirmation box's border), the Memory tab renders the archive's Markdown safely, the header
+names the person by the token's name, and a visit in Italian logs no console error, a
+non-approver's Spaces tab included."""
 
 from __future__ import annotations
 
@@ -80,8 +81,12 @@ def test_in_italian_the_memory_tab_renders_markdown_and_nothing_logs_an_error(
 ) -> None:
     page, errors = italian
     server = make_server(MERCURY_MEMORY_STORE="edge")
+    ollama.enqueue(ChatScript.words("Benvenuta!"))  # the opening turn: no name told yet
     ollama.enqueue(ChatScript.words("Ecco **grassetto** e <b>html</b> come testo."))
-    sign_in(page, server, "alice-token")
+    sign_in(page, server, "alice-token", opening=True)
+    # The header names her by the token's name before she tells the assistant one.
+    expect(page.locator("header .who")).to_have_text("Accesso come Alice")
+    expect(page.locator("article.message.assistant").first).to_contain_text("Benvenuta!")
     send(page, "ciao")
     answer = page.locator("article.message.assistant").last
     expect(answer.locator("[data-final] strong")).to_have_text("grassetto")
