@@ -380,7 +380,15 @@ class Pacer:
                 self._next_at = self._clock() + min(max(wait, 0.0), MAX_BACKOFF_S)
                 if attempt == MAX_TRIES:
                     raise
-                log.info("%s asked to wait %.1f s: %s", self._to.platform, wait, error)
+                if error.retry_after_s is not None:  # the platform answered: a rate limit
+                    log.info("%s asked to wait %.1f s: %s", self._to.platform, wait, error)
+                elif attempt == 1:  # it didn't answer: said once, not at every try
+                    log.info(
+                        "%s can't be reached now (%s); trying again, the first time in %.1f s",
+                        self._to.platform,
+                        str(error).rstrip("."),
+                        wait,
+                    )
                 continue
             self._next_at = self._clock() + self.limits.edit_interval_s
             return result

@@ -450,7 +450,9 @@ class SlackBot:
         try:
             answer = await self._call("auth.test", self._client.auth_test)
         except BridgeError as error:
-            log.warning("Slack's auth.test failed (%s); the bot's id is read later.", error)
+            # The error names the call already ("Slack could not be reached for auth.test …").
+            said = str(error).removesuffix(".").removesuffix("; try again later")
+            log.warning("%s; the bot's id is read later.", said)
             return
         if self._bot_user_id is None:
             self._bot_user_id = str(answer["user_id"])

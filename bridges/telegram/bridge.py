@@ -422,7 +422,8 @@ class TelegramBridge:
         try:
             me = await self._me()
         except BridgeError as exc:
-            log.warning("Telegram's getMe failed (%s); the update is read without it.", exc)
+            said = str(exc).removesuffix(".").removesuffix("; try again later")
+            log.warning("%s; the update is read without it.", said)
             return message
         try:
             return self._received(message.delivery_id, *unresolved, me)
@@ -444,7 +445,9 @@ class TelegramBridge:
         try:
             await self._me()
         except BridgeError as exc:
-            log.warning("Telegram's getMe failed (%s); it is asked again later.", exc)
+            # The error names the call already ("Telegram's getMe failed (…)"): said once.
+            said = str(exc).removesuffix(".").removesuffix("; try again later")
+            log.warning("%s; it is asked again later.", said)
 
     async def _me(self) -> _Identity:
         async with self._identity_lock:

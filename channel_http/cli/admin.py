@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final, TextIO
 from urllib.parse import quote
 
@@ -291,6 +292,17 @@ def _is_tty(stream: TextIO) -> bool:
         return False
 
 
+def local_time(stamp: object) -> str:
+    """A server's ISO time in this computer's zone, to the minute: ``2026-12-07 13:13 CET``."""
+    try:
+        moment = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    if moment.tzinfo is None:
+        return str(stamp)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M %Z")
+
+
 def _who(entry: dict[str, Any], key: str = "person") -> str:
     """A person as people read them: the name, with the id beside it."""
     person = str(entry.get(key) or entry.get("id") or "")
@@ -377,14 +389,14 @@ def _mute(client: Client, console: Console, arguments: argparse.Namespace) -> No
     if not console.json or not console.yes:
         # The reminder goes to stderr under --json, so stdout stays one JSON object.
         stream = sys.stderr if console.json else console.out
-        print(str(reminder.get("reminder") or ""), file=stream)
+        print(str(reminder.get("notice") or ""), file=stream)  # the prompt below confirms
     if not console.confirm("Mute? [y/N] "):
         raise ChatProblem("Nobody was muted.", Exit.USAGE)
     answer = client.call("POST", path, {**body, "confirm": True})
 
     def muted(answer: dict[str, Any]) -> None:
         mute = answer.get("mute") or {}
-        console.say(f"Muted {_who(mute)} until {mute.get('until')}.")
+        console.say(f"Muted {_who(mute)} until {local_time(mute.get('until'))}.")
 
     console.answer(answer, muted)
 
@@ -404,7 +416,8 @@ def _mutes(client: Client, console: Console, arguments: argparse.Namespace) -> N
             console.say("Nobody is muted in this space.")
         for mute in mutes:
             reason = f" ({mute['reason']})" if mute.get("reason") else ""
-            console.say(f"{_who(mute)}\tuntil {mute['until']}\tby {mute['by']}{reason}")
+            until = local_time(mute["until"])
+            console.say(f"{_who(mute)}\tuntil {until}\tby {mute['by']}{reason}")
 
     console.answer(answer, listed)
 
@@ -487,7 +500,7 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
                 who = _who(request, "account")
                 console.say(
                     f"{request['code']}\t{request['platform']}\t{who}\t"
-                    f"expires {request['expiresAt']}"
+                    f"expires {local_time(request['expiresAt'])}"
                 )
 
         console.answer(client.call("GET", "/pairing"), listed)

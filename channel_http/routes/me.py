@@ -14,6 +14,7 @@ from channel_http.requests import (
 )
 from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
 from core.people.i18n import SUPPORTED_LANGUAGES
+from core.people.pairing import may_approve
 from core.people.person_settings import InvalidSetting
 
 if TYPE_CHECKING:
@@ -27,7 +28,18 @@ async def me(request: AnyRequest) -> Response[Any]:
     caller = caller_of(request)
     saved = caller.saved
     return Response(
-        {"ok": True, "name": saved.name, "language": saved.language, "timeZone": saved.time_zone},
+        {
+            "ok": True,
+            "name": saved.name,
+            "language": saved.language,
+            "timeZone": saved.time_zone,
+            # The name the directory or the token gives (``name`` is the one the person
+            # asked the assistant for), for a UI to greet them by before they say one.
+            "displayName": caller.person.display_name or caller.principal.display_name,
+            # Whether the caller may answer requests for access (GET /pairing), so a UI
+            # asks only then.
+            "approver": may_approve(caller.person),
+        },
         headers={"content-language": caller.language},
     )
 

@@ -31,10 +31,17 @@ from litestar.params import FromPath
 
 from channel_http.errors import BadRequest, Forbidden, NotFound, Unavailable
 from channel_http.requests import MuteBody, PreferenceBody, SettingBody, decode_body
+from core.people.messages import MUTE_CONFIRM_OVER_HTTP, MUTE_DURATION_INVALID, MUTE_NOTICE
 from core.spaces import InvalidSpaceId, parse_space_id
 from core.spaces.access import MuteTargets, NotPermitted, require
 from core.spaces.members import PERMISSIONS, Permission
-from core.spaces.mutes import MAX_REASON_CHARS, MuteError, checked_reason, parse_duration
+from core.spaces.mutes import (
+    MAX_MUTE,
+    MAX_REASON_CHARS,
+    MuteError,
+    checked_reason,
+    parse_duration,
+)
 from core.spaces.preferences import MAX_PREFERENCES, MAX_VALUE_CHARS, PreferenceError
 from core.spaces.settings import SettingError
 
@@ -341,9 +348,7 @@ def _mute_refusal(error: MuteError, person: str, space_id: str, tr: Translator) 
             % {"person": person}
         )
     if error.fault == "duration":
-        return BadRequest(
-            tr.gettext('"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.')
-        )
+        return BadRequest(tr.gettext(MUTE_DURATION_INVALID) % {"days": MAX_MUTE.days})
     if error.fault == "reason":
         return BadRequest(
             tr.gettext(
@@ -376,13 +381,12 @@ async def mutes_post(request: AnyRequest, space: FromPath[str]) -> Response[Any]
     except MuteError as error:
         raise _mute_refusal(error, shown, space_id, tr) from None
     if not body.confirm:
-        reminder = tr.gettext(
-            "Nothing has changed yet. Muting %(person)s drops everything they write in "
-            "%(space)s, unread and unanswered, until the time you gave runs out. Mute someone "
-            "who was warned and went on being abusive, spamming or trying to get at secrets. "
-            "To mute them, send the same request again with confirm set to true."
-        ) % {"person": shown, "space": space_id}
-        return _ok({"spaceId": space_id, "confirmed": False, "reminder": reminder})
+        # ``notice`` for a person (the UI and the command line add their own Confirm),
+        # ``reminder`` for an API client: the notice and how to confirm over HTTP.
+        notice = tr.gettext(MUTE_NOTICE) % {"person": shown, "space": space_id}
+        reminder = f"{notice} {tr.gettext(MUTE_CONFIRM_OVER_HTTP)}"
+        answer = {"confirmed": False, "notice": notice, "reminder": reminder}
+        return _ok({"spaceId": space_id, **answer})
     mute = await _stores(request).mutes.mute(
         space_id, target.key, duration, reason=reason, by=caller.person.key
     )

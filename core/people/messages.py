@@ -449,16 +449,21 @@ MUTE_ADMIN: Final = N_("%(person)s is an admin of %(space)s; an admin can't be m
 MUTE_UNCHECKED: Final = N_(
     "Who %(person)s is can't be checked right now; try again in a few minutes."
 )
-# Shown: to an admin who asked to mute someone over HTTP, before the mute is confirmed.
-MUTE_REMINDER: Final = N_(
+# Shown: to an admin who asked to mute someone, before the mute is confirmed (the UI and the
+# command line show it above their own Confirm).
+MUTE_NOTICE: Final = N_(
     "Nothing has changed yet. Muting %(person)s drops everything they write in "
     "%(space)s, unread and unanswered, until the time you gave runs out. Mute someone "
-    "who was warned and went on being abusive, spamming or trying to get at secrets. "
+    "who was warned and went on being abusive, spamming or trying to get at secrets."
+)
+# Shown: after MUTE_NOTICE, to an API client: how to confirm the mute over HTTP.
+MUTE_CONFIRM_OVER_HTTP: Final = N_(
     "To mute them, send the same request again with confirm set to true."
 )
-# Shown: the refusal of a mute duration that isn't minutes, hours or days.
+# Shown: the refusal of a mute duration that isn't minutes, hours or days within the limits.
 MUTE_DURATION_INVALID: Final = N_(
-    '"duration" is minutes, hours or days, such as 10m, 1h, 24h or 7d.'
+    '"duration" is minutes, hours or days, from 1 minute to %(days)d days, such as 10m, 1h, '
+    "24h or 7d."
 )
 # Shown: the refusal of an unmute for someone who isn't muted.
 NOT_MUTED: Final = N_("%(person)s is not muted in %(space)s.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -237,6 +238,30 @@ def test_a_429_waits_as_long_as_the_platform_asks_and_loses_nothing() -> None:
     assert "".join(platform.messages) == "".join(f"word{n} " for n in range(30))
     times = [at for at, *_ in platform.calls]
     assert max(b - a for a, b in itertools.pairwise(times)) >= 5.0
+
+
+def test_a_platform_that_cant_be_reached_is_logged_as_such_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    platform = Platform(clock, LiveLimits(max_chars=100, edit_interval_s=1.0))
+    down = {"left": 3}
+    record = platform.record
+
+    def unreachable(kind: str, number: int, text: str) -> None:
+        if down["left"]:
+            down["left"] -= 1
+            raise PlatformUnavailable("Telegram's sendMessage failed (connect error); try later.")
+        record(kind, number, text)
+
+    platform.record = unreachable  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, logger="mercury.bridges"):
+        asyncio.run(write(platform, clock, ["one ", "two"], step_s=1.5))
+    assert platform.messages == ["one two"]
+    said = [r.getMessage() for r in caplog.records if "test " in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("test can't be reached now (Telegram's sendMessage failed")
+    assert "asked to wait" not in said[0] and said[0].count("sendMessage") == 1
 
 
 def test_a_platform_that_breaks_mid_answer_still_gets_the_last_word() -> None:

@@ -486,6 +486,15 @@ def test_the_routes_reminder_is_written_for_the_admin_in_her_language(
     assert "call mute again" not in reminder and "you warned" not in reminder
     german = mute_over_http(chat, "slack:C1", {**ALICE, "accept-language": "de"}, person="slack:U6")
     assert german.json()["reminder"] != reminder and "slack:U6" in german.json()["reminder"]
+    # For a person (a UI, the command line): the same without how to confirm over HTTP.
+    notice = english.json()["notice"]
+    assert reminder.startswith(notice) and "confirm" not in notice
+
+
+def test_a_mute_too_long_is_refused_naming_the_limit(chat: RunningServer) -> None:
+    refused = mute_over_http(chat, "slack:C1", ALICE, person="slack:U6", duration="45d")
+    assert refused.status_code == 400
+    assert "30 days" in refused.json()["error"]
 
 
 @pytest.mark.parametrize(

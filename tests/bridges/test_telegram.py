@@ -382,8 +382,9 @@ async def test_a_message_in_a_topic_the_bot_opened_is_not_a_reply_to_the_bot(
 
 
 async def test_mentions_are_read_again_once_get_me_answers_after_failing(
-    bridge: TelegramBridge, telegram: TelegramStandIn
+    bridge: TelegramBridge, telegram: TelegramStandIn, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="mercury.bridges.telegram")
     alice = telegram.user("Alice")
     group = telegram.group("Ops")
     telegram.fail_next(2, status=500, method="getMe")  # in the background, then completing
@@ -398,6 +399,9 @@ async def test_mentions_are_read_again_once_get_me_answers_after_failing(
     assert during.text == "@mercury_test_bot hi"  # read, not lost, while getMe failed
     assert after.text == "@Mercury hi"
     assert [c.status for c in telegram.calls_to("getMe")] == [500, 500, 200]
+    # Said once per failure, without the same sentence nested in itself.
+    failed = [r.getMessage() for r in caplog.records if "getMe" in r.getMessage()]
+    assert failed and all(line.count("getMe failed") == 1 for line in failed), failed
 
 
 async def test_an_update_is_answered_without_waiting_for_get_me_and_completed_after(

@@ -141,6 +141,8 @@ def test_me_is_null_until_known_then_patch_canonicalizes_the_zone(server: Runnin
         "name": None,
         "language": None,
         "timeZone": None,
+        "displayName": "Alice",
+        "approver": False,
     }
     saved = httpx.patch(server.url + "/me", headers=ALICE, json={"timeZone": "europe/rome"})
     assert saved.json() == {"ok": True, "timeZone": "Europe/Rome"}
@@ -197,6 +199,8 @@ def test_patch_me_refuses_a_language_that_is_not_shipped_and_saves_nothing(
         "name": None,
         "language": None,
         "timeZone": None,
+        "displayName": "Alice",
+        "approver": False,
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -134,7 +135,8 @@ def test_a_mute_shows_the_reminder_then_needs_a_yes_on_the_terminal(
     )
     child.expect(r"Mute\? \[y/N\]")
     reminder = child.before
-    assert "mute" in reminder.lower()  # the server's reminder, shown before the question
+    assert "mute" in reminder.lower()  # the server's notice, shown before the question
+    assert "confirm set to true" not in reminder  # the API's way to confirm: not this one's
     child.sendline("n")
     child.expect(pexpect.EOF)
     child.close()
@@ -155,6 +157,9 @@ def test_a_mute_shows_the_reminder_then_needs_a_yes_on_the_terminal(
     child.close()
     assert child.exitstatus == 0
     assert "Muted " in child.before
+    # The time in this computer's zone, to the minute, not the server's ISO stamp.
+    assert re.search(r"until \d{4}-\d\d-\d\d \d\d:\d\d \S+\.", child.before), child.before
+    assert "+00:00" not in child.before
     listed = cli("mutes", SPACE, "--json")
     (mute,) = json.loads(listed.stdout)["mutes"]
     assert mute["person"] == "people:bob" and mute["reason"] == "spam"

@@ -33,6 +33,10 @@ export interface TurnBody {
 
 export interface Me {
   name: string | null;
+  /** The name the directory or the token gives (`name`: the one asked for in chat). */
+  displayName?: string | null;
+  /** Whether the person may answer requests for access (GET /pairing). */
+  approver?: boolean;
   language?: string | null;
   timeZone?: string | null;
 }

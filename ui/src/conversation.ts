@@ -12,7 +12,7 @@ import {
   type TurnEvent,
 } from "./api";
 import { button, h } from "./dom";
-import { AssistantMessage, pastAnswer, userMessage } from "./message";
+import { AssistantMessage, type ChoiceOutcome, pastAnswer, userMessage } from "./message";
 import { strings as S } from "./strings";
 
 export interface ConversationHost {
@@ -275,7 +275,7 @@ export class Conversation {
     }
   }
 
-  private async choose(choice: Choice, group: HTMLElement): Promise<void> {
+  private async choose(choice: Choice, group: HTMLElement): Promise<ChoiceOutcome> {
     try {
       const answer = await this.host.api.send<{
         resolved: boolean;
@@ -284,15 +284,19 @@ export class Conversation {
       }>("POST", "/confirm", { token: choice.token, conversationId: this.id });
       if (!answer.resolved) {
         group.append(h("p", { class: "note" }, S.choiceGone));
-      } else if (answer.resume) {
+        return "gone";
+      }
+      if (answer.resume) {
         group.append(h("p", { class: "note" }, choice.label || S.confirmed));
-        await this.run({ resume: true, conversationId: this.id }, null);
+        void this.run({ resume: true, conversationId: this.id }, null);
       } else {
         group.append(h("p", { class: "note" }, answer.text ?? ""));
       }
+      return "taken";
     } catch (error) {
       if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
       else group.append(h("p", { class: "error", attrs: { role: "alert" } }, this.sentence(error)));
+      return null;
     }
   }
 

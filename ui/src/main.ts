@@ -170,7 +170,7 @@ class App {
       { class: "top" },
       h("a", { class: "skip", attrs: { href: "#composer" } }, S.skipToComposer),
       h("h1", {}, S.appName),
-      h("span", { class: "who" }, this.me.name ? S.signedInAs(this.me.name) : S.signedIn),
+      h("span", { class: "who" }, this.whoLabel(this.me)),
       panelsToggle,
       button(S.signOut, () => this.signOut(S.signedOut)),
     );
@@ -185,6 +185,12 @@ class App {
     const conversations = await this.refreshList();
     const first = conversations[0];
     await this.open(first ? first.conversationId : newConversationId(), !first);
+  }
+
+  /** Whom the header names: how they asked to be called, else the directory's or token's. */
+  private whoLabel(me: Me): string {
+    const name = me.name ?? me.displayName;
+    return name ? S.signedInAs(name) : S.signedIn;
   }
 
   private async refreshList(): Promise<ConversationSummary[]> {

@@ -7,11 +7,10 @@ import { append, button, h } from "./dom";
 import { renderMarkdown } from "./markdown";
 import { strings as S } from "./strings";
 
-const OUTCOME_LABEL: Record<ToolOutcome, string> = {
-  success: S.toolDone,
-  failed: S.toolFailed,
-  pending: S.toolWaiting,
-};
+/** A chip's state in words, read when shown: the strings follow the person's language. */
+function outcomeLabel(outcome: ToolOutcome): string {
+  return { success: S.toolDone, failed: S.toolFailed, pending: S.toolWaiting }[outcome];
+}
 
 /** Text appended to a node at most once per animation frame. */
 class FrameBuffer {
@@ -33,7 +32,9 @@ class FrameBuffer {
   }
 }
 
-export type ChoiceHandler = (choice: Choice, group: HTMLElement) => Promise<void>;
+/** How a choice ended: taken (the action runs), or gone (expired, or another was taken). */
+export type ChoiceOutcome = "taken" | "gone" | null;
+export type ChoiceHandler = (choice: Choice, group: HTMLElement) => Promise<ChoiceOutcome>;
 
 export class AssistantMessage {
   readonly element: HTMLElement;
@@ -65,8 +66,16 @@ export class AssistantMessage {
     );
   }
 
+  /** One reasoning block per answer: a later model round's reasoning continues it. */
   reasoningChunk(id: string, chunk: string): void {
     let block = this.reasoning.get(id);
+    const first = this.reasoning.values().next();
+    if (!block && !first.done) {
+      block = first.value;
+      this.reasoning.set(id, block);
+      block.buffer.push("\n\n");
+      block.details.open = true;
+    }
     if (!block) {
       const node = document.createTextNode("");
       const details = h(
@@ -96,7 +105,7 @@ export class AssistantMessage {
       { class: "chip running", attrs: { title: detail } },
       h("span", { class: "chip-state", attrs: { "aria-hidden": "true" } }),
       label,
-      h("span", { class: "visually-hidden" }, " (running)"),
+      h("span", { class: "visually-hidden" }, ` (${S.toolRunning})`),
     );
     this.chips.set(toolCallId, chip);
     this.activity.append(chip);
@@ -108,7 +117,19 @@ export class AssistantMessage {
     chip.className = `chip ${outcome}`;
     chip.dataset.outcome = outcome;
     const hidden = chip.querySelector(".visually-hidden");
-    if (hidden) hidden.textContent = ` (${OUTCOME_LABEL[outcome]})`;
+    if (hidden) hidden.textContent = ` (${outcomeLabel(outcome)})`;
+  }
+
+  /** The waiting chips once the person chose: their state says how it ended, in words. */
+  private settlePending(outcome: "taken" | "gone", label: string): void {
+    for (const chip of this.chips.values()) {
+      if (chip.dataset.outcome !== "pending") continue;
+      const said = outcome === "gone" ? S.toolExpired : label;
+      chip.className = `chip ${outcome === "gone" ? "failed" : "success"}`;
+      chip.dataset.outcome = outcome === "gone" ? "expired" : "confirmed";
+      chip.querySelector(".visually-hidden")?.remove();
+      chip.append(h("span", { class: "chip-note" }, ` · ${said}`));
+    }
   }
 
   textChunk(chunk: string): void {
@@ -129,7 +150,10 @@ export class AssistantMessage {
       buttons.append(
         button(label, () => {
           for (const other of buttons.querySelectorAll("button")) other.disabled = true;
-          void onChoice(choice, group);
+          void onChoice(choice, group).then((outcome) => {
+            const said = choices.length > 1 ? S.toolChosen(label) : S.toolConfirmed;
+            if (outcome) this.settlePending(outcome, said);
+          });
         }),
       );
     }

@@ -5,6 +5,7 @@
 
 import { type Api, ApiError, type Me } from "./api";
 import { button, clear, h } from "./dom";
+import { renderMarkdown } from "./markdown";
 import { SpacesView } from "./spaces";
 import { strings as S } from "./strings";
 import { UsageView } from "./usage";
@@ -242,7 +243,12 @@ export class Panels {
       }>("/memory/scroll", { collection: select.value, limit: 20, offset: from });
       for (const point of answer.points) {
         const text = point.payload.text ?? point.payload.content ?? point.payload.summary;
-        list.append(h("li", {}, typeof text === "string" ? text : json(point.payload)));
+        // The archive keeps Markdown: rendered as answers are (raw HTML shown as text).
+        list.append(
+          typeof text === "string"
+            ? h("li", { class: "markdown" }, renderMarkdown(text))
+            : h("li", {}, json(point.payload)),
+        );
       }
       offset = answer.nextOffset;
       more.hidden = offset === null;

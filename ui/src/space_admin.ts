@@ -322,12 +322,13 @@ export class SpaceMutes {
     const body = this.body(false);
     this.submit.disabled = true;
     try {
-      const { reminder } = await this.host.api.send<{ reminder: string }>(
+      // The notice, for a person: the Confirm under it is the UI's own.
+      const { notice } = await this.host.api.send<{ notice: string }>(
         "POST",
         spacePath(this.spaceId, "mutes"),
         body,
       );
-      this.pending.append(confirmation(reminder, this.submit, () => this.apply(body)));
+      this.pending.append(confirmation(notice, this.submit, () => this.apply(body)));
     } catch (error) {
       refusal(this.host, error, this.problem);
     } finally {

@@ -5,7 +5,7 @@
 // server holds are checked here first, so nobody sends what it would refuse; when it refuses
 // anyway (a full space, a role taken away meanwhile) its sentence is shown.
 
-import { type Api, ApiError } from "./api";
+import { type Api, ApiError, type Me } from "./api";
 import { h } from "./dom";
 import {
   confirmation,
@@ -71,10 +71,12 @@ export class SpacesView {
   constructor(private readonly host: SpacesHost) {}
 
   async render(panel: HTMLElement): Promise<void> {
-    const [{ spaces }, waiting] = await Promise.all([
+    // Only an approver asks for the pairings: anyone else's request would be a 403.
+    const [{ spaces }, me] = await Promise.all([
       this.host.api.get<{ spaces: Space[] }>("/spaces"),
-      pairings(this.host),
+      this.host.api.get<Me>("/me"),
     ]);
+    const waiting = me.approver ? await pairings(this.host) : null;
     panel.append(h("h2", {}, S.spaces));
     if (waiting) panel.append(waiting);
     const first = spaces.find((space) => space.spaceId === this.selected) ?? spaces[0];
