@@ -177,7 +177,8 @@ def decode_body(body_type: type[_T], raw: bytes, translator: Translator) -> _T:
         raise BadRequest(_describe(str(error), translator)) from None
     except msgspec.DecodeError:
         raise BadRequest(translator.gettext("The request body must be JSON.")) from None
-    if _may_repeat(raw, _KEYS[body_type]) and (repeated := _repeated_key(raw)):
+    keys = _KEYS.get(body_type)
+    if keys is not None and _may_repeat(raw, keys) and (repeated := _repeated_key(raw)):
         raise BadRequest(
             translator.gettext('The field "%(field)s" appears more than once; send it once.')
             % {"field": repeated[:64]}
@@ -214,7 +215,14 @@ def _quoted_keys(body_type: type[Any]) -> tuple[bytes, ...]:
     return tuple(dict.fromkeys(keys))
 
 
-_KEYS: Final = {body_type: _quoted_keys(body_type) for body_type in _DECODERS}
+#: The keys to look for repeats of, for the bodies whose every key is a field of theirs; a
+#: body that ignores fields it doesn't know (``UiStreamBody``: a client library's, which may
+#: carry anything) reads as any JSON parser reads it, the last of repeated keys winning.
+_KEYS: Final = {
+    body_type: _quoted_keys(body_type)
+    for body_type in _DECODERS
+    if getattr(msgspec.inspect.type_info(body_type), "forbid_unknown_fields", False)
+}
 
 
 def _repeated_key(raw: bytes) -> str | None:

@@ -10,6 +10,7 @@ the translation itself are checked here in Python.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +196,30 @@ def test_a_running_chat_is_resumed_only_by_its_owner(
         if '"text-delta"' in line
     )
     assert text == " ".join(f"w{n}" for n in range(30))
+
+
+def test_a_client_that_leaves_cancels_the_turn(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    """As on ``/turn``: closing the connection stops the turn and its model request."""
+    server = make_server()
+    ollama.enqueue(ChatScript(content=["slow "] * 200, delay_s=0.1))
+    body = {
+        "id": "left1",
+        "messages": [{"role": "user", "parts": [{"type": "text", "text": "hi"}]}],
+    }
+    with httpx.stream(
+        "POST", f"{server.url}/ui-stream", json=body, headers=ALICE, timeout=30
+    ) as running:
+        for line in running.iter_lines():
+            if '"text-delta"' in line:
+                break  # the answer streams: leave
+    ollama.wait_for_closed(1, timeout=10)
+    assert ollama.completed == 0
+    deadline = time.monotonic() + 10
+    while server.services.manager.open_turns and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.services.manager.open_turns == 0
 
 
 # ---------------------------------------------------------------- the translation
