@@ -130,13 +130,15 @@ class RequestLog:
         }
         if turn is not None:
             fields["outcome"] = turn.outcome or "cancelled"
+            if turn.events.model is not None:
+                fields["model"] = turn.events.model
         if caller is not None:
             fields["person"] = caller.person.key
         if self.metrics is not None:
             self.metrics.requests.labels(method, route, str(status)).inc()
         if log.isEnabledFor(logging.INFO):
             extras = "".join(
-                f" {key}={fields[key]}" for key in ("outcome", "person") if key in fields
+                f" {key}={fields[key]}" for key in ("outcome", "model", "person") if key in fields
             )
             log.info(
                 "%s %s %d %.1fms %dB%s",

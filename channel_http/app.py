@@ -58,7 +58,7 @@ from core.memory.archive import ArchiveWriter
 from core.memory.capture import Capture
 from core.memory.edge import EdgeStore
 from core.memory.embedder import Embedder, OllamaEmbedder, OpenAIEmbedder
-from core.model import OllamaModel, OpenAIModel
+from core.model import FallbackModel, OllamaModel, OpenAIModel
 from core.observe.metrics import Metrics, measured
 from core.people.directory import Directory, DirectoryConfigurationError
 from core.people.directory_static import StaticDirectory
@@ -344,7 +344,7 @@ async def open_services(
     await tool_log.ensure_schema()
     await limiter.ensure_schema()
     await resume_slots.ensure_schema()
-    chat_model = model or build_model(settings)
+    chat_model = model or build_model(settings, metrics)
     model_names = () if model is not None else probe_model_names(settings, memory_on=False)
     memory = measured(memory or build_memory(settings), "memory", metrics)
     archive: ArchiveWriter | None = None
@@ -417,6 +417,7 @@ async def open_services(
             idle_timeout_s=session.idle_timeout_ms / 1000,
             idle_check_s=session.idle_check_interval_ms / 1000,
             capture_threshold=session.capture_message_threshold,
+            trace_content=settings.tracing.capture_content,
         ),
         clock=clock,
         order=order,
@@ -499,22 +500,48 @@ def collection_names(settings: Settings) -> CollectionNames:
     )
 
 
-def build_model(settings: Settings) -> ModelClient:
-    """The chat model on the server ``MERCURY_MODEL_PROVIDER`` names."""
-    if settings.model.provider == "openai":
+def build_model(settings: Settings, metrics: Metrics | None = None) -> ModelClient:
+    """The chat model on the server ``MERCURY_MODEL_PROVIDER`` names, followed by
+    ``model.fallbacks`` when there are any."""
+    first = _model_client(settings, settings.model.provider, None, None, None)
+    if not settings.model.fallbacks:
+        return first
+    chain = [first]
+    for spec in settings.model.fallbacks:
+        chain.append(
+            _model_client(settings, spec.provider, spec.model, spec.base_url, spec.api_key)
+        )
+    return FallbackModel(
+        chain,
+        first_chunk_timeout_s=settings.model.first_chunk_timeout_s,
+        cooldown_s=settings.model.fallback_cooldown_s,
+        on_failure=None if metrics is None else metrics.model_failed,
+    )
+
+
+def _model_client(
+    settings: Settings,
+    provider: str,
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+) -> ModelClient:
+    """One chat model; ``None`` takes the provider's own setting."""
+    if provider == "openai":
         openai = settings.openai
-        if openai.model is None:  # the settings refuse this already
+        name = model or openai.model
+        if name is None:  # the settings refuse this already
             raise ConfigurationError("MERCURY_MODEL_PROVIDER=openai needs OPENAI_MODEL.")
         return OpenAIModel(
-            openai.base_url,
-            openai.model,
-            api_key=openai.api_key,
+            base_url or openai.base_url,
+            name,
+            api_key=api_key if model is not None else openai.api_key,
             read_timeout_s=openai.timeout_s,
             connect_timeout_s=openai.connect_timeout_s,
         )
     return OllamaModel(
-        settings.ollama.host,
-        settings.ollama.model,
+        base_url or settings.ollama.host,
+        model or settings.ollama.model,
         read_timeout_s=settings.ollama.timeout_s,
         connect_timeout_s=settings.ollama.connect_timeout_s,
     )

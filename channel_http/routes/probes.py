@@ -130,6 +130,11 @@ async def readiness(services: Services) -> tuple[dict[str, bool], tuple[str, ...
             async with asyncio.timeout(CHECK_TIMEOUT_S):
                 return await services.manager.model.reachable(), ()
         missing = await missing_models(services.settings, names, CHECK_TIMEOUT_S)
+        if (missing is None or missing) and services.settings.model.fallbacks:
+            # The first model can't answer, but the chain stays ready while one model does.
+            async with asyncio.timeout(CHECK_TIMEOUT_S):
+                if await services.manager.model.reachable():
+                    return True, ()
         return (missing is not None and not missing), missing or ()
 
     async def guarded(check: Any, fallback: Any) -> Any:

@@ -74,6 +74,23 @@ class RestService(_Group, frozen=True, kw_only=True):
         return service_secret_variable(self.name)
 
 
+class FallbackModelSpec(_Group, frozen=True, kw_only=True):
+    """A model of ``model.fallbacks``: asked when those before it can't start an answer.
+
+    ``base_url`` is Ollama's host or the OpenAI-protocol server's ``/v1`` address (``None``:
+    the same as the first model's of that provider); the API key comes from the environment
+    variable ``api_key_env`` names, never from the file.
+    """
+
+    _secrets: ClassVar[frozenset[str]] = frozenset({"api_key"})
+
+    provider: Literal["ollama", "openai"]
+    model: str
+    base_url: str | None
+    api_key_env: str | None
+    api_key: str | None
+
+
 def service_secret_variable(name: str) -> str:
     """The environment variable holding the client secret of the service called ``name``."""
     return f"MERCURY_SERVICE_{name.upper()}_CLIENT_SECRET"
@@ -440,6 +457,56 @@ class _PluginRoles(_Kind):
                 raise _InvalidValueError("needs roles: [...]", at)
             roles[name] = _text_list(gate["roles"], f"{at}.roles", "a list of role names")
         return MappingProxyType(roles)
+
+
+_FALLBACK_KEYS: Final = ("provider", "model", "base_url", "api_key_env")
+_ENV_NAME: Final = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+class _Fallbacks(_Kind):
+    summary = "list of models: `{provider, model, base_url?, api_key_env?}`"
+
+    def from_yaml(self, value: object) -> object:
+        if not isinstance(value, list):
+            raise _must("a list of models, each {provider, model}", value)
+        models: list[FallbackModelSpec] = []
+        for index, item in enumerate(value):
+            at = f"[{index}]"
+            entry = _mapping(item, at, "a mapping with provider and model")
+            _only_keys(entry, at, _FALLBACK_KEYS)
+            for key in ("provider", "model"):
+                if key not in entry:
+                    raise _InvalidValueError(f'needs a "{key}"', at)
+            provider = entry["provider"]
+            if provider not in ("ollama", "openai"):
+                raise _InvalidValueError(
+                    f'must be "ollama" or "openai", not {_shown(provider)}', f"{at}.provider"
+                )
+            model = _at(_Text().from_yaml, entry["model"], f"{at}.model")
+            if not model:
+                raise _InvalidValueError("must name a model", f"{at}.model")
+            base_url = entry.get("base_url")
+            if base_url is not None:
+                base_url = _at(_Url(base=True).from_yaml, base_url, f"{at}.base_url")
+            key_env = entry.get("api_key_env")
+            if key_env is not None and (
+                not isinstance(key_env, str) or not _ENV_NAME.fullmatch(key_env)
+            ):
+                raise _InvalidValueError(
+                    f"must name an environment variable (A_NAME_LIKE_THIS), not {_shown(key_env)}",
+                    f"{at}.api_key_env",
+                )
+            spec = FallbackModelSpec(
+                provider=provider,
+                model=str(model),
+                base_url=None if base_url is None else str(base_url),
+                api_key_env=key_env,
+                api_key=None,
+            )
+            if spec in models:
+                raise _InvalidValueError(f"names {_shown(spec.model)} twice", at)
+            models.append(spec)
+        return tuple(models)
 
 
 _SERVICE_KEYS: Final = (

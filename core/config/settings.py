@@ -45,10 +45,12 @@ import yaml
 
 from core.config.kinds import (
     _SLUG,
+    FallbackModelSpec,
     RestOperation,
     RestService,
     _Bool,
     _Choice,
+    _Fallbacks,
     _Float,
     _Group,
     _Int,
@@ -201,9 +203,12 @@ class OllamaSettings(_Group, frozen=True, kw_only=True):
 
 
 class ModelSettings(_Group, frozen=True, kw_only=True):
-    """Which kind of server answers and embeds."""
+    """Which kind of server answers and embeds, and which models stand in when it can't."""
 
     provider: ModelProvider
+    fallbacks: tuple[FallbackModelSpec, ...]
+    first_chunk_timeout_s: float
+    fallback_cooldown_s: float
 
 
 class OpenAISettings(_Group, frozen=True, kw_only=True):
@@ -444,6 +449,12 @@ class MetricsSettings(_Group, frozen=True, kw_only=True):
     port: int | None
 
 
+class TracingSettings(_Group, frozen=True, kw_only=True):
+    """What the traces hold beyond their shape (they are switched on by ``OTEL_*``)."""
+
+    capture_content: bool
+
+
 class Settings(_Group, frozen=True, kw_only=True):
     """Every setting of the service, read once at start-up by :func:`load_settings`."""
 
@@ -478,6 +489,7 @@ class Settings(_Group, frozen=True, kw_only=True):
     spaces: Mapping[str, SpaceConfig]
     log: LogSettings
     metrics: MetricsSettings
+    tracing: TracingSettings
     secret_key: str | None
     services: tuple[RestService, ...]
     #: The YAML file that was read, if any.
@@ -534,6 +546,7 @@ _GROUPS: Final[Mapping[str, type[_Group]]] = {
     "matrix": MatrixSettings,
     "log": LogSettings,
     "metrics": MetricsSettings,
+    "tracing": TracingSettings,
 }
 
 
@@ -672,6 +685,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("model.provider", "MERCURY_MODEL_PROVIDER", _Choice(MODEL_PROVIDERS), "ollama",
             "Which server answers and embeds: `ollama`, or `openai` for any server speaking "
             "OpenAI's chat-completions protocol (vLLM, llama-server, LM Studio, LiteLLM)."),
+    Setting("model.fallbacks", None, _Fallbacks(), (),
+            "Other models asked, in order, when the model can't start an answer (unreachable, "
+            "no first chunk in time, HTTP 429 or 5xx); never after the answer began.",
+            default_doc="none"),
+    Setting("model.first_chunk_timeout_s", "MERCURY_MODEL_FIRST_CHUNK_TIMEOUT_S", _SECONDS, 60.0,
+            "With fallbacks: seconds a model may take to start its answer before the next "
+            "one is asked (the last model of the chain waits its full read timeout)."),
+    Setting("model.fallback_cooldown_s", "MERCURY_MODEL_FALLBACK_COOLDOWN_S", _SECONDS, 30.0,
+            "With fallbacks: seconds a model that failed is skipped before a turn tries it "
+            "again; doubled at each failure in a row, up to ten minutes."),
     Setting("ollama.host", "OLLAMA_HOST", _Text(), "http://127.0.0.1:11434",
             "The Ollama server's address."),
     Setting("ollama.model", "OLLAMA_MODEL", _Text(), "llama3.2",
@@ -909,6 +932,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
             "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
             "network only the scraper reaches; the surface then serves none.", default_doc="none"),
+    Setting("tracing.capture_content", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+            _Bool(), False,
+            "Put the messages a model call was sent and its answer on its span "
+            "(`gen_ai.input.messages`, `gen_ai.output.messages`): people's words leave the "
+            "service for the trace collector, so only where it may keep them."),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
             "The key the service signs and encrypts its own data with.", secret=True),
     Setting("services", None, _Services(), (),
@@ -962,6 +990,12 @@ def read_settings(
     values["services"] = tuple(
         msgspec.structs.replace(service, client_secret=_service_secret(service, env))
         for service in values["services"]
+    )
+    values["model.fallbacks"] = tuple(
+        msgspec.structs.replace(spec, api_key=env.get(spec.api_key_env) or None)
+        if spec.api_key_env
+        else spec
+        for spec in values["model.fallbacks"]
     )
     problems: list[str] = []
     for check in (
@@ -1442,6 +1476,7 @@ _SECTION_TITLES: Final = {
     "spaces": "Spaces",
     "log": "Logs",
     "metrics": "Metrics",
+    "tracing": "Traces",
     "secret_key": "Secret key",
     "services": "REST services",
 }
@@ -1489,7 +1524,7 @@ def help_text() -> str:
     def entry(name: str, text: str) -> None:
         wrapped = textwrap.wrap(text, width=98 - width)
         indent = " " * (width + 2)
-        if len(name) < width:
+        if len(name) <= width - 2:  # two spaces at least between a name and its text
             lines.append(f"  {name:<{width}}{wrapped[0]}")
         else:  # a name as wide as the column gets a line of its own, as argparse does
             lines.append(f"  {name}")

@@ -28,6 +28,7 @@ from core.engine.transcript import ShownMessage
 from core.engine.turn_events import TurnEvents
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
 from core.observe.telemetry import span
+from core.spaces.turn import escape
 from core.tools.display_tools import PRESENT
 from core.tools.displays import Displays, display_chunks, tool_message, with_displays
 from core.tools.registry import (
@@ -42,6 +43,8 @@ from core.tools.registry import (
 )
 
 if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
+
     from core.engine.confirmations import ConfirmationStore
     from core.engine.conversation_order import HeldTurn
     from core.engine.tool_log import ToolLog
@@ -75,8 +78,10 @@ class Answerer:
         think: bool = True,
         clock: Clock = system_clock,
         metrics: Metrics | None = None,
+        trace_content: bool = False,
     ) -> None:
         self.model = model
+        self.trace_content = trace_content
         self.registry = registry
         self.confirmations = confirmations
         self.tool_log = tool_log
@@ -181,8 +186,14 @@ class Answerer:
         asked = time.perf_counter()
         chunks = 0  # counted here, added to the metrics once: nothing shared per token
         push = emit.push
+        requested = self.model.model
+        answered: str | None = None
+        usage: ChatChunk | None = None
         stream = self.model.chat(messages, tools=specs, think=self.think)
-        with span("model.chat"):
+        with span(
+            f"chat {requested}",
+            **{"gen_ai.operation.name": "chat", "gen_ai.request.model": requested},
+        ) as call_span:
             try:
                 # One batch per model read: its events are pushed at once and the reader
                 # woken once; the turn waits for room only when the reader is far behind.
@@ -190,6 +201,8 @@ class Answerer:
                 async for batch in stream:
                     for chunk in batch:
                         message = chunk.message
+                        if chunk.done:
+                            usage = chunk
                         if message is None:
                             continue
                         if not chunks and self.metrics is not None:
@@ -218,8 +231,17 @@ class Answerer:
                     await emit(events.ReasoningEnd(id=reasoning_id, failed=True))
                 raise
             finally:
+                if usage is not None:
+                    answered = usage.model
+                answered = answered or requested
+                emit.model = answered
                 if self.metrics is not None:
                     self.metrics.model_tokens.inc(chunks)
+                    self.metrics.model_calls.labels(answered).inc()
+                if call_span.is_recording():
+                    call_span.set_attributes(_call_attributes(answered, usage))
+                    if self.trace_content:
+                        call_span.set_attributes(_content_attributes(messages, parts, calls))
                 await stream.aclose()  # type: ignore[attr-defined]
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
@@ -249,7 +271,16 @@ class Answerer:
         outcome: events.ToolOutcome = "success"
         staged = False
         images: tuple[str, ...] | None = None
-        with span("tool.call", **{"mercury.tool": name if tool else "unknown"}):
+        known = name if tool else "unknown"  # a span's name is never what the model made up
+        with span(
+            f"execute_tool {known}",
+            **{
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": known,
+                "gen_ai.tool.call.id": tool_call_id,
+                "mercury.tool": known,
+            },
+        ):
             try:
                 if tool is None:
                     raise ToolError(f"There is no tool named {name}.")
@@ -334,21 +365,31 @@ class Answerer:
     def _instructions(
         self, context: ToolCallContext, offered: Mapping[str, tuple[Any, Tool]]
     ) -> str:
-        language = context.translator.language
-        parts = [PERSONA, f"Always answer in the language with code '{language}'."]
-        space = context.space
-        if space is not None:
-            parts.append(space.instructions())
-        elif context.person.display_name:
-            parts.append(
-                f"The person's name as their account gives it: {context.person.display_name}."
-            )
+        """The system message: what never changes first, byte for byte, then the context.
+
+        A model server's prompt cache reuses the longest prefix it has seen: the persona and
+        the offered plugins' skills (in the registry's fixed order) lead, the same for every
+        turn; then what belongs to this person or space. Nothing that moves from turn to
+        turn is here: the time, the caller, the ambient talk and recalled memory come in the
+        messages after it.
+        """
+        parts = [PERSONA]
         seen: set[str] = set()
         for plugin, _ in offered.values():
             if plugin.name in seen:
                 continue
             seen.add(plugin.name)
             parts.extend(skill.text for skill in plugin.skills)
+        parts.append(f"Always answer in the language with code '{context.translator.language}'.")
+        space = context.space
+        if space is not None:
+            parts.append(space.instructions())
+        elif context.person.display_name:
+            # The account's name is data the identity provider gave: escaped, in its element.
+            parts.append(
+                "The <person> element holds the person's name as their account gives it: "
+                f'<person name="{escape(context.person.display_name)}"/>'
+            )
         if space is not None and space.preferences:
             parts.append(space.preferences)
         return "\n\n".join(parts)
@@ -417,3 +458,35 @@ class Answerer:
 
 def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
     return cap(f"{tool.name} {msgspec.json.encode(dict(arguments)).decode()}", 200)
+
+
+def _call_attributes(answered: str, last: ChatChunk | None) -> dict[str, AttributeValue]:
+    """The GenAI attributes a model call's span gets once it has ended."""
+    attributes: dict[str, AttributeValue] = {"gen_ai.response.model": answered}
+    if last is None:
+        return attributes
+    if last.prompt_eval_count is not None:
+        attributes["gen_ai.usage.input_tokens"] = last.prompt_eval_count
+    if last.eval_count is not None:
+        attributes["gen_ai.usage.output_tokens"] = last.eval_count
+    if last.done_reason:
+        attributes["gen_ai.response.finish_reasons"] = (last.done_reason,)
+    return attributes
+
+
+def _content_attributes(
+    messages: Sequence[ChatMessage], parts: Sequence[str], calls: Sequence[ToolCall]
+) -> dict[str, AttributeValue]:
+    """What the model was sent and what it answered, for a span (only when opted in)."""
+    sent = [{"role": m.role, "parts": [{"type": "text", "content": m.content}]} for m in messages]
+    answer: list[dict[str, Any]] = [{"type": "text", "content": "".join(parts)}]
+    answer += [
+        {"type": "tool_call", "name": c.function.name, "arguments": c.function.arguments}
+        for c in calls
+    ]
+    return {
+        "gen_ai.input.messages": msgspec.json.encode(sent).decode(),
+        "gen_ai.output.messages": msgspec.json.encode(
+            [{"role": "assistant", "parts": answer}]
+        ).decode(),
+    }

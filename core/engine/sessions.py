@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 import uuid
@@ -44,6 +45,7 @@ from core.model import (
     ModelHTTPError,
     ModelUnreachable,
 )
+from core.observe.telemetry import span
 from core.people.linking import is_link_code
 from core.people.principal import Person, Principal
 from core.people.timezones import stamp
@@ -53,6 +55,8 @@ from core.spaces.turn import memory_block
 from core.tools.registry import ToolCallContext, ToolRegistry
 
 if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
+
     from core.engine.confirmations import ConfirmationStore, ResumeSlots
     from core.engine.conversation_order import ConversationOrder, HeldTurn
     from core.engine.tool_log import ToolLog
@@ -171,6 +175,8 @@ class EngineLimits:
     idle_timeout_s: float = 1800.0
     idle_check_s: float = 60.0
     capture_threshold: int = 6
+    #: Whether a model call's span carries the messages and the answer (opt-in).
+    trace_content: bool = False
 
 
 class SessionManager:
@@ -229,6 +235,7 @@ class SessionManager:
             think=limits.think,
             clock=clock,
             metrics=metrics,
+            trace_content=limits.trace_content,
         )
         self.confirmer = Confirmer(
             confirmations=confirmations, registry=registry, tool_log=tool_log, metrics=metrics
@@ -332,6 +339,17 @@ class SessionManager:
         )
 
     async def _run(self, turn: Turn, turn_input: TurnInput) -> None:
+        """The turn in a span of its own, a child of the request's (the task copied it)."""
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": "Mercury",
+        }
+        if turn_input.conversation_id is not None:
+            attributes["gen_ai.conversation.id"] = conversation_trace_id(turn_input)
+        with span("invoke_agent Mercury", **attributes):
+            await self._run_turn(turn, turn_input)
+
+    async def _run_turn(self, turn: Turn, turn_input: TurnInput) -> None:
         emit = turn.events
         translator = self.catalogs.translator(turn_input.language)
         outcome: TurnOutcome = "error"
@@ -844,3 +862,14 @@ def attachments_note(paths: tuple[str, ...]) -> str:
 
 def _space_id(turn_input: TurnInput) -> str | None:
     return None if turn_input.space is None else turn_input.space.space_id
+
+
+def conversation_trace_id(turn_input: TurnInput) -> str:
+    """The conversation as traces name it: a digest of its key, stable across its turns.
+
+    A conversation id is the client's text (it may hold a name or a subject), and traces
+    leave the service for a collector: they get a pseudonym that still groups the turns.
+    """
+    space = _space_id(turn_input)
+    key = f"{space or ''}\x00{turn_input.person.key}\x00{turn_input.conversation_id or ''}"
+    return hashlib.sha256(key.encode()).hexdigest()[:32]

@@ -31,13 +31,16 @@ class TurnEvents:
     then waits for room once).
     """
 
-    __slots__ = ("_items", "_reader", "_writer", "limit")
+    __slots__ = ("_items", "_reader", "_writer", "limit", "model")
 
     def __init__(self, limit: int = EVENT_LIMIT) -> None:
         self._items: list[Any] = []
         self._reader: asyncio.Future[None] | None = None
         self._writer: asyncio.Future[None] | None = None
         self.limit = limit
+        #: The model that answered the turn's latest model call (a fallback may answer in
+        #: the first model's place), for the turn's log line; ``None`` before any call.
+        self.model: str | None = None
 
     def __len__(self) -> int:
         return len(self._items)

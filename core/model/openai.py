@@ -365,6 +365,7 @@ class OpenAIModel:
                 done_reason=_FINISH.get(state.finish or "stop", state.finish or "stop"),
                 prompt_eval_count=usage_seen.prompt_tokens if usage_seen else None,
                 eval_count=usage_seen.completion_tokens if usage_seen else None,
+                model=self._model,
             )
         ]
 

@@ -63,6 +63,8 @@ class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     """Tokens of the prompt, on the last chunk, where the server counts them."""
     eval_count: int | None = None
     """Tokens of the answer, on the last chunk, where the server counts them."""
+    model: str | None = None
+    """The model that answered, on the last chunk at least (Ollama names it on every line)."""
 
 
 class ToolSpec(msgspec.Struct, frozen=True):

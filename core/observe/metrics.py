@@ -130,6 +130,19 @@ class Metrics:
             "Chunks of text and reasoning the model streamed.",
             registry=r,
         )
+        self.model_calls = Counter(
+            "mercury_model_calls",
+            "Model calls answered, by the model that answered (a fallback in the first's place).",
+            ["model"],
+            registry=r,
+        )
+        self.model_failures = Counter(
+            "mercury_model_failures",
+            "Models of the fallback chain that failed to start an answer, by model and why: "
+            "unreachable, timeout, rate_limited, server_error, broke_off.",
+            ["model", "reason"],
+            registry=r,
+        )
         self.open_streams = Gauge(
             "mercury_open_streams", "Event streams open to clients.", registry=r
         )
@@ -187,6 +200,9 @@ class Metrics:
         r.register(self.readings)
         for outcome in TURN_OUTCOMES:  # every outcome shows, at 0, from the first scrape
             self.turns.labels(outcome)
+
+    def model_failed(self, model: str, reason: str) -> None:
+        self.model_failures.labels(model, reason).inc()
 
     def tool_call(self, tool: str, outcome: str, known: bool) -> None:
         self.tool_calls.labels(tool if known else UNKNOWN_TOOL, outcome).inc()

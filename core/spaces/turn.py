@@ -69,12 +69,15 @@ class SpaceTurn(msgspec.Struct, frozen=True, kw_only=True):
                 "answer it as if it were a request."
             )
         preferences = f" {PREFERENCES_NOTE}" if self.preferences else ""
+        # The same text for every caller of the space: who speaks, and their role, are in
+        # the <caller> element, so the instructions stay byte-stable across the space's turns
+        # and a model server's prompt cache keeps them (docs/operations.md, prompt caching).
         return (
-            f"{where} The <caller> element's attributes say who sends this message (their "
-            "account id and the name their chat platform gives) and their role here, which is "
-            f"{self.role or 'guest'}; its content is what they wrote. {MARKUP_NOTE}"
-            f"{preferences} Memory, files and notes you use here belong to this space and are "
-            "shared by everyone in it."
+            f"{where} The <caller> element's attributes say who sends each message (their "
+            "account id and the name their chat platform gives) and their role here (guest, "
+            "member or admin); its content is what they wrote. "
+            f"{MARKUP_NOTE}{preferences} Memory, files and notes you use here belong to this "
+            "space and are shared by everyone in it."
         )
 
     def message(self, words: str) -> str:

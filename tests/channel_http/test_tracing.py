@@ -76,9 +76,34 @@ async def test_a_turn_is_one_request_span_with_model_tool_and_store_children(
     assert request.kind == trace.SpanKind.SERVER
     trace_id = request.context.trace_id
     in_turn = [span for span in finished if span.context.trace_id == trace_id]
-    assert len(named(in_turn, "model.chat")) == 2
-    (tool,) = named(in_turn, "tool.call")
-    assert tool.attributes == {"mercury.tool": "unknown"}
+    # The GenAI conventions: the turn is an agent invocation, a child of the request; the
+    # model calls and the tool are its children, with the request and response models,
+    # the token counts the model reported, and why each answer ended.
+    (agent,) = named(in_turn, "invoke_agent Mercury")
+    assert agent.parent is not None and agent.parent.span_id == request.context.span_id
+    assert agent.attributes is not None
+    assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    conversation = agent.attributes["gen_ai.conversation.id"]
+    assert isinstance(conversation, str) and len(conversation) == 32
+    calls = named(in_turn, "chat llama3.2")
+    assert len(calls) == 2
+    for call in calls:
+        assert call.parent is not None and call.parent.span_id == agent.context.span_id
+        attributes = dict(call.attributes or {})
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.request.model"] == "llama3.2"
+        assert attributes["gen_ai.response.model"] == "llama3.2"
+        assert isinstance(attributes["gen_ai.usage.input_tokens"], int)
+        assert isinstance(attributes["gen_ai.usage.output_tokens"], int)
+        assert attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    (tool,) = named(in_turn, "execute_tool unknown")
+    assert tool.parent is not None and tool.parent.span_id == agent.context.span_id
+    assert dict(tool.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "unknown",
+        "gen_ai.tool.call.id": dict(tool.attributes or {})["gen_ai.tool.call.id"],
+        "mercury.tool": "unknown",
+    }
     assert any(span.name.startswith("state.") for span in in_turn)
     ids = {span.context.span_id for span in in_turn}
     assert all(
@@ -94,3 +119,26 @@ async def test_a_turn_is_one_request_span_with_model_tool_and_store_children(
     lines = [json.loads(line) for line in records.getvalue().splitlines()]
     turn_line = next(line for line in lines if line["route"] == "/turn")
     assert turn_line["traceId"] == format(trace_id, "032x")
+
+
+async def test_the_messages_go_on_a_model_calls_span_only_when_the_setting_opts_in(
+    spans: InMemorySpanExporter, make_server: object, ollama: OllamaStandIn
+) -> None:
+    quiet: RunningServer = make_server()  # type: ignore[operator]
+    told: RunningServer = make_server(  # type: ignore[operator]
+        OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT="true"
+    )
+    ollama.enqueue(ChatScript.words("first answer"), ChatScript.words("second answer"))
+    for server in (quiet, told):
+        async with httpx.AsyncClient(base_url=server.url, timeout=20) as client:
+            with anyio.fail_after(30):
+                await turn(client, {"text": "the words", "conversationId": "c"}, ALICE)
+    quiet_call, told_call = named(spans.get_finished_spans(), "chat llama3.2")
+    assert "gen_ai.input.messages" not in dict(quiet_call.attributes or {})
+    attributes = dict(told_call.attributes or {})
+    sent = json.loads(str(attributes["gen_ai.input.messages"]))
+    assert sent[-1]["role"] == "user" and "the words" in sent[-1]["parts"][0]["content"]
+    answer = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert answer == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "second answer"}]}
+    ]

@@ -858,6 +858,62 @@ def test_two_services_of_one_name_are_refused(tmp_path: Path) -> None:
     assert 'services[1].name declares "jira" twice' in message
 
 
+def test_fallback_models_are_read_from_the_file_with_their_keys_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    settings = load(
+        tmp_path,
+        "model:\n  fallbacks:\n"
+        "    - {provider: openai, model: gpt-backup, base_url: 'https://api.example.com/v1/',"
+        " api_key_env: BACKUP_KEY}\n"
+        "    - {provider: ollama, model: llama3.2}\n",
+        BACKUP_KEY="sk-secret",
+    )
+    first, second = settings.model.fallbacks
+    assert (first.provider, first.model, first.base_url) == (
+        "openai",
+        "gpt-backup",
+        "https://api.example.com/v1",
+    )
+    assert first.api_key == "sk-secret"
+    assert (second.provider, second.model, second.base_url, second.api_key) == (
+        "ollama",
+        "llama3.2",
+        None,
+        None,
+    )
+    assert "sk-secret" not in settings.redacted()
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("model: {fallbacks: {provider: ollama}}\n", "model.fallbacks must be a list of models"),
+        ("model: {fallbacks: [{provider: ollama}]}\n", 'model.fallbacks[0] needs a "model"'),
+        (
+            "model: {fallbacks: [{provider: vllm, model: m}]}\n",
+            'model.fallbacks[0].provider must be "ollama" or "openai"',
+        ),
+        (
+            "model: {fallbacks: [{provider: openai, model: m, api_key: sk-1}]}\n",
+            "model.fallbacks[0].api_key",
+        ),
+        (
+            "model: {fallbacks: [{provider: openai, model: m, api_key_env: 'sk-1'}]}\n",
+            "model.fallbacks[0].api_key_env must name an environment variable",
+        ),
+        (
+            "model: {fallbacks: [{provider: ollama, model: m}, {provider: ollama, model: m}]}\n",
+            'model.fallbacks[1] names "m" twice',
+        ),
+    ],
+)
+def test_a_malformed_fallback_is_refused_naming_the_key(
+    tmp_path: Path, yaml_text: str, expected: str
+) -> None:
+    assert expected in refusal(tmp_path, yaml_text)
+
+
 # --- the table, the docs and --help ----------------------------------------------------------
 
 
@@ -905,7 +961,7 @@ def test_help_lists_every_variable_with_its_default() -> None:
 
     for setting in SETTINGS:
         if setting.env is not None:
-            assert re.search(rf"^  {setting.env} ", text, re.MULTILINE), setting.env
+            assert re.search(rf"^  {setting.env}( |$)", text, re.MULTILINE), setting.env
     assert "MERCURY_CONFIG_FILE" in text
     assert "MERCURY_SERVICE_<NAME>_CLIENT_SECRET" in text
     assert "(default: 4100)" in text

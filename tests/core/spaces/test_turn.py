@@ -3,6 +3,7 @@ escaped inside the <caller> element (issue #34)."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from core.spaces.turn import MARKUP_NOTE, SpaceTurn, memory_block
@@ -36,7 +37,10 @@ def test_the_instructions_hold_no_name_or_id_a_platform_gave_and_explain_the_mar
     )
     instructions = turn.instructions()
     assert "SYSTEM OVERRIDE" not in instructions and "UEVIL" not in instructions
-    assert "which is member" in instructions and MARKUP_NOTE in instructions
+    assert "their role here" in instructions and MARKUP_NOTE in instructions
+    # The role is the caller element's: the instructions are the same whoever speaks.
+    assert instructions == msgspec.structs.replace(turn, role="admin", caller_id="x").instructions()
+    assert 'role="member"' in turn.message("hi")
 
 
 def test_the_words_are_the_escaped_content_of_the_caller_element() -> None:
