@@ -8,7 +8,8 @@
     login ─► not an event here: the turn's ``sign_in`` hands it on (bridges.sign_in)
     pending ─► one button per choice (more than the platform carries: the typed tokens)
     final ─► exactly ``final.text`` left in the chat, with the buttons and the files
-    error ─► the error's sentence replaces what was shown
+    error ─► the error's sentence replaces what was shown; a shutdown's (the server
+             stopping) follows the answer so far instead: the words stay, with an ending
     a stop button (``s:<stop id>``) on the message while the turn runs
 
 Buttons carry an action string the pipeline reads back from a press (written and read only
@@ -167,6 +168,8 @@ class LiveAnswer:
         self._to = to
         self._translator = translator
         self._owner_key = owner_key
+        #: The answer's text so far (every text event taken).
+        self._written = ""
         self.pacer = Pacer(
             bridge,
             to,
@@ -203,6 +206,10 @@ class LiveAnswer:
                 return
             if turn.outcome == "cancelled":
                 await pacer.fail(tr.gettext("Stopped."))
+                return
+            if error is not None and turn.failure == "stopping":
+                # Cut off by a shutdown: what was written stays, and says why it ends there.
+                await pacer.end("\n\n".join(t for t in (self._written, error.message) if t))
                 return
             if error is not None:
                 await pacer.fail(error.message)
@@ -248,6 +255,7 @@ class LiveAnswer:
         while True:
             for event in await turn.events.take():
                 if event is None:
+                    self._written = text + "".join(parts)
                     return final, pending, error
                 if isinstance(event, events.Text):
                     parts.append(event.chunk)

@@ -302,9 +302,15 @@ class Pipeline:
             await self.submit(bridge, message)
 
     async def settled(self, timeout_s: float) -> None:
-        """Wait (at most ``timeout_s``) for the messages being handled: a shutdown's last step."""
-        if self._tasks or self._typing_tasks:
-            await asyncio.wait(self._tasks | self._typing_tasks, timeout=timeout_s)
+        """Wait (at most ``timeout_s``) for the messages being handled, those taken while
+        waiting too: a shutdown's step before the bridges' connections and clients close,
+        so every answer being written gets its last edit."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self._tasks or self._typing_tasks:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            await asyncio.wait(self._tasks | self._typing_tasks, timeout=left)
 
     @property
     def handling(self) -> int:

@@ -4,8 +4,9 @@
 manager, and the bridges the settings turn on (or those given, for tests), starts each
 gateway bridge's connection, keeps the leases of the deliveries in hand renewed and runs
 again what a dead instance took and never handled, and keeps the expired state swept;
-:meth:`Bridging.close` stops the connections, lets the messages being handled finish, and
-closes the bridges.
+:meth:`Bridging.close` stops taking deliveries over, lets the messages being handled finish
+(an answer being written gets its last edit), then stops the connections and closes the
+bridges.
 
 A connection only one instance may hold (a :class:`~bridges.port.HeldBridge`: Discord's
 gateway) runs only while this instance holds its lease (:mod:`bridges.holding`, #39): the
@@ -90,7 +91,10 @@ class Bridging:
     leases: ConnectionLeases | None = None
     #: The gateway bridges whose connection ended for good (the platform refused the bot).
     ended: set[str] = field(default_factory=set)
+    #: The sweeps and the deliveries' upkeep (stopped first on close).
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Each gateway bridge's connection (stopped once the messages in hand are answered).
+    _connections: list[asyncio.Task[None]] = field(default_factory=list)
 
     def gateways(self) -> dict[str, bool]:
         """Each bridge that holds a connection of its own, and whether it still runs (False:
@@ -143,17 +147,29 @@ class Bridging:
         return await self.pipeline.submit_press(bridge, press)
 
     async def close(self, timeout_s: float = 5.0) -> None:
+        """Stop: no delivery is taken over any more; the messages being handled finish
+        (an answer being written gets its last edit: its final, or the words so far and
+        that the server stopped) while every connection and client is still open; only
+        then are the connections stopped and the bridges closed."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _gone(self._tasks)
         await self.pipeline.settled(timeout_s)
+        for task in self._connections:
+            task.cancel()
+        await _gone(self._connections)
         for bridge in self.bridges:
             try:
                 await bridge.close()
             except Exception:
                 log.exception("closing the %s bridge failed", bridge.platform)
+
+
+async def _gone(tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Wait until each of ``tasks`` (cancelled) has ended."""
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
 
 
 async def open_space_stores(
@@ -228,9 +244,9 @@ def start_bridging(
         if isinstance(bridge, InvitedBridge):
             bridge.admit_by(functools.partial(_admits, people, bridge.platform))
         if isinstance(bridge, HeldBridge) and leases is not None:
-            bridging._tasks.append(loop.create_task(_held(bridge, bridging, leases)))
+            bridging._connections.append(loop.create_task(_held(bridge, bridging, leases)))
         elif isinstance(bridge, GatewayBridge):
-            bridging._tasks.append(loop.create_task(_connected(bridge, bridging)))
+            bridging._connections.append(loop.create_task(_connected(bridge, bridging)))
     bridging._tasks.append(loop.create_task(_sweep(stores)))
     if bridges:
         platforms = {b.platform: b for b in bridges}

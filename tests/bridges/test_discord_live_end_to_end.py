@@ -6,6 +6,7 @@ is the stand-in's record: the reply posted and edited, its buttons, the interact
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -256,6 +257,40 @@ def test_the_stop_button_cancels_the_turn(
     assert discord_api.messages[message_id]["components"] == []
     ollama.wait_for_closed(1, timeout=WAIT_S)  # the model's request was dropped too
     assert ollama.completed == 0
+
+
+def test_a_shutdown_mid_answer_leaves_the_answer_so_far_with_an_ending(
+    chat: RunningServer,
+    discord_api: DiscordStandIn,
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The server stops (SIGTERM's path: the turns end, then the lifespan's shutdown) while
+    # an answer is being written: its message keeps the words so far and says it was cut
+    # off, before the Discord client is closed (it used to close first: "Session is closed").
+    caplog.set_level(logging.INFO, "mercury")
+    ollama.enqueue(ChatScript(content=[f"slow{n} " for n in range(300)], delay_s=0.1))
+    discord_api.post_message(GENERAL, ALICE, MENTION + "take your time", mentions=[BOT])
+
+    def shown() -> str:
+        calls = replies_in(discord_api, GENERAL)
+        return str(message_of(discord_api, calls[0])["content"]) if calls else ""
+
+    discord_api.wait_until(lambda: shown().startswith("slow0 slow1 "), WAIT_S, what="words")
+    [posted] = replies_in(discord_api, GENERAL)
+    message_id = int(posted.answer["id"])
+    before = shown()
+    chat.server.should_exit = True
+    chat.thread.join(30)
+    assert not chat.thread.is_alive()
+    ending = discord_api.messages[message_id]
+    words, _, note = ending["content"].rpartition("\n\n")
+    assert words.startswith(before) and "slow299" not in words, ending["content"]
+    assert note == "The server is stopping; this turn was interrupted. Send it again in a moment."
+    assert ending["components"] == []  # the Stop button went with the turn
+    assert "Session is closed" not in caplog.text
+    said = [r for r in caplog.records if r.name.startswith("mercury.bridges")]
+    assert not [r for r in said if r.exc_info], [r.getMessage() for r in said if r.exc_info]
 
 
 def test_with_live_answers_off_the_answer_is_one_message(
