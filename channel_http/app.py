@@ -28,7 +28,7 @@ from channel_http.metrics_server import MetricsServer
 from channel_http.middleware import CorsMiddleware
 from channel_http.paths import CanonicalPaths, RouteTemplates
 from channel_http.requests import MAX_BODY
-from channel_http.routes import about, chat, me, records, turn, ui_stream
+from channel_http.routes import about, ag_ui, chat, me, records, turn, ui_stream
 from channel_http.routes.handling import authenticated_router
 from channel_http.routes.login_callback import callback_path, login_router, redirect_uri
 from channel_http.routes.pairing import pairing_routes
@@ -238,6 +238,7 @@ def build_app(
     authenticated = [
         turn.turn,
         turn.turn_events,
+        ag_ui.ag_ui_run,
         chat.chat,
         turn.confirm,
         ui_stream.ui_stream,

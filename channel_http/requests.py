@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import msgspec
 
@@ -99,6 +99,39 @@ class UiStreamBody(msgspec.Struct, frozen=True, rename="camel"):
     message_id: str | None = None
 
 
+class AgUiMessage(msgspec.Struct, frozen=True, rename="camel"):
+    """A message of AG-UI's ``RunAgentInput``; only the last user message's text is read."""
+
+    role: str
+    id: str | None = None
+    content: str | list[dict[str, Any]] | None = None
+
+
+class AgUiResume(msgspec.Struct, frozen=True, rename="camel"):
+    """An answer to an interrupt: ``payload`` is ``{"choice": <choice token>}`` when resolved."""
+
+    interrupt_id: str
+    status: Literal["resolved", "cancelled"]
+    payload: Any = None
+
+
+class AgUiInput(msgspec.Struct, frozen=True, rename="camel"):
+    """AG-UI's ``RunAgentInput`` (``POST /ag-ui``). Unknown fields are ignored, as a newer
+    protocol version may add some; ``state``, ``tools``, ``context`` and ``forwardedProps``
+    are accepted and unused."""
+
+    thread_id: str
+    run_id: str
+    messages: list[AgUiMessage] = msgspec.field(default_factory=list)
+    resume: list[AgUiResume] | None = None
+    parent_run_id: str | None = None
+    protocol_version: str | None = None
+    state: Any = None
+    tools: Any = None
+    context: Any = None
+    forwarded_props: Any = None
+
+
 _T = TypeVar("_T", bound=msgspec.Struct)
 
 _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
@@ -112,6 +145,7 @@ _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
         MuteBody,
         SettingBody,
         UiStreamBody,
+        AgUiInput,
     )
 }
 _EXPECTED: Final = {

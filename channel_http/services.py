@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from channel_http.protocols.ag_ui import InterruptCalls
+
 if TYPE_CHECKING:
     from auth_providers import AuthChain
     from bridges.pipeline import PipelineStores
@@ -70,6 +72,8 @@ class Services:
     router: Router | None = None
     #: The chat bridges and their pipeline, once the lifespan has started them.
     bridging: Bridging | None = None
+    #: The tool call each open AG-UI interrupt answers (``POST /ag-ui``).
+    interrupt_calls: InterruptCalls = field(default_factory=InterruptCalls)
     started: float = field(default_factory=time.monotonic)
 
     async def memory_reachable(self) -> bool:

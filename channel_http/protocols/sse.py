@@ -235,8 +235,10 @@ async def forward(
     opening: bytes,
     render: Callable[[list[Event]], bytes],
     metrics: Metrics | None = None,
+    ending: Callable[[], bytes] | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """``opening``, then the turn's events as ``render`` writes them, until the turn ends.
+    """``opening``, then the turn's events as ``render`` writes them, until the turn ends;
+    then what ``ending`` writes, for a protocol that closes its stream with a frame of its own.
 
     The body of every protocol's stream (each renders the events its own way). Everything
     the turn emitted since the last write goes out as one write; a ``: ping`` comment when
@@ -260,15 +262,17 @@ async def forward(
             ended = None in batch
             if ended:  # the end: nothing after it counts
                 del batch[batch.index(None) :]
-            if batch:
-                if first:
+            if batch or ended:
+                if first and batch:
                     first = False
                     metrics.turn_first_event.observe(time.perf_counter() - turn.started)  # type: ignore[union-attr]
-                written = render(batch)
+                written = render(batch) if batch else b""
+                if ended and ending is not None:
+                    written += ending()  # in the same write as the last events
                 if written:
                     yield written
                 pinger.last = loop_time()
-            elif not ended:
+            else:
                 yield HEARTBEAT
                 pinger.last = loop_time()
                 if metrics is not None:
