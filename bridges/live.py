@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -52,8 +51,6 @@ __all__ = [
     "turn_mark",
     "typed_confirmation",
 ]
-
-log = logging.getLogger("mercury.bridges")
 
 _OWNER_CHARS: Final = 10
 _TURN_CHARS: Final = 16
