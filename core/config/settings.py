@@ -1509,7 +1509,7 @@ def help_text() -> str:
     def entry(name: str, text: str) -> None:
         wrapped = textwrap.wrap(text, width=98 - width)
         indent = " " * (width + 2)
-        if len(name) < width:
+        if len(name) <= width - 2:  # two spaces at least between a name and its text
             lines.append(f"  {name:<{width}}{wrapped[0]}")
         else:  # a name as wide as the column gets a line of its own, as argparse does
             lines.append(f"  {name}")
