@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import math
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -58,8 +57,6 @@ __all__ = [
     "turn_mark",
     "typed_confirmation",
 ]
-
-log = logging.getLogger("mercury.bridges")
 
 _OWNER_CHARS: Final = 10
 _TURN_CHARS: Final = 16
