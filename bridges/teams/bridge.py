@@ -373,12 +373,23 @@ class TeamsBridge:
         _remember(self._written, (kind, key), time.monotonic(), _KEPT * 4)
         return value
 
+    async def _keep_offer(self, token: str, file: EgressFile) -> None:
+        """Keep the file offered under ``token`` in the state store, where any instance
+        takes it once; in this instance's memory only when the store can't be written."""
+        if self._state is not None:
+            try:
+                await self._state.put("offer", token, msgspec.msgpack.encode(file))
+                return
+            except StateError as failed:
+                log.warning("a file offered in Teams is kept by this instance only: %s", failed)
+        _remember(self._offers, token, file, _OFFERS_KEPT)
+
     async def _offered(self, token: str) -> EgressFile | None:
-        """The file offered under ``token``, taken (on this instance or from the store)."""
+        """The file offered under ``token``, taken: from this instance's memory, else from
+        the state store (deleted as it is read, so it is uploaded once)."""
         file = self._offers.pop(token, None)
-        if self._state is None:
+        if file is not None or self._state is None:
             return file
-        # The store decides: an offer taken there (answered on another instance) is gone.
         stored = await self._shared(self._state.take("offer", token))
         return msgspec.msgpack.decode(stored, type=EgressFile) if stored is not None else None
 
@@ -469,9 +480,7 @@ class TeamsBridge:
             if is_inline(file):
                 continue
             token = secrets.token_urlsafe(16)
-            _remember(self._offers, token, file, _OFFERS_KEPT)
-            if self._state is not None:
-                await self._shared(self._state.put("offer", token, msgspec.msgpack.encode(file)))
+            await self._keep_offer(token, file)
             await self.reply(route, conversation, reply_to, consent(file, token, bot=_bot(route)))
 
     # -- live replies and buttons (#37) ----------------------------------------------------------
