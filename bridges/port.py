@@ -47,9 +47,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
+
+if TYPE_CHECKING:
+    from core.clock import Clock
+    from core.state import Database
 
 __all__ = [
     "ACTION_MAX_BYTES",
@@ -72,6 +76,7 @@ __all__ = [
     "Pressed",
     "Received",
     "ReplyButton",
+    "SharedStateBridge",
     "ThreadInfo",
     "Verdict",
     "WebhookBridge",
@@ -323,6 +328,17 @@ class InvitedBridge(GatewayBridge, Protocol):
 
     def admit_by(self, admits: Admits) -> None:
         """Ask ``admits`` about each inviter from now on (called before :meth:`run`)."""
+        ...
+
+
+@runtime_checkable
+class SharedStateBridge(PlatformBridge, Protocol):
+    """A platform whose bridge learns from its deliveries what answering needs (Teams: the
+    connector to answer through): kept in the state store every instance shares, so any
+    instance answers a delivery another one received."""
+
+    async def share_state(self, db: Database, *, clock: Clock) -> None:
+        """Keep that state in ``db`` from now on (called once, before the first delivery)."""
         ...
 
 
