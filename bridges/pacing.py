@@ -208,6 +208,8 @@ class Pacer:
         posted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._bridge = bridge
+        #: The bridge as one whose messages a later run can write on (None where it can't).
+        self._resuming = bridge if isinstance(bridge, ResumingBridge) else None
         self._resume = resume
         self._posted = posted
         self._to = to
@@ -354,8 +356,8 @@ class Pacer:
     async def _first(self) -> LiveReply:
         """The answer's first reply: the message an earlier run left where there is one
         and the platform can still write on it, else a new one."""
-        bridge, ref = self._bridge, self._resume
-        if ref is not None and isinstance(bridge, ResumingBridge):
+        bridge, ref = self._resuming, self._resume
+        if ref is not None and bridge is not None:
             try:
                 reply = await self._call(
                     lambda: bridge.reopen_reply(
@@ -363,15 +365,15 @@ class Pacer:
                     )
                 )
             except BridgeError as error:
-                log.info("a %s answer left by an earlier run is posted anew: %s", *self._of(error))
+                self._anew(error)
             else:
                 self._head = self._resumed = reply
                 return reply
         self._head = await self._call(self._open)
         return self._head
 
-    def _of(self, error: BridgeError) -> tuple[str, str]:
-        return self._to.platform, str(error)
+    def _anew(self, error: BridgeError) -> None:
+        log.info("a %s answer left by an earlier run is posted anew: %s", self._to.platform, error)
 
     async def _write(self, act: Callable[[LiveReply], Awaitable[None]]) -> None:
         """``act`` on the current reply; where that is the message an earlier run left and it
@@ -382,7 +384,7 @@ class Pacer:
         except BridgeError as error:
             if reply is not self._resumed:
                 raise
-            log.info("a %s answer left by an earlier run is posted anew: %s", *self._of(error))
+            self._anew(error)
             self._resumed = self._head = self._reply = None
             reply = await self._current()
             await self._call(lambda: act(reply))
@@ -391,10 +393,8 @@ class Pacer:
 
     async def _note_posted(self, reply: LiveReply) -> None:
         """Hand the first message's reference to ``posted``, once, as soon as it is posted."""
-        bridge = self._bridge
-        if self._noted or self._posted is None or reply is not self._head:
-            return
-        if not isinstance(bridge, ResumingBridge):
+        bridge = self._resuming
+        if self._noted or self._posted is None or bridge is None or reply is not self._head:
             return
         ref = bridge.reply_ref(reply)
         if ref is None:

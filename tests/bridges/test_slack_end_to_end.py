@@ -554,7 +554,9 @@ async def test_an_answer_cut_short_on_a_dead_instance_is_written_on_in_its_messa
     [bridge] = [b for b in chat.services.bridging.bridges if b.platform == "slack"]
     event = slack.message("C1", "U1", mention(slack, "tell me"), ts="10.1")
     body, headers = slack.signed(slack.envelope(event, event_id="EvCut"))
-    outcome = chat.call(bridge.receive("POST", {}, {k.lower(): v for k, v in headers.items()}, body))
+    outcome = chat.call(
+        bridge.receive("POST", {}, {k.lower(): v for k, v in headers.items()}, body)
+    )
     [message] = outcome.messages
     # Another instance took the delivery, streamed its answer's first words and died: its
     # lease lapses, this instance takes the delivery over and runs it again.
