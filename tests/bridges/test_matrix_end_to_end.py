@@ -581,5 +581,5 @@ def test_an_answer_cut_short_on_a_dead_instance_is_replaced_in_its_message_not_t
 
     words = "The first words, then the whole answer written by the run that took it over."
     answer(ollama, {"tell me": ChatScript.words(words, delay_s=0.01)})
-    [(reply, text, edits)] = final_replies(people, room, [words])
+    [(reply, _, edits)] = final_replies(people, room, [words])
     assert reply["event_id"] == ref and edits >= 1  # the half-written one, replaced
