@@ -158,7 +158,11 @@ class LiveAnswer:
         owner_key: str,
         stop_id: str,
         show_reasoning: bool = False,
+        resume: str | None = None,
+        posted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """``resume`` is the message an earlier run of the delivery posted (written into,
+        :class:`~bridges.pacing.Pacer`); ``posted`` is given this answer's first message."""
         self._bridge = bridge
         self._show_reasoning = show_reasoning
         self._to = to
@@ -176,6 +180,8 @@ class LiveAnswer:
                     style="danger",
                 ),
             ),
+            resume=resume,
+            posted=posted,
         )
 
     async def render(
@@ -185,8 +191,11 @@ class LiveAnswer:
         timeout_s: float,
         files_of: Callable[[], Awaitable[Sequence[EgressFile]]],
         notes: Sequence[str] = (),
-    ) -> None:
-        """Show ``turn``'s events as they come; leave its answer (or its error) for good."""
+    ) -> bool:
+        """Show ``turn``'s events as they come; leave its answer (or its error) for good.
+
+        False when its last word did not reach the platform (the message is left as it was):
+        the delivery is then run again, and that run writes on in the same message."""
         tr = self._translator
         pacer = self.pacer
         await pacer.open()
@@ -197,18 +206,18 @@ class LiveAnswer:
             except TimeoutError:
                 turn.cancel()
                 await pacer.fail(timeout_text(timeout_s, tr))
-                return
+                return pacer.delivered
             if turn.outcome == "cancelled":
                 await pacer.fail(tr.gettext("Stopped."))
-                return
+                return pacer.delivered
             if error is not None:
                 await pacer.fail(error.message)
-                return
+                return pacer.delivered
             if final is None:
                 await pacer.fail(
                     tr.gettext("Something went wrong on our side. Try again in a moment.")
                 )
-                return
+                return pacer.delivered
             text = final.text
             buttons: list[ReplyButton] = []
             if pending is not None:
@@ -226,6 +235,7 @@ class LiveAnswer:
             if notes:
                 text = "\n\n".join((text, *notes))
             await pacer.end(text, buttons, await files_of())
+            return pacer.delivered
         finally:
             await pacer.cancel()
 

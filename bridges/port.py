@@ -76,6 +76,7 @@ __all__ = [
     "Pressed",
     "Received",
     "ReplyButton",
+    "ResumingBridge",
     "SharedStateBridge",
     "ThreadInfo",
     "Verdict",
@@ -451,4 +452,24 @@ class LiveBridge(PlatformBridge, Protocol):
 
     async def settle_press(self, press: Pressed, text: str) -> None:
         """Update the pressed message: its buttons go and ``text`` says what was chosen."""
+        ...
+
+
+@runtime_checkable
+class ResumingBridge(LiveBridge, Protocol):
+    """A live platform whose answer a later run of the same delivery can write on: the run
+    that takes over a delivery cut short (a dead or frozen instance) edits the message the
+    earlier run posted instead of leaving it half-written above a second answer."""
+
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The platform's reference to ``reply``'s message once it is posted (a Slack ``ts``,
+        a Discord message id, a Matrix event id); None while nothing is posted."""
+        ...
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """What :meth:`LiveBridge.open_reply` gives, writing into the message ``ref`` names
+        (posted by an earlier run of the answer to ``to``). Raises :class:`BridgeError` when
+        that message can't be written (deleted): the answer is then posted anew."""
         ...
