@@ -26,6 +26,11 @@ failed is let go at once (:meth:`Deliveries.release`) and tried again, at most
 
 At least once, not exactly once: an instance that dies between sending a reply and marking
 it handled (one statement) sends that reply again on the next run.
+
+**its reply**: the platform's reference to the first message of a live answer, kept with the
+delivery once it is posted (:meth:`Deliveries.posted`, one write per delivery). Whoever takes
+the delivery over gets it back (:meth:`Deliveries.left_reply`) and writes the new run's answer
+into that message, so a run cut short mid-answer leaves no half-written message behind.
 """
 
 from __future__ import annotations
@@ -85,6 +90,8 @@ CREATE INDEX IF NOT EXISTS bridge_deliveries_unhandled
     ON bridge_deliveries (lease_until_us) WHERE handled_us IS NULL;
 """,
         ),
+        # The first message of a live answer, for whoever takes the delivery over.
+        Migration(3, "ALTER TABLE bridge_deliveries ADD COLUMN reply_ref TEXT;"),
     ),
 )
 
@@ -132,6 +139,8 @@ class Deliveries:
         self.lease_s = lease_s
         #: Who this instance is in the leases it holds.
         self.holder = holder or uuid.uuid4().hex
+        #: The replies left by earlier runs of the deliveries this instance took over, by key.
+        self._left: dict[tuple[str, str], str] = {}
 
     async def ensure_schema(self) -> None:
         await self._db.migrate(_SCHEMA)
@@ -164,18 +173,39 @@ class Deliveries:
         )
         if inserted == 1:
             return True
-        taken = await self._db.execute(
-            _TAKE_OVER,
+        taken = await self._db.fetch_one(
+            _TAKE_OVER + " RETURNING reply_ref",
             (self.holder, until, message.platform, delivery_id, now, MAX_ATTEMPTS),
         )
-        if taken == 1:
-            log.info("%s delivery %s taken over: its lease lapsed", message.platform, delivery_id)
-        return taken == 1
+        if taken is None:
+            return False
+        log.info("%s delivery %s taken over: its lease lapsed", message.platform, delivery_id)
+        self._keep_left(message.platform, delivery_id, taken["reply_ref"])
+        return True
+
+    def _keep_left(self, platform: str, delivery_id: str, ref: str | None) -> None:
+        if ref:
+            self._left[(platform, delivery_id)] = ref
+
+    def left_reply(self, message: Received | Pressed) -> str | None:
+        """The reply an earlier run of ``message``'s delivery posted, when this instance took
+        it over from that run (once: the new run writes on in it); None for a first run."""
+        return self._left.pop((message.platform, _key(message)), None)
+
+    async def posted(self, message: Received | Pressed, ref: str) -> None:
+        """Keep ``ref``, the first message of ``message``'s live answer, with its delivery
+        (while this instance holds it), for a run that takes it over."""
+        await self._db.execute(
+            "UPDATE bridge_deliveries SET reply_ref = ? "
+            "WHERE platform = ? AND delivery_id = ? AND holder = ? AND handled_us IS NULL",
+            (ref, message.platform, _key(message), self.holder),
+        )
 
     async def handled(self, message: Received | Pressed) -> None:
         """Mark ``message``'s delivery handled: a retry of it is a duplicate from now on."""
         await self._db.execute(
-            "UPDATE bridge_deliveries SET handled_us = ?, holder = '', message = NULL "
+            "UPDATE bridge_deliveries SET handled_us = ?, holder = '', message = NULL, "
+            "reply_ref = NULL "
             "WHERE platform = ? AND delivery_id = ?",
             (
                 to_micros(self._clock()),
@@ -215,13 +245,14 @@ class Deliveries:
         for row in rows:
             platform, delivery_id = row["platform"], row["delivery_id"]
             taken = await self._db.fetch_one(
-                _TAKE_OVER + " RETURNING message",
+                _TAKE_OVER + " RETURNING message, reply_ref",
                 (self.holder, until, platform, delivery_id, now, MAX_ATTEMPTS),
             )
             if taken is None:
                 continue  # another instance took it first
             try:
                 found.append(_decoded(taken["message"] or ""))
+                self._keep_left(platform, delivery_id, taken["reply_ref"])
             except msgspec.DecodeError:
                 log.warning("%s delivery %s can't be run again: unreadable", platform, delivery_id)
                 await self._db.execute(

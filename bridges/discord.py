@@ -706,6 +706,26 @@ class DiscordBridge:
             await reply.start()
         return reply
 
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The reply's message id, once posted."""
+        return reply.message_id if isinstance(reply, _LiveReply) else None
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """The message ``ref`` (its id) an earlier run posted, edited from its next update
+        on; "<bot> is typing…" until then."""
+        if not ref.isdigit():
+            raise BridgeError(f"{ref!r} is no Discord message id; the answer is posted anew.")
+        client = await self._logged_in()
+        channel = client.get_partial_messageable(_channel_id(to.thread_id))
+        reply = _LiveReply(
+            self, channel, None, _addressed(to), thinking=status, buttons=tuple(buttons)
+        )
+        reply.resume(channel.get_partial_message(int(ref)))
+        await reply.start()
+        return reply
+
     async def send_private(self, to: Received, text: str) -> None:
         """A direct message to ``to``'s author (in a DM, that DM).
 
@@ -938,9 +958,18 @@ class _LiveReply:
         self._mentions = mentions
         self._thinking = thinking
         self._buttons = buttons
-        self._message: discord.Message | None = None
+        self._message: discord.Message | discord.PartialMessage | None = None
         self._shown: tuple[str, tuple[ReplyButton, ...]] | None = None
         self._typing: asyncio.Task[None] | None = None
+
+    @property
+    def message_id(self) -> str | None:
+        """The posted message's id; None until it is posted."""
+        return str(self._message.id) if self._message is not None else None
+
+    def resume(self, message: discord.PartialMessage) -> None:
+        """Write on in ``message``, an earlier run's: edited, never posted again."""
+        self._message = message
 
     async def start(self) -> None:
         """Show "<bot> is typing…" (unless it shows already), and keep showing it until

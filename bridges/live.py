@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import math
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,8 +58,6 @@ __all__ = [
     "turn_mark",
     "typed_confirmation",
 ]
-
-log = logging.getLogger("mercury.bridges")
 
 _OWNER_CHARS: Final = 10
 _TURN_CHARS: Final = 16
@@ -162,7 +159,11 @@ class LiveAnswer:
         owner_key: str,
         stop_id: str,
         show_reasoning: bool = False,
+        resume: str | None = None,
+        posted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
+        """``resume`` is the message an earlier run of the delivery posted (written into,
+        :class:`~bridges.pacing.Pacer`); ``posted`` is given this answer's first message."""
         self._bridge = bridge
         self._show_reasoning = show_reasoning
         self._to = to
@@ -182,6 +183,8 @@ class LiveAnswer:
                     style="danger",
                 ),
             ),
+            resume=resume,
+            posted=posted,
         )
 
     async def render(
@@ -191,8 +194,11 @@ class LiveAnswer:
         timeout_s: float,
         files_of: Callable[[], Awaitable[Sequence[EgressFile]]],
         notes: Sequence[str] = (),
-    ) -> None:
-        """Show ``turn``'s events as they come; leave its answer (or its error) for good."""
+    ) -> bool:
+        """Show ``turn``'s events as they come; leave its answer (or its error) for good.
+
+        False when its last word did not reach the platform (the message is left as it was):
+        the delivery is then run again, and that run writes on in the same message."""
         tr = self._translator
         pacer = self.pacer
         await pacer.open()
@@ -203,22 +209,22 @@ class LiveAnswer:
             except TimeoutError:
                 turn.cancel()
                 await pacer.fail(timeout_text(timeout_s, tr))
-                return
+                return pacer.delivered
             if turn.outcome == "cancelled":
                 await pacer.fail(tr.gettext("Stopped."))
-                return
+                return pacer.delivered
             if error is not None and turn.failure == "stopping":
                 # Cut off by a shutdown: what was written stays, and says why it ends there.
                 await pacer.end("\n\n".join(t for t in (self._written, error.message) if t))
-                return
+                return pacer.delivered
             if error is not None:
                 await pacer.fail(error.message)
-                return
+                return pacer.delivered
             if final is None:
                 await pacer.fail(
                     tr.gettext("Something went wrong on our side. Try again in a moment.")
                 )
-                return
+                return pacer.delivered
             text = final.text
             buttons: list[ReplyButton] = []
             if pending is not None:
@@ -236,6 +242,7 @@ class LiveAnswer:
             if notes:
                 text = "\n\n".join((text, *notes))
             await pacer.end(text, buttons, await files_of())
+            return pacer.delivered
         finally:
             await pacer.cancel()
 

@@ -17,6 +17,11 @@ can't show partial text (``partial=False``) gets each finished paragraph as a me
 its own. A platform that says "come back later" (:class:`~bridges.port.PlatformUnavailable`,
 a 429's ``retry_after_s``) is waited for and the same state sent again: a delay, never a
 loss. Calls to one reply are never concurrent: the pacer's own task makes them all.
+
+An answer whose delivery was taken over from an earlier run cut short (``resume``: the
+message that run posted) is written into that message (:class:`~bridges.port.ResumingBridge`),
+or into a new one where it can't be written any more (deleted). The first message's reference
+is handed to ``posted`` once, as soon as it is posted, for a run that takes this one over.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, TypeVar
 
-from bridges.port import BridgeError, PlatformUnavailable
+from bridges.port import BridgeError, PlatformUnavailable, ResumingBridge
 
 if TYPE_CHECKING:
     from bridges.port import EgressFile, LiveBridge, LiveLimits, LiveReply, Received, ReplyButton
@@ -199,8 +204,14 @@ class Pacer:
         buttons: Sequence[ReplyButton] = (),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        resume: str | None = None,
+        posted: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._bridge = bridge
+        #: The bridge as one whose messages a later run can write on (None where it can't).
+        self._resuming = bridge if isinstance(bridge, ResumingBridge) else None
+        self._resume = resume
+        self._posted = posted
         self._to = to
         self.limits = limits
         self._buttons = tuple(buttons)
@@ -220,6 +231,13 @@ class Pacer:
         self._task: asyncio.Task[None] | None = None
         #: Platform calls made (a figure for the bench and the tests).
         self.calls = 0
+        #: The answer's first message (the one whose reference ``posted`` is given), and the
+        #: message an earlier run left while it is not written yet.
+        self._head: LiveReply | None = None
+        self._resumed: LiveReply | None = None
+        self._noted = False
+        #: Whether the answer's last word (``end`` or ``fail``) reached the platform.
+        self.delivered = False
 
     @property
     def shown_text(self) -> str:
@@ -229,7 +247,8 @@ class Pacer:
     async def open(self) -> None:
         """Open the first reply (showing the status) and start pacing."""
         try:
-            self._reply = await self._call(self._open)
+            self._reply = await self._first()
+            await self._note_posted(self._reply)
         except BridgeError as error:
             log.warning("a live %s answer was not opened: %s", self._to.platform, error)
         except Exception:
@@ -317,14 +336,12 @@ class Pacer:
             await self._finish_part(rest[: split_point(rest, limits.max_chars, units=limits.units)])
         state = (self._text[self._committed :], self._status)
         if state != self._shown:
-            reply = await self._current()
-            await self._call(lambda: reply.show(*state))
+            await self._write(lambda reply: reply.show(*state))
             self._shown = state
 
     async def _finish_part(self, part: str) -> None:
         """Leave ``part`` in the current message for good, and start a new one."""
-        reply = await self._current()
-        await self._call(lambda: reply.finish(part))
+        await self._write(lambda reply: reply.finish(part))
         self._committed += len(part)
         self._reply = None
         self._shown = ("", None)
@@ -332,7 +349,66 @@ class Pacer:
     async def _current(self) -> LiveReply:
         if self._reply is None:
             self._reply = await self._call(self._open)
+            if self._head is None:
+                self._head = self._reply
         return self._reply
+
+    async def _first(self) -> LiveReply:
+        """The answer's first reply: the message an earlier run left where there is one
+        and the platform can still write on it, else a new one."""
+        bridge, ref = self._resuming, self._resume
+        if ref is not None and bridge is not None:
+            try:
+                reply = await self._call(
+                    lambda: bridge.reopen_reply(
+                        self._to, ref, status=self._status, buttons=self._buttons
+                    )
+                )
+            except BridgeError as error:
+                self._anew(error)
+            else:
+                self._head = self._resumed = reply
+                return reply
+        self._head = await self._call(self._open)
+        return self._head
+
+    def _anew(self, error: BridgeError) -> None:
+        log.info("a %s answer left by an earlier run is posted anew: %s", self._to.platform, error)
+
+    async def _write(self, act: Callable[[LiveReply], Awaitable[None]]) -> None:
+        """``act`` on the current reply; where that is the message an earlier run left and it
+        can't be written any more (deleted), on a new one."""
+        reply = await self._current()
+        try:
+            await self._call(lambda: act(reply))
+        except BridgeError as error:
+            if reply is not self._resumed:
+                raise
+            self._anew(error)
+            self._resumed = self._head = self._reply = None
+            reply = await self._current()
+            await self._call(lambda: act(reply))
+        self._resumed = None
+        await self._note_posted(reply)
+
+    async def _note_posted(self, reply: LiveReply) -> None:
+        """Hand the first message's reference to ``posted``, once, as soon as it is posted."""
+        bridge = self._resuming
+        if self._noted or self._posted is None or bridge is None or reply is not self._head:
+            return
+        ref = bridge.reply_ref(reply)
+        if ref is None:
+            return
+        self._noted = True
+        if ref == self._resume:
+            return  # kept with the delivery already
+        try:
+            await self._posted(ref)
+        except Exception:
+            # Only a takeover's help: the answer goes on without it.
+            log.warning(
+                "a live %s answer's message was not noted", self._to.platform, exc_info=True
+            )
 
     def _open(self) -> Awaitable[LiveReply]:
         status = self._status if self._text == "" and self._committed == 0 else None
@@ -340,8 +416,8 @@ class Pacer:
 
     async def _last(self, end: _End) -> None:
         if end.kind == "fail":
-            reply = await self._current()
-            await self._call(lambda: reply.fail(end.text))
+            await self._write(lambda reply: reply.fail(end.text))
+            self.delivered = True
             return
         done = self._text[: self._committed]
         if end.text.startswith(done):
@@ -354,8 +430,8 @@ class Pacer:
         *parts, last = split(rest, self.limits.max_chars, units=self.limits.units)
         for part in parts:
             await self._finish_part(part)
-        reply = await self._current()
-        await self._call(lambda: reply.finish(last, end.buttons, end.files))
+        await self._write(lambda reply: reply.finish(last, end.buttons, end.files))
+        self.delivered = True
         self._shown = (last, None)
         self._text, self._committed = end.text, len(end.text) - len(last)
 

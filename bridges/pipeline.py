@@ -337,9 +337,16 @@ class Pipeline:
                 if isinstance(bridge, CompletingBridge):  # names learned after the ack (#34)
                     message = await bridge.complete(message)
                 started = await self._route(bridge, message)
-            if isinstance(started, _Started):
-                await self._finish(bridge, message, started)
-            elif isinstance(started, _Compact):
+            if isinstance(started, _Started) and not await self._finish(bridge, message, started):
+                # A live answer left unfinished (the platform's client gone under a frozen
+                # instance): run again, that run writes on in the same message.
+                log.warning(
+                    "a %s answer did not reach the platform; its delivery runs again",
+                    message.platform,
+                )
+                await deliveries.release(message)
+                return
+            if isinstance(started, _Compact):
                 await self._compact(bridge, message, started)
             await deliveries.handled(message)
         except asyncio.CancelledError:
@@ -817,10 +824,14 @@ class Pipeline:
             stop_id=running.stop_id,
         )
 
-    async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> None:
+    async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> bool:
         """Send the turn's answer, with the files it wrote: live where the bridge can
-        write it as it comes and the space wants it so, else as one message at the end."""
+        write it as it comes and the space wants it so, else as one message at the end.
+
+        A live answer to a delivery taken over from an earlier run goes on in the message
+        that run posted; False when a live answer's last word did not reach the platform."""
         turn, key = started.turn, started.key
+        deliveries = self._stores.deliveries
         try:
             if isinstance(bridge, LiveBridge) and started.live_answers:
                 answer = LiveAnswer(
@@ -830,23 +841,25 @@ class Pipeline:
                     owner_key=started.owner_key,
                     stop_id=started.stop_id,
                     show_reasoning=self._settings.bridges.show_reasoning,
+                    resume=deliveries.left_reply(message),
+                    posted=lambda ref: deliveries.posted(message, ref),
                 )
-                await answer.render(
+                return await answer.render(
                     turn,
                     timeout_s=self._settings.chat.timeout_s,
                     files_of=lambda: self._files_of(started),
                     notes=started.notes,
                 )
-                return
             text = await self._answer_of(turn, started.translator)
         finally:
             self._let_go(key, turn)
         if text is None:
-            return  # stopped: the stop command answered
+            return True  # stopped: the stop command answered
         files = await self._files_of(started)
         if started.notes:
             text = "\n\n".join((text, *started.notes))
         await self._reply(bridge, message, text, files)
+        return True
 
     async def _files_of(self, started: _Started) -> list[EgressFile]:
         # This turn's own files: another conversation of the space writes to the same outbox.

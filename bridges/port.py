@@ -47,9 +47,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
+
+if TYPE_CHECKING:
+    from core.clock import Clock
+    from core.state import Database
 
 __all__ = [
     "ACTION_MAX_BYTES",
@@ -72,6 +76,8 @@ __all__ = [
     "Pressed",
     "Received",
     "ReplyButton",
+    "ResumingBridge",
+    "SharedStateBridge",
     "ThreadInfo",
     "Verdict",
     "WebhookBridge",
@@ -326,6 +332,17 @@ class InvitedBridge(GatewayBridge, Protocol):
         ...
 
 
+@runtime_checkable
+class SharedStateBridge(PlatformBridge, Protocol):
+    """A platform whose bridge learns from its deliveries what answering needs (Teams: the
+    connector to answer through): kept in the state store every instance shares, so any
+    instance answers a delivery another one received."""
+
+    async def share_state(self, db: Database, *, clock: Clock) -> None:
+        """Keep that state in ``db`` from now on (called once, before the first delivery)."""
+        ...
+
+
 # ---------------------------------------------------------------- live answers and buttons (#37)
 
 #: The most an action may hold, in UTF-8 bytes: Telegram's ``callback_data`` limit, the
@@ -435,4 +452,24 @@ class LiveBridge(PlatformBridge, Protocol):
 
     async def settle_press(self, press: Pressed, text: str) -> None:
         """Update the pressed message: its buttons go and ``text`` says what was chosen."""
+        ...
+
+
+@runtime_checkable
+class ResumingBridge(LiveBridge, Protocol):
+    """A live platform whose answer a later run of the same delivery can write on: the run
+    that takes over a delivery cut short (a dead or frozen instance) edits the message the
+    earlier run posted instead of leaving it half-written above a second answer."""
+
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The platform's reference to ``reply``'s message once it is posted (a Slack ``ts``,
+        a Discord message id, a Matrix event id); None while nothing is posted."""
+        ...
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """What :meth:`LiveBridge.open_reply` gives, writing into the message ``ref`` names
+        (posted by an earlier run of the answer to ``to``). Raises :class:`BridgeError` when
+        that message can't be written (deleted): the answer is then posted anew."""
         ...

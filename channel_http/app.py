@@ -20,7 +20,7 @@ from litestar import Litestar
 from auth_providers import AuthChain, load_providers
 from bridges.build import build_bridges
 from bridges.holding import ConnectionLeases
-from bridges.port import PlatformBridge
+from bridges.port import PlatformBridge, SharedStateBridge
 from channel_http.access_log import RequestLog
 from channel_http.bridging import open_space_stores, start_bridging
 from channel_http.errors import EXCEPTION_HANDLERS
@@ -208,6 +208,9 @@ def build_app(
                 services.db, lease_s=settings.bridges.connection_lease_s, clock=clock
             )
             await leases.ensure_schema()
+            for bridge in chat_bridges:
+                if isinstance(bridge, SharedStateBridge):
+                    await bridge.share_state(services.db, clock=clock)
             services.bridging = start_bridging(
                 chat_bridges,
                 services.space_stores,

@@ -28,6 +28,7 @@ from bridges.port import (
     Deliver,
     EgressFile,
     LiveLimits,
+    LiveReply,
     PlatformUnavailable,
     Pressed,
     Received,
@@ -783,6 +784,17 @@ class MatrixBridge:
         """A reply posted once there are words (the room shows typing until then), then
         edited; Matrix carries no buttons (confirmations are typed back)."""
         return LiveMatrixReply(self, to)
+
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The reply's event id, once posted."""
+        return reply.event_id if isinstance(reply, LiveMatrixReply) else None
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveMatrixReply:
+        """The event ``ref`` an earlier run posted, replaced (``m.replace``) from the next
+        update on."""
+        return LiveMatrixReply(self, to, event_id=ref)
 
     async def send_private(self, to: Received, text: str) -> None:
         """``text`` in a room of ``to``'s author and the bot alone, judged right before

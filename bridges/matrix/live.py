@@ -36,13 +36,19 @@ class LiveMatrixReply:
     not posted. Calls come one at a time (the pacer's), so the state needs no lock.
     """
 
-    def __init__(self, bridge: _ReplyHost, to: Received) -> None:
+    def __init__(self, bridge: _ReplyHost, to: Received, *, event_id: str | None = None) -> None:
+        """``event_id``: the message an earlier run posted, replaced from the first update."""
         self._bridge = bridge
         self._to = to
-        self._event_id: str | None = None
+        self._event_id = event_id
         self._shown: str | None = None
         #: How many steps of ``finish`` are done (a retried finish goes on from there).
         self._done = 0
+
+    @property
+    def event_id(self) -> str | None:
+        """The reply's event id, once posted."""
+        return self._event_id
 
     async def show(self, text: str, status: str | None) -> None:
         if not text:

@@ -654,6 +654,29 @@ class SlackBot:
         await reply.begin(status)
         return reply
 
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The reply's message ``ts``, once posted or started."""
+        return reply.ts if isinstance(reply, _SlackReply) else None
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """The message ``ref`` (its ``ts``) an earlier run posted, its stream ended if it was
+        one, written on by post and edit (``chat.update``): it shows ``status`` at once."""
+        channel, thread_ts = self._reply_place(to)
+        reply = _SlackReply(
+            self,
+            channel=channel,
+            thread_ts=thread_ts,
+            conversation=to.thread_id,
+            recipient_user=to.author_id,
+            recipient_team=self._teams.get(to.author_id) or self._team_id,
+            stream=False,
+            stop=tuple(buttons),
+        )
+        await reply.resume(ref, status)
+        return reply
+
     async def send_private(self, to: Received, text: str) -> None:
         """``text`` to ``to``'s author alone, as an ephemeral message where they wrote."""
         channel, thread_ts = self._reply_place(to)

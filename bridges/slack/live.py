@@ -103,6 +103,18 @@ class _SlackReply:
         #: Whether the stream carries the stop button (the end then rewrites the message).
         self._stream_has_stop = False
 
+    @property
+    def ts(self) -> str | None:
+        """The message's ``ts``, once posted or started."""
+        return self._ts
+
+    async def resume(self, ts: str, status: str | None) -> None:
+        """Write on in the message ``ts`` an earlier run left: its stream ended (when it still
+        is one), then edited to show ``status`` and the stop button."""
+        self._ts = ts
+        await self._stop_stream(ts, "")
+        await self._update(ts, "", status, self._stop)
+
     # -- the contract ---------------------------------------------------------------------
 
     async def begin(self, status: str | None) -> None:

@@ -38,7 +38,8 @@ Exceptions (the port's)::
 
 The package, module by module: ``bridge`` (:class:`TeamsBridge`), ``auth`` (the tokens both
 ways), ``wire`` (activities read, thread ids), ``cards`` (the activities the bot posts),
-``live`` (a reply streamed or posted once).
+``live`` (a reply streamed or posted once), ``state`` (routes, offered files and card texts
+every instance shares).
 """
 
 from __future__ import annotations

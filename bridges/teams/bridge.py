@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
+import msgspec
 from microsoft_agents.activity import Activity, ConversationAccount, ConversationParameters
 from microsoft_agents.activity.channel_id import ChannelId
 from microsoft_agents.hosting.core.connector.client import ConnectorClient
@@ -35,6 +37,7 @@ from bridges.port import (
 )
 from bridges.teams.auth import ActivityTokens, BotTokens, Refused
 from bridges.teams.cards import (
+    ADAPTIVE_CARD,
     FILE_KEY,
     MAX_MESSAGE_CHARS,
     consent,
@@ -45,9 +48,12 @@ from bridges.teams.cards import (
     with_file_names,
 )
 from bridges.teams.live import TeamsReply
+from bridges.teams.state import Kind, TeamsState
 from bridges.teams.wire import Route, read_activity, split_thread, tenant_of
+from core.clock import Clock
 from core.config.settings import ConfigurationError, TeamsSettings
 from core.spaces.ids import parse_space_id
+from core.state import Database, StateError
 
 log = logging.getLogger("mercury.bridges.teams")
 
@@ -84,6 +90,9 @@ _READ_CHUNK: Final = 64 * 1024
 _FILE_DOMAINS: Final = ("sharepoint.com", "sharepoint.us", "sharepoint.de", "sharepoint.cn")
 #: Files offered in personal chats and not answered yet, kept (the oldest forgotten first).
 _OFFERS_KEPT: Final = 32
+#: Seconds after which a route learnt again, unchanged, is written to the state store again
+#: (so it does not expire while the conversation goes on).
+_REWRITE_AFTER_S: Final = 86_400.0
 
 
 class _NoValidationTracebacks(logging.Filter):
@@ -148,10 +157,21 @@ class TeamsBridge:
         self._offers: OrderedDict[str, EgressFile] = OrderedDict()
         #: Uploads and withdrawals under way (an answered offer).
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Where all of the above is shared with the other instances (:meth:`share_state`),
+        #: and when each route was last written there.
+        self._state: TeamsState | None = None
+        self._written: OrderedDict[tuple[Kind, str], float] = OrderedDict()
 
     @property
     def platform(self) -> str:
         return "teams"
+
+    async def share_state(self, db: Database, *, clock: Clock) -> None:
+        """Keep the routes, offered files and message texts in ``db`` (:mod:`bridges.teams.state`)
+        too, and look there for what this instance did not learn itself."""
+        state = TeamsState(db, clock=clock)
+        await state.ensure_schema()
+        self._state = state
 
     def parse_thread(self, thread_id: str) -> ThreadInfo:
         """The channel's (or chat's) space, and the thread as the conversation."""
@@ -214,31 +234,29 @@ class TeamsBridge:
             return WebhookOutcome(verdict="malformed", reason=str(exc))
         if isinstance(read, str):
             if activity.type == "invoke" and activity.name == "fileConsent/invoke":
-                return self._answered_offer(activity)
+                return await self._answered_offer(activity)
             return WebhookOutcome(verdict="ignored", reason=read)
-        self._learn(activity, read)
+        await self._learn(activity, read)
         if isinstance(read, Pressed):
             return WebhookOutcome(verdict="accepted", presses=(read,))
         return WebhookOutcome(verdict="accepted", messages=(read,))
 
-    def _answered_offer(self, activity: Activity) -> WebhookOutcome:
-        """A file consent card answered: accepted, the file is uploaded to the URL Teams
-        gave (in the background: Teams waits for no upload) and the card becomes the file;
-        declined, the card goes."""
+    async def _answered_offer(self, activity: Activity) -> WebhookOutcome:
+        """A file consent card answered (on whichever instance offered it): accepted, the
+        file is uploaded to the URL Teams gave (in the background: Teams waits for no
+        upload) and the card becomes the file; declined, the card goes."""
         value: Any = activity.value
         context = value.get("context") if isinstance(value, dict) else None
         token = context.get(FILE_KEY) if isinstance(context, dict) else None
-        file = self._offers.pop(token, None) if isinstance(token, str) else None
+        file = await self._offered(token) if isinstance(token, str) else None
         conversation = activity.conversation.id if activity.conversation is not None else None
         card = activity.reply_to_id
-        route = self._tenant_routes.get(tenant_of(activity) or "")
-        if file is None or route is None or not conversation or not card:
-            return WebhookOutcome(verdict="ignored", reason="a file consent this instance lost")
-        route = Route(
-            service_url=activity.service_url or route.service_url,
-            bot_id=route.bot_id,
-            bot_name=route.bot_name,
-        )
+        bot = activity.recipient
+        if file is None or bot is None or not conversation or not card:
+            return WebhookOutcome(verdict="ignored", reason="a file consent no instance kept")
+        # The invoke's serviceUrl was checked against its token like any activity's.
+        assert activity.service_url is not None  # noqa: S101
+        route = Route(service_url=activity.service_url, bot_id=bot.id, bot_name=bot.name or None)
         if value.get("action") == "accept":
             work = self._upload(route, conversation, card, file, value.get("uploadInfo"))
         else:
@@ -256,7 +274,7 @@ class TeamsBridge:
             if not isinstance(info, dict) or not isinstance(info.get("uploadUrl"), str):
                 raise BridgeError(f"Teams gave no upload URL for {file.filename!r}.")
             url = str(info["uploadUrl"])
-            connectors = [r.service_url for r in self._tenant_routes.values()]
+            connectors = [route.service_url, *(r.service_url for r in self._tenant_routes.values())]
             if not any(on_platform(url, api_url=c, domains=_FILE_DOMAINS) for c in connectors):
                 raise BridgeError(
                     f"The Teams bridge uploads only to OneDrive, not {urlsplit(url).netloc[:80]}."
@@ -302,7 +320,7 @@ class TeamsBridge:
         except BridgeError as failed:
             log.warning("a declined file's card stayed in Teams: %s", failed)
 
-    def _learn(self, activity: Activity, read: Received | Pressed) -> None:
+    async def _learn(self, activity: Activity, read: Received | Pressed) -> None:
         """Remember where this conversation's replies go, and the author's account."""
         assert activity.recipient is not None and activity.from_property is not None  # noqa: S101
         assert activity.service_url is not None  # noqa: S101 - read_activity checked them
@@ -312,11 +330,77 @@ class TeamsBridge:
             bot_name=activity.recipient.name or None,
         )
         tenant, conversation, _ = split_thread(read.thread_id)
-        _remember(self._routes, f"{tenant}:{conversation}", route)
-        _remember(self._tenant_routes, tenant, route)
-        _remember(self._accounts, read.author_id, activity.from_property.id)
+        await self._keep("route", self._routes, f"{tenant}:{conversation}", route)
+        await self._keep("tenant", self._tenant_routes, tenant, route)
+        await self._keep("account", self._accounts, read.author_id, activity.from_property.id)
         if read.is_dm:
-            _remember(self._personal, read.author_id, conversation)
+            await self._keep("personal", self._personal, read.author_id, conversation)
+
+    # -- what every instance shares (bridges.teams.state) -------------------------------------
+
+    async def _keep(
+        self, kind: Kind, kept: OrderedDict[str, _V], key: str, value: _V, most: int = _KEPT
+    ) -> None:
+        """``kept[key] = value``, and in the state store when it changed there (or was
+        written there over :data:`_REWRITE_AFTER_S` ago). A store that can't be written is
+        logged: this instance still knows it."""
+        now = time.monotonic()
+        unchanged = kept.get(key) == value
+        _remember(kept, key, value, most)
+        if self._state is None:
+            return
+        if unchanged and now - self._written.get((kind, key), float("-inf")) < _REWRITE_AFTER_S:
+            return
+        try:
+            await self._state.put(kind, key, msgspec.msgpack.encode(value))
+        except StateError as failed:
+            log.warning("a Teams %s was not shared with the other instances: %s", kind, failed)
+            return
+        _remember(self._written, (kind, key), now, _KEPT * 4)
+
+    async def _recall(
+        self, kind: Kind, kept: OrderedDict[str, _V], key: str, kind_of: type[_V]
+    ) -> _V | None:
+        """``kept[key]``, else what another instance kept in the state store (then kept here)."""
+        value = kept.get(key)
+        if value is not None or self._state is None:
+            return value
+        stored = await self._shared(self._state.get(kind, key))
+        if stored is None:
+            return None
+        value = msgspec.msgpack.decode(stored, type=kind_of)
+        _remember(kept, key, value)
+        _remember(self._written, (kind, key), time.monotonic(), _KEPT * 4)
+        return value
+
+    async def _keep_offer(self, token: str, file: EgressFile) -> None:
+        """Keep the file offered under ``token`` in the state store, where any instance
+        takes it once; in this instance's memory only when the store can't be written."""
+        if self._state is not None:
+            try:
+                await self._state.put("offer", token, msgspec.msgpack.encode(file))
+                return
+            except StateError as failed:
+                log.warning("a file offered in Teams is kept by this instance only: %s", failed)
+        _remember(self._offers, token, file, _OFFERS_KEPT)
+
+    async def _offered(self, token: str) -> EgressFile | None:
+        """The file offered under ``token``, taken: from this instance's memory, else from
+        the state store (deleted as it is read, so it is uploaded once)."""
+        file = self._offers.pop(token, None)
+        if file is not None or self._state is None:
+            return file
+        stored = await self._shared(self._state.take("offer", token))
+        return msgspec.msgpack.decode(stored, type=EgressFile) if stored is not None else None
+
+    async def _shared(self, read: Awaitable[_T]) -> _T:
+        """``read`` from the state store; a store that can't be read is Teams' answer later."""
+        try:
+            return await read
+        except StateError as failed:
+            raise PlatformUnavailable(
+                f"The state store could not be read for a Teams reply ({failed}); try again later."
+            ) from failed
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -326,7 +410,7 @@ class TeamsBridge:
         refuse_past(attachment.name, max_bytes, attachment.size_bytes)
         scheme, _, url = attachment.ref.partition(":")
         headers: dict[str, str] = {}
-        connectors = [route.service_url for route in self._tenant_routes.values()]
+        connectors = await self._connector_urls()
         if scheme == "bearer":
             if not any(on_platform(url, api_url=c, domains=()) for c in connectors):
                 raise BridgeError(
@@ -368,13 +452,13 @@ class TeamsBridge:
 
     async def start_typing(self, message: Received) -> None:
         """The typing indicator in the message's conversation."""
-        route, conversation = self._route_of(message.thread_id)
+        route, conversation = await self._route_of(message.thread_id)
         await self.reply(route, conversation, message.message_id, typing(bot=_bot(route)))
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """Answer in ``to``'s conversation (a channel's answer in the thread it came in),
         split at :data:`MAX_MESSAGE_CHARS`; small images inline, other files named."""
-        route, conversation = self._route_of(to.thread_id)
+        route, conversation = await self._route_of(to.thread_id)
         parts = split(text if to.is_dm else with_file_names(text, files), MAX_MESSAGE_CHARS)
         for number, part in enumerate(parts):
             last = number == len(parts) - 1
@@ -396,7 +480,7 @@ class TeamsBridge:
             if is_inline(file):
                 continue
             token = secrets.token_urlsafe(16)
-            _remember(self._offers, token, file, _OFFERS_KEPT)
+            await self._keep_offer(token, file)
             await self.reply(route, conversation, reply_to, consent(file, token, bot=_bot(route)))
 
     # -- live replies and buttons (#37) ----------------------------------------------------------
@@ -414,7 +498,7 @@ class TeamsBridge:
         activity, the text so far as numbered typing activities, a final message); elsewhere
         the typing indicator while it is written, then one message. Teams shows its own stop
         button on a stream, so ``buttons`` (our stop) are not shown."""
-        route, conversation = self._route_of(to.thread_id)
+        route, conversation = await self._route_of(to.thread_id)
         reply = TeamsReply(
             self,
             route=route,
@@ -437,8 +521,11 @@ class TeamsBridge:
 
     async def settle_press(self, press: Pressed, text: str) -> None:
         """The pressed message without its buttons, keeping its text, ``text`` under it."""
-        route, conversation = self._route_of(press.thread_id)
+        route, conversation = await self._route_of(press.thread_id)
         kept = self._texts.pop(press.message_id, "")
+        if self._state is not None:
+            stored = await self._shared(self._state.take("text", press.message_id))
+            kept = kept or (stored.decode() if stored is not None else "")
         update = message(kept or text, bot=_bot(route), note=text if kept else None)
         update.id = press.message_id
         await self._call(
@@ -452,13 +539,13 @@ class TeamsBridge:
     async def _tell(
         self, thread_id: str, author_id: str, is_dm: bool, message_id: str, text: str
     ) -> None:
-        route, conversation = self._route_of(thread_id)
+        route, conversation = await self._route_of(thread_id)
         if is_dm:
             await self.reply(route, conversation, message_id, message(text, bot=_bot(route)))
             return
-        personal = self._personal.get(author_id)
+        personal = await self._recall("personal", self._personal, author_id, str)
         if personal is None:
-            account = self._accounts.get(author_id)
+            account = await self._recall("account", self._accounts, author_id, str)
             if account is None:
                 raise BridgeError(
                     "The Teams bridge does not know this person's account yet; nothing private "
@@ -482,7 +569,7 @@ class TeamsBridge:
             if not made.id:
                 raise BridgeError("Teams opened no personal chat; nothing private was sent.")
             personal = made.id
-            _remember(self._personal, author_id, personal)
+            await self._keep("personal", self._personal, author_id, personal)
         chat = personal
         await self._call(
             route,
@@ -494,16 +581,27 @@ class TeamsBridge:
 
     # -- the connector -------------------------------------------------------------------------
 
-    def _route_of(self, thread_id: str) -> tuple[Route, str]:
-        """Where a reply in ``thread_id`` goes, and the conversation id Teams knows it by."""
+    async def _route_of(self, thread_id: str) -> tuple[Route, str]:
+        """Where a reply in ``thread_id`` goes, and the conversation id Teams knows it by:
+        as learnt here or by another instance (a delivery taken over)."""
         tenant, conversation, _ = split_thread(thread_id)
-        route = self._routes.get(f"{tenant}:{conversation}") or self._tenant_routes.get(tenant)
+        route = await self._recall("route", self._routes, f"{tenant}:{conversation}", Route)
+        if route is None:
+            route = await self._recall("tenant", self._tenant_routes, tenant, Route)
         if route is None:
             raise BridgeError(
-                "The Teams bridge has not heard from this tenant since it started, so it does "
-                "not know its connector's address; the answer waits for its next activity."
+                "The Teams bridge has not heard from this tenant yet, so it does not know its "
+                "connector's address; the answer waits for its next activity."
             )
         return route, conversation
+
+    async def _connector_urls(self) -> list[str]:
+        """The connectors' ``serviceUrl`` of the tenants heard from, here or elsewhere."""
+        urls = [route.service_url for route in self._tenant_routes.values()]
+        if self._state is not None:
+            for stored in await self._shared(self._state.all("tenant")):
+                urls.append(msgspec.msgpack.decode(stored, type=Route).service_url)
+        return urls
 
     async def reply(
         self, route: Route, conversation: str, reply_to: str, activity: Activity
@@ -517,12 +615,21 @@ class TeamsBridge:
             ),
         )
         if activity.type == "message" and answer.id:
-            _remember(self._texts, answer.id, activity.text or "", _TEXTS_KEPT)
+            pressable = any(a.content_type == ADAPTIVE_CARD for a in activity.attachments or ())
+            await self.wrote(answer.id, activity.text or "", pressable=pressable)
         return answer.id
 
-    def wrote(self, message_id: str, text: str) -> None:
-        """Keep the text of the bot's message ``message_id`` (a stream's final message)."""
+    async def wrote(self, message_id: str, text: str, *, pressable: bool) -> None:
+        """Keep the text of the bot's message ``message_id`` (a stream's final message); a
+        ``pressable`` one's (it has buttons) in the state store too, for a press that lands
+        on another instance."""
+        known = self._texts.get(message_id) == text
         _remember(self._texts, message_id, text, _TEXTS_KEPT)
+        if pressable and not known and self._state is not None:
+            try:
+                await self._state.put("text", message_id, text.encode())
+            except StateError as failed:
+                log.warning("a Teams message's text was not shared: %s", failed)
 
     async def _call(
         self, route: Route, what: str, call: Callable[[ConnectorClient], Awaitable[_T]]

@@ -34,7 +34,7 @@ class _ReplyHost(Protocol):
         self, route: Route, conversation: str, reply_to: str, activity: Activity
     ) -> str | None: ...
 
-    def wrote(self, message_id: str, text: str) -> None: ...
+    async def wrote(self, message_id: str, text: str, *, pressable: bool) -> None: ...
 
     async def offer(
         self, route: Route, conversation: str, reply_to: str, files: Sequence[EgressFile]
@@ -104,7 +104,7 @@ class TeamsReply:
         posted = await self._post(final)
         message_id = self._stream_id if self._mode == "stream" and self._stream_id else posted
         if message_id:
-            self._bridge.wrote(message_id, text)
+            await self._bridge.wrote(message_id, text, pressable=bool(buttons))
         self._shown = text
         if self._personal:
             await self._bridge.offer(self._route, self._conversation, self._reply_to, files)

@@ -556,6 +556,23 @@ class TelegramBridge:
         reply.keeping = task
         return reply
 
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        """The reply's message id in a group, once posted (a private chat's draft is none)."""
+        return reply.message_id if isinstance(reply, _LiveReply) else None
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """In a group, the message ``ref`` an earlier run posted, edited from the next update
+        on; in a private chat (a draft, then a message at the end) a new reply."""
+        if to.is_dm or not ref.isdigit():
+            return await self.open_reply(to, status=status, buttons=buttons)
+        chat_id, topic = _target(to.thread_id)
+        await self._me()
+        reply = _LiveReply(self, to, chat_id, topic, buttons, message_id=int(ref))
+        await reply.type(unless_shown=True)
+        return reply
+
     async def send_private(self, to: Received, text: str) -> None:
         """``text`` in the private chat of ``to``'s author with the bot.
 

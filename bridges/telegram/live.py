@@ -76,7 +76,11 @@ class _LiveReply:
         chat_id: int,
         topic: int | None,
         buttons: Sequence[ReplyButton],
+        *,
+        message_id: int | None = None,
     ) -> None:
+        """``message_id``: a group's message an earlier run posted, edited from the first
+        update on."""
         self._bridge = bridge
         self._to = to
         self._chat_id = chat_id
@@ -86,7 +90,7 @@ class _LiveReply:
         #: Nonzero, random: a new draft for every reply (the same id would animate from the
         #: last reply's text).
         self.draft_id = secrets.randbelow(2**31 - 1) + 1
-        self._message_id: int | None = None
+        self._message_id = message_id
         self._shown: str | None = None
         #: How many steps of ``finish`` are done (a retried finish goes on from there).
         self._done = 0
@@ -94,6 +98,13 @@ class _LiveReply:
         self.keeping: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._last_call = time.monotonic()
+
+    @property
+    def message_id(self) -> str | None:
+        """The message posted in a group, once posted; None in a private chat (a draft)."""
+        if self._to.is_dm or self._message_id is None:
+            return None
+        return str(self._message_id)
 
     @property
     def _bot(self) -> Bot:

@@ -339,8 +339,16 @@ class _Origins(_Kind):
     the CORS layer compares the request's ``Origin`` header with them exactly.
     """
 
-    summary = "`*` or a list of origins"
-    expected = "* or a comma-separated list of origins such as https://ui.example"
+    def __init__(self, *, wildcard: bool = True) -> None:
+        # Without the wildcard (origins a server may be sent to, not browsers let in), an
+        # empty list is the default: none.
+        self.wildcard = wildcard
+        if wildcard:
+            self.summary = "`*` or a list of origins"
+            self.expected = "* or a comma-separated list of origins such as https://ui.example"
+        else:
+            self.summary = "list of origins"
+            self.expected = "a comma-separated list of origins such as https://host.example"
 
     def from_text(self, text: str) -> object:
         return self._origins([part.strip() for part in text.split(",")])
@@ -353,7 +361,9 @@ class _Origins(_Kind):
         return self._origins([item.strip() for item in value])
 
     def _origins(self, items: list[str]) -> tuple[str, ...]:
-        if items == ["*"]:
+        if not self.wildcard and not items:
+            return ()
+        if items == ["*"] and self.wildcard:
             return ("*",)
         if not items or "*" in items:
             raise _must(self.expected, ", ".join(items))

@@ -946,7 +946,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "Where the bot asks for its own tokens (OAuth client credentials).",
             default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
             "the tenant `botframework.com` unless `teams.tenant_id` is set"),
-    Setting("teams.service_urls", "TEAMS_SERVICE_URLS", _Origins(), (),
+    Setting("teams.service_urls", "TEAMS_SERVICE_URLS", _Origins(wildcard=False), (),
             "Origins an activity's `serviceUrl` may name besides the Bot Framework's own "
             "hosts (HTTPS on `smba.trafficmanager.net`, `botframework.com`, "
             "`teams.microsoft.com` and their US government clouds): a stand-in or emulator. "

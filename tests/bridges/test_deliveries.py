@@ -170,3 +170,28 @@ async def test_a_press_is_a_delivery_of_its_own_taken_once_and_run_again_if_its_
     assert again == press("Ev1")
     await b.handled(again)
     assert await a.take(press("Ev1")) is False
+
+
+async def test_whoever_takes_a_delivery_over_gets_the_message_its_earlier_run_posted(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    a = await instance(state, clock, "a")
+    b = await instance(state, clock, "b")
+    c = await instance(state, clock, "c")
+    retried, orphan = message("Ev1"), message("Ev2")
+    assert await a.take(retried) and await a.take(orphan)
+    assert a.left_reply(retried) is None  # a first run starts afresh
+    await a.posted(retried, "1700000000.000100")
+    await a.posted(orphan, "1700000000.000200")
+    await b.posted(retried, "not-b's")  # only the holder notes its reply
+    clock.advance(timedelta(seconds=LEASE_S + 1))  # a died
+    # A platform's retry, and the look for stale deliveries, both hand the message on, once.
+    assert await b.take(retried)
+    assert b.left_reply(retried) == "1700000000.000100"
+    assert b.left_reply(retried) is None
+    assert await c.stale(["slack"]) == [orphan]
+    assert c.left_reply(orphan) == "1700000000.000200"
+    await b.handled(retried)
+    clock.advance(timedelta(seconds=LEASE_S + 1))
+    assert await c.stale(["slack"]) == [orphan]
+    assert c.left_reply(orphan) == "1700000000.000200"

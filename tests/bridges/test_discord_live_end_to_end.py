@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 
+from bridges.deliveries import Deliveries
+from bridges.port import Received, ReplyButton
 from tests.support.discord_standin import (
     ALICE,
     BOB,
     BOT,
     GENERAL,
+    GUILD,
     DiscordStandIn,
     InteractionAnswer,
     Pressing,
@@ -330,3 +333,39 @@ def test_a_300_token_answer_at_20_tokens_a_second_keeps_to_discords_edit_limit(
     assert len(posts) == 1 and 1 <= len(typing) <= 2
     assert max(sum(1 for t in edits if a <= t < a + 5.0) for a in edits) <= 5
     assert len(edits) <= 20  # about one a second for 15 s, and the last
+
+
+def test_an_answer_cut_short_on_a_dead_instance_is_written_on_in_its_message_not_twice(
+    start_chat: Callable[..., RunningServer], discord_api: DiscordStandIn, ollama: OllamaStandIn
+) -> None:
+    chat = start_chat(MERCURY_CONVERSATION_LEASE_S="2")
+    [bridge] = [b for b in chat.services.bridging.bridges if b.platform == "discord"]
+    asked = discord_api.post_message(GENERAL, ALICE, MENTION + "tell me", announce=False)
+    message = Received(
+        platform="discord",
+        thread_id=f"discord:{GUILD}:{GENERAL}",
+        delivery_id=str(asked["id"]),
+        message_id=str(asked["id"]),
+        author_id=str(ALICE.id),
+        author_name="Alice",
+        text="@Mercury tell me",
+        is_dm=False,
+    )
+    # Another instance took the message, posted its answer's first words and was killed:
+    # its lease lapses, this instance takes the delivery over and runs it again.
+    dead = Deliveries(chat.services.db, lease_s=2.0, holder="dead-instance")
+    assert chat.call(dead.take(message))
+    stop = ReplyButton(label="Stop", action="s:" + "x" * 16, style="danger")
+    cut = chat.call(bridge.open_reply(message, status="Thinking…", buttons=(stop,)))
+    chat.call(cut.show("The first", None))
+    ref = bridge.reply_ref(cut)
+    chat.call(dead.posted(message, ref))
+
+    words = "The first words, then the whole answer written by the run that took it over."
+    ollama.enqueue(ChatScript.words(words, delay_s=0.01))
+    wait_for_content(discord_api, 1, lambda t: t[0] == words)
+    discord_api.wait_until(
+        lambda: discord_api.messages[int(ref)]["components"] == [], WAIT_S, what="no stop button"
+    )
+    [posted] = replies_in(discord_api, GENERAL)  # the half-written one became the answer
+    assert posted.answer["id"] == ref and len(ollama.requests) == 1

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridges.deliveries import Deliveries
 from bridges.port import LiveLimits
 from tests.support.contract import check_response
 from tests.support.live_scenarios import Desk
@@ -510,3 +511,39 @@ def test_a_token_typed_with_the_trigger_in_a_group_confirms_and_never_reaches_th
     assert done.text == "Confirmed and done." and desk.booked == ["big"]
     assert len(ollama.requests) == 2  # the token was never a message to the model
     assert all(token not in str(request["messages"]) for request in ollama.requests)
+
+
+def test_an_answer_whose_client_went_mid_answer_runs_again_into_the_same_message(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    """A frozen instance wakes past its lease with its platform client closed: the answer's
+    last word can't reach the platform, so the delivery is run again, into that message."""
+    bridge = LiveRecordingBridge(limits=LiveLimits(max_chars=400, edit_interval_s=0.05))
+    chat = make_server({"bridges": [bridge]}, MERCURY_CONVERSATION_LEASE_S="2")
+    words = [f"w{n} " for n in range(20)]
+    whole = "".join(words)
+    ollama.enqueue(ChatScript(content=words, delay_s=0.05), ChatScript.words(whole))
+    bridge.post(chat, bridge.message("D9", "U4", "go"))
+    bridge.wait_for("the first words", lambda: any(shows(bridge, 1)))
+    bridge.cut_open()
+    [message] = bridge.wait_for_answer(1, timeout=30)
+    assert message.state == "finished" and message.text == whole
+    assert [c.kind for c in bridge.calls].count("reopen") == 1
+    assert len(ollama.requests) == 2 and bridge.replies == []
+
+
+def test_a_taken_over_answer_whose_message_was_deleted_is_posted_anew_once(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    bridge = LiveRecordingBridge(limits=LiveLimits(max_chars=400, edit_interval_s=0.05))
+    chat = make_server({"bridges": [bridge]}, MERCURY_CONVERSATION_LEASE_S="2")
+    # Another instance took the delivery, posted its answer's first words and died; the
+    # message is gone since (deleted by someone in the chat).
+    dead = Deliveries(chat.services.db, lease_s=0.5, holder="dead-instance")
+    message = bridge.message("D8", "U4", "again")
+    assert chat.call(dead.take(message))
+    chat.call(dead.posted(message, "999"))
+    ollama.enqueue(ChatScript.words("Written anew."))
+    [answer] = bridge.wait_for_answer(1, timeout=30)
+    assert answer.text == "Written anew." and answer.to.delivery_id == message.delivery_id
+    assert "reopen" not in [c.kind for c in bridge.calls]

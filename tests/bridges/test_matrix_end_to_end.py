@@ -20,7 +20,9 @@ from mautrix.api import Method
 from mautrix.api import Path as ApiPath
 from mautrix.types import UserID
 
+from bridges.deliveries import Deliveries
 from bridges.matrix import MatrixBridge
+from bridges.port import Received
 from core.config.settings import Settings
 from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -550,3 +552,34 @@ def test_under_pairing_a_strangers_dm_invite_is_taken_and_answered_with_a_code_o
     wait_until(lambda: member_state(people, people.carol, group) == "leave", "the bot to leave")
     settle()
     assert len(ollama.requests) == asked  # nothing Carol wrote reached the model
+
+
+def test_an_answer_cut_short_on_a_dead_instance_is_replaced_in_its_message_not_twice(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    chat = synced(make_server(**matrix_env(people), MERCURY_CONVERSATION_LEASE_S="2"))
+    bridge = bridge_of(chat)
+    room = open_room(people, people.alice, direct=True)
+    message = Received(
+        platform="matrix",
+        thread_id=f"matrix:dm:{room}",
+        delivery_id="$cut-short-answer",
+        message_id="$cut-short-answer",
+        author_id=people.alice.user_id,
+        author_name="Alice",
+        text="tell me",
+        is_dm=True,
+    )
+    # Another instance took the event, posted its answer's first words and died: its lease
+    # lapses, this instance takes the delivery over and runs it again.
+    dead = Deliveries(chat.services.db, lease_s=2.0, holder="dead-instance")
+    assert chat.call(dead.take(message))
+    cut = chat.call(bridge.open_reply(message, status="Thinking…"))
+    chat.call(cut.show("The first", None))
+    ref = bridge.reply_ref(cut)
+    chat.call(dead.posted(message, ref))
+
+    words = "The first words, then the whole answer written by the run that took it over."
+    answer(ollama, {"tell me": ChatScript.words(words, delay_s=0.01)})
+    [(reply, _, edits)] = final_replies(people, room, [words])
+    assert reply["event_id"] == ref and edits >= 1  # the half-written one, replaced

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bridges.deliveries import Deliveries
+from bridges.port import ReplyButton
 from bridges.slack import LIVE_MAX_CHARS
 from tests.support.live_scenarios import LOGIN_URL, Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
@@ -536,3 +538,39 @@ async def test_with_live_answers_off_the_answer_is_the_single_message_of_before(
     assert posted.text.strip() == "".join(f"w{n} " for n in range(10)).strip()
     assert slack.calls_of("chat.startStream") == slack.calls_of("chat.update") == []
     assert slack.live[posted.ts].blocks == []  # plain text, as before
+
+
+async def test_an_answer_cut_short_on_a_dead_instance_is_written_on_in_its_message_not_twice(
+    make_server: Callable[..., RunningServer],
+    slack: SlackStandIn,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    chat = make_server(
+        MERCURY_CONFIG_FILE=config_file(tmp_path, CONFIG),
+        MERCURY_CONVERSATION_LEASE_S="2",
+        **slack.env(),
+    )
+    [bridge] = [b for b in chat.services.bridging.bridges if b.platform == "slack"]
+    event = slack.message("C1", "U1", mention(slack, "tell me"), ts="10.1")
+    body, headers = slack.signed(slack.envelope(event, event_id="EvCut"))
+    outcome = chat.call(
+        bridge.receive("POST", {}, {k.lower(): v for k, v in headers.items()}, body)
+    )
+    [message] = outcome.messages
+    # Another instance took the delivery, streamed its answer's first words and died: its
+    # lease lapses, this instance takes the delivery over and runs it again.
+    dead = Deliveries(chat.services.db, lease_s=2.0, holder="dead-instance")
+    assert chat.call(dead.take(message))
+    stop = ReplyButton(label="Stop", action="s:" + "x" * 16, style="danger")
+    cut = chat.call(bridge.open_reply(message, status="Thinking…", buttons=(stop,)))
+    chat.call(cut.show("The first", None))
+    ts = bridge.reply_ref(cut)
+    chat.call(dead.posted(message, ts))
+    assert [m.state for m in slack.thread_messages("C1", "10.1")] == ["streaming"]
+
+    words = "The first words, then the whole answer written by the run that took it over."
+    ollama.enqueue(ChatScript.words(words, delay_s=0.01))
+    [whole] = await answered(slack, "10.1", words)
+    assert whole.ts == ts  # the half-written message became the answer: none besides
+    assert slack.messages == [] and len(ollama.requests) == 1

@@ -15,11 +15,15 @@ from typing import Any
 
 import pytest
 
+from bridges.deliveries import Deliveries
+from bridges.teams import TeamsBridge
+from core.clock import system_clock
+from core.config.settings import TeamsSettings
 from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.scenes import config_file, settle, system_of, user_contents
 from tests.support.server import RunningServer
-from tests.support.teams_standin import TENANT, TeamsStandIn
+from tests.support.teams_standin import APP_ID, APP_PASSWORD, TENANT, TeamsStandIn
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -145,6 +149,56 @@ async def test_an_activity_delivered_again_runs_once(
     await teams.wait_until_async(lambda: teams.messages, timeout=40, what="the answer")
     await settle()
     assert len(ollama.requests) == 1 and len(teams.messages) == 1
+
+
+async def test_an_activity_another_instance_took_and_died_holding_is_answered_here_at_once(
+    make_server: Callable[..., RunningServer],
+    teams: TeamsStandIn,
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    config = config_file(tmp_path, CONFIG)
+    chat = make_server(
+        MERCURY_CONFIG_FILE=config,
+        BRIDGE_LIVE_ANSWERS="false",
+        MERCURY_CONVERSATION_LEASE_S="2",
+        **teams.env(),
+    )
+    ollama.enqueue(ChatScript.words("Taken over."))
+    asked = teams.activity(teams.personal("dee"), "dee", "are you there?", id="901")
+
+    async def received_elsewhere() -> None:
+        """Another instance on the same store reads the activity, takes it and dies."""
+        other = TeamsBridge(
+            TeamsSettings(
+                enabled=True,
+                app_id=APP_ID,
+                app_password=APP_PASSWORD,
+                tenant_id=None,
+                openid_url=teams.url + "/openid",
+                token_url=teams.url + "/token",
+                service_urls=(teams.url,),
+            ),
+            bot_name="Mercury",
+        )
+        await other.share_state(chat.services.db, clock=system_clock)
+        headers = {"authorization": f"Bearer {teams.token()}"}
+        outcome = await other.receive("POST", {}, headers, json.dumps(asked).encode())
+        await other.close()
+        [message] = outcome.messages
+        assert await Deliveries(chat.services.db, lease_s=0.0, holder="dead").take(message)
+
+    chat.call(received_elsewhere())
+    # This instance never heard from the tenant: it finds the delivery and answers it in its
+    # conversation, through the connector the other instance learned.
+    await teams.wait_until_async(lambda: teams.messages, timeout=40, what="the answer")
+    [answer] = teams.messages
+    assert (answer.conversation, answer.reply_to, answer.text) == (
+        "a:personal-dee",
+        "901",
+        "Taken over.",
+    )
+    assert len(ollama.requests) == 1
 
 
 @pytest.mark.parametrize(

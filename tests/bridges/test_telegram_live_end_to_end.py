@@ -17,6 +17,8 @@ from typing import Any
 import anyio
 import pytest
 
+from bridges.deliveries import Deliveries
+from bridges.port import Received, ReplyButton
 from tests.support.live_scenarios import Desk, until
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
@@ -350,3 +352,40 @@ async def test_the_stop_button_of_a_private_draft_cancels_the_turn(
     )
     await anyio.sleep(1.0)
     assert "w399" not in "".join(m["text"] for m in telegram.sent_messages(dm))
+
+
+async def test_a_group_answer_cut_short_on_a_dead_instance_is_written_on_in_its_message(
+    make_server: Callable[..., RunningServer],
+    telegram: TelegramStandIn,
+    ollama: OllamaStandIn,
+    people: dict[str, User],
+) -> None:
+    chat = make_server(MERCURY_CONFIG_FILE="", MERCURY_CONVERSATION_LEASE_S="2", **telegram.env())
+    [bridge] = [b for b in chat.services.bridging.bridges if b.platform == "telegram"]
+    group, ann = telegram.group("Ops"), people["Ann"]
+    asked = telegram.message(group, ann, f"{BOT} tell me")
+    message = Received(
+        platform="telegram",
+        thread_id=f"telegram:{group.id}",
+        delivery_id=str(asked["update_id"]),
+        message_id=str(asked["message"]["message_id"]),
+        author_id=str(ann.id),
+        author_name="Ann Example",
+        text="@Mercury tell me",
+        is_dm=False,
+    )
+    # Another instance took the update, posted its answer's first words and died: its lease
+    # lapses, this instance takes the delivery over and runs it again.
+    dead = Deliveries(chat.services.db, lease_s=2.0, holder="dead-instance")
+    assert chat.call(dead.take(message))
+    stop = ReplyButton(label="Stop", action="s:" + "x" * 16, style="danger")
+    cut = chat.call(bridge.open_reply(message, status="Thinking…", buttons=(stop,)))
+    chat.call(cut.show("The first", None))
+    ref = bridge.reply_ref(cut)
+    chat.call(dead.posted(message, ref))
+
+    words = "The first words, then the whole answer written by the run that took it over."
+    ollama.enqueue(ChatScript.words(words, delay_s=0.01))
+    [kept] = await until("the final answer", lambda: finished(telegram, group))
+    assert kept["text"] == words and str(kept["message_id"]) == ref  # none besides
+    assert len(ollama.requests) == 1

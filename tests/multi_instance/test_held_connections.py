@@ -94,6 +94,7 @@ def servers(
     discord_api: DiscordStandIn,
 ) -> Iterator[dict[str, ChildServer]]:
     """Two instances, the same settings, started at the same moment."""
+    overrides = getattr(request, "param", {})
     ollama.responder = respond
     shared = {
         "MERCURY_STATE_URL": request.getfixturevalue("postgres_server").create_database(),
@@ -102,6 +103,7 @@ def servers(
         "DISCORD_API_URL": discord_api.api_url,
         "BRIDGE_CONNECTION_LEASE_S": str(LEASE_S),
         "BRIDGE_LIVE_ANSWERS": "false",
+        **overrides,
     }
     servers = {
         name: ChildServer(
@@ -209,3 +211,49 @@ def test_a_holder_stalled_past_its_lease_loses_the_gateway_and_stands_by_when_it
     time.sleep(LEASE_S)
     assert len(api.resumes) == flaps
     assert len(api.identifies) == 1
+
+
+#: The answer to token-2 is slow the first time: its first words, then the rest long after
+#: the holder was frozen and woke; its second run is quick.
+SLOW_S = 15.0
+
+
+@pytest.mark.parametrize(
+    "servers",
+    # A delivery lease longer than the freeze: the woken holder still holds the message.
+    [{"BRIDGE_LIVE_ANSWERS": "true", "MERCURY_CONVERSATION_LEASE_S": "30"}],
+    indirect=True,
+)
+def test_a_holder_frozen_mid_answer_leaves_no_half_written_message(
+    servers: dict[str, ChildServer], discord_api: DiscordStandIn, ollama: OllamaStandIn
+) -> None:
+    api = discord_api
+    api.wait_until_ready(timeout=60)
+    holder = holder_of(servers)
+    runs: list[int] = []
+
+    def slow_once(request: dict[str, Any]) -> ChatScript:
+        runs.append(1)
+        if len(runs) == 1:
+            return ChatScript(content=["answer ", "token-2."], delay_s=SLOW_S)
+        return ChatScript.words("answer token-2.")
+
+    ollama.responder = slow_once
+    api.post_message(DM_ALICE, ALICE, "please answer token-2")
+    wait(lambda: any("answer" in (c.content or "") for c in api.sent_messages()), 60, "words")
+    time.sleep(LEASE_S / 3 + 1)  # a renewal saves the checkpoint past it
+    servers[holder].signal(signal.SIGSTOP)  # frozen with its answer at its first words
+    try:
+        wait(lambda: any(r["accepted"] for r in api.resumes), TAKEOVER_BOUND_S, "a RESUME")
+    finally:
+        servers[holder].signal(signal.SIGCONT)  # wakes, loses the gateway, closes its client
+    [posted] = api.sent_messages(DM_ALICE)
+    message_id = int(posted.answer["id"])
+    wait(
+        lambda: api.messages[message_id]["content"] == "answer token-2.",
+        SLOW_S + 60,
+        "the half-written answer edited into the whole one",
+    )
+    assert len(runs) == 2  # run again, into the same message
+    time.sleep(LEASE_S)
+    assert len(api.sent_messages(DM_ALICE)) == 1 and len(runs) == 2

@@ -185,14 +185,22 @@ class _Reply:
     def __init__(self, bridge: LiveRecordingBridge, message: LiveMessage) -> None:
         self._bridge = bridge
         self._message = message
+        #: Whether the platform's client went under this reply (every call refused).
+        self.cut = False
+
+    def _check(self) -> None:
+        if self.cut:
+            raise BridgeError("The client was closed while it sent the reply; it was not sent.")
 
     async def show(self, text: str, status: str | None) -> None:
+        self._check()
         self._bridge._record(Call("show", self._message.number, text, status))
         self._message.text, self._message.status = text, status
 
     async def finish(
         self, text: str, buttons: Sequence[ReplyButton] = (), files: Sequence[EgressFile] = ()
     ) -> None:
+        self._check()
         self._bridge._record(
             Call("finish", self._message.number, text, None, tuple(buttons), tuple(files))
         )
@@ -201,6 +209,7 @@ class _Reply:
         message.buttons, message.files = tuple(buttons), tuple(files)
 
     async def fail(self, text: str) -> None:
+        self._check()
         self._bridge._record(Call("fail", self._message.number, text))
         message = self._message
         message.text, message.status, message.state, message.buttons = text, None, "failed", ()
@@ -229,6 +238,8 @@ class LiveRecordingBridge(RecordingBridge):
     private_refused: bool = False
     #: 429s raised so far.
     refused: int = 0
+    #: The replies opened so far (:meth:`cut_open` cuts them).
+    opened: list[_Reply] = field(default_factory=list)
 
     @property
     def live_limits(self) -> LiveLimits:
@@ -250,7 +261,34 @@ class LiveRecordingBridge(RecordingBridge):
             message = LiveMessage(len(self.live) + 1, to, status=status, buttons=tuple(buttons))
             self.live.append(message)
         self._record(Call("open", message.number, "", status, tuple(buttons)))
-        return _Reply(self, message)
+        reply = _Reply(self, message)
+        self.opened.append(reply)
+        return reply
+
+    def reply_ref(self, reply: LiveReply) -> str | None:
+        return str(reply._message.number) if isinstance(reply, _Reply) else None
+
+    async def reopen_reply(
+        self, to: Received, ref: str, *, status: str | None, buttons: Sequence[ReplyButton] = ()
+    ) -> LiveReply:
+        """The live message numbered ``ref`` written on (a :class:`BridgeError` for one
+        that isn't there: deleted)."""
+        with self._lock:
+            found = [m for m in self.live if str(m.number) == ref]
+        if not found:
+            raise BridgeError(f"No message {ref} on the platform (deleted).")
+        [message] = found
+        message.status, message.buttons, message.state = status, tuple(buttons), "open"
+        self._record(Call("reopen", message.number, message.text, status, tuple(buttons)))
+        reply = _Reply(self, message)
+        self.opened.append(reply)
+        return reply
+
+    def cut_open(self) -> None:
+        """The platform's client goes under the replies opened so far: a frozen instance's,
+        closed as it woke up (every call on them refused from now on)."""
+        for reply in self.opened:
+            reply.cut = True
 
     async def send_private(self, to: Received, text: str) -> None:
         if self.private_refused:

@@ -6,12 +6,15 @@ non-approver's Spaces tab included."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.conftest import ALICE
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 from tests.ui.conftest import Counter, axe_violations, sign_in
@@ -103,3 +106,39 @@ def test_in_italian_the_memory_tab_renders_markdown_and_nothing_logs_an_error(
     expect(page.locator("#panel-body")).to_contain_text("Non sei ancora in nessuno spazio")
     page.wait_for_timeout(300)
     assert errors == [], errors
+
+
+def test_a_long_conversation_opens_at_its_newest_message_and_keeps_the_place_scrolling_up(
+    page: Page, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    server = make_server(MERCURY_MEMORY_STORE="edge", MERCURY_RATE_LIMIT_PER_USER="1000")
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        asked = str(request["messages"][-1]["content"]).rsplit(" ", 1)[-1]
+        return ChatScript.words(f"answer {asked}")
+
+    ollama.responder = respond
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=30) as client:
+        for n in range(30):
+            body = {"text": f"question {n}", "conversationId": "long"}
+            assert client.post("/chat", json=body).status_code == 200
+        deadline = time.monotonic() + 30
+        while len(client.get("/conversation", params={"id": "long"}).json()["messages"]) < 60:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    sign_in(page, server, "alice-token")
+    log = page.locator(".log")
+    newest = log.locator("article", has_text="answer 29")
+    expect(newest).to_be_in_viewport()
+    expect(log.locator("article")).to_have_count(50)  # the newest 50; older ones wait
+    expect(log.locator("article", has_text="question 0")).to_have_count(0)
+    oldest_shown = log.locator("article").first
+    expect(oldest_shown).to_have_text("question 5")
+    log.evaluate("node => { node.scrollTop = 0; }")
+    expect(log.locator("article")).to_have_count(60)
+    # The message that was at the top stays where the reader left it, the older ones above.
+    top = log.evaluate("node => node.getBoundingClientRect().top")
+    place = log.locator("article", has_text="question 5").evaluate(
+        "node => node.getBoundingClientRect().top"
+    )
+    assert abs(place - top) < 60, (place, top)

@@ -22,6 +22,12 @@ export interface ConversationHost {
   changed(): void;
 }
 
+/** Messages asked for a request, pages read at most (the newest are what opening shows), and
+ * messages shown at a time. */
+const PAGE = 200;
+const MAX_PAGES = 25;
+const SHOWN = 50;
+
 export class Conversation {
   readonly element: HTMLElement;
   private readonly history = h("div", { class: "history" });
@@ -35,8 +41,8 @@ export class Conversation {
   private readonly sendButton: HTMLButtonElement;
   private readonly stopButton: HTMLButtonElement;
   private controller: AbortController | null = null;
-  private nextOffset: string | null = null;
-  private loading = false;
+  /** Messages read but not shown yet, oldest first: shown a page at a time, scrolling up. */
+  private earlier: TranscriptMessage[] = [];
   private observer: IntersectionObserver | null = null;
 
   constructor(
@@ -49,8 +55,8 @@ export class Conversation {
         class: "log",
         attrs: { role: "log", "aria-live": "polite", "aria-label": S.conversation, tabindex: "0" },
       },
-      this.history,
       this.sentinel,
+      this.history,
       this.live,
       this.queue,
     );
@@ -100,15 +106,43 @@ export class Conversation {
     this.input.focus();
   }
 
-  /** The first page of the transcript; later pages load as the sentinel scrolls into view. */
+  /** The transcript, opened at its newest message; older ones are shown as the reader
+   * scrolls up (the sentinel above them comes into view), keeping their place on screen. */
   async load(): Promise<void> {
-    await this.loadPage(null);
+    const read: TranscriptMessage[] = [];
+    let offset: string | null = null;
+    try {
+      for (let page = 0; page < MAX_PAGES; page++) {
+        const answer: { messages: TranscriptMessage[]; nextOffset: string | null } =
+          await this.host.api.get("/conversation", { id: this.id, limit: PAGE, offset });
+        read.push(...answer.messages);
+        offset = answer.nextOffset;
+        if (!offset || this.disposed) break;
+      }
+    } catch (error) {
+      this.refused(error);
+    }
+    this.earlier = read;
+    this.showEarlier();
+    this.log.scrollTop = this.log.scrollHeight;
     this.observer = new IntersectionObserver((entries) => {
-      if (entries.some((entry) => entry.isIntersecting) && this.nextOffset) {
-        void this.loadPage(this.nextOffset);
+      if (entries.some((entry) => entry.isIntersecting) && this.earlier.length > 0) {
+        this.showEarlier();
       }
     });
     this.observer.observe(this.sentinel);
+  }
+
+  /** The newest of the messages not shown yet, above those shown, the reader's place kept. */
+  private showEarlier(): void {
+    const shown = this.earlier.splice(Math.max(0, this.earlier.length - SHOWN));
+    const before = this.log.scrollHeight;
+    this.history.prepend(
+      ...shown.map((message) =>
+        message.role === "user" ? userMessage(message.content) : pastAnswer(message.content),
+      ),
+    );
+    this.log.scrollTop += this.log.scrollHeight - before;
   }
 
   dispose(): void {
@@ -116,28 +150,6 @@ export class Conversation {
     this.waiting.length = 0;
     this.observer?.disconnect();
     this.controller?.abort();
-  }
-
-  private async loadPage(offset: string | null): Promise<void> {
-    if (this.loading) return;
-    this.loading = true;
-    try {
-      const page = await this.host.api.get<{
-        messages: TranscriptMessage[];
-        nextOffset: string | null;
-      }>("/conversation", { id: this.id, limit: 50, offset });
-      for (const message of page.messages) {
-        this.history.append(
-          message.role === "user" ? userMessage(message.content) : pastAnswer(message.content),
-        );
-      }
-      this.nextOffset = page.nextOffset;
-      this.scrollToEnd();
-    } catch (error) {
-      this.refused(error);
-    } finally {
-      this.loading = false;
-    }
   }
 
   private submit(): void {
