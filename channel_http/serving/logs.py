@@ -51,9 +51,29 @@ def with_trace_id(record: logging.LogRecord) -> bool:
     return True
 
 
+class _StandardError(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes, not what it was when built.
+
+    A command run in process (a test capturing its output, an embedding program) swaps
+    ``sys.stderr`` and closes its stand-in afterwards; a handler holding the stand-in would
+    then fail on every later record.
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        return
+
+
 def configure(level: str = "info", style: str = "text", stream: TextIO | None = None) -> None:
-    """Send every logger's records at ``level`` or above to ``stream`` in ``style``."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Send every logger's records at ``level`` or above to ``stream`` in ``style``
+    (by default the process's standard error, as it is when each record is written)."""
+    handler: logging.StreamHandler = (  # type: ignore[type-arg]
+        _StandardError() if stream is None else logging.StreamHandler(stream)
+    )
     if style == "json":
         handler.setFormatter(JsonFormatter())
     else:
