@@ -59,13 +59,33 @@ def chunk(value: dict[str, Any]) -> bytes:
     return b"data: " + _encode(value) + b"\n\n"
 
 
+def approval_id(pending: events.Pending) -> str | None:
+    """The approval id of a ``pending`` that is a plain yes/no of a known call, else None.
+
+    A single unlabelled choice is approved by its token (a denial lets it lapse); a Confirm
+    and a Cancel choice (``kind``) by ``<confirm token>.<cancel token>``, so the re-post
+    presses one or the other without anything kept on the server.
+    """
+    if pending.tool_call_id is None:
+        return None
+    choices = pending.choices
+    if len(choices) == 1 and not choices[0].label:
+        return choices[0].token
+    kinds = {choice.kind: choice.token for choice in choices}
+    if len(choices) == 2 and set(kinds) == {"confirm", "cancel"}:
+        return f"{kinds['confirm']}.{kinds['cancel']}"
+    return None
+
+
 def is_approval(pending: events.Pending) -> bool:
-    """Whether a ``pending`` is a plain yes/no: one choice, without a label, of a known call."""
-    return (
-        pending.tool_call_id is not None
-        and len(pending.choices) == 1
-        and not pending.choices[0].label
-    )
+    """Whether a ``pending`` is shown as a tool approval request (see :func:`approval_id`)."""
+    return approval_id(pending) is not None
+
+
+def approval_tokens(approval: str) -> tuple[str, str | None]:
+    """The token an approval's "yes" presses, and its "no" (None: the staging lapses)."""
+    confirm, _, cancel = approval.partition(".")
+    return confirm, cancel or None
 
 
 class UiMessageStream:
@@ -220,12 +240,13 @@ class UiMessageStream:
         # "pending": the call waits; its pending event says how it is answered.
 
     def _pending(self, event: events.Pending, out: list[bytes]) -> None:
-        if is_approval(event):
+        approval = approval_id(event)
+        if approval is not None:
             out.append(
                 chunk(
                     {
                         "type": "tool-approval-request",
-                        "approvalId": event.token,
+                        "approvalId": approval,
                         "toolCallId": event.tool_call_id,
                     }
                 )

@@ -105,12 +105,15 @@ async def _answered(
     replies: list[str] = []
     resume = False
     for call, approval in answered:
+        yes, no = ai_sdk.approval_tokens(approval.id)
         if not approval.approved:
             lead.append(ai_sdk.chunk({"type": "tool-output-denied", "toolCallId": call}))
+            if no is not None:  # a Cancel choice: pressed, so the staging is settled now
+                await confirm_token(services, caller, chat, no)
             # Shown: the answer after a person declined a tool call's approval in a useChat UI.
             replies.append(tr.gettext("Not confirmed: nothing was done."))
             continue
-        result = await confirm_token(services, caller, chat, approval.id)
+        result = await confirm_token(services, caller, chat, yes)
         if not result.resolved:
             no_longer = tr.gettext(
                 "There is no pending confirmation for this token: it may have expired, "

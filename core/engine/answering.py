@@ -437,10 +437,18 @@ class Answerer:
         )
         if self.metrics is not None:
             self.metrics.confirmations.labels("staged").inc()
+        # A yes/no staging (its values confirm and cancel) says which choice is which.
+        values = [value for _, value in choices] if choices else []
+        kinds: list[events.ChoiceKind | None] = [None] * len(staging.choices)
+        if sorted(values) == ["cancel", "confirm"] and len(values) == len(staging.choices):
+            kinds = ["confirm" if value == "confirm" else "cancel" for value in values]
         return events.Pending(
             command=summary,
             token=staging.token,
-            choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+            choices=tuple(
+                events.Choice(c.token, c.label, kind)
+                for c, kind in zip(staging.choices, kinds, strict=True)
+            ),
             tool_call_id=tool_call_id,
         )
 

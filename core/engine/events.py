@@ -59,11 +59,19 @@ class Text(_Event, frozen=True):
     chunk: str
 
 
-class Choice(msgspec.Struct, frozen=True):
-    """One way to answer a staged action: its token and its label (empty for a plain one)."""
+ChoiceKind = Literal["confirm", "cancel"]
+
+
+class Choice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One way to answer a staged action: its token and its label (empty for a plain one).
+
+    ``kind`` marks a yes/no staging's two choices (``confirm`` runs the action, ``cancel``
+    drops it), so a client can show them as an approval whatever the person's language.
+    """
 
     token: str
     label: str
+    kind: ChoiceKind | None = None
 
 
 class Pending(_Event, frozen=True):

@@ -507,3 +507,59 @@ async def test_the_model_cannot_pass_what_only_a_staging_may(
     assert received.of("pending") == []
     assert "reserved key" in ollama.requests[-1]["messages"][-1]["content"]
     assert tracker.calls == []
+
+
+async def test_on_ui_stream_a_staged_call_is_an_approval_that_cancels_when_denied(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    """useChat's approval answers an MCP call's Confirm and Cancel, in any language."""
+    from httpx_sse import aconnect_sse
+
+    async def stream(client: httpx.AsyncClient, body: dict[str, Any]) -> list[dict[str, Any]]:
+        chunks: list[dict[str, Any]] = []
+        headers = {**ALICE, "accept-language": "it"}
+        async with aconnect_sse(client, "POST", "/ui-stream", json=body, headers=headers) as sse:
+            assert sse.response.status_code == 200
+            async for event in sse.aiter_sse():
+                if event.data != "[DONE]":
+                    chunks.append(json.loads(event.data))
+        return chunks
+
+    def user(text: str) -> dict[str, Any]:
+        return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        for approved, calls in ((False, []), (True, [("delete_issue", {"key": "TRK-9"})])):
+            tracker.calls.clear()
+            ollama.enqueue(call("trk_delete_issue", key="TRK-9"), ChatScript.words("Confirm."))
+            chat = f"approve-{approved}"
+            first = await stream(client, {"id": chat, "messages": [user("delete TRK-9")]})
+            (request,) = [c for c in first if c["type"] == "tool-approval-request"]
+            yes, _, no = request["approvalId"].partition(".")
+            assert yes and no  # a Confirm and a Cancel (Conferma, Annulla), one approval
+            assert tracker.calls == []
+            answered = {
+                "id": "a1",
+                "role": "assistant",
+                "parts": [
+                    {
+                        "type": "tool-trk_delete_issue",
+                        "toolCallId": request["toolCallId"],
+                        "state": "approval-responded",
+                        "approval": {"id": request["approvalId"], "approved": approved},
+                    }
+                ],
+            }
+            if approved:  # the model hears the result and answers; a denial asks nothing
+                ollama.enqueue(ChatScript.words("Done."))
+            body = {"id": chat, "messages": [user("delete TRK-9"), answered]}
+            second = await stream(client, body)
+            kinds = [c["type"] for c in second]
+            assert ("tool-output-available" in kinds) is approved
+            assert ("tool-output-denied" in kinds) is not approved
+            assert tracker.calls == calls
+            # Either way the staging is settled: its tokens are gone.
+            again = await client.post(
+                "/confirm", json={"token": yes, "conversationId": chat}, headers=ALICE
+            )
+            assert again.status_code == 200 and again.json()["resolved"] is False

@@ -18,6 +18,7 @@ import httpx
 import msgspec
 import pytest
 
+from channel_http.protocols import ai_sdk
 from channel_http.protocols.ai_sdk import DONE, UiMessageStream
 from core.engine import events
 from core.people.i18n import Catalogs
@@ -318,6 +319,23 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
         },
     }
     assert "Replace: a1; Append: a2" in labelled[2]["delta"]
+
+
+def test_a_confirm_and_a_cancel_choice_are_one_approval_request_naming_both_tokens() -> None:
+    out = translate(
+        events.Pending(
+            command="Tracker: Delete an issue — TRK-1",
+            token="yes1",
+            choices=(
+                events.Choice("yes1", "Conferma", "confirm"),
+                events.Choice("no01", "Annulla", "cancel"),
+            ),
+            tool_call_id="c3",
+        )
+    )
+    assert out == [{"type": "tool-approval-request", "approvalId": "yes1.no01", "toolCallId": "c3"}]
+    assert ai_sdk.approval_tokens("yes1.no01") == ("yes1", "no01")
+    assert ai_sdk.approval_tokens("tok1") == ("tok1", None)
 
 
 def test_a_login_is_a_data_part_and_a_markdown_link() -> None:
