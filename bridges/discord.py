@@ -636,9 +636,11 @@ class DiscordBridge:
         """Discord shows "<bot> is typing…" for ten seconds, or until the bot's next message."""
         client = await self._logged_in()
         channel = client.get_partial_messageable(_channel_id(message.thread_id))
+        # Marked as asked before the call: a live reply opened while it is on its way must
+        # not ask for the indicator a second time.
+        self._typed_in(channel.id)
         async with self._platform_call("the typing indicator"):
             await channel.typing()
-        self._typed_in(channel.id)
 
     def _typed_in(self, channel_id: int) -> None:
         self._typed[channel_id] = time.monotonic()
@@ -1079,9 +1081,9 @@ class _LiveReply:
         return message
 
     async def _type(self) -> None:
+        self._bridge._typed_in(self._channel.id)  # asked for, as in start_typing
         async with self._bridge._platform_call("the typing indicator"):
             await self._channel.typing()
-        self._bridge._typed_in(self._channel.id)
 
     async def _keep_typing(self, first: float) -> None:
         started = time.monotonic()
