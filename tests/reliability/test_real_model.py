@@ -250,3 +250,32 @@ async def test_memory_embeds_through_llama_servers_embeddings_endpoint(
     assert len(vectors) == 3
     assert len({len(v) for v in vectors}) == 1 and len(vectors[0]) > 0
     assert vectors[0] == vectors[2] and vectors[0] != vectors[1]
+
+
+async def test_a_conversations_second_turn_reads_its_prompt_from_llama_servers_cache(
+    llama: tuple[int, int], make_server: Callable[..., RunningServer]
+) -> None:
+    """The system message and tools lead every request byte for byte, so the model server's
+    prompt cache holds them: llama-server reports the cached prompt tokens of the second turn,
+    ``final.usage`` carries them and the usage ledger adds them up."""
+    chat_port, _ = llama
+    server = make_server(
+        MERCURY_MODEL_PROVIDER="openai",
+        OPENAI_BASE_URL=f"http://127.0.0.1:{chat_port}/v1",
+        OPENAI_MODEL="gemma",
+        MERCURY_MEMORY_STORE="off",
+    )
+    async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+        finals = []
+        for text in ("Name three colours.", "And three animals."):
+            with anyio.fail_after(300):
+                got = await turn(client, {"text": text, "conversationId": "cache"}, ALICE)
+            assert got.names()[-1] == "final", got.names()
+            finals.append(got.of("final")[0])
+        report = (await client.get("/me/usage", params={"period": "today"}, headers=ALICE)).json()
+    first, second = (final["usage"] for final in finals)
+    assert second["input"] > first["input"]  # the conversation grew
+    # The whole first request (instructions, tools, the first exchange) is a cached prefix.
+    assert second.get("cached", 0) >= first["input"] // 2, (first, second)
+    assert report["total"]["cached"] >= second["cached"]
+    assert report["total"]["calls"] >= 2
