@@ -163,7 +163,7 @@ async def test_an_mcp_call_is_a_span_under_the_turns_tool_span_without_its_argum
         await turn(client, {"text": "show it", "conversationId": "c1"}, ALICE)
     assert tracker.calls == [("get_issue", {"key": "SECRET-1"})]
     finished = spans.get_finished_spans()
-    (mcp,) = named(finished, "tools/call get_issue")
+    (mcp,) = named(finished, "mcp.tools.call")
     (tool,) = named(finished, "execute_tool trk_get_issue")
     assert mcp.parent is not None and mcp.parent.span_id == tool.context.span_id
     assert dict(mcp.attributes or {}) == {

@@ -417,7 +417,7 @@ class McpServers:
         outcome: Outcome = "error"
         try:
             with span(
-                f"tools/call {remote}",  # the MCP conventions' name: method, then target
+                "mcp.tools.call",
                 **{
                     "mcp.method.name": "tools/call",
                     "mcp.server": server.name,
