@@ -269,7 +269,7 @@ async def test_a_live_writers_rows_stay_its_own_and_a_dead_writers_are_taken_up_
     db = await shared_state.open()
     alive_store = DownStore(store)
     alive = ArchiveWriter(
-        alive_store, HashEmbedder(), db=db, queue_size=2, backoff=FAST, claim_s=0.3
+        alive_store, HashEmbedder(), db=db, queue_size=2, backoff=FAST, claim_s=1.0
     )
     await alive.start()
     for i in range(8):
@@ -297,12 +297,12 @@ async def test_a_live_writers_rows_stay_its_own_and_a_dead_writers_are_taken_up_
         each.revive()
         writers.append(
             ArchiveWriter(
-                each, HashEmbedder(), db=await shared_state.open(), backoff=FAST, claim_s=0.3
+                each, HashEmbedder(), db=await shared_state.open(), backoff=FAST, claim_s=1.0
             )
         )
         await writers[-1].start()
     await eventually(lambda: _true_async(contents(store, "alice:dead"), lambda c: len(c) == 4))
-    await asyncio.sleep(1.0)  # three claim periods: the live writer renews, nobody takes over
+    await asyncio.sleep(3.0)  # three claim periods: the live writer renews, nobody takes over
 
     sent = upserted(others)
     assert sorted(sent) == sorted(f"00000000-0000-4000-8000-00000000000{i}" for i in range(4))
