@@ -901,7 +901,7 @@ class Pipeline:
                 limit = self._settings.chat.timeout_s if for_s is None else for_s
                 await bot_turns.shown(started.space_id, started.caller_id, for_s=limit)
             return True
-        except StateError as error:
+        except Exception as error:  # bookkeeping: never the answer's failure, nor a shutdown's
             log.warning("a bot-loop count was not kept: %s", error)
             return False
 
