@@ -854,8 +854,9 @@ class Pipeline:
         deliveries = self._stores.deliveries
 
         async def posted(ref: str) -> None:
-            await deliveries.posted(message, ref)
+            # First: a program's reply to these first words may come at once.
             shown.append(await self._bot_turn(started, ended=False, for_s=None))
+            await deliveries.posted(message, ref)
 
         try:
             if isinstance(bridge, LiveBridge) and started.live_answers:
