@@ -5,7 +5,8 @@
     bridge ─► submit (delivery taken, under a lease) ─► identify ─► muted? drop, silently
            ─► a link code in a group: withdrawn, a hint to send codes in a direct chat
            ─► pre-route trigger check (no I/O) ─► typing
-           ─► not for the assistant: kept as the space's ambient context
+           ─► not for the assistant, a program's words, a bot loop past its bound
+              (core.spaces.bot_turns): kept as the space's ambient context
            ─► command (stop, compact): done at once, no rate limit, no queue;
               its answer told once a window per person; a stop reaches the turn on
               whichever instance runs it (bridges.stops)
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from core.people.people import People
     from core.people.person_settings import PersonSettings
     from core.spaces.ambient import Ambient
+    from core.spaces.bot_turns import BotTurns
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes
     from core.spaces.preferences import SpacePreferences
@@ -156,6 +158,8 @@ class _Started:
     live_answers: bool = True
     #: The id the turn's stop button carries (:func:`bridges.live.new_stop_id`).
     stop_id: str = ""
+    #: The author as the space's stores name them (``<platform>:<id>``).
+    caller_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +194,12 @@ class PipelineStores:
     notices: NoticeClaims
     #: ``stop`` for a turn running on another instance.
     stops: TurnStops
+    #: The turns each space ran in a row for a suspected program (a bot loop's bound).
+    bot_turns: BotTurns
 
     async def delete_space(self, space_id: str) -> None:
         """Forget everything kept for a space but its memory and files."""
+        await self.bot_turns.delete_space(space_id)
         await self.preferences.delete_space(space_id)
         await self.settings.delete_space(space_id)
         await self.mutes.delete_space(space_id)
@@ -235,6 +242,7 @@ class Pipeline:
             ambient=stores.ambient,
             clock=clock,
             space_settings=stores.settings,
+            bot_turns=stores.bot_turns,
         )
         #: Past this many messages in hand, :attr:`full` turns new deliveries away.
         self.max_in_flight = MAX_IN_FLIGHT
@@ -372,6 +380,7 @@ class Pipeline:
             text=message.text,
             is_reply_to_bot=message.is_reply_to_bot,
             attachment_names=tuple(a.name for a in message.attachments),
+            from_bot=message.from_bot,
         )
         decision = await self._router.route(facts, addressed=lambda: self._typing(bridge, message))
         if isinstance(decision, Withdraw):
@@ -822,6 +831,7 @@ class Pipeline:
             owner_key=who.person.key,
             live_answers=who.live_answers,
             stop_id=running.stop_id,
+            caller_id=ingress.caller_id,
         )
 
     async def _finish(self, bridge: PlatformBridge, message: Received, started: _Started) -> bool:
@@ -830,8 +840,24 @@ class Pipeline:
 
         A live answer to a delivery taken over from an earlier run goes on in the message
         that run posted; False when a live answer's last word did not reach the platform."""
+        shown: list[bool] = []
+        try:
+            return await self._send_answer(bridge, message, started, shown)
+        finally:
+            # An answer that never showed while written (one message at the end) shows now.
+            await self._bot_turn(started, ended=any(shown))
+
+    async def _send_answer(
+        self, bridge: PlatformBridge, message: Received, started: _Started, shown: list[bool]
+    ) -> bool:
         turn, key = started.turn, started.key
         deliveries = self._stores.deliveries
+
+        async def posted(ref: str) -> None:
+            # First: a program's reply to these first words may come at once.
+            shown.append(await self._bot_turn(started, ended=False, for_s=None))
+            await deliveries.posted(message, ref)
+
         try:
             if isinstance(bridge, LiveBridge) and started.live_answers:
                 answer = LiveAnswer(
@@ -842,7 +868,7 @@ class Pipeline:
                     stop_id=started.stop_id,
                     show_reasoning=self._settings.bridges.show_reasoning,
                     resume=deliveries.left_reply(message),
-                    posted=lambda ref: deliveries.posted(message, ref),
+                    posted=posted,
                 )
                 return await answer.render(
                     turn,
@@ -860,6 +886,25 @@ class Pipeline:
             text = "\n\n".join((text, *started.notes))
         await self._reply(bridge, message, text, files)
         return True
+
+    async def _bot_turn(self, started: _Started, *, ended: bool, for_s: float | None = 0.0) -> bool:
+        """Note for the bot-loop bound (:mod:`core.spaces.bot_turns`) that the answer to
+        ``started`` shows (for ``for_s`` more, None: the turn's time limit), or that the
+        answer shown earlier ``ended``: its author's next words count as a reply to it.
+        True once noted; the answer never fails for it."""
+        if not started.space_id or not started.caller_id:
+            return False
+        bot_turns = self._stores.bot_turns
+        try:
+            if ended:
+                await bot_turns.answered(started.space_id, started.caller_id)
+            else:
+                limit = self._settings.chat.timeout_s if for_s is None else for_s
+                await bot_turns.shown(started.space_id, started.caller_id, for_s=limit)
+            return True
+        except Exception as error:  # bookkeeping: never the answer's failure, nor a shutdown's
+            log.warning("a bot-loop count was not kept: %s", error)
+            return False
 
     async def _files_of(self, started: _Started) -> list[EgressFile]:
         # This turn's own files: another conversation of the space writes to the same outbox.

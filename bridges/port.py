@@ -142,6 +142,9 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     #: The author's language as the platform tells it (Telegram's ``language_code``), for
     #: someone the instance has no saved language for yet; None where it says nothing.
     language: str | None = None
+    #: The platform (or the deployment's list of bots) says a program wrote it: never a
+    #: turn of its own, only ambient context (:mod:`core.spaces.bot_turns`).
+    from_bot: bool = False
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):

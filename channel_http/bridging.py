@@ -51,6 +51,7 @@ from core.clock import Clock
 from core.people.people import Admitted, Refused
 from core.people.principal import Principal
 from core.spaces.ambient import Ambient
+from core.spaces.bot_turns import BotTurns
 from core.spaces.members import Spaces
 from core.spaces.mutes import Mutes
 from core.spaces.preferences import SpacePreferences
@@ -190,6 +191,12 @@ async def open_space_stores(
         settings=SpaceSettings(db, settings, clock=clock),
         notices=NoticeClaims(db, clock=clock),
         stops=TurnStops(db),
+        bot_turns=BotTurns(
+            db,
+            clock=clock,
+            max_turns=settings.bridges.bot_turns,
+            reply_s=settings.bridges.bot_reply_s,
+        ),
     )
     await stores.spaces.ensure_schema()
     await stores.preferences.ensure_schema()
@@ -199,6 +206,7 @@ async def open_space_stores(
     await stores.pairing.ensure_schema()
     await stores.settings.ensure_schema()
     await stores.notices.ensure_schema()
+    await stores.bot_turns.ensure_schema()
     await stores.stops.start()
     return stores
 

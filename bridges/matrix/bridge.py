@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
 import re
 import secrets
@@ -65,8 +66,9 @@ _TYPING_MS: Final = 30_000
 #: What the bridge remembers per room and of its own messages (oldest forgotten first).
 _KNOWN_ROOMS: Final = 4096
 _KNOWN_EVENTS: Final = 4096
-#: Message types a person writes (a notice is a bot's: never answered).
-_TEXT_TYPES: Final = frozenset({"m.text", "m.emote"})
+#: Message types read as text; a notice is a program's (the spec's convention: clients never
+#: answer one), so it never starts a turn and is ambient context at most.
+_TEXT_TYPES: Final = frozenset({"m.text", "m.emote", "m.notice"})
 _FILE_TYPES: Final = frozenset({"m.file", "m.image", "m.audio", "m.video"})
 #: The reply fallback some clients still put before the text: quoted lines, then a blank line.
 _REPLY_FALLBACK: Final = re.compile(r"\A(?:> [^\n]*\n)+\n")
@@ -124,6 +126,8 @@ class MatrixBridge:
             )
         self._homeserver = settings.homeserver.rstrip("/")
         self._user_id = settings.user_id
+        #: Accounts that are programs (``MATRIX_BOT_USERS``): Matrix itself flags none.
+        self._bot_users = settings.bot_users
         self._token = settings.access_token or ""
         self._password = settings.password
         self._bot_name = bot_name
@@ -465,10 +469,15 @@ class MatrixBridge:
             is_reply_to_bot=isinstance(replied_id, str)
             and await self._sent_by_bot(client, room_id, replied_id),
             attachments=attachments,
+            from_bot=msgtype == "m.notice" or self._is_bot(sender),
             sent_at=(
                 datetime.fromtimestamp(stamp / 1000, tz=UTC) if isinstance(stamp, int) else None
             ),
         )
+
+    def _is_bot(self, user_id: str) -> bool:
+        """Whether ``user_id`` is listed as a program (``MATRIX_BOT_USERS``)."""
+        return any(fnmatch.fnmatchcase(user_id, glob) for glob in self._bot_users)
 
     def _readable(self, body: str, content: dict[str, Any]) -> str:
         """``body`` with each mention of the bot written ``@<name>``: its user id, and its

@@ -303,6 +303,33 @@ class _Names(_Kind):
         return tuple(chosen)
 
 
+class _Globs(_Kind):
+    """Patterns (``*`` and ``?`` as wildcards, matched whole and case-sensitive): comma-
+    separated in the environment, a list in the file."""
+
+    def __init__(self, noun: str) -> None:
+        self.noun = noun
+        self.summary = f"list of {noun} patterns"
+
+    def from_text(self, text: str) -> object:
+        return self._globs([part.strip() for part in text.split(",")])
+
+    def from_yaml(self, value: object) -> object:
+        if isinstance(value, str):
+            return self.from_text(value)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise _must(f"a list of {self.noun} patterns", value)
+        return self._globs([item.strip() for item in value])
+
+    def _globs(self, items: list[str]) -> tuple[str, ...]:
+        if any(not item or re.search(r"\s|,", item) for item in items):
+            raise _InvalidValueError(
+                f"holds an empty {self.noun} pattern or one with a space; separate "
+                f"patterns with commas, each a {self.noun} with * or ? as wildcards"
+            )
+        return tuple(dict.fromkeys(items))
+
+
 class _Url(_Kind):
     def __init__(self, *, base: bool = False) -> None:
         # A base URL gets paths appended (``/login/callback``): no query, fragment or

@@ -52,6 +52,7 @@ from core.config.kinds import (
     _Choice,
     _Fallbacks,
     _Float,
+    _Globs,
     _Group,
     _Int,
     _InvalidValueError,
@@ -366,6 +367,8 @@ class BridgesSettings(_Group, frozen=True, kw_only=True):
     show_reasoning: bool
     pairing_max_pending: int
     connection_lease_s: int
+    bot_turns: int = 3
+    bot_reply_s: float = 3.0
 
 
 class SlackSettings(_Group, frozen=True, kw_only=True):
@@ -447,6 +450,7 @@ class MatrixSettings(_Group, frozen=True, kw_only=True):
     access_token: str | None
     password: str | None
     dm_policy: DmPolicy | None = None
+    bot_users: tuple[str, ...] = ()
 
 
 class LogSettings(_Group, frozen=True, kw_only=True):
@@ -876,6 +880,15 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "an instance that stopped renewing it (it died, lost the state store or stalled); "
             "then another instance with the bridge on takes it over and resumes it. The "
             "holder renews every third of it."),
+    Setting("bridges.bot_turns", "BRIDGE_BOT_TURNS", _Int(1, 100), 3,
+            "Turns a space runs in a row for a sender that writes back within "
+            "`bridges.bot_reply_s` of each answer, with no one else writing between them (a "
+            "bot loop, such as an echo bot's); past it, its messages are kept as ambient "
+            "context only, until someone else writes."),
+    Setting("bridges.bot_reply_s", "BRIDGE_BOT_REPLY_S", _Float(0, inclusive=True), 3.0,
+            "Seconds after an answer ends (or from when it first shows, while it is written) "
+            "within which its asker's next message counts as a program's reply towards "
+            "`bridges.bot_turns`."),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
             "Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode."),
     Setting("slack.mode", "SLACK_MODE", _Choice(SLACK_MODES), "http",
@@ -964,6 +977,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "The bot's password, to log in with when no access token is set (each start "
             "logs in anew).", secret=True),
     _dm_policy("matrix"),
+    Setting("matrix.bot_users", "MATRIX_BOT_USERS", _Globs("user id"), (),
+            "Matrix accounts that are programs (user ids, `*` and `?` as wildcards: "
+            "`@*bot:example.org`): their messages never start a turn and reach the model only "
+            "as ambient context, as every `m.notice` does.", default_doc="none"),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
             "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
             "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),

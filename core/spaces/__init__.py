@@ -2,6 +2,7 @@
 
 from core.spaces.access import MuteTarget, MuteTargets, NotPermitted, require
 from core.spaces.ambient import AMBIENT_NOTE, Ambient, AmbientMessage, render_ambient
+from core.spaces.bot_turns import BotTurns
 from core.spaces.config import SpaceConfig, SpaceTrigger
 from core.spaces.ids import (
     AREA_PREFIX,
@@ -41,6 +42,7 @@ __all__ = [
     "SETTING_KEYS",
     "Ambient",
     "AmbientMessage",
+    "BotTurns",
     "InvalidSpaceId",
     "Mute",
     "MuteError",

@@ -7,6 +7,9 @@
                 ─► from someone not let in?                Stranger (nothing run, nothing kept,
                                                             in a DM or a group; a code to ask
                                                             for, in a DM under ``pairing``)
+                ─► from a program? (the platform says so)  kept as ambient talk → Ambient
+                ─► a bot loop? (its sender answering each   kept as ambient talk → Ambient
+                   answer at once, past the bound)          (core.spaces.bot_turns)
                 ─► for the assistant? (trigger, DM, reply)  no: kept as ambient talk → Ambient
                 ─► what it says, the trigger taken out:
                    stop, compact?                          Command (no rate limit, no queue)
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from core.people.principal import Person, Principal
     from core.rate_limits import RateDecision
     from core.spaces.ambient import Ambient
+    from core.spaces.bot_turns import BotTurns
     from core.spaces.ids import SpaceRef
     from core.spaces.members import Spaces
     from core.spaces.mutes import Mutes
@@ -101,7 +105,8 @@ class ChatMessage:
     """A message in a space, as plain facts: where, who, what (never a platform object).
 
     ``space`` comes from the transport's own thread (never from a word of the message);
-    ``attachment_names`` are the names of the files sent with it, not yet fetched.
+    ``attachment_names`` are the names of the files sent with it, not yet fetched;
+    ``from_bot``: the platform (or the deployment's list) says a program wrote it.
     """
 
     space: SpaceRef
@@ -111,6 +116,7 @@ class ChatMessage:
     text: str
     is_reply_to_bot: bool = False
     attachment_names: tuple[str, ...] = ()
+    from_bot: bool = False
 
     @property
     def caller_id(self) -> str:
@@ -231,8 +237,12 @@ class Router:
         ambient: Ambient,
         clock: Clock,
         space_settings: SpaceSettings | None = None,
+        bot_turns: BotTurns | None = None,
     ) -> None:
         self._settings = settings
+        #: Bot loops bounded (a chat platform's messages); ``/chat``, asked by its caller
+        #: for each answer, has none.
+        self._bot_turns = bot_turns
         self._space_settings = space_settings
         self._engine = engine
         self._people = people
@@ -280,12 +290,20 @@ class Router:
             # Nor in a group: what they write is neither run nor kept as the ambient talk a
             # member's next turn shows the model, mentions included.
             return Stranger(pair=False)
-        matched = trigger.matches(
+        # A program's words never start a turn: they reach the model as ambient context
+        # when a person next addresses it (core.spaces.bot_turns).
+        matched = not message.from_bot and trigger.matches(
             message.text,
             is_dm=message.is_dm,
             is_reply_to_bot=message.is_reply_to_bot,
             has_attachments=bool(message.attachment_names),
         )
+        command = command_of(message.text, trigger) if matched else None
+        if self._bot_turns is not None and not message.from_bot:
+            sender = await self._bot_turns.judge(
+                space.id, caller_id, turn=matched and command is None
+            )
+            matched = matched and sender != "held"  # a bot loop past its bound: ambient
         if matched and addressed is not None:
             addressed()
         await self._spaces.open(space)
@@ -306,7 +324,6 @@ class Router:
         )
         # What the message is, judged once the trigger is taken out: a command, a token or a
         # link code said with the trigger is one all the same (``Mercury: k9m2-x7q4``).
-        command = command_of(message.text, trigger)
         if command is not None:
             return Command(kind=command, who=who)
         text = said if self._engine.is_intercepted(said) else message.text

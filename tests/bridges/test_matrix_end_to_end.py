@@ -583,3 +583,115 @@ def test_an_answer_cut_short_on_a_dead_instance_is_replaced_in_its_message_not_t
     answer(ollama, {"tell me": ChatScript.words(words, delay_s=0.01)})
     [(reply, _, edits)] = final_replies(people, room, [words])
     assert reply["event_id"] == ref and edits >= 1  # the half-written one, replaced
+
+
+def last_caller(request: dict[str, Any]) -> str:
+    """Who wrote the message a model request answers (the last ``<caller>`` of its turn)."""
+    said = user_contents(request)[-1]
+    return said.rsplit('<caller id="', 1)[-1].split('"', 1)[0]
+
+
+def echo_bot(people: People, room: str, echo: MatrixUser, *, most: int = 10) -> int:
+    """A bot that repeats each message of Mercury's it sees, at once, as an ordinary
+    ``m.text`` mentioning Mercury, until no new one comes (at most ``most`` times); how many
+    it repeated."""
+    mention = {"m.mentions": {"user_ids": [people.bot.user_id]}}
+    echoed = {event["event_id"] for event, _, _ in bot_messages(people, room)}
+    repeated = 0
+    while repeated < most:
+        try:
+            new = wait_until(
+                lambda: [
+                    e for e, _, _ in bot_messages(people, room) if e["event_id"] not in echoed
+                ],
+                "a new message of Mercury's",
+                timeout=4.0,
+            )
+        except AssertionError:
+            return repeated  # Mercury stopped answering: the loop is over
+        for event in new:
+            echoed.add(event["event_id"])
+            say(people, echo, room, f"mercury: {event['content']['body']}", **mention)
+            repeated += 1
+    return repeated
+
+
+def test_an_echo_bot_gets_a_bounded_run_of_turns_and_a_person_writing_starts_it_afresh(
+    people: People,
+    make_server: Callable[..., RunningServer],
+    ollama: OllamaStandIn,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An echo bot Matrix flags as nothing: its first repeat runs (nothing tells it from a
+    person), then at most ``BRIDGE_BOT_TURNS`` (3) turns in a row; the next repeat is kept as
+    ambient context and the loop ends. Alice writing starts the count afresh."""
+    caplog.set_level(logging.INFO, "mercury")
+    echo = people.synapse.register("echo")
+    # A window wider than the default: the test's echo bot polls, on a busy machine.
+    synced(make_server(**matrix_env(people), BRIDGE_BOT_REPLY_S="30"))
+    answered = 0
+
+    def respond(request: dict[str, Any]) -> ChatScript:
+        nonlocal answered
+        answered += 1
+        return ChatScript.words(f"Answer {answered}.")
+
+    ollama.responder = respond
+    room = open_room(people, people.alice, echo)
+    mention = {"m.mentions": {"user_ids": [people.bot.user_id]}}
+
+    def echo_turns() -> int:
+        return len([r for r in ollama.requests if last_caller(r) == f"matrix:{echo.user_id}"])
+
+    say(people, people.alice, room, "mercury: say something", **mention)
+    echo_bot(people, room, echo)
+    assert echo_turns() == 1 + 3
+    loops = [r for r in caplog.records if "bot loop" in r.getMessage()]
+    assert len(loops) == 1 and echo.user_id in loops[0].getMessage()
+
+    say(people, people.alice, room, "mercury: once more", **mention)
+    echo_bot(people, room, echo)
+    assert echo_turns() == 2 * (1 + 3)
+    assert len([r for r in caplog.records if "bot loop" in r.getMessage()]) == 2
+    # What the loop's last repeat said reached the model only as Alice's ambient context.
+    say(people, people.alice, room, "mercury: what did echo say?", **mention)
+    wait_until(
+        lambda: [r for r in ollama.requests if user_contents(r)[-1].endswith("echo say?</caller>")],
+        "Alice's turn",
+    )
+    [alices] = [r for r in ollama.requests if user_contents(r)[-1].endswith("echo say?</caller>")]
+    assert "<ambient" in user_contents(alices)[-1]
+    ambient = user_contents(alices)[-1].split("</ambient>")[0]
+    assert f'<message author="echo" caller="matrix:{echo.user_id}"' in ambient
+    assert "@Mercury: Answer" in ambient
+
+
+def test_a_notice_or_a_listed_bot_never_starts_a_turn_and_is_ambient_context(
+    people: People, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    """An ``m.notice`` (a program's, by Matrix's convention) and a message of an account in
+    ``MATRIX_BOT_USERS`` are never answered, mention or DM alike; the model reads them as
+    ambient context when a person addresses it."""
+    robot = people.synapse.register("robot-7")
+    synced(make_server(**matrix_env(people), MATRIX_BOT_USERS="@robot-*:localhost, @nobody:x"))
+    answer(ollama, {"what happened?": ChatScript.words("A deploy and a build.")})
+    room = open_room(people, people.alice, people.bob, robot)
+    mention = {"m.mentions": {"user_ids": [people.bot.user_id]}}
+    send(
+        people,
+        people.bob,
+        room,
+        {"msgtype": "m.notice", "body": "mercury: the deploy finished", **mention},
+    )
+    say(people, robot, room, "mercury: the build is green", **mention)
+    dm = open_room(people, robot, direct=True)
+    say(people, robot, dm, "hello, Mercury")
+    send(people, people.alice, room, {"msgtype": "m.notice", "body": "mercury: ping", **mention})
+    settle()
+    assert ollama.requests == []
+    assert bot_messages(people, room) == [] and bot_messages(people, dm, robot) == []
+    say(people, people.alice, room, "mercury: what happened?", **mention)
+    final_replies(people, room, ["A deploy and a build."])
+    [request] = requests_for(ollama, "what happened?")
+    words = user_contents(request)[-1]
+    assert "the deploy finished" in words and "the build is green" in words

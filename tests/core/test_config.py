@@ -990,3 +990,16 @@ def test_a_trigger_word_empty_once_its_at_signs_are_taken_out_is_refused(
         assert next(iter(environ)) in message and 'besides "@"' in message
     message = refusal(tmp_path, f'spaces:\n  "slack:C1":\n    trigger: {{pattern: "{word}"}}\n')
     assert "spaces.slack:C1.trigger.pattern" in message or "trigger.pattern" in message
+
+
+def test_matrix_bot_users_are_patterns_from_a_list_or_commas_and_a_blank_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    listed = load(tmp_path, MATRIX_BOT_USERS="@*bot:example.org, @relay:example.org")
+    assert listed.matrix.bot_users == ("@*bot:example.org", "@relay:example.org")
+    filed = load(tmp_path, "matrix:\n  bot_users: ['@ci:example.org']\n")
+    assert filed.matrix.bot_users == ("@ci:example.org",)
+    assert load(tmp_path / "none").matrix.bot_users == ()
+    assert "MATRIX_BOT_USERS" in refusal(tmp_path / "bad", MATRIX_BOT_USERS="@a:x,,@b:x")
+    assert load(tmp_path / "none").bridges.bot_turns == 3
+    assert "BRIDGE_BOT_TURNS" in refusal(tmp_path / "zero", BRIDGE_BOT_TURNS="0")

@@ -20,6 +20,7 @@ from core.people.principal import Person, Principal
 from core.rate_limits import RateDecision, bucket_key
 from core.rate_limits.memory import MemoryRateLimiter
 from core.spaces import Ambient, Mutes, SpacePreferences, Spaces, parse_space_id
+from core.spaces.bot_turns import BotTurns
 from core.spaces.routing import (
     AmbientKept,
     ChatMessage,
@@ -101,12 +102,14 @@ class _Setup:
     clock: ManualClock
     settings: SpaceSettings
 
-    def with_people(self, people: People) -> Router:
-        """The same routing over these stores, with ``people`` deciding who is let in."""
+    def with_people(self, people: People, bot_turns: BotTurns | None = None) -> Router:
+        """The same routing over these stores, with ``people`` deciding who is let in (and
+        a bot loop bounded by ``bot_turns``)."""
         return Router(
             settings=self.config,
             engine=self.engine,
             people=people,
+            bot_turns=bot_turns,
             person_settings=self.person_settings,
             spaces=self.spaces,
             preferences=self.preferences,
@@ -168,6 +171,7 @@ def said(
     *,
     reply: bool = False,
     files: tuple[str, ...] = (),
+    bot: bool = False,
 ) -> ChatMessage:
     ref = parse_space_id(space)
     return ChatMessage(
@@ -178,6 +182,7 @@ def said(
         text=text,
         is_reply_to_bot=reply,
         attachment_names=files,
+        from_bot=bot,
     )
 
 
@@ -360,3 +365,63 @@ async def test_what_a_message_is_is_judged_once_the_trigger_is_taken_out(setup: 
     # Anything else runs as it was said, the trigger word included.
     words = await setup.router.route(said("@Mercury what is k9m2-x7q4?"))
     assert isinstance(words, Run) and words.text == "@Mercury what is k9m2-x7q4?"
+
+
+async def test_a_programs_words_never_run_and_reach_the_model_as_ambient_context(
+    setup: _Setup, db: Database
+) -> None:
+    """What the platform says a program wrote (a Matrix notice, a listed bot) is kept as
+    ambient context even mentioning the assistant, in a group or a direct chat; the model
+    reads it when a person addresses it."""
+    heard: list[str] = []
+    for text, space in (("@Mercury deploy finished", "slack:C1"), ("hello", "slack:D9")):
+        decision = await setup.router.route(
+            said(text, "UBEN", space, bot=True), addressed=lambda: heard.append("!")
+        )
+        assert isinstance(decision, AmbientKept), text
+    assert heard == []
+    run = await setup.router.route(said("@Mercury did the deploy finish?"))
+    assert isinstance(run, Run)
+    space = await setup.router.space_turn(run, is_dm=False, author_name="Ann")
+    assert "@Mercury deploy finished" in space.ambient
+
+
+async def test_a_bot_loop_past_its_bound_is_ambient_until_a_person_writes(
+    setup: _Setup, db: Database
+) -> None:
+    """Ben writes back within moments of each answer to him: after his first message (a
+    person's, as far as anyone can tell), two turns run, the third is kept as ambient context
+    (no typing shown); Ann writing starts the count afresh. ``stop`` is never held."""
+    bot_turns = BotTurns(db, clock=setup.clock, max_turns=2, reply_s=3.0)
+    await bot_turns.ensure_schema()
+    router = setup.with_people(
+        People(StaticDirectory(PEOPLE), access_unknown="refuse", clock=setup.clock), bot_turns
+    )
+    heard: list[str] = []
+
+    async def echo(text: str) -> object:
+        decision = await router.route(said(text, "UBEN"), addressed=lambda: heard.append(text))
+        if isinstance(decision, Run):
+            await bot_turns.shown("slack:C1", "slack:UBEN", for_s=60)
+            setup.clock.advance(timedelta(milliseconds=500))
+            await bot_turns.answered("slack:C1", "slack:UBEN")
+        return decision
+
+    decisions = [await echo(f"@Mercury echo {n}") for n in range(4)]
+    assert [type(d).__name__ for d in decisions] == ["Run", "Run", "Run", "AmbientKept"]
+    assert heard == ["@Mercury echo 0", "@Mercury echo 1", "@Mercury echo 2"]
+    stop = await router.route(said("@Mercury stop", "UBEN"))
+    assert isinstance(stop, Command)
+    assert isinstance(await router.route(said("lunch?", "UANN")), AmbientKept)
+    # Its first words were a person's as far as anyone could tell; now two runs again.
+    assert [type(await echo(f"@Mercury again {n}")).__name__ for n in range(3)] == [
+        "Run",
+        "Run",
+        "AmbientKept",
+    ]
+    space = await router.space_turn(
+        Run(who=decisions[0].who, text="x"),  # type: ignore[union-attr]
+        is_dm=False,
+        author_name="Ben",
+    )
+    assert "@Mercury echo 3" in space.ambient and "@Mercury again 2" in space.ambient
