@@ -12,7 +12,8 @@ are the server's, offered as ``<server>_<tool>``:
   the command) unless the server's rule for it is ``never``, or ``auto`` and the tool is
   read-only by its annotations on a ``trusted`` server; nothing reaches the server before;
 - a question the server asks (2026-07-28 ``input_required``) is staged with choices
-  (:mod:`core.tools.mcp.elicitation`) and the call retried with the answer after ``/confirm``;
+  (:mod:`core.tools.mcp.elicitation`) and the call retried with the answer after ``/confirm``,
+  or, for free-text fields, after the person's next message in the conversation;
 - a call whose connection broke is retried once only when the tool is read-only or
   idempotent on a trusted server; otherwise the model is told it is unknown whether it ran.
 
@@ -43,12 +44,14 @@ from core.tools.mcp.elicitation import (
     answer_of,
     question_for,
     question_of,
+    read_reply,
     responses_for,
 )
 from core.tools.mcp.oauth import McpSignIn, OAuthTarget
 from core.tools.mcp.questions import OpenQuestions, Parked
 from core.tools.mcp.results import reply_of
 from core.tools.registry import (
+    REPLY,
     InvalidArguments,
     Plugin,
     Tool,
@@ -336,6 +339,16 @@ class McpServers:
             asked = arguments.pop(INPUT, None)
             if asked is None and answer == "cancel":
                 return f"The person cancelled; nothing was sent to {server.title}."
+            if isinstance(asked, Mapping) and isinstance(answer, str) and answer.startswith(REPLY):
+                # Their message answers a question asked in the conversation: checked
+                # against the form first (AnswerRefused asks again), then it is a choice.
+                answer = read_reply(
+                    server.title,
+                    asked,
+                    answer.removeprefix(REPLY),
+                    arguments,
+                    context.translator,
+                )
             if isinstance(asked, Mapping) and "open" in asked:
                 return await servers._answer(server, context, arguments, asked, answer)
             responses, state = (
