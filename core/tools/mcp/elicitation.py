@@ -276,14 +276,13 @@ def _value_of(title: str, spec: Mapping[str, Any], value: Any, translator: Trans
                 % {**where, "limit": spec["maxItems"]}
             )
         return chosen
-    options = _options(spec, translator)
-    if options is not None and kind != "boolean":
+    listed = _listed(spec) if kind != "boolean" else None
+    if listed is not None:
         said = str(value).strip().casefold()
-        for label, choice in options:
-            chosen = msgspec.json.decode(choice.removeprefix("accept:"))
+        for label, chosen in listed:
             if said in {label.casefold(), str(chosen).casefold()}:
                 return chosen
-        shown = ", ".join(label for label, _ in options)
+        shown = cap(", ".join(label for label, _ in listed), 300)
         raise _Unfit(gettext("%(field)s must be one of: %(values)s.") % {**where, "values": shown})
     if kind == "boolean":
         if isinstance(value, bool):
@@ -361,17 +360,23 @@ def _options(spec: Mapping[str, Any], translator: Translator) -> list[tuple[str,
             (translator.gettext("Yes"), "accept:" + encode(True).decode()),
             (translator.gettext("No"), "accept:" + encode(False).decode()),
         ]
-    one_of = spec.get("oneOf") or spec.get("anyOf")
-    if isinstance(one_of, list) and one_of and all("const" in o for o in one_of):
-        items = [(str(o.get("title") or o["const"]), o["const"]) for o in one_of]
-    elif isinstance(spec.get("enum"), list) and spec["enum"]:
-        titles = spec.get("enumNames") or spec["enum"]
-        items = [(str(t), v) for t, v in zip(titles, spec["enum"], strict=False)]
-    else:
+    items = _listed(spec)
+    if items is None:
         return None
     return [(cap(label, 60), "accept:" + encode(value).decode()) for label, value in items][
         :_MAX_CHOICES
     ]
+
+
+def _listed(spec: Mapping[str, Any]) -> list[tuple[str, Any]] | None:
+    """(title, value) of every value an enumerated field lists; None for another field."""
+    one_of = spec.get("oneOf") or spec.get("anyOf")
+    if isinstance(one_of, list) and one_of and all("const" in o for o in one_of):
+        return [(str(o.get("title") or o["const"]), o["const"]) for o in one_of]
+    if isinstance(spec.get("enum"), list) and spec["enum"]:
+        titles = spec.get("enumNames") or spec["enum"]
+        return [(str(t), v) for t, v in zip(titles, spec["enum"], strict=False)]
+    return None
 
 
 def responses_for(
