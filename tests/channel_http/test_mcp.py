@@ -25,6 +25,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from channel_http.cli.command import main
 from core.config.settings import Settings
 from tests.conftest import ALICE, BOB, TOKENS
+from tests.support.contract import check_response
 from tests.support.mcp_tracker import McpHttp, Tracker, mcp_server
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
@@ -474,6 +475,30 @@ async def test_a_free_text_form_is_asked_in_the_conversation_and_the_next_messag
         after = await ask(client, "thanks")
         assert after.final["text"] == "Anything else?"
         assert len(tracker.calls) == 1
+
+
+async def test_on_chat_the_next_message_answers_the_question_too(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(call("trk_file_issue", project="CHT"), ChatScript.words("Title and hours?"))
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        body = {"text": "file an issue in CHT", "conversationId": "chat1"}
+        staged = await client.post("/chat", json=body, headers=ALICE)
+        check_response(staged)
+        assert "Describe the new issue for CHT." in staged.json()["pending"]["command"]
+        bad = await client.post(
+            "/chat", json={"text": "Chat form\n41", "conversationId": "chat1"}, headers=ALICE
+        )
+        check_response(bad)
+        assert "Hours must be at most 40." in bad.json()["reply"]
+        assert bad.json()["pending"]["choices"][1]["label"] == "Cancel"
+        ollama.enqueue(ChatScript.words("Filed through chat."))
+        done = await client.post(
+            "/chat", json={"text": "Chat form\n5", "conversationId": "chat1"}, headers=ALICE
+        )
+        check_response(done)
+        assert done.json()["reply"] == "Filed through chat."
+    assert tracker.calls == [("file_issue", {"project": "CHT", "title": "Chat form", "hours": 5})]
 
 
 async def test_cancel_typed_as_the_answer_cancels_the_question(
