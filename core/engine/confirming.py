@@ -1,8 +1,9 @@
 """Confirming a staged action: the token taken, the action run, and what the turn says next.
 
-:class:`Confirmer` serves both ways of confirming, ``POST /confirm`` and a bare token sent as
-a turn's text; the session manager decides what follows (a reply, or the model resuming with
-the action's result).
+:class:`Confirmer` serves every way of confirming, ``POST /confirm``, a bare token sent as
+a turn's text, and a turn's text that answers a question a tool asked in the conversation
+(a staging taken by the person's next message there); the session manager decides what
+follows (a reply, or the model resuming with the action's result).
 """
 
 from __future__ import annotations
