@@ -129,3 +129,17 @@ def test_the_refusal_and_the_words_for_cancel_are_the_persons_language() -> None
         "title": "Abc",
         "hours": 1,
     }
+
+
+def test_one_field_with_more_values_than_buttons_is_typed_never_cut_off() -> None:
+    few = {"type": "object", "properties": {"team": {"type": "string", "enum": ["a", "b"]}}}
+    params = types.ElicitRequestFormParams(message="Which team?", requested_schema=few)
+    buttons = question_for("Tracker", params, {"key": "q"}, {}, EN)
+    assert buttons.ask is None and [label for label, _ in buttons.choices][:2] == ["a", "b"]
+    many = {"type": "object", "properties": {"team": FORM["properties"]["team"]}}
+    params = types.ElicitRequestFormParams(message="Which team?", requested_schema=many)
+    typed = question_for("Tracker", params, {"key": "q"}, {}, EN)
+    assert typed.ask is not None
+    assert [label for label, _ in typed.choices] == ["Decline", "Cancel"]
+    state = dict(typed.arguments[INPUT])
+    assert content(read_reply("Tracker", state, "team 11", {}, EN)) == {"team": "t11"}

@@ -118,7 +118,9 @@ def question_for(
     if len(properties) == 1:
         ((field, spec),) = properties.items()
         options = _options(spec, translator)
-        if options is not None:
+        listed = _listed(spec)
+        if options is not None and (listed is None or len(listed) <= _MAX_CHOICES):
+            # More values than buttons: the value is typed, below, never cut off.
             state["field"] = field
             return InputRequired(message, [*options, *ends], {**arguments, INPUT: state})
     form = {"properties": properties, "required": list(schema.get("required") or [])}
@@ -363,9 +365,7 @@ def _options(spec: Mapping[str, Any], translator: Translator) -> list[tuple[str,
     items = _listed(spec)
     if items is None:
         return None
-    return [(cap(label, 60), "accept:" + encode(value).decode()) for label, value in items][
-        :_MAX_CHOICES
-    ]
+    return [(cap(label, 60), "accept:" + encode(value).decode()) for label, value in items]
 
 
 def _listed(spec: Mapping[str, Any]) -> list[tuple[str, Any]] | None:
