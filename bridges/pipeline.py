@@ -813,6 +813,7 @@ class Pipeline:
                 person=who.person,
                 conversation_id=ingress.conversation_external_id,
                 text=run.text,  # the token alone when that is what the message is
+                said=run.said,
                 language=who.language,
                 time_zone=who.time_zone,
                 received_at=datetime.now(UTC),

@@ -404,6 +404,7 @@ async def chat(request: AnyRequest) -> Response[Any]:
             received_at=datetime.now(UTC),
             attachments=tuple(f.path for f in saved),
             space=in_space,
+            said=run.said if run is not None else None,
         )
     )
     headers = {"content-language": acting.language, "cache-control": "no-store"}

@@ -368,10 +368,11 @@ class Answerer:
                     tool_call_id,
                     summary=asked.summary,
                     choices=asked.choices,
+                    by_reply=asked.ask is not None,
                 )
                 outcome, staged = "pending", True
                 step_events.append(staging)
-                result = (
+                result = asked.ask or (
                     f"The tool asks the person: {asked.summary} They have been shown the "
                     "choices; tell them briefly, without inventing a token, and wait."
                 )
@@ -417,6 +418,7 @@ class Answerer:
         *,
         summary: str | None = None,
         choices: Sequence[tuple[str, str]] | None = None,
+        by_reply: bool = False,
     ) -> events.Pending:
         if summary is None:
             summary = (
@@ -434,6 +436,7 @@ class Answerer:
                 hands_back=tool.hands_back,
             ),
             choices,
+            by_reply=by_reply,
         )
         if self.metrics is not None:
             self.metrics.confirmations.labels("staged").inc()

@@ -43,6 +43,7 @@ from core.engine.events import Choice
 from core.state import Database, DuplicateRow, Migration, Row, Schema
 
 __all__ = [
+    "REPLY_CHOICE",
     "TOKEN_ALPHABET",
     "Choice",
     "ConfirmationError",
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 TOKEN_ALPHABET: Final = ALPHABET
+#: The value of a staging's hidden choice that the person's next message takes.
+REPLY_CHOICE: Final = "mercury:reply"
 DEFAULT_TTL: Final = timedelta(minutes=5)
 
 _TOKEN_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
@@ -291,13 +294,19 @@ class ConfirmationStore:
         person_key: str,
         action: StagedActionSpec,
         choices: Sequence[tuple[str, str]] | None = None,
+        *,
+        by_reply: bool = False,
     ) -> Staging:
         """Stage ``action`` for ``person_key`` in ``session_key``; one token per choice.
 
         ``choices`` are ``(label, value)`` pairs, labels in the person's language; the
-        value chosen comes back as :attr:`TakenAction.choice_value`.
+        value chosen comes back as :attr:`TakenAction.choice_value`. ``by_reply`` adds a
+        choice no token of which is ever shown: the person's next message in the session
+        takes it (:meth:`take_reply`), dying with the others as any choice does.
         """
         options = _choice_rows(choices)
+        if by_reply:
+            options.append(("", REPLY_CHOICE))
         arguments_json = msgspec.json.encode(action.arguments).decode()
         await self.ensure_schema()
         now = self._clock()
@@ -338,7 +347,8 @@ class ConfirmationStore:
                 token=tokens[0],
                 choices=tuple(
                     Choice(token=token, label=label)
-                    for token, (label, _) in zip(tokens, options, strict=True)
+                    for token, (label, value) in zip(tokens, options, strict=True)
+                    if value != REPLY_CHOICE
                 ),
                 expires_at=expires_at,
             )
@@ -387,6 +397,23 @@ class ConfirmationStore:
         if removed == 0:
             return None
         return _taken(row)
+
+    async def take_reply(self, session_key: str, person_key: str) -> TakenAction | None:
+        """Take the newest staging of ``session_key`` that ``person_key``'s next message
+        answers (staged ``by_reply``), once; None when there is none (one indexed look per
+        turn). Its ``choice_value`` is :data:`REPLY_CHOICE`."""
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            f"SELECT {_COLUMNS} FROM confirmations WHERE person_key = ? AND expires_at > ? "  # noqa: S608
+            "AND session_key = ? AND choice_value = ? ORDER BY seq DESC LIMIT 1",
+            (person_key, to_micros(self._clock()), session_key, REPLY_CHOICE),
+        )
+        if row is None:
+            return None
+        removed = await self._db.execute(
+            "DELETE FROM confirmations WHERE group_id = ?", (row["group_id"],)
+        )
+        return _taken(row) if removed else None
 
     async def label_of(self, session_key: str, person_key: str, token: str) -> str | None:
         """The label of the choice ``token`` picks ("" for a plain staging) while it is

@@ -1,8 +1,9 @@
 """Confirming a staged action: the token taken, the action run, and what the turn says next.
 
-:class:`Confirmer` serves both ways of confirming, ``POST /confirm`` and a bare token sent as
-a turn's text; the session manager decides what follows (a reply, or the model resuming with
-the action's result).
+:class:`Confirmer` serves every way of confirming, ``POST /confirm``, a bare token sent as
+a turn's text, and a turn's text that answers a question a tool asked in the conversation
+(a staging taken by the person's next message there); the session manager decides what
+follows (a reply, or the model resuming with the action's result).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import msgspec
 from core.engine import events
 from core.engine.confirmations import StagedActionSpec
 from core.tools.registry import (
+    REPLY,
+    AnswerRefused,
     InputRequired,
     LoginRequired,
     ToolCallContext,
@@ -48,7 +51,7 @@ class Confirmer:
         self.metrics = metrics
 
     async def resolve(
-        self, context: ToolCallContext, token: str
+        self, context: ToolCallContext, token: str | None, *, reply: str | None = None
     ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None, list[events.Event]]:
         """Take and run a staged action: (reply, None, …) or (None, (tool, result), None, …).
 
@@ -57,14 +60,27 @@ class Confirmer:
         When the action, once run, asks the person something (an MCP server's question),
         the question is staged in turn; the fourth item holds the events that show it
         (``pending``, and ``login`` for a link), for the caller to deliver.
+
+        With ``reply`` (the person's message) instead of a token, the staging that message
+        answers is taken, if any (a question whose answer is typed), and the message goes
+        to the tool as :data:`~core.tools.registry.REPLY` + message. An answer that doesn't
+        fit is refused with a sentence for the person and the question staged again.
         """
         shown: list[events.Event] = []
         translator = context.translator
-        taken = await self.confirmations.take(context.session_key, context.person.key, token)
+        if reply is not None:
+            taken = await self.confirmations.take_reply(context.session_key, context.person.key)
+            if taken is None:
+                return None, None, None, shown
+        else:
+            taken = await self.confirmations.take(
+                context.session_key, context.person.key, token or ""
+            )
         if self.metrics is not None:
             self.metrics.confirmations.labels("expired" if taken is None else "confirmed").inc()
         if taken is None:
             return None, None, None, shown
+        refused: str | None = None
         login: LoginRequired | None = None
         offered = await self.registry.offer(context.person, context.space)
         tool_entry = offered.get(taken.tool_name)
@@ -73,11 +89,16 @@ class Confirmer:
             outcome, result = "failed", "the tool is no longer offered"
         else:
             tool = tool_entry[1]
-            if tool.choice_argument and taken.choice_value is not None:
+            if tool.choice_argument and reply is not None:
+                arguments[tool.choice_argument] = REPLY + reply
+            elif tool.choice_argument and taken.choice_value is not None:
                 arguments[tool.choice_argument] = taken.choice_value
             try:
                 ran = await tool.run(context, arguments)
                 outcome, result = "success", ran.text if isinstance(ran, ToolReply) else ran
+            except AnswerRefused as again:
+                outcome, refused = "failed", again.reason
+                result = await self._stage_question(context, taken.tool_name, again, shown)
             except InputRequired as asked:
                 outcome = "success"
                 result = await self._stage_question(context, taken.tool_name, asked, shown)
@@ -99,8 +120,15 @@ class Confirmer:
         if login is not None:
             text = translator.gettext("You need to log in to %(service)s first.")
             return text % {"service": login.service}, None, login, shown
+        if refused is not None:
+            return refused, None, None, shown
         if taken.hands_back:
-            handed = (taken.tool_name, f"Confirmed by the person. Result: {result}")
+            how = (
+                "Answered by the person's message"
+                if reply is not None
+                else "Confirmed by the person"
+            )
+            handed = (taken.tool_name, f"{how}. Result: {result}")
             return None, handed, None, shown
         if outcome == "success":
             return translator.gettext("Confirmed and done."), None, None, shown
@@ -125,6 +153,7 @@ class Confirmer:
                 hands_back=True,
             ),
             asked.choices,
+            by_reply=asked.ask is not None,
         )
         if self.metrics is not None:
             self.metrics.confirmations.labels("staged").inc()
@@ -137,6 +166,8 @@ class Confirmer:
                 choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
             )
         )
+        if asked.ask is not None:
+            return asked.ask
         return (
             f"It asks the person: {asked.summary} They have been shown the choices; tell "
             "them briefly, without inventing a token, and wait."

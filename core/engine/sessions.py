@@ -102,6 +102,9 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     #: How a chat bridge hands a sign-in link to the person alone; None: the turn's events
     #: carry it to the caller (``POST /chat``).
     sign_in: SignIn | None = None
+    #: In a space, the words once the trigger is taken out: what answers a question a tool
+    #: asked in the conversation (a typed answer). None: ``text``.
+    said: str | None = None
 
 
 class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -457,6 +460,16 @@ class SessionManager:
         if not turn_input.opening and not turn_input.resume and is_token(text):
             await self._confirm_in_turn(turn_input, key, text, translator, emit, written)
             return
+        if (
+            conversation_id is not None
+            and text
+            and not turn_input.opening
+            and not turn_input.resume
+            and await self._confirm_in_turn(
+                turn_input, key, None, translator, emit, written, reply=turn_input.said or text
+            )
+        ):
+            return  # the message answered a question asked in the conversation
         waiting_since = time.perf_counter()
         async with self._hold(key, conversation_id) as held:
             if turn is not None:
@@ -738,12 +751,19 @@ class SessionManager:
         self,
         turn_input: TurnInput,
         key: str,
-        token: str,
+        token: str | None,
         translator: Translator,
         emit: _Emit,
         written: list[str] | None = None,
-    ) -> None:
-        """A bare token as turn text: run the staged action, never the model first."""
+        *,
+        reply: str | None = None,
+    ) -> bool:
+        """A bare token as turn text: run the staged action, never the model first.
+
+        With ``reply`` (the turn's text) instead: the text answers the question a tool
+        asked in this conversation whose answer is typed, if one waits for this person;
+        False, having done nothing, when none does (the text is then an ordinary turn).
+        """
         context = ToolCallContext(
             turn_input.principal,
             turn_input.person,
@@ -754,7 +774,11 @@ class SessionManager:
             written=written,
             sign_in=turn_input.sign_in,
         )
-        reply, handed_back, login, shown = await self.confirmer.resolve(context, token)
+        answer, handed_back, login, shown = await self.confirmer.resolve(
+            context, token, reply=reply
+        )
+        if reply is not None and answer is None and handed_back is None:
+            return False
         if login is not None:
             if turn_input.sign_in is None:
                 await emit(events.Login(service=login.service, url=login.url))
@@ -763,13 +787,13 @@ class SessionManager:
         for event in shown:
             await emit(event)
         if handed_back is None:
-            if reply is None:
-                reply = translator.gettext(
+            if answer is None:
+                answer = translator.gettext(
                     "There is no pending confirmation for this token: it may have expired, "
                     "been used already, or never existed."
                 )
-            await emit(events.Final(text=reply))
-            return
+            await emit(events.Final(text=answer))
+            return True
         async with self._hold(key, turn_input.conversation_id) as held:
             session = await self._session(
                 key, turn_input.person, turn_input.conversation_id, held, turn_input.space
@@ -788,6 +812,7 @@ class SessionManager:
                 )
             finally:
                 await self._record(session, held)
+        return True
 
     async def confirm(
         self, principal: Principal, person: Person, conversation_id: str, token: str, language: str

@@ -206,10 +206,13 @@ class Run:
     ``text`` is what the turn runs with: a confirmation token or a link code alone when that
     is all the message says once the trigger is taken out (``@Mercury k9m2-x7q4``), so it is
     answered as one and never reaches the model; otherwise the message as it was said.
+    ``said`` is the message with the trigger taken out: the answer, when a tool asked the
+    person a question in the conversation.
     """
 
     who: Addressed
     text: str
+    said: str | None = None
 
 
 Decision = Muted | Stranger | Withdraw | AmbientKept | Command | Refuse | Run
@@ -332,7 +335,7 @@ class Router:
         )
         if decision is not None and not decision.allowed:
             return Refuse(who=who, retry_after_s=decision.retry_after_s)
-        return Run(who=who, text=text)
+        return Run(who=who, text=text, said=said)
 
     async def in_force(self, space_id: str) -> InForce:
         """The settings ``space_id``'s messages are routed by: its runtime values, else the

@@ -11,13 +11,14 @@ Exception tree::
     ├── InvalidArguments      the model's arguments do not fit the tool's schema
     ├── LoginRequired         the person must log in to a service first (not a failure)
     └── InputRequired         the tool needs the person's answer first: staged with choices
+        └── AnswerRefused     the person's typed answer doesn't fit: asked again
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import jsonschema
 import msgspec
@@ -70,12 +71,38 @@ class InputRequired(ToolError):
         choices: Sequence[tuple[str, str]],
         arguments: Mapping[str, Any],
         link: tuple[str, str] | None = None,
+        ask: str | None = None,
     ) -> None:
         super().__init__(summary)
         self.summary = summary
         self.choices = tuple(choices)
         self.arguments = dict(arguments)
         self.link = link
+        #: Set when the answer is typed, not chosen: what the model is told to ask in the
+        #: conversation. The person's next message there is the answer, handed to the tool
+        #: as :data:`REPLY` followed by the message in its choice argument.
+        self.ask = ask
+
+
+class AnswerRefused(InputRequired):
+    """The person's typed answer doesn't fit the question: ``reason`` (a sentence in their
+    language) is shown to them as it is, and the question is staged again."""
+
+    def __init__(
+        self,
+        reason: str,
+        summary: str,
+        choices: Sequence[tuple[str, str]],
+        arguments: Mapping[str, Any],
+        ask: str,
+    ) -> None:
+        super().__init__(summary, choices, arguments, ask=ask)
+        self.reason = reason
+
+
+#: The value a typed answer arrives with in a staged tool's choice argument, the person's
+#: message following it (``reply:Ada``); a choice's own value never starts with it.
+REPLY: Final = "reply:"
 
 
 @dataclass(frozen=True, slots=True)

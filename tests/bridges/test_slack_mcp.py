@@ -105,3 +105,69 @@ async def test_a_form_question_becomes_slack_buttons_and_the_owners_press_answer
         timeout=40,
         what="the archived issue",
     )
+
+
+async def test_a_free_text_question_is_answered_by_the_askers_next_message_in_the_channel(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    tracker.calls.clear()
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "trk_file_issue", "arguments": {"project": "TRK"}}]),
+        ChatScript.words("What title, and how many hours?"),
+    )
+    mention = f"<@{slack.bot_user_id}>"
+    url = chat.url + "/webhooks/slack"
+    await slack.deliver(
+        url, slack.envelope(slack.message("C1", "U1", f"{mention} file an issue", ts="8.1"))
+    )
+
+    def choices() -> list[LiveMessage]:
+        return [
+            m
+            for m in slack.thread_messages("C1", "8.1")
+            if m.buttons and not any(value.startswith("s:") for _, value in m.buttons)
+        ]
+
+    await slack.wait_until_async(lambda: choices() != [], timeout=40, what="the question")
+    assert [label for label, _ in choices()[0].buttons] == ["Decline", "Cancel"]
+    assert tracker.calls == []
+
+    def said(text: str, thread: str) -> bool:
+        return any(text in (m.text or "") for m in slack.thread_messages("C1", thread))
+
+    # The conversation is the channel's (a top-level message's thread holds its answer).
+    # Ben's message answers nothing of Ann's question (the staging is hers); then Ann's
+    # answer that doesn't fit is refused with a sentence, never reaching the model.
+    ollama.enqueue(ChatScript.words("Hi Ben."))
+    await slack.deliver(
+        url,
+        slack.envelope(slack.message("C1", "U2", f"{mention} hello", ts="8.2")),
+    )
+    await slack.wait_until_async(lambda: said("Hi Ben.", "8.2"), timeout=40, what="Ben's answer")
+    await slack.deliver(
+        url,
+        slack.envelope(
+            slack.message("C1", "U1", f"{mention} Title: Slack form\nHours: 0", ts="8.3")
+        ),
+    )
+    await slack.wait_until_async(
+        lambda: said("Hours must be at least 1.", "8.3"), timeout=40, what="the refusal"
+    )
+    assert tracker.calls == []
+    ollama.enqueue(ChatScript.words("Filed."))
+    await slack.deliver(
+        url,
+        slack.envelope(
+            slack.message("C1", "U1", f"{mention} Title: Slack form\nHours: 2", ts="8.4")
+        ),
+    )
+    await slack.wait_until_async(
+        lambda: (
+            tracker.calls == [("file_issue", {"project": "TRK", "title": "Slack form", "hours": 2})]
+        ),
+        timeout=40,
+        what="the filed issue",
+    )
+    await slack.wait_until_async(
+        lambda: said("Filed.", "8.4"), timeout=40, what="the model's answer"
+    )

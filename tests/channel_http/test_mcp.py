@@ -25,6 +25,7 @@ from mcp.shared.subscriptions import ToolsListChanged
 from channel_http.cli.command import main
 from core.config.settings import Settings
 from tests.conftest import ALICE, BOB, TOKENS
+from tests.support.contract import check_response
 from tests.support.mcp_tracker import McpHttp, Tracker, mcp_server
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer, serve
@@ -55,7 +56,7 @@ def config_file(folder: Path, url: str) -> Path:
             "title": "Old tracker",
             "trusted": True,
             "protocol": "legacy",
-            "tools": {"allow": ["get_*", "delete_*", "archive_*"]},
+            "tools": {"allow": ["get_*", "delete_*", "archive_*", "file_*"]},
             "confirm": {"get_*": "always", "delete_*": "never"},
         },
         "adm": {"url": url, "roles": ["admin"], "tools": {"allow": ["get_*"]}},
@@ -421,6 +422,133 @@ async def test_on_2025_11_25_a_question_asked_mid_call_waits_for_the_persons_cho
         assert answer.status_code == 200, answer.text
         assert answer.json()["resume"] is True
     assert tracker.calls == [("archive_issue", {"key": "TRK-12", "confirm": True})]
+
+
+def heard(ollama: OllamaStandIn) -> str:
+    """Everything the model was sent in its last request, as one text."""
+    return "\n".join(m.get("content") or "" for m in ollama.requests[-1]["messages"])
+
+
+async def test_a_free_text_form_is_asked_in_the_conversation_and_the_next_message_answers(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(
+        call("trk_file_issue", project="TRK"),
+        ChatScript.words("What should its title be, and how many hours?"),
+        ChatScript.words("Filed it."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        asked = await ask(client, "file an issue in TRK")
+        (pending,) = asked.of("pending")
+        assert "Describe the new issue for TRK." in pending["command"]
+        assert "Title, Hours" in pending["command"]
+        assert [c["label"] for c in pending["choices"]] == ["Decline", "Cancel"]
+        assert asked.final["text"] == "What should its title be, and how many hours?"
+        # The server's words reach the model as data in their elements, escaped.
+        told = heard(ollama)
+        assert "<question>Describe the new issue for TRK.</question>" in told
+        assert '<field name="hours" type="integer" required="yes">' in told
+        assert tracker.calls == []
+        requests = len(ollama.requests)
+
+        # A bad answer: a sentence naming the field and the question again; no model, no call.
+        bad = await ask(client, "Title: Login page is blank\nHours: 99")
+        assert "Hours must be at most 40." in bad.final["text"]
+        (again,) = bad.of("pending")
+        assert [c["label"] for c in again["choices"]] == ["Decline", "Cancel"]
+        assert again["choices"][1]["token"] != pending["choices"][1]["token"]
+        assert len(ollama.requests) == requests and tracker.calls == []
+
+        good = await ask(client, "Title: Login page is blank\nHours: 3")
+        assert tracker.calls == [
+            ("file_issue", {"project": "TRK", "title": "Login page is blank", "hours": 3})
+        ]
+        assert good.final["text"] == "Filed it."
+        told = heard(ollama)
+        assert "filed TRK-1: Login page is blank (3 h)" in told
+        # The answer was not also a turn of its own: the model never read it as the
+        # person's words.
+        users = [m["content"] for m in ollama.requests[-1]["messages"] if m["role"] == "user"]
+        assert not any("Hours: 3" in content for content in users)
+        # Single use: the next message is an ordinary turn again.
+        ollama.enqueue(ChatScript.words("Anything else?"))
+        after = await ask(client, "thanks")
+        assert after.final["text"] == "Anything else?"
+        assert len(tracker.calls) == 1
+
+
+async def test_on_chat_the_next_message_answers_the_question_too(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(call("trk_file_issue", project="CHT"), ChatScript.words("Title and hours?"))
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        body = {"text": "file an issue in CHT", "conversationId": "chat1"}
+        staged = await client.post("/chat", json=body, headers=ALICE)
+        check_response(staged)
+        assert "Describe the new issue for CHT." in staged.json()["pending"]["command"]
+        bad = await client.post(
+            "/chat", json={"text": "Chat form\n41", "conversationId": "chat1"}, headers=ALICE
+        )
+        check_response(bad)
+        assert "Hours must be at most 40." in bad.json()["reply"]
+        assert bad.json()["pending"]["choices"][1]["label"] == "Cancel"
+        ollama.enqueue(ChatScript.words("Filed through chat."))
+        done = await client.post(
+            "/chat", json={"text": "Chat form\n5", "conversationId": "chat1"}, headers=ALICE
+        )
+        check_response(done)
+        assert done.json()["reply"] == "Filed through chat."
+    assert tracker.calls == [("file_issue", {"project": "CHT", "title": "Chat form", "hours": 5})]
+
+
+async def test_cancel_typed_as_the_answer_cancels_the_question(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(
+        call("trk_file_issue", project="TRK"),
+        ChatScript.words("Title and hours?"),
+        ChatScript.words("Cancelled."),
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        (pending,) = (await ask(client, "file an issue in TRK")).of("pending")
+        cancelled = await ask(client, "cancel")
+        assert cancelled.final["text"] == "Cancelled."
+        assert cancelled.of("pending") == []
+        assert tracker.calls == []
+        assert "Answered by the person's message" in heard(ollama)
+        # Its buttons died with it.
+        stale = await client.post(
+            "/confirm",
+            json={"token": pending["choices"][0]["token"], "conversationId": "c1"},
+            headers=ALICE,
+        )
+        assert stale.status_code != 200 or stale.json().get("resolved") is not True
+
+
+async def test_on_2025_11_25_a_free_text_question_mid_call_takes_the_next_message(
+    mercury: RunningServer, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    ollama.enqueue(
+        call("old_file_issue", project="OLD"), ChatScript.words("Title and hours, please.")
+    )
+    async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+        (pending,) = (await ask(client, "file an issue in OLD")).of("pending")
+        assert "Describe the new issue for OLD." in pending["command"]
+        assert tracker.calls == []  # the call is open on the server, waiting
+        # Not a number: asked again while the server keeps waiting.
+        bad = await ask(client, "Printer on fire\nabout two")
+        assert "Hours must be a number." in bad.final["text"]
+        assert tracker.calls == []
+        # The lines in the fields' order, with the other person's message in between
+        # answering nothing of Alice's question.
+        ollama.enqueue(ChatScript.words("Hello Bob."))
+        assert (await ask(client, "hello", BOB)).final["text"] == "Hello Bob."
+        ollama.enqueue(ChatScript.words("Filed."))
+        done = await ask(client, "Printer on fire\n2")
+        assert done.final["text"] == "Filed."
+    assert tracker.calls == [
+        ("file_issue", {"project": "OLD", "title": "Printer on fire", "hours": 2})
+    ]
 
 
 def test_check_config_says_which_servers_answer_and_which_secret_is_missing(

@@ -15,13 +15,15 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
+import jwt
 import pytest
 import yaml
 from mcp.server.mcpserver import MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import ListToolsResult, ToolAnnotations
 
 from core.config.settings import Settings
 from core.tools.mcp import McpSignIn, OAuthTarget
@@ -291,3 +293,101 @@ async def test_a_turn_asks_the_person_to_sign_in_and_the_next_uses_the_tool_as_t
     assert "alice" in gated.subjects
     # Only the token issued for the MCP server reaches it, never the person's Mercury token.
     assert gated.bearers and ALICE["authorization"] not in gated.bearers
+
+
+class PerPersonServer(MCPServer):
+    """An SDK server whose tool list depends on who asks (the token's subject) and says so:
+    ``cacheScope: private``, as a server that scopes its list to the person does."""
+
+    def __init__(self) -> None:
+        super().__init__("notes")
+        self.listed: list[str] = []
+
+        @self.tool(title="Alice's notes", annotations=ToolAnnotations(read_only_hint=True))
+        def alice_notes() -> str:
+            return "Alice's notes"
+
+        @self.tool(title="Bob's notes", annotations=ToolAnnotations(read_only_hint=True))
+        def bob_notes() -> str:
+            return "Bob's notes"
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        header = ctx.request.headers.get("authorization", "") if ctx.request else ""
+        # The gate in front checked the token; here only whose it is matters.
+        subject = jwt.decode(header.removeprefix("Bearer "), options={"verify_signature": False})
+        self.listed.append(subject["sub"])
+        tools = [t for t in await self.list_tools() if t.name.startswith(subject["sub"])]
+        return ListToolsResult(tools=tools, ttl_ms=60_000, cache_scope="private")
+
+
+@pytest.fixture(scope="module")
+def private_lists(idp: OidcProviderProcess) -> Iterator[tuple[ProtectedMcp, PerPersonServer]]:
+    server = PerPersonServer()
+    gate = ProtectedMcp(idp.issuer, server.streamable_http_app())
+    with serving(gate, lifespan=True) as origin:
+        gate.origin = origin
+        yield gate, server
+
+
+@pytest.mark.anyio
+async def test_two_people_on_a_server_with_private_lists_never_see_each_others_tools(
+    make_settings: Callable[..., Settings],
+    idp: OidcProviderProcess,
+    private_lists: tuple[ProtectedMcp, PerPersonServer],
+    ollama: OllamaStandIn,
+    tmp_path: Path,
+) -> None:
+    gate, server = private_lists
+    config = tmp_path / "mercury.yaml"
+    entry = {
+        "url": gate.url,
+        "title": "Notes",
+        "auth": "oauth",
+        "trusted": True,
+        "allowed_hosts": [urlsplit(idp.issuer).netloc],
+    }
+    config.write_text(yaml.safe_dump({"mcp": {"servers": {"notes": entry}}}))
+    settings = make_settings(
+        MERCURY_CONFIG_FILE=str(config),
+        HTTP_SURFACE_PUBLIC_URL=PUBLIC_URL + "/",
+        MERCURY_SECRET_KEY="mcp-sign-in-routes-secret-key-0123456789",
+    )
+    with serve(settings) as mercury:
+        idp.fetch_from(PUBLIC_URL, mercury.url)
+        where = OAuthTarget(
+            server="notes",
+            title="Notes",
+            url=gate.url,
+            allowed_hosts=(urlsplit(idp.issuer).netloc,),
+        )
+        for person in (ALICE_KEY, "static:bob"):
+            assert sign_in_as(mercury, idp, where, person).status_code == 200
+        mcp = mercury.services.mcp
+
+        def offered() -> set[str]:
+            tools = ollama.requests[-1].get("tools") or []
+            return {t["function"]["name"] for t in tools if t["function"]["name"][:6] == "notes_"}
+
+        async def hello(client: httpx.AsyncClient, headers: dict[str, str]) -> set[str]:
+            ollama.enqueue(ChatScript.words("Hi."))
+            await turn(client, {"text": "hello", "conversationId": "c1"}, headers)
+            return offered()
+
+        async with httpx.AsyncClient(base_url=mercury.url, timeout=30) as client:
+            assert await hello(client, ALICE) == {"notes_alice_notes"}
+            assert await hello(client, BOB) == {"notes_bob_notes"}
+            assert sorted(server.listed) == ["alice", "bob"]
+            # Warm: neither person's turn lists again, and each keeps their own list.
+            assert await hello(client, ALICE) == {"notes_alice_notes"}
+            assert await hello(client, BOB) == {"notes_bob_notes"}
+            assert sorted(server.listed) == ["alice", "bob"]
+            assert sum(c.list_calls for c in mcp._personal.values()) == 2
+
+            # Bounded: past people_max, the least recently used person's connection and
+            # list go; their next turn reads their own list again, never another's.
+            mcp.people_max = 1
+            assert await hello(client, BOB) == {"notes_bob_notes"}
+            assert list(mcp._personal) == [("notes", "static:bob")]
+            assert await hello(client, ALICE) == {"notes_alice_notes"}
+            assert list(mcp._personal) == [("notes", "static:alice")]
+            assert sorted(server.listed) == ["alice", "alice", "bob"]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from core.clock import ManualClock
 from core.engine.confirmations import (
+    REPLY_CHOICE,
     TOKEN_ALPHABET,
     ConfirmationStore,
     InvalidActionError,
@@ -195,6 +196,31 @@ async def test_another_staging_in_the_same_session_is_left_alone_by_a_take(
     second = await store.stage(SESSION, PERSON, DELETE, NOTE_CHOICES)
     assert await store.take(SESSION, PERSON, first.token) is not None
     assert await store.take(SESSION, PERSON, second.choices[1].token) is not None
+
+
+@pytest.mark.anyio
+async def test_a_staging_answered_by_reply_shows_its_choices_alone_and_the_next_message_takes_it(
+    store: ConfirmationStore, db: Database, clock: ManualClock
+) -> None:
+    staging = await store.stage(SESSION, PERSON, DELETE, NOTE_CHOICES, by_reply=True)
+    assert [c.label for c in staging.choices] == [label for label, _ in NOTE_CHOICES]
+    assert [p.summary for p in await store.pending(PERSON)] == [DELETE.summary]
+    # Another person, another session or no such staging: nothing is taken.
+    assert await store.take_reply(SESSION, "people:bob") is None
+    assert await store.take_reply("alice:c2", PERSON) is None
+    taken = await store.take_reply(SESSION, PERSON)
+    assert taken is not None and taken.choice_value == REPLY_CHOICE
+    assert taken.tool_name == DELETE.tool_name and taken.arguments == DELETE.arguments
+    # Single use, and its buttons died with it.
+    assert await store.take_reply(SESSION, PERSON) is None
+    assert await store.take(SESSION, PERSON, staging.choices[0].token) is None
+    assert await count_rows(db) == 0
+    # A staging without the reply choice is never taken by a message; an expired one neither.
+    await store.stage(SESSION, PERSON, DELETE, NOTE_CHOICES)
+    assert await store.take_reply(SESSION, PERSON) is None
+    await store.stage(SESSION, PERSON, DELETE, by_reply=True)
+    clock.advance(timedelta(minutes=6))
+    assert await store.take_reply(SESSION, PERSON) is None
 
 
 def test_arguments_that_would_not_come_back_from_json_unchanged_are_refused() -> None:

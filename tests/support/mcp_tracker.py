@@ -18,9 +18,17 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-__all__ = ["Confirm", "McpHttp", "Tracker", "archive_question", "mcp_server"]
+__all__ = [
+    "Confirm",
+    "McpHttp",
+    "NewIssue",
+    "Tracker",
+    "archive_question",
+    "file_question",
+    "mcp_server",
+]
 
 
 class Tracker:
@@ -39,6 +47,15 @@ class Confirm(BaseModel):
 async def archive_question(key: str) -> Elicit[Confirm]:
     # Module level: the annotations are strings, read against the module's names.
     return Elicit(f"Archive {key} for good?", Confirm)
+
+
+class NewIssue(BaseModel):
+    title: str = Field(title="Title", description="One line that names the problem")
+    hours: int = Field(title="Hours", description="The estimate", ge=1, le=40)
+
+
+async def file_question(project: str) -> Elicit[NewIssue]:
+    return Elicit(f"Describe the new issue for {project}.", NewIssue)
 
 
 def mcp_server(tracker: Tracker) -> MCPServer:
@@ -63,6 +80,11 @@ def mcp_server(tracker: Tracker) -> MCPServer:
     def purge_issue(key: str, answer: Annotated[Confirm, Resolve(archive_question)]) -> str:
         tracker.calls.append(("purge_issue", {"key": key, "confirm": answer.confirm}))
         return f"purged {key}" if answer.confirm else f"kept {key}"
+
+    @server.tool(title="File an issue", annotations=ToolAnnotations(read_only_hint=True))
+    def file_issue(project: str, issue: Annotated[NewIssue, Resolve(file_question)]) -> str:
+        tracker.calls.append(("file_issue", {"project": project, **issue.model_dump()}))
+        return f"filed {project}-1: {issue.title} ({issue.hours} h)"
 
     @server.tool(title="Sign a document", annotations=ToolAnnotations(read_only_hint=True))
     def sign_document(doc: str, ctx: Context) -> str | types.InputRequiredResult:

@@ -71,6 +71,10 @@ class OpenQuestions:
         self._active: dict[object, set[_Flight]] = {}
         self._parked: dict[str, tuple[_Flight, asyncio.Task[Any], object]] = {}
 
+    def busy(self, connection: object) -> bool:
+        """Whether a call is in flight on ``connection`` (a parked one included)."""
+        return bool(self._active.get(connection))
+
     def callback(self, connection: object, wait_s: float) -> Any:
         """The SDK's ``elicitation_callback`` for ``connection``."""
 

@@ -12,7 +12,8 @@ are the server's, offered as ``<server>_<tool>``:
   the command) unless the server's rule for it is ``never``, or ``auto`` and the tool is
   read-only by its annotations on a ``trusted`` server; nothing reaches the server before;
 - a question the server asks (2026-07-28 ``input_required``) is staged with choices
-  (:mod:`core.tools.mcp.elicitation`) and the call retried with the answer after ``/confirm``;
+  (:mod:`core.tools.mcp.elicitation`) and the call retried with the answer after ``/confirm``,
+  or, for free-text fields, after the person's next message in the conversation;
 - a call whose connection broke is retried once only when the tool is read-only or
   idempotent on a trusted server; otherwise the model is told it is unknown whether it ran.
 
@@ -27,6 +28,7 @@ import contextlib
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -43,12 +45,14 @@ from core.tools.mcp.elicitation import (
     answer_of,
     question_for,
     question_of,
+    read_reply,
     responses_for,
 )
 from core.tools.mcp.oauth import McpSignIn, OAuthTarget
 from core.tools.mcp.questions import OpenQuestions, Parked
 from core.tools.mcp.results import reply_of
 from core.tools.registry import (
+    REPLY,
     InvalidArguments,
     Plugin,
     Tool,
@@ -66,9 +70,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mercury.mcp")
 
-__all__ = ["DESCRIPTION_MAX_CHARS", "SCHEMA_MAX_BYTES", "McpServers", "ServerHealth"]
+__all__ = ["DESCRIPTION_MAX_CHARS", "PEOPLE_MAX", "SCHEMA_MAX_BYTES", "McpServers", "ServerHealth"]
 
 DESCRIPTION_MAX_CHARS: Final = 1000
+#: People whose own connection (and tool list) to one ``auth: oauth`` server are kept.
+PEOPLE_MAX: Final = 256
 SCHEMA_MAX_BYTES: Final = 16_384
 _TOOL_NAME: Final = re.compile(r"[^A-Za-z0-9_-]")
 _ENCODER: Final = msgspec.json.Encoder()
@@ -98,6 +104,7 @@ class McpServers:
         sign_in: McpSignIn | None = None,
         metrics: Metrics | None = None,
         targets: Mapping[str, Any] | None = None,
+        people_max: int = PEOPLE_MAX,
     ) -> None:
         """``targets`` stands in for a server's URL or command (an in-process server in tests)."""
         self.servers = dict(servers)
@@ -105,7 +112,14 @@ class McpServers:
         self.metrics = metrics
         self.targets = dict(targets or {})
         self._shared: dict[str, McpConnection] = {}
-        self._personal: dict[tuple[str, str], McpConnection] = {}
+        #: The people's own connections (``auth: oauth``), least recently used first; each
+        #: holds that person's tool list, so a list the server scopes to the person (every
+        #: list read with their token) is never handed to anyone else.
+        self._personal: OrderedDict[tuple[str, str], McpConnection] = OrderedDict()
+        #: How many people's connections (and lists) are kept per server; past it the least
+        #: recently used idle one is closed, and that person's next turn reads their list anew.
+        self.people_max = people_max
+        self._closing: set[asyncio.Task[None]] = set()
         self._plugins: dict[tuple[str, str | None], tuple[tuple[types.Tool, ...], Plugin]] = {}
         self._warming: asyncio.Task[None] | None = None
         self.questions = OpenQuestions()
@@ -125,7 +139,29 @@ class McpServers:
         own = self._personal.get((name, person_key))
         if own is None:
             own = self._personal[(name, person_key)] = self._connect(server, person_key)
+        else:
+            self._personal.move_to_end((name, person_key))
+        self._bound(name)
         return own
+
+    def _bound(self, name: str) -> None:
+        """Keep at most ``people_max`` people's connections to ``name``: the least recently
+        used idle ones beyond it are closed (one with a call in flight, or a question
+        waiting on it, stays until it is done)."""
+        held = [key for key in self._personal if key[0] == name]
+        excess = len(held) - self.people_max
+        for key in held:
+            if excess <= 0:
+                break
+            connection = self._personal[key]
+            if self.questions.busy(connection):
+                continue
+            del self._personal[key]
+            self._plugins.pop(key, None)
+            closing = asyncio.get_running_loop().create_task(connection.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+            excess -= 1
 
     def _connect(self, server: McpServerConfig, person_key: str | None) -> McpConnection:
         authorization = challenged = None
@@ -193,7 +229,9 @@ class McpServers:
         connections = [*self._shared.values(), *self._personal.values()]
         self._shared.clear()
         self._personal.clear()
-        await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
+        await asyncio.gather(
+            *(c.close() for c in connections), *self._closing, return_exceptions=True
+        )
 
     async def probe(self) -> dict[str, str | None]:
         """Per server, None when it answers a tool list now, else why not (for check-config)."""
@@ -336,6 +374,16 @@ class McpServers:
             asked = arguments.pop(INPUT, None)
             if asked is None and answer == "cancel":
                 return f"The person cancelled; nothing was sent to {server.title}."
+            if isinstance(asked, Mapping) and isinstance(answer, str) and answer.startswith(REPLY):
+                # Their message answers a question asked in the conversation: checked
+                # against the form first (AnswerRefused asks again), then it is a choice.
+                answer = read_reply(
+                    server.title,
+                    asked,
+                    answer.removeprefix(REPLY),
+                    arguments,
+                    context.translator,
+                )
             if isinstance(asked, Mapping) and "open" in asked:
                 return await servers._answer(server, context, arguments, asked, answer)
             responses, state = (
