@@ -10,9 +10,10 @@
                                  where the platform has one) ─► the model is told so
 
 A space is a DM only while the bot and one person are its only members, joined or invited
-(:func:`is_direct`): Slack's ``D…``, Telegram's private chats, Discord's ``@me``, Teams'
-``a:…`` and WhatsApp's one-to-one chats are so by construction; a Matrix room is judged from
-its members whenever they change. A bridge's ``send_private`` sends into the conversation only
+(:func:`is_direct`): Slack's ``D…``, Telegram's private chats, Discord's one-to-one DMs,
+Teams' ``a:…`` and WhatsApp's one-to-one chats are so by construction; a Matrix room is
+judged from its members whenever they change, a Discord group DM from its recipients at each
+message. A bridge's ``send_private`` sends into the conversation only
 when it is such a DM, judged again right before sending, so a link never reaches a room
 someone else can read, now or later from its history.
 """
