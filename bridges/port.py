@@ -142,6 +142,10 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     #: The author's language as the platform tells it (Telegram's ``language_code``), for
     #: someone the instance has no saved language for yet; None where it says nothing.
     language: str | None = None
+    #: The platform's own opening of a private chat, not words for the assistant: Telegram's
+    #: Start (``/start``), with its deep link's payload (``"sign-in"``; ``""`` for none).
+    #: None for every other message. The pipeline answers it and never runs it.
+    opening: str | None = None
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):

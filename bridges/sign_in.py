@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from bridges.port import BridgeError, LiveBridge, Received
 
@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from core.people.i18n import Translator
     from core.tools.registry import SignIn
 
-__all__ = ["DirectLinked", "is_direct", "sign_in_for"]
+__all__ = ["SIGN_IN_OPENING", "DirectLinked", "is_direct", "sign_in_for"]
+
+#: What a link to a private chat opened for a sign-in carries (Telegram's
+#: ``t.me/<bot>?start=sign-in``); the chat's opening (:attr:`Received.opening`) says it back.
+SIGN_IN_OPENING: Final = "sign-in"
 
 log = logging.getLogger("mercury.bridges")
 
