@@ -52,7 +52,12 @@ COMMANDS: Final = (
 )
 
 #: A space role and where a setting's value comes from, as the lines show them.
-ROLES: Final = {"admin": N_("admin"), "member": N_("member")}
+ROLES: Final = {
+    # Shown: a person's role in a space, in the command line's lists (mercury-http spaces).
+    "admin": N_("admin"),
+    # Shown: a person's role in a space, in the command line's lists (mercury-http spaces).
+    "member": N_("member"),
+}
 SOURCES: Final = {
     # Shown: in brackets after a space setting's value: the space set it itself.
     "space": N_("space"),
