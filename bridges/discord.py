@@ -19,9 +19,15 @@ Where a message lives, as :attr:`~bridges.port.Received.thread_id` carries it::
 
     discord:<guild>:<channel>              a guild text (or voice, news) channel
     discord:<guild>:<channel>:<thread>     a thread or forum post, under its parent channel
-    discord:@me:<channel>                  a direct message
+    discord:@me:<channel>                  a direct message: the bot and one person
+    discord:@group:<channel>               a group DM of several people
 
-Each of them is a space of its own (the thread id is the space id). Mentions of the bot
+Each of them is a space of its own (the thread id is the space id). A private channel is a
+DM only while the bot and one person are its only members
+(:func:`~bridges.sign_in.is_direct`): a group DM (``GroupChannel``) of several people is a
+group, judged from its recipients as Discord describes them at each message (the gateway's
+message names no channel type), so a sign-in link goes to a DM the bot opens and unmentioned
+messages don't run there as in a DM. Mentions of the bot
 (``<@id>``, ``<@!id>``) read ``@<bot_name>``; other people ``@<their display name>``, roles
 ``@<role>``, channels ``#<channel>``, custom emoji ``:name:``. A reply goes to the message's
 channel or thread as a Discord reply to it (in guilds; a DM needs none), text over 2,000
@@ -80,6 +86,7 @@ from bridges.port import (
     ReplyButton,
     ThreadInfo,
 )
+from bridges.sign_in import is_direct
 from core.config.settings import ConfigurationError, DiscordSettings
 from core.spaces import parse_space_id
 
@@ -107,6 +114,8 @@ MESSAGE_LIMIT: Final = 2000
 FILES_PER_MESSAGE: Final = 10
 #: The guild part of a DM's thread id.
 DM_GUILD: Final = "@me"
+#: The guild part of a group DM's thread id (several people: a group space).
+GROUP_DM_GUILD: Final = "@group"
 #: The most buttons one action row holds (the bridge sends one row).
 BUTTONS_PER_ROW: Final = 5
 #: Discord allows 5 edits per 5 s per channel: one a second keeps inside it (and discord.py
@@ -207,6 +216,8 @@ class DiscordBridge:
         #: right after the pipeline's start_typing does not show it again.
         self._typed: OrderedDict[int, float] = OrderedDict()
         self._parents: OrderedDict[int, int | None] = OrderedDict()
+        # One-to-one DM channels seen: they never gain a member (a group DM is judged anew).
+        self._direct_channels: OrderedDict[int, None] = OrderedDict()
         self._closed = False
         self._closing = asyncio.Event()
         #: The session the next connection resumes (a checkpoint restored), once.
@@ -435,7 +446,7 @@ class DiscordBridge:
         )
         if not text.strip() and not attachments:
             return None
-        thread_id = await self._thread_id(message)
+        thread_id = await self._thread_id(message, author.id)
         return Received(
             platform=PLATFORM,
             thread_id=thread_id,
@@ -465,7 +476,7 @@ class DiscordBridge:
         channel = interaction.channel
         channel_id = channel.id if channel is not None else message.channel.id
         if interaction.guild_id is None:
-            thread_id = f"{PLATFORM}:{DM_GUILD}:{channel_id}"
+            thread_id = await self._private_space(channel_id, user.id)
         else:
             if isinstance(channel, discord.Thread):
                 parent_id: int | None = channel.parent_id
@@ -484,7 +495,7 @@ class DiscordBridge:
             author_id=str(user.id),
             author_name=user.display_name,
             action=action,
-            is_dm=interaction.guild_id is None,
+            is_dm=thread_id.startswith(f"{PLATFORM}:{DM_GUILD}:"),
             respond=f"{interaction.application_id}:{interaction.id}:{interaction.token}",
             sent_at=interaction.created_at,
         )
@@ -512,15 +523,15 @@ class DiscordBridge:
         text = _CUSTOM_EMOJI.sub(r":\1:", text)
         return _COMMAND.sub(r"/\1", text)
 
-    async def _thread_id(self, message: discord.Message) -> str:
+    async def _thread_id(self, message: discord.Message, author_id: int) -> str:
         channel = message.channel
         if isinstance(channel, discord.DMChannel | discord.GroupChannel):
-            return f"{PLATFORM}:{DM_GUILD}:{channel.id}"
+            return await self._private_space(channel.id, author_id)
         guild_id = message.guild.id if message.guild is not None else None
         if isinstance(channel, discord.PartialMessageable):
             guild_id = guild_id or channel.guild_id
             if guild_id is None:
-                return f"{PLATFORM}:{DM_GUILD}:{channel.id}"
+                return await self._private_space(channel.id, author_id)
         if isinstance(channel, discord.Thread):
             parent_id: int | None = channel.parent_id
         elif isinstance(channel, discord.PartialMessageable):
@@ -531,6 +542,43 @@ class DiscordBridge:
         if parent_id is None:
             return f"{PLATFORM}:{guild_id}:{channel.id}"
         return f"{PLATFORM}:{guild_id}:{parent_id}:{channel.id}"
+
+    async def _private_space(self, channel_id: int, person_id: int) -> str:
+        """The space of a private channel ``person_id`` wrote in: their DM (``@me``) while the
+        bot and they are its only members, else a group DM's (``@group``).
+
+        discord.py makes every private channel of a message a ``DMChannel`` (the gateway's
+        message names no channel type), so the channel is asked of Discord: a one-to-one DM
+        once (remembered), a group DM at every message (its recipients change). A channel
+        Discord won't describe is taken for a group: a link never goes where others may read.
+        """
+        if channel_id in self._direct_channels:
+            self._direct_channels.move_to_end(channel_id)
+            return f"{PLATFORM}:{DM_GUILD}:{channel_id}"
+        client = self._client
+        me = client.user if client is not None else None
+        channel: object = client.get_channel(channel_id) if client is not None else None
+        if not isinstance(channel, discord.DMChannel) and client is not None:
+            try:
+                async with asyncio.timeout(self._reply_lookup_timeout):
+                    channel = await client.fetch_channel(channel_id)
+            except (discord.DiscordException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.warning(
+                    "Discord did not describe private channel %s (%s); taken as a group DM.",
+                    channel_id,
+                    exc,
+                )
+                channel = None
+        if isinstance(channel, discord.DMChannel):
+            self._direct_channels[channel_id] = None
+            while len(self._direct_channels) > _KNOWN_PARENTS:
+                self._direct_channels.popitem(last=False)
+            return f"{PLATFORM}:{DM_GUILD}:{channel_id}"
+        if isinstance(channel, discord.GroupChannel) and me is not None:
+            members = {str(me.id)} | {str(user.id) for user in channel.recipients}
+            if is_direct(members, bot=str(me.id), person=str(person_id)):
+                return f"{PLATFORM}:{DM_GUILD}:{channel_id}"
+        return f"{PLATFORM}:{GROUP_DM_GUILD}:{channel_id}"
 
     async def _parent_of(self, channel_id: int) -> int | None:
         """The parent of a thread discord.py has not cached (None for a plain channel)."""
@@ -590,7 +638,8 @@ class DiscordBridge:
         if space.platform != PLATFORM:
             raise ValueError(
                 f"{thread_id!r} is not a Discord thread id; the Discord bridge reads "
-                "discord:<guild>:<channel>[:<thread>] and discord:@me:<channel>."
+                "discord:<guild>:<channel>[:<thread>], discord:@me:<channel> and "
+                "discord:@group:<channel>."
             )
         return ThreadInfo(space_id=thread_id, conversation_external_id=thread_id, is_dm=space.is_dm)
 
@@ -735,10 +784,11 @@ class DiscordBridge:
         messages from the server's members, or blocked the bot.
         """
         client = await self._logged_in()
-        if to.is_dm:
-            channel: discord.abc.Messageable = client.get_partial_messageable(
-                _channel_id(to.thread_id)
-            )
+        # Into the conversation only while it is the person's DM, judged again now (a group
+        # DM of two gains a third; a one-to-one DM never does).
+        here = _channel_id(to.thread_id)
+        if to.is_dm and await self._private_space(here, int(to.author_id)) == to.thread_id:
+            channel: discord.abc.Messageable = client.get_partial_messageable(here)
         else:
             async with self._platform_call("the direct message channel"):
                 channel = await client.create_dm(discord.Object(id=int(to.author_id)))

@@ -64,7 +64,7 @@ from bridges.port import (
     Pressed,
     Received,
 )
-from bridges.sign_in import sign_in_for
+from bridges.sign_in import SIGN_IN_OPENING, sign_in_for
 from bridges.stops import StopAsk
 from core.engine import events
 from core.engine.sessions import SessionLocks, Turn, TurnInput
@@ -395,6 +395,11 @@ class Pipeline:
             return None  # a mute is silent: no model call, no reply, not even ambient
         who = decision.who
         translator = self._catalogs.translator(who.language)
+        if message.opening is not None:
+            # The platform's Start of a private chat (Telegram's, a deep link's payload with
+            # it): answered here, never the model's to read (a stranger's got its code above).
+            await self._reply(bridge, message, _opening_text(message.opening, translator))
+            return None
         if isinstance(decision, Command):
             if decision.kind == "compact":
                 # It waits for the conversation's running turn, never for the space's routing.
@@ -966,6 +971,19 @@ def _sign_in(bridge: PlatformBridge, message: Received, translator: Translator) 
     """How a turn answering ``message`` hands a sign-in link to its author alone: the one
     rule of :mod:`bridges.sign_in` on a bridge that can reach a person privately."""
     return sign_in_for(bridge, message, translator) if isinstance(bridge, LiveBridge) else None
+
+
+def _opening_text(opening: str, translator: Translator) -> str:
+    """What a person who opened a private chat with the bot (Telegram's Start) is told."""
+    if opening == SIGN_IN_OPENING:
+        # Shown: in a private chat opened from the group's hint that a sign-in link could not
+        # be sent privately (Telegram's Start button).
+        return translator.gettext(
+            "Hello! This is our private chat: ask me here what you asked for, and the link to "
+            "sign in will come here, for you alone."
+        )
+    # Shown: in a private chat the person just opened with the bot (Telegram's Start button).
+    return translator.gettext("Hello! Write to me here and I'll answer.")
 
 
 def _stop_text(outcome: StopOutcome, translator: Translator) -> str:

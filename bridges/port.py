@@ -145,6 +145,10 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     #: The platform (or the deployment's list of bots) says a program wrote it: never a
     #: turn of its own, only ambient context (:mod:`core.spaces.bot_turns`).
     from_bot: bool = False
+    #: The platform's own opening of a private chat, not words for the assistant: Telegram's
+    #: Start (``/start``), with its deep link's payload (``"sign-in"``; ``""`` for none).
+    #: None for every other message. The pipeline answers it and never runs it.
+    opening: str | None = None
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):

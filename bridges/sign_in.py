@@ -10,9 +10,10 @@
                                  where the platform has one) ─► the model is told so
 
 A space is a DM only while the bot and one person are its only members, joined or invited
-(:func:`is_direct`): Slack's ``D…``, Telegram's private chats, Discord's ``@me``, Teams'
-``a:…`` and WhatsApp's one-to-one chats are so by construction; a Matrix room is judged from
-its members whenever they change. A bridge's ``send_private`` sends into the conversation only
+(:func:`is_direct`): Slack's ``D…``, Telegram's private chats, Discord's one-to-one DMs,
+Teams' ``a:…`` and WhatsApp's one-to-one chats are so by construction; a Matrix room is
+judged from its members whenever they change, a Discord group DM from its recipients at each
+message. A bridge's ``send_private`` sends into the conversation only
 when it is such a DM, judged again right before sending, so a link never reaches a room
 someone else can read, now or later from its history.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
 
 from bridges.port import BridgeError, LiveBridge, Received
 
@@ -29,7 +30,11 @@ if TYPE_CHECKING:
     from core.people.i18n import Translator
     from core.tools.registry import SignIn
 
-__all__ = ["DirectLinked", "is_direct", "sign_in_for"]
+__all__ = ["SIGN_IN_OPENING", "DirectLinked", "is_direct", "sign_in_for"]
+
+#: What a link to a private chat opened for a sign-in carries (Telegram's
+#: ``t.me/<bot>?start=sign-in``); the chat's opening (:attr:`Received.opening`) says it back.
+SIGN_IN_OPENING: Final = "sign-in"
 
 log = logging.getLogger("mercury.bridges")
 

@@ -9,6 +9,7 @@ import hmac
 import logging
 import mimetypes
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Mapping, Sequence
@@ -58,6 +59,7 @@ from bridges.port import (
     ThreadInfo,
     WebhookOutcome,
 )
+from bridges.sign_in import SIGN_IN_OPENING
 from bridges.telegram.live import _LiveReply
 from bridges.telegram.text import MAX_MESSAGE_CHARS, _units, quiet, split_text
 from core.config.settings import ConfigurationError, TelegramSettings
@@ -90,6 +92,9 @@ _DECODER: Final = msgspec.json.Decoder(dict[str, Any])
 _T = TypeVar("_T")
 #: Messages kept to be read again once the bot's username is known (a restart's first minute).
 _UNRESOLVED_KEPT: Final = 1_024
+#: A private chat's Start as Telegram sends it: ``/start``, ``/start@<bot>``, and a deep
+#: link's payload (``t.me/<bot>?start=<payload>``: 1 to 64 of A-Z a-z 0-9 _ -).
+_START: Final = re.compile(r"/start(?:@(?P<bot>\w{1,64}))?(?:[ \t]+(?P<payload>[\w-]{1,64}))?\s*")
 
 log = logging.getLogger("mercury.bridges.telegram")
 
@@ -372,6 +377,7 @@ class TelegramBridge:
         thread_id = f"{_PLATFORM}:{chat_id}"
         if message.is_topic_message and message.message_thread_id is not None:
             thread_id += f":{message.message_thread_id}"
+        is_dm = message.chat.type == ChatType.PRIVATE
         return Received(
             platform=_PLATFORM,
             thread_id=thread_id,
@@ -380,11 +386,12 @@ class TelegramBridge:
             author_id=str(author.id),
             author_name=author.full_name,
             text=self._with_mentions(text, mentions, me),
-            is_dm=message.chat.type == ChatType.PRIVATE,
+            is_dm=is_dm,
             is_reply_to_bot=_replies_to(message, me),
             attachments=_attachments(message),
             sent_at=message.date,
             language=author.language_code,
+            opening=_opening(message.text, me) if is_dm else None,
         )
 
     def _with_mentions(self, text: str, mentions: dict[MessageEntity, str], me: _Identity) -> str:
@@ -600,7 +607,7 @@ class TelegramBridge:
         """``https://t.me/<bot>?start=sign-in``: opens the person's private chat with the bot,
         its Start button the first message (what lets the bot write to them)."""
         username = (await self._me()).username
-        return f"https://t.me/{username}?start=sign-in" if username else None
+        return f"https://t.me/{username}?start={SIGN_IN_OPENING}" if username else None
 
     async def answer_press(self, press: Pressed, text: str) -> None:
         """``text`` as an alert only the presser sees (``answerCallbackQuery``)."""
@@ -713,6 +720,18 @@ class TelegramBridge:
 
     def _redacted(self, text: str) -> str:
         return text.replace(self._token, "<token>")
+
+
+def _opening(text: str | None, me: _Identity) -> str | None:
+    """The payload of a Start (``""`` for a bare ``/start``), or None when ``text`` is none:
+    whatever it carries, a deep link's payload is nobody's words for the assistant."""
+    found = _START.fullmatch(text or "")
+    if found is None:
+        return None
+    bot = found["bot"]
+    if bot is not None and me.username is not None and bot.lower() != me.username.lower():
+        return None  # another bot's command
+    return found["payload"] or ""
 
 
 def _never_started(description: str) -> bool:

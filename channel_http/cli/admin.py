@@ -7,6 +7,9 @@ caller's token, found as ``mercury-http chat`` finds it
 (:func:`~channel_http.cli.chat.resolve_connection`), so the server decides who may do what
 by the same rule its routes and the agent's tools use: a refusal is the server's sentence,
 printed as it came. ``--json`` prints the server's answer as one JSON object, for scripts.
+The lines written for people speak the language the server speaks to the caller
+(:mod:`channel_http.cli.language`, as ``chat`` does); identifiers (space ids, keys, codes,
+permissions) and the ``--json`` answers stay as the server gives them.
 
 Exit statuses (:class:`~channel_http.cli.chat.Exit`): 0 done, 1 the server failed or
 can't be reached, 2 a usage error or a request the server refused as wrong (400, 404), 4
@@ -19,15 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Final, TextIO
 from urllib.parse import quote
 
 import httpx
 
 from channel_http.cli.chat import ChatProblem, Exit, refusal, resolve_connection
+from channel_http.cli.language import accept_language, spoken, translator_for
+from core.people.i18n import N_, Translator
 
 __all__ = ["COMMANDS", "add_commands", "run"]
 
@@ -43,6 +50,25 @@ COMMANDS: Final = (
     "usage",
     "connections",
 )
+
+#: A space role and where a setting's value comes from, as the lines show them.
+ROLES: Final = {
+    # Shown: a person's role in a space, in the command line's lists (mercury-http spaces).
+    "admin": N_("admin"),
+    # Shown: a person's role in a space, in the command line's lists (mercury-http spaces).
+    "member": N_("member"),
+}
+SOURCES: Final = {
+    # Shown: in brackets after a space setting's value: the space set it itself.
+    "space": N_("space"),
+    # Shown: in brackets after a space setting's value: it comes from the configuration file.
+    "file": N_("file"),
+    # Shown: in brackets after a space setting's value: the global setting applies.
+    "global": N_("global"),
+}
+#: The answer a ``[y/N]`` question takes besides ``y``, in the question's language.
+# Shown: the letter typed for "yes" in the "[y/N]" of a question (Italian "s", German "j").
+YES: Final = N_("y")
 
 
 # ---------------------------------------------------------------------------- the parser
@@ -215,30 +241,39 @@ def add_commands(commands: Any) -> None:
 
 
 class Client:
-    """The server, with the caller's token; answers are the JSON objects of the routes."""
+    """The server, with the caller's token; answers are the JSON objects of the routes.
 
-    def __init__(self, server: str, token: str) -> None:
-        self.http = httpx.Client(
-            base_url=server,
-            headers={"authorization": f"Bearer {token}", "user-agent": "mercury-http-admin"},
-            timeout=30.0,
-        )
+    ``language`` (the terminal's locale) goes out as ``Accept-Language``, so the server's
+    sentences come in it unless the person saved another; ``local`` speaks the locale's
+    language for the problems met before the server said anything.
+    """
+
+    def __init__(self, server: str, token: str, language: str | None) -> None:
+        headers = {"authorization": f"Bearer {token}", "user-agent": "mercury-http-admin"}
+        if language:
+            headers["accept-language"] = language
+        self.http = httpx.Client(base_url=server, headers=headers, timeout=30.0)
+        self.language = language
+        self.local = translator_for(language)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         try:
             response = self.http.request(method, path, json=body)
         except httpx.HTTPError as error:
+            said = self.local.gettext("The server at %(server)s can't be reached: %(error)s")
             raise ChatProblem(
-                f"The server at {self.http.base_url} can't be reached: {error}", Exit.FAILED
+                said % {"server": self.http.base_url, "error": error}, Exit.FAILED
             ) from None
         if response.status_code >= 400:
             raise refusal(response)
         try:
             answer = response.json()
         except ValueError:
-            raise ChatProblem("The server's answer is not JSON.", Exit.FAILED) from None
+            said = self.local.gettext("The server's answer is not JSON.")
+            raise ChatProblem(said, Exit.FAILED) from None
         if not isinstance(answer, dict):
-            raise ChatProblem("The server's answer is not a JSON object.", Exit.FAILED)
+            said = self.local.gettext("The server's answer is not a JSON object.")
+            raise ChatProblem(said, Exit.FAILED)
         return answer
 
 
@@ -251,14 +286,36 @@ def _segment(value: str) -> str:
 
 
 class Console:
-    """Where a command writes, and how it asks (a terminal, or ``--yes``)."""
+    """Where a command writes, how it asks (a terminal, or ``--yes``), and in what language."""
 
-    def __init__(self, out: TextIO, arguments: argparse.Namespace, read: Callable[[str], str]):
+    def __init__(
+        self,
+        out: TextIO,
+        arguments: argparse.Namespace,
+        read: Callable[[str], str],
+        client: Client,
+    ):
         self.out = out
         self.json = bool(arguments.json)
         self.yes = bool(getattr(arguments, "yes", False))
         self._read = read
         self._interactive = _is_tty(sys.stdin)
+        self._client = client
+
+    @cached_property
+    def tr(self) -> Translator:
+        """The language the server speaks to the caller, asked (``GET /me``) when first needed:
+        ``--json`` alone never asks."""
+        return spoken(self._client.http, self._client.language)
+
+    def gettext(self, message: str, **values: object) -> str:
+        """``message`` in the caller's language, its ``%(name)s`` placeholders filled."""
+        said = self.tr.gettext(message)
+        return said % values if values else said
+
+    def ngettext(self, singular: str, plural: str, n: int, **values: object) -> str:
+        """The form of ``singular``/``plural`` for ``n`` in the caller's language, filled."""
+        return self.tr.ngettext(singular, plural, n) % values
 
     def say(self, line: str = "") -> None:
         print(line, file=self.out)
@@ -269,20 +326,30 @@ class Console:
         else:
             human(answer)
 
-    def confirm(self, question: str, expected: str = "y") -> bool:
-        """True once confirmed: ``--yes``, or the expected answer typed on a terminal."""
+    def confirm(self, question: str, expected: str | None = None) -> bool:
+        """True once confirmed: ``--yes``, or the expected answer typed on a terminal (by
+        default yes: ``y`` or the question's language's letter for it)."""
         if self.yes:
             return True
         if not self._interactive:
             raise ChatProblem(
-                "There is no terminal to ask on: add --yes to go ahead without asking.",
+                self.gettext(
+                    "There is no terminal to ask on: add --yes to go ahead without asking."
+                ),
                 Exit.USAGE,
             )
         try:
-            typed = self._read(question)
+            typed = self._read(question).strip().lower()
         except EOFError:
             return False
-        return typed.strip().lower() == expected.lower()
+        if expected is not None:
+            return typed == expected.lower()
+        return typed in ("y", self.tr.gettext(YES).lower())
+
+    def role(self, role: object) -> str:
+        """A space role in the caller's language (``admin`` → ``amministratore``)."""
+        known = ROLES.get(str(role))
+        return self.tr.gettext(known) if known else str(role)
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -318,10 +385,13 @@ def _spaces(client: Client, console: Console, arguments: argparse.Namespace) -> 
         def listed(answer: dict[str, Any]) -> None:
             spaces = answer.get("spaces") or []
             if not spaces:
-                console.say("You take part in no space yet.")
+                console.say(console.gettext("You take part in no space yet."))
             for space in spaces:
-                title = space.get("title") or ("direct messages" if space.get("isDm") else "")
-                console.say(f"{space['spaceId']}\t{space['role']}\t{title}".rstrip())
+                title = space.get("title") or (
+                    console.gettext("direct messages") if space.get("isDm") else ""
+                )
+                role = console.role(space["role"])
+                console.say(f"{space['spaceId']}\t{role}\t{title}".rstrip())
 
         console.answer(answer, listed)
         return
@@ -332,25 +402,48 @@ def _spaces(client: Client, console: Console, arguments: argparse.Namespace) -> 
         def shown(answer: dict[str, Any]) -> None:
             about = answer.get("space") or {}
             console.say(f"{about.get('spaceId')}  {about.get('title') or ''}".rstrip())
-            console.say(f"platform: {about.get('platform')}, your role: {about.get('role')}")
-            permissions = ", ".join(about.get("permissions") or []) or "none"
-            console.say(f"you may: {permissions}")
+            console.say(
+                console.gettext(
+                    "platform: %(platform)s, your role: %(role)s",
+                    platform=about.get("platform"),
+                    role=console.role(about.get("role")),
+                )
+            )
+            # The permissions are the names the configuration file uses: not translated.
+            permissions = ", ".join(about.get("permissions") or [])
+            console.say(
+                console.gettext("you may: %(permissions)s", permissions=permissions)
+                if permissions
+                else console.gettext("you may: nothing")
+            )
             members = answer.get("members") or []
-            console.say(f"members ({len(members)}):")
+            console.say(
+                console.ngettext(
+                    "%(count)d member:", "%(count)d members:", len(members), count=len(members)
+                )
+            )
             for member in members:
-                console.say(f"  {_who(member, 'id')}\t{member.get('role')}")
+                console.say(f"  {_who(member, 'id')}\t{console.role(member.get('role'))}")
 
         console.answer(answer, shown)
         return
     # delete
     if not console.confirm(
-        f"Forget the space {arguments.space}: its members, preferences, mutes and settings? "
-        "Type its id to confirm: ",
+        console.gettext(
+            "Forget the space %(space)s: its members, preferences, mutes and settings? "
+            "Type its id to confirm: ",
+            space=arguments.space,
+        ),
         expected=arguments.space,
     ):
-        raise ChatProblem("Nothing was deleted.", Exit.USAGE)
+        raise ChatProblem(console.gettext("Nothing was deleted."), Exit.USAGE)
     answer = client.call("DELETE", f"/spaces/{space}")
-    console.answer(answer, lambda _: console.say(f"Forgot the space {arguments.space}."))
+    console.answer(
+        answer,
+        lambda _: console.say(
+            console.gettext("Forgot the space %(space)s.", space=arguments.space)
+        ),
+    )
 
 
 def _prefs(client: Client, console: Console, arguments: argparse.Namespace) -> None:
@@ -360,7 +453,7 @@ def _prefs(client: Client, console: Console, arguments: argparse.Namespace) -> N
         def listed(answer: dict[str, Any]) -> None:
             preferences = answer.get("preferences") or []
             if not preferences:
-                console.say("The space has no preferences.")
+                console.say(console.gettext("The space has no preferences."))
             for preference in preferences:
                 console.say(f"{preference['key']} = {preference['value']}")
 
@@ -371,13 +464,23 @@ def _prefs(client: Client, console: Console, arguments: argparse.Namespace) -> N
     elif arguments.action == "set":
         value = " ".join(arguments.value)
         answer = client.call("PUT", f"{base}/{_segment(arguments.key)}", {"value": value})
-        verb = "Added" if answer.get("created") else "Replaced"
-        console.answer(answer, lambda _: console.say(f"{verb} {arguments.key} = {value}"))
+        said = (
+            N_("Added %(key)s = %(value)s")
+            if answer.get("created")
+            else N_("Replaced %(key)s = %(value)s")
+        )
+        console.answer(
+            answer, lambda _: console.say(console.gettext(said, key=arguments.key, value=value))
+        )
     else:
-        if not console.confirm(f"Delete the preference {arguments.key}? [y/N] "):
-            raise ChatProblem("Nothing was deleted.", Exit.USAGE)
+        if not console.confirm(
+            console.gettext("Delete the preference %(key)s? [y/N] ", key=arguments.key)
+        ):
+            raise ChatProblem(console.gettext("Nothing was deleted."), Exit.USAGE)
         answer = client.call("DELETE", f"{base}/{_segment(arguments.key)}")
-        console.answer(answer, lambda _: console.say(f"Deleted {arguments.key}."))
+        console.answer(
+            answer, lambda _: console.say(console.gettext("Deleted %(key)s.", key=arguments.key))
+        )
 
 
 def _mute(client: Client, console: Console, arguments: argparse.Namespace) -> None:
@@ -390,13 +493,19 @@ def _mute(client: Client, console: Console, arguments: argparse.Namespace) -> No
         # The reminder goes to stderr under --json, so stdout stays one JSON object.
         stream = sys.stderr if console.json else console.out
         print(str(reminder.get("notice") or ""), file=stream)  # the prompt below confirms
-    if not console.confirm("Mute? [y/N] "):
-        raise ChatProblem("Nobody was muted.", Exit.USAGE)
+    if not console.confirm(console.gettext("Mute? [y/N] ")):
+        raise ChatProblem(console.gettext("Nobody was muted."), Exit.USAGE)
     answer = client.call("POST", path, {**body, "confirm": True})
 
     def muted(answer: dict[str, Any]) -> None:
         mute = answer.get("mute") or {}
-        console.say(f"Muted {_who(mute)} until {local_time(mute.get('until'))}.")
+        console.say(
+            console.gettext(
+                "Muted %(person)s until %(until)s.",
+                person=_who(mute),
+                until=local_time(mute.get("until")),
+            )
+        )
 
     console.answer(answer, muted)
 
@@ -404,7 +513,10 @@ def _mute(client: Client, console: Console, arguments: argparse.Namespace) -> No
 def _unmute(client: Client, console: Console, arguments: argparse.Namespace) -> None:
     path = f"/spaces/{_segment(arguments.space)}/mutes/{_segment(arguments.person)}"
     answer = client.call("DELETE", path)
-    console.answer(answer, lambda a: console.say(f"Unmuted {a.get('unmuted')}."))
+    console.answer(
+        answer,
+        lambda a: console.say(console.gettext("Unmuted %(person)s.", person=a.get("unmuted"))),
+    )
 
 
 def _mutes(client: Client, console: Console, arguments: argparse.Namespace) -> None:
@@ -413,11 +525,12 @@ def _mutes(client: Client, console: Console, arguments: argparse.Namespace) -> N
     def listed(answer: dict[str, Any]) -> None:
         mutes = answer.get("mutes") or []
         if not mutes:
-            console.say("Nobody is muted in this space.")
+            console.say(console.gettext("Nobody is muted in this space."))
         for mute in mutes:
             reason = f" ({mute['reason']})" if mute.get("reason") else ""
-            until = local_time(mute["until"])
-            console.say(f"{_who(mute)}\tuntil {until}\tby {mute['by']}{reason}")
+            until = console.gettext("until %(time)s", time=local_time(mute["until"]))
+            by = console.gettext("by %(person)s", person=mute["by"])
+            console.say(f"{_who(mute)}\t{until}\t{by}{reason}")
 
     console.answer(answer, listed)
 
@@ -446,46 +559,56 @@ def _typed(value: str, current: Any) -> Any:
     return value
 
 
-def _setting_line(setting: dict[str, Any]) -> str:
+def _setting_line(console: Console, setting: dict[str, Any]) -> str:
     value = json.dumps(setting.get("value"), ensure_ascii=False)
-    return f"{setting['key']} = {value}\t({setting.get('source')})"
+    source = str(setting.get("source"))
+    known = SOURCES.get(source)
+    return f"{setting['key']} = {value}\t({console.tr.gettext(known) if known else source})"
 
 
 def _settings(client: Client, console: Console, arguments: argparse.Namespace) -> None:
     base = f"/spaces/{_segment(arguments.space)}/settings"
+
+    def one(answer: dict[str, Any]) -> None:
+        console.say(_setting_line(console, answer["setting"]))
+
     if arguments.key is None and arguments.unset is None:
         if arguments.value:
-            raise ChatProblem("Name the setting: settings SPACE KEY [VALUE].", Exit.USAGE)
+            raise ChatProblem(
+                console.gettext("Name the setting: settings SPACE KEY [VALUE]."), Exit.USAGE
+            )
 
         def every(answer: dict[str, Any]) -> None:
             for setting in answer.get("settings") or []:
-                console.say(_setting_line(setting))
+                console.say(_setting_line(console, setting))
 
         console.answer(client.call("GET", base), every)
         return
     if arguments.unset is not None:
         key = arguments.unset or arguments.key
         if arguments.value or (arguments.unset and arguments.key is not None) or not key:
-            raise ChatProblem("--unset takes one KEY and no value.", Exit.USAGE)
-        answer = client.call("DELETE", f"{base}/{_segment(key)}")
-        console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
+            raise ChatProblem(console.gettext("--unset takes one KEY and no value."), Exit.USAGE)
+        console.answer(client.call("DELETE", f"{base}/{_segment(key)}"), one)
         return
     listed = client.call("GET", base)
     current = {s.get("key"): s for s in listed.get("settings") or [] if isinstance(s, dict)}
     if arguments.key not in current:
         known = ", ".join(sorted(str(k) for k in current))
         raise ChatProblem(
-            f"There is no setting {arguments.key}; the settings: {known}.", Exit.USAGE
+            console.gettext(
+                "There is no setting %(key)s; the settings: %(known)s.",
+                key=arguments.key,
+                known=known,
+            ),
+            Exit.USAGE,
         )
     if not arguments.value:
-        console.answer(
-            {"ok": True, "spaceId": listed.get("spaceId"), "setting": current[arguments.key]},
-            lambda a: console.say(_setting_line(a["setting"])),
-        )
+        shown = {"ok": True, "spaceId": listed.get("spaceId"), "setting": current[arguments.key]}
+        console.answer(shown, one)
         return
     value = _typed(" ".join(arguments.value), current[arguments.key].get("value"))
     answer = client.call("PUT", f"{base}/{_segment(arguments.key)}", {"value": value})
-    console.answer(answer, lambda a: console.say(_setting_line(a["setting"])))
+    console.answer(answer, one)
 
 
 def _pairing(client: Client, console: Console, arguments: argparse.Namespace) -> None:
@@ -495,13 +618,11 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
         def listed(answer: dict[str, Any]) -> None:
             pairings = answer.get("pairings") or []
             if not pairings:
-                console.say("Nobody is waiting.")
+                console.say(console.gettext("Nobody is waiting."))
             for request in pairings:
                 who = _who(request, "account")
-                console.say(
-                    f"{request['code']}\t{request['platform']}\t{who}\t"
-                    f"expires {local_time(request['expiresAt'])}"
-                )
+                expires = console.gettext("expires %(time)s", time=local_time(request["expiresAt"]))
+                console.say(f"{request['code']}\t{request['platform']}\t{who}\t{expires}")
 
         console.answer(client.call("GET", "/pairing"), listed)
         return
@@ -510,22 +631,28 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
         def admitted(answer: dict[str, Any]) -> None:
             accounts = answer.get("accounts") or []
             if not accounts:
-                console.say("Nobody was let in.")
+                console.say(console.gettext("Nobody was let in."))
             for account in accounts:
+                by = console.gettext("by %(person)s", person=account["approvedBy"])
                 console.say(
                     f"{account['account']}\t{account['name'] or '-'}\t"
-                    f"by {account['approvedBy']}\t{account['approvedAt']}"
+                    f"{by}\t{local_time(account['approvedAt'])}"
                 )
 
         console.answer(client.call("GET", "/pairing/admitted"), admitted)
         return
     if action == "revoke":
         answer = client.call("DELETE", f"/pairing/admitted/{_segment(arguments.account)}")
-        console.answer(answer, lambda _: console.say(f"Revoked {arguments.account}."))
+        console.answer(
+            answer,
+            lambda _: console.say(
+                console.gettext("Revoked %(account)s.", account=arguments.account)
+            ),
+        )
         return
     answer = client.call("POST", f"/pairing/{_segment(arguments.code)}/{action}")
-    done = "Approved" if action == "approve" else "Denied"
-    console.answer(answer, lambda _: console.say(f"{done} {arguments.code}."))
+    done = N_("Approved %(code)s.") if action == "approve" else N_("Denied %(code)s.")
+    console.answer(answer, lambda _: console.say(console.gettext(done, code=arguments.code)))
 
 
 def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> None:
@@ -546,23 +673,31 @@ def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> N
         path += "?" + "&".join(f"{k}={quote(v, safe=',')}" for k, v in query.items())
 
     def shown(answer: dict[str, Any]) -> None:
-        console.say(f"{answer['from']} to {answer['to']} (UTC)")
+        console.say(
+            console.gettext("%(start)s to %(end)s (UTC)", start=answer["from"], end=answer["to"])
+        )
         for row in answer.get("rows") or []:
             person = row.get("person")
             where = [row.get("day"), person and _who(person, "id"), row.get("model")]
             if "spaceId" in row:
-                where.insert(2, row["spaceId"] or "(own)")
+                where.insert(2, row["spaceId"] or console.gettext("(own conversations)"))
             label = "\t".join(str(part) for part in where if part)
-            console.say(f"{label}\t{_tokens(row)}")
-        console.say(f"total\t{_tokens(answer['total'])}")
+            console.say(f"{label}\t{_tokens(console, row)}")
+        total = console.gettext("total")
+        console.say(f"{total}\t{_tokens(console, answer['total'])}")
 
     console.answer(client.call("GET", path), shown)
 
 
-def _tokens(sums: dict[str, Any]) -> str:
-    return (
-        f"{sums['input']} in, {sums['output']} out, {sums['cached']} cached, "
-        f"{sums['calls']} call{'s' if sums['calls'] != 1 else ''}"
+def _tokens(console: Console, sums: dict[str, Any]) -> str:
+    return console.ngettext(
+        "%(input)s in, %(output)s out, %(cached)s cached, %(calls)d call",
+        "%(input)s in, %(output)s out, %(cached)s cached, %(calls)d calls",
+        int(sums["calls"]),
+        input=sums["input"],
+        output=sums["output"],
+        cached=sums["cached"],
+        calls=int(sums["calls"]),
     )
 
 
@@ -572,19 +707,27 @@ def _connections(client: Client, console: Console, arguments: argparse.Namespace
         def listed(answer: dict[str, Any]) -> None:
             connections = answer.get("connections") or []
             if not connections:
-                console.say("You aren't signed in to any MCP server.")
+                console.say(console.gettext("You aren't signed in to any MCP server."))
             for connection in connections:
                 scopes = " ".join(connection.get("scopes") or []) or "-"
-                lapses = connection.get("expiresAt") or "never"
+                expires = connection.get("expiresAt")
+                lapses = (
+                    console.gettext("lapses %(time)s", time=local_time(expires))
+                    if expires
+                    else console.gettext("never lapses")
+                )
                 console.say(
                     f"{connection['server']}\t{connection.get('title') or ''}\t"
-                    f"{connection.get('issuer') or '-'}\t{scopes}\tlapses {lapses}"
+                    f"{connection.get('issuer') or '-'}\t{scopes}\t{lapses}"
                 )
 
         console.answer(client.call("GET", "/me/connections"), listed)
         return
     answer = client.call("DELETE", f"/me/connections/{_segment(arguments.name)}")
-    console.answer(answer, lambda _: console.say(f"Signed out of {arguments.name}."))
+    console.answer(
+        answer,
+        lambda _: console.say(console.gettext("Signed out of %(server)s.", server=arguments.name)),
+    )
 
 
 _RUN: Final[dict[str, Callable[[Client, Console, argparse.Namespace], None]]] = {
@@ -610,8 +753,8 @@ def run(
     out = out or sys.stdout
     try:
         server, token = resolve_connection(arguments.server)
-        client = Client(server, token)
-        _RUN[arguments.command](client, Console(out, arguments, read), arguments)
+        client = Client(server, token, accept_language(os.environ))
+        _RUN[arguments.command](client, Console(out, arguments, read, client), arguments)
     except ChatProblem as problem:
         print(problem, file=sys.stderr)
         return int(problem.status)

@@ -137,7 +137,13 @@ def _read_config(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ChatProblem(f"The config file {path} can't be read: {error}", Exit.USAGE) from None
+        said = _terminal().gettext("The config file %(path)s can't be read: %(error)s")
+        raise ChatProblem(said % {"path": path, "error": error}, Exit.USAGE) from None
+
+
+def _terminal() -> Translator:
+    """The terminal's language, for what is said before any server was asked."""
+    return translator_for(accept_language(os.environ))
 
 
 def resolve_connection(server_argument: str | None) -> tuple[str, str]:
@@ -148,14 +154,13 @@ def resolve_connection(server_argument: str | None) -> tuple[str, str]:
     config = _read_config(config_file(environ))
     token = environ.get("MERCURY_TOKEN") or config.get("token")
     if not isinstance(token, str) or not token.strip():
-        raise ChatProblem(
-            f'No token: set MERCURY_TOKEN, or token = "..." in {config_file(environ)}.',
-            Exit.USAGE,
-        )
+        said = _terminal().gettext('No token: set MERCURY_TOKEN, or token = "..." in %(path)s.')
+        raise ChatProblem(said % {"path": config_file(environ)}, Exit.USAGE)
     server = server_argument or environ.get("MERCURY_SERVER") or config.get("server")
     server = str(server or DEFAULT_SERVER).rstrip("/")
     if not server.startswith(("http://", "https://")):
-        raise ChatProblem(f"The server {server!r} is not an http(s) URL.", Exit.USAGE)
+        said = _terminal().gettext("The server %(server)r is not an http(s) URL.")
+        raise ChatProblem(said % {"server": server}, Exit.USAGE)
     return server, token.strip()
 
 
@@ -206,8 +211,10 @@ def refusal(response: httpx.Response) -> ChatProblem:
         message = response.text.strip()[:300] or response.reason_phrase
     status = response.status_code
     if status in (401, 403, 429):
-        if status == 401:  # the server's sentence, then where this command took the token
-            message += " The token came from MERCURY_TOKEN or the config file."
+        if status == 401:  # the server's sentence, then where this command took the token,
+            # in the language the server's sentence came in
+            spoke = translator_for(response.headers.get("content-language"))
+            message += " " + spoke.gettext("The token came from MERCURY_TOKEN or the config file.")
         return ChatProblem(message, Exit.REFUSED)
     if 400 <= status < 500:
         return ChatProblem(message, Exit.USAGE)
@@ -443,7 +450,7 @@ def _one(session: Session, text: str, files: Sequence[Path]) -> int:
         status = settle(session, outcome, sys.stdout, input)
     except KeyboardInterrupt:
         session.view.close()
-        print("\nCancelled.", file=sys.stderr)
+        print("\n" + session.tr.gettext("Cancelled."), file=sys.stderr)
         return Exit.CANCELLED
     except ChatProblem as problem:
         session.view.close()
@@ -451,8 +458,9 @@ def _one(session: Session, text: str, files: Sequence[Path]) -> int:
         return problem.status
     except httpx.HTTPError as error:
         session.view.close()
+        said = session.tr.gettext("the server at %(server)s can't be reached (%(error)s).")
         print(
-            f"mercury-http chat: the server at {session.server} can't be reached ({error}).",
+            "mercury-http chat: " + said % {"server": session.server, "error": error},
             file=sys.stderr,
         )
         return Exit.FAILED

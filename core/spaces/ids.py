@@ -5,7 +5,8 @@ A space is named by its platform and the platform's own ids, as the bridges make
 * ``slack:<channel>`` (only a DM's channel, ``D…``, is a direct message: a ``C…`` or ``G…``
   channel, private or a group DM of several people, is a group);
 * ``telegram:<chatId>[:<threadId>]`` (a group's chat id is negative; a forum topic is a thread);
-* ``discord:<guild>:<channel>[:<thread>]`` (a DM's guild is ``@me``);
+* ``discord:<guild>:<channel>[:<thread>]`` (a DM's guild is ``@me``, a group DM's of several
+  people ``@group``);
 * ``whatsapp:<jid>`` (a group's jid ends in ``@g.us``);
 * ``teams:<tenant>:<conversation>`` (a personal chat's conversation id starts with ``a:``; a
   channel's or a group chat's with ``19:``).
@@ -56,7 +57,8 @@ _SHAPES: Final[dict[str, re.Pattern[str]]] = {
     "slack": re.compile(r"slack:(?P<channel>[A-Z0-9]{1,32})"),
     "telegram": re.compile(r"telegram:(?P<chat>-?[0-9]{1,20})(?::(?P<thread>[0-9]{1,20}))?"),
     "discord": re.compile(
-        r"discord:(?P<guild>@me|[0-9]{1,24}):(?P<channel>[0-9]{1,24})(?::(?P<thread>[0-9]{1,24}))?"
+        r"discord:(?P<guild>@me|@group|[0-9]{1,24}):(?P<channel>[0-9]{1,24})"
+        r"(?::(?P<thread>[0-9]{1,24}))?"
     ),
     "whatsapp": re.compile(rf"whatsapp:(?P<jid>{_PART})"),
     # A Teams conversation id (``a:1Xy…``, ``19:…@thread.tacv2``) without the ``;messageid=``

@@ -40,6 +40,7 @@ from tests.support.discord_standin import (
     DM_ALICE,
     ENGINEERS,
     GENERAL,
+    GROUP_DM,
     GUILD,
     RANDOM,
     THREAD,
@@ -483,6 +484,39 @@ async def test_a_direct_message_is_a_dm_thread_of_its_own(connected: Connected) 
     info = connected.bridge.parse_thread(received.thread_id)
     assert info.is_dm is True
     assert info.space_id == received.thread_id
+
+
+async def test_a_group_dm_of_several_people_is_a_group_space_and_its_links_go_privately(
+    connected: Connected,
+) -> None:
+    # A DM only while the bot and one person are its only members: Alice, Bob and the bot
+    # make a group, however Discord names the channel (discord.py calls it a DMChannel).
+    received = await connected.post(GROUP_DM, ALICE, "lunch at noon?")
+    assert received.thread_id == f"discord:@group:{GROUP_DM}"
+    assert received.is_dm is False
+    info = connected.bridge.parse_thread(received.thread_id)
+    assert info.is_dm is False and info.space_id == received.thread_id
+    _, pressed = await connected.press(await buttons_message(connected, received), BOB)
+    assert pressed.thread_id == received.thread_id and pressed.is_dm is False
+    # A sign-in link goes to the DM the bot opens with Alice, never into the group DM.
+    await connected.bridge.send_private(received, "Sign in: https://example.test/login")
+    [opened] = connected.api.matching(lambda c: c.path == "/users/@me/channels")
+    assert opened.json == {"recipient_id": ALICE.id}
+    links = [c for c in connected.api.sent_messages() if "example.test" in (c.content or "")]
+    assert len(links) == 1 and not links[0].path.startswith(f"/channels/{GROUP_DM}/")
+
+
+async def test_a_group_dm_left_to_one_person_and_the_bot_is_their_dm(
+    connected: Connected,
+) -> None:
+    connected.api.channels[GROUP_DM].recipients = (ALICE,)
+    received = await connected.post(GROUP_DM, ALICE, "just us now")
+    assert received.thread_id == f"discord:@me:{GROUP_DM}" and received.is_dm is True
+    # Judged again before a link goes into it: Bob is back, so the link goes to Alice's DM.
+    connected.api.channels[GROUP_DM].recipients = (ALICE, BOB)
+    await connected.bridge.send_private(received, "Sign in: https://example.test/login")
+    assert not connected.api.sent_messages(GROUP_DM)
+    assert connected.api.matching(lambda c: c.path == "/users/@me/channels")
 
 
 async def test_a_reply_to_the_bot_is_marked_and_a_reply_to_someone_else_is_not(

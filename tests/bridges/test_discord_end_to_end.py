@@ -22,6 +22,7 @@ from tests.support.discord_standin import (
     CAROL,
     DM_ALICE,
     GENERAL,
+    GROUP_DM,
     GUILD,
     THREAD,
     DiscordStandIn,
@@ -117,6 +118,18 @@ def test_a_direct_message_always_triggers(
     assert reply.path == f"/channels/{DM_ALICE}/messages"
     assert "message_reference" not in reply.json
     assert f"direct chat (discord:@me:{DM_ALICE})" in system_of(ollama.requests[0])
+
+
+def test_a_group_dm_of_several_people_is_a_group_chat_where_only_a_mention_runs(
+    chat: RunningServer, discord_api: DiscordStandIn, ollama: OllamaStandIn
+) -> None:
+    discord_api.post_message(GROUP_DM, BOB, "anyone for lunch?")
+    ollama.enqueue(ChatScript.words("Noon, as usual."))
+    discord_api.post_message(GROUP_DM, ALICE, f"<@{BOT.id}> when is lunch?", mentions=[BOT])
+    final_reply(discord_api, "Noon, as usual.")
+    [request] = ollama.requests  # Bob's unmentioned line ran nothing, as in a group
+    assert f"group chat (discord:@group:{GROUP_DM})" in system_of(request)
+    assert "anyone for lunch?" in user_contents(request)[-1]  # ambient context
 
 
 def test_a_redelivered_message_runs_once_and_a_forged_webhook_runs_nothing(

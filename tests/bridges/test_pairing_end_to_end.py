@@ -87,6 +87,27 @@ async def code_of(telegram: TelegramStandIn, chat: RunningServer, dm: Chat, user
     return found[1]
 
 
+async def test_a_strangers_start_gets_their_code_and_once_let_in_a_greeting_not_a_turn(
+    start: Callable[..., RunningServer],
+    telegram: TelegramStandIn,
+    ollama: OllamaStandIn,
+    stranger: User,
+) -> None:
+    chat = start()
+    dm = telegram.private_chat(stranger)
+    # Telegram's Start is a stranger's first message: it asks to be let in like any other.
+    await say(telegram, chat, telegram.message(dm, stranger, "/start sign-in"))
+    found = CODE.search((await bot_texts(telegram, dm, 1))[0])
+    assert found is not None
+    approved = pairing(chat, "POST", f"/pairing/{found[1]}/approve", ALICE)
+    assert approved.status_code == 200, approved.text
+    await bot_texts(telegram, dm, 2)  # told they were let in
+    await say(telegram, chat, telegram.message(dm, stranger, "/start"))
+    assert (await bot_texts(telegram, dm, 3))[2] == "Hello! Write to me here and I'll answer."
+    await settle()
+    assert ollama.requests == []
+
+
 async def test_a_strangers_dm_gets_a_code_the_model_sees_nothing_and_approval_lets_them_in(
     start: Callable[..., RunningServer],
     telegram: TelegramStandIn,

@@ -349,6 +349,31 @@ async def test_a_message_without_a_mention_is_kept_as_written(
     assert not message.is_reply_to_bot
 
 
+@pytest.mark.parametrize(
+    ("text", "opening"),
+    [
+        ("/start", ""),
+        ("/start sign-in", "sign-in"),
+        ("/start@mercury_test_bot sign-in", "sign-in"),
+        ("/start@other_bot", None),  # another bot's
+        ("/start tell me a joke", None),  # typed words, no deep link's payload
+        ("start", None),
+    ],
+)
+async def test_a_start_in_a_private_chat_is_an_opening_with_its_payload(
+    bridge: TelegramBridge, telegram: TelegramStandIn, text: str, opening: str | None
+) -> None:
+    alice = telegram.user("Alice")
+    private = await one_message(
+        bridge, telegram, telegram.message(telegram.private_chat(alice), alice, text)
+    )
+    assert private.opening == opening
+    grouped = await one_message(
+        bridge, telegram, telegram.message(telegram.group("Ops"), alice, text)
+    )
+    assert grouped.opening is None  # a group's /start is no private chat's opening
+
+
 async def test_a_reply_to_the_bots_message_is_a_reply_to_the_bot(
     bridge: TelegramBridge, telegram: TelegramStandIn
 ) -> None:

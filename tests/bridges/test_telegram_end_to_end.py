@@ -161,6 +161,34 @@ async def test_a_direct_message_always_runs_and_is_answered_as_a_plain_message(
     assert f'<caller id="telegram:{dee.id}" name="Dee Example"' in user_contents(request)[-1]
 
 
+async def test_a_start_is_greeted_by_the_bridge_and_never_reaches_the_model(
+    chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
+) -> None:
+    dee = people["Dee"]
+    dm = telegram.private_chat(dee)
+    # The Start of the group's t.me/<bot>?start=sign-in link: told to ask here, privately.
+    await say(telegram, chat, telegram.message(dm, dee, "/start sign-in"))
+    [signing] = await sent(telegram, "sendMessage", 1)
+    assert signing.params["chat_id"] == dee.id
+    assert signing.params["text"].startswith("Hello! This is our private chat: ask me here")
+    # A bare Start, one naming the bot, and a payload that isn't ours: a greeting each.
+    for started in ("/start", f"/start{BOT}", "/start ignore_all_instructions"):
+        await say(telegram, chat, telegram.message(dm, dee, started))
+    greeted = await sent(telegram, "sendMessage", 4)
+    assert [c.params["text"] for c in greeted[1:]] == [
+        "Hello! Write to me here and I'll answer."
+    ] * 3
+    await settle()
+    assert ollama.requests == []
+
+    # What they write next runs, and no Start is in what the model reads.
+    ollama.enqueue(ChatScript.words("Hi Dee."))
+    await say(telegram, chat, telegram.message(dm, dee, "hello there"))
+    await answered(telegram, dm, "Hi Dee.", index=4)
+    [request] = ollama.requests
+    assert "/start" not in json.dumps(request["messages"])
+
+
 async def test_a_file_comes_into_the_spaces_inbox_and_the_outbox_file_goes_out_as_a_document(
     chat: RunningServer, telegram: TelegramStandIn, ollama: OllamaStandIn, people: dict[str, User]
 ) -> None:

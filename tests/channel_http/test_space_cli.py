@@ -4,6 +4,7 @@ terminal (pexpect), refused without one unless ``--yes``; ``--json`` for scripts
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -12,11 +13,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pexpect
 import pytest
 
 from core.spaces.ids import parse_space_id
-from tests.conftest import TOKENS
+from tests.conftest import ALICE, TOKENS
 from tests.support.server import RunningServer
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -70,13 +72,18 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 @pytest.fixture
 def cli(tmp_path: Path, server: RunningServer) -> Run:
-    """``mercury-http ARGS`` as a script runs it (pipes, no terminal), as ``token``'s owner."""
+    """``mercury-http ARGS`` as a script runs it (pipes, no terminal), as ``token``'s owner;
+    ``lang`` is the terminal's locale (``LANG``)."""
 
-    def run(*args: str, token: str = "alice-token") -> subprocess.CompletedProcess[str]:  # noqa: S107
+    def run(
+        *args: str,
+        token: str = "alice-token",  # noqa: S107
+        lang: str = "C.UTF-8",
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # noqa: S603 - our own interpreter and module
             [sys.executable, "-m", "channel_http", *args],
             cwd=ROOT,
-            env=env_of(tmp_path, server, token),
+            env={**env_of(tmp_path, server, token), "LANG": lang},
             input="",
             capture_output=True,
             text=True,
@@ -299,3 +306,83 @@ def test_spaces_show_names_the_members_with_their_roles(cli: Run) -> None:
     assert "Alice (people:alice)\tadmin" in members
     assert "Bob (people:bob)\tmember" in members
     assert cli("spaces", "show", SPACE, token="carol-token").returncode in (2, 4)
+
+
+def test_the_commands_speak_the_language_the_server_speaks_to_the_person(
+    server: RunningServer, cli: Run
+) -> None:
+    italian = "it_IT.UTF-8"
+    assert cli("mutes", SPACE, lang=italian).stdout.strip() == (
+        "Nessuno è silenziato in questo spazio."
+    )
+    muted = cli("mute", "--yes", SPACE, "static:bob", "1h", lang=italian)
+    assert muted.returncode == 0, muted.stderr
+    assert re.search(r"^Non è ancora cambiato nulla\. ", muted.stdout, re.M)  # the server's notice
+    assert re.search(r"^people:bob silenziato fino al \d{4}-\d\d-\d\d", muted.stdout, re.M)
+    listed = cli("mutes", SPACE, lang=italian).stdout
+    assert "\tfino al " in listed and "\tda people:alice" in listed, listed
+    shown = cli("spaces", "show", SPACE, lang=italian).stdout.splitlines()
+    assert "piattaforma: slack, il tuo ruolo: admin" in shown
+    assert "2 membri:" in shown and "  Bob (people:bob)\tmembro" in shown
+    refused = cli("prefs", "delete", SPACE, "tone", lang=italian)
+    assert refused.returncode == 2
+    assert "Non c'è un terminale su cui chiedere: aggiungi --yes" in refused.stderr
+    # --json stays the server's answer, whatever the language.
+    english = json.loads(cli("mutes", SPACE, "--json").stdout)
+    assert json.loads(cli("mutes", SPACE, "--json", lang=italian).stdout) == english
+
+    # A language the person saved wins over the terminal's, as on the server.
+    saved = httpx.patch(server.url + "/me", headers=ALICE, json={"language": "de"})
+    assert saved.status_code == 200
+    try:
+        assert cli("pairing", lang=italian).stdout.strip() == "Niemand wartet."
+        unmuted = cli("unmute", SPACE, "static:bob", lang=italian)
+        assert unmuted.stdout.strip() == "static:bob ist nicht mehr stummgeschaltet."
+        usage = cli("usage", lang=italian).stdout.splitlines()
+        assert usage[0].endswith(" (UTC)") and " bis " in usage[0]
+        assert usage[-1] == "gesamt\t0 Eingabe, 0 Ausgabe, 0 im Cache, 0 Aufrufe"
+        setting = cli("settings", SPACE, "rate_limit", lang=italian).stdout.strip()
+        assert setting == "rate_limit = 7\t(Datei)"
+        # The command's own refusals too.
+        unknown = cli("settings", SPACE, "colour", "blue", lang=italian)
+        assert unknown.returncode == 2
+        assert "Es gibt keine Einstellung colour; die Einstellungen: " in unknown.stderr
+    finally:
+        httpx.patch(server.url + "/me", headers=ALICE, json={"language": None})
+
+
+def test_every_line_the_space_commands_write_goes_through_the_catalogs() -> None:
+    """A line of words written without the catalogs stays English in every language: each
+    text the commands say, ask or refuse with is a gettext call (data and punctuation aside)."""
+    source = (ROOT / "channel_http" / "cli" / "admin.py").read_text(encoding="utf-8")
+    untranslated: list[str] = []
+
+    def words_outside_the_catalogs(node: ast.AST) -> None:
+        if isinstance(node, ast.Call | ast.Subscript):
+            return  # a gettext call, or data: a value looked up, a helper's own lines
+        if isinstance(node, ast.Dict):  # a translation's placeholders: their values alone
+            for value in node.values:
+                words_outside_the_catalogs(value)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if re.search(r"[A-Za-z]{2,}", node.value):
+                untranslated.append(f"line {node.lineno}: {node.value!r}")
+            return
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, ast.FormattedValue | ast.expr_context):
+                words_outside_the_catalogs(child)
+            elif isinstance(child, ast.FormattedValue):
+                words_outside_the_catalogs(child.value)
+
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+        if name in ("say", "confirm", "ChatProblem", "print") and node.args:
+            words_outside_the_catalogs(node.args[0])
+    for function in ast.walk(ast.parse(source)):
+        if isinstance(function, ast.FunctionDef) and function.name in ("_setting_line", "_tokens"):
+            for returned in ast.walk(function):
+                if isinstance(returned, ast.Return) and returned.value is not None:
+                    words_outside_the_catalogs(returned.value)
+    assert untranslated == []

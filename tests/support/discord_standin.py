@@ -93,6 +93,7 @@ __all__ = [
     "DM_ALICE",
     "ENGINEERS",
     "GENERAL",
+    "GROUP_DM",
     "GUILD",
     "RANDOM",
     "THREAD",
@@ -171,6 +172,8 @@ RANDOM: Final = 1200000000000000011
 THREAD: Final = 1200000000000000020
 ENGINEERS: Final = 1200000000000000030
 DM_ALICE: Final = 1200000000000000040
+#: A group DM (channel type 3) of Alice, Bob and the bot.
+GROUP_DM: Final = 1200000000000000050
 _APPLICATION_ID: Final = BOT.id
 #: Interaction callback types (Discord's InteractionResponseType).
 CHANNEL_MESSAGE, DEFERRED_CHANNEL_MESSAGE, DEFERRED_UPDATE, UPDATE_MESSAGE = 4, 5, 6, 7
@@ -269,9 +272,11 @@ class _Channel:
 
     def payload(self, *, in_guild_create: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {"id": str(self.id), "type": self.type, "flags": 0}
-        if self.type == 1:
+        if self.type in (1, 3):  # a DM; a group DM (its recipients leave the bot out)
             data["recipients"] = [u.payload() for u in self.recipients]
             data["last_message_id"] = None
+            if self.type == 3:
+                data.update(name=self.name, icon=None, owner_id=str(self.recipients[0].id))
             return data
         if not in_guild_create:
             data["guild_id"] = str(self.guild_id)
@@ -408,6 +413,7 @@ class DiscordStandIn(ThreadedStandIn):
             _Channel(id=RANDOM, type=0, name="random", guild_id=GUILD, position=1),
             _Channel(id=THREAD, type=11, name="planning", guild_id=GUILD, parent_id=GENERAL),
             _Channel(id=DM_ALICE, type=1, recipients=(ALICE,)),
+            _Channel(id=GROUP_DM, type=3, name="lunch", recipients=(ALICE, BOB)),
         ):
             self.channels[channel.id] = channel
         self._announced_threads = {THREAD}

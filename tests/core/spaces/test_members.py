@@ -115,13 +115,17 @@ async def test_the_first_to_speak_in_a_group_is_no_admin(spaces: Spaces) -> None
     assert await spaces.role(OTHER, "people:ivan") == "member"
 
 
-@pytest.mark.parametrize("space_id", ["slack:G0PRIVATE", "slack:C0PUBLIC"])
+@pytest.mark.parametrize(
+    "space_id", ["slack:G0PRIVATE", "slack:C0PUBLIC", "discord:@group:1200000000000000050"]
+)
 async def test_a_slack_channel_but_a_d_one_is_a_group_where_speaking_first_makes_no_admin(
     spaces: Spaces, space_id: str
 ) -> None:
-    # Issue #34: G… (a legacy private channel or a group DM of several people) was a DM.
+    # Issue #34: G… (a legacy private channel or a group DM of several people) was a DM; so
+    # was a Discord group DM (#44).
     assert parse_space_id(space_id).is_dm is False
     assert parse_space_id("slack:D0DIRECT").is_dm is True
+    assert parse_space_id("discord:@me:1200000000000000040").is_dm is True
     assert (await spaces.open(parse_space_id(space_id))).is_dm is False
     await spaces.join(space_id, "people:ivan")
     assert await spaces.role(space_id, "people:ivan") == "member"
