@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from core.clock import ManualClock
 from core.config.settings import Settings
 from dev_model.command import DEMO_FILE, model_names, with_demo
 from dev_model.demo import DevModel, demo_yaml
@@ -150,21 +152,22 @@ def test_after_a_reload_the_pending_tab_confirms_and_the_restored_chip_follows(
     assert pending(server) == []
 
 
+def bump_and_tell(request: dict[str, Any]) -> ChatScript:
+    """The stand-in model: stages the counter's bump, then reads what it handed back."""
+    last = request["messages"][-1]
+    if last["role"] == "user":
+        return ChatScript(tool_calls=[{"name": "bump_and_tell", "arguments": {}}])
+    if "counter is now" in str(last.get("content")):
+        return ChatScript.words("The counter reads one.")
+    return ChatScript.words("Confirm it, please.")
+
+
 def test_after_a_reload_a_confirmed_action_that_hands_back_streams_the_models_answer(
     page: Page, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
 ) -> None:
     counter = Counter()
     server = make_server({"plugins": [counter.plugin()]}, MERCURY_MEMORY_STORE="edge")
-
-    def respond(request: dict[str, Any]) -> ChatScript:
-        last = request["messages"][-1]
-        if last["role"] == "user":
-            return ChatScript(tool_calls=[{"name": "bump_and_tell", "arguments": {}}])
-        if "counter is now" in str(last.get("content")):
-            return ChatScript.words("The counter reads one.")
-        return ChatScript.words("Confirm it, please.")
-
-    ollama.responder = respond
+    ollama.responder = bump_and_tell
     sign_in(page, server, "alice-token")
     send(page, "Bump the counter.")
     expect(page.locator("article.message.assistant .chip")).to_have_attribute(
@@ -177,3 +180,30 @@ def test_after_a_reload_a_confirmed_action_that_hands_back_streams_the_models_an
     answer = page.locator("article.message.assistant").last
     expect(answer.locator("[data-final]")).to_have_text("The counter reads one.")
     assert counter.runs == 1
+
+
+def test_a_restored_confirmation_expires_by_the_servers_clock_and_its_chip_says_so(
+    page: Page, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    clock = ManualClock()  # months behind the browser's: the server's clock decides
+    counter = Counter()
+    server = make_server(
+        {"plugins": [counter.plugin()], "clock": clock}, MERCURY_MEMORY_STORE="edge"
+    )
+    ollama.responder = bump_and_tell
+    sign_in(page, server, "alice-token")
+    send(page, "Bump the counter.")
+    expect(page.locator("article.message.assistant .chip")).to_have_attribute(
+        "data-outcome", "pending"
+    )
+    reload(page, server)
+    restored = page.locator("article.message.assistant", has=page.locator(".pending")).last
+    chip = restored.locator(".chip")
+    page.wait_for_timeout(1_500)  # past the expiry by the browser's clock
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    expect(restored.get_by_role("button", name="Confirm")).to_be_enabled()
+    clock.advance(timedelta(minutes=5, seconds=1))
+    expect(chip).to_have_attribute("data-outcome", "expired", timeout=15_000)
+    expect(chip).to_contain_text("expired")
+    expect(restored.get_by_role("button", name="Confirm")).to_be_disabled()
+    assert counter.runs == 0

@@ -175,12 +175,29 @@ export class Conversation {
       );
       this.open.set(item.id, answer);
       this.history.append(answer.element);
-      const left = item.expiresAt - Date.now();
-      this.expiries.push(
-        window.setTimeout(() => this.settled(item.id, "gone"), Math.max(0, left) + 500),
-      );
+      this.watchExpiry(item.id, item.expiresAt - Date.now());
     }
     if (pending.length > 0) this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  /** Once its time looks up, asks the server (whose clock decides, not the browser's)
+   * whether the confirmation still waits: if not, its chip says expired. */
+  private watchExpiry(confirmationId: string, after: number): void {
+    const timer = window.setTimeout(async () => {
+      if (this.disposed || !this.open.has(confirmationId)) return;
+      try {
+        const { pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>(
+          "/confirmations",
+          { conversationId: this.id },
+        );
+        if (pending.some((item) => item.id === confirmationId)) {
+          this.watchExpiry(confirmationId, 5_000);
+        } else this.settled(confirmationId, "gone");
+      } catch {
+        this.watchExpiry(confirmationId, 30_000); // unreachable for now: ask again later
+      }
+    }, Math.max(0, after) + 500);
+    this.expiries.push(timer);
   }
 
   /** A confirmation of this conversation ended elsewhere (the Pending tab): its answer's
