@@ -2,7 +2,7 @@
 
 Each handler reads the caller the middleware settled (``handling``), decodes its input at the
 edge, asks the core, and answers JSON or a stream: ``turn`` (``POST /turn``, its rejoining,
-``POST /confirm``), ``ag_ui`` (``POST /ag-ui``, a turn as an AG-UI run), ``chat``
+``POST /confirm``, ``POST /confirmations/{id}``), ``ag_ui`` (``POST /ag-ui``, a turn as an AG-UI run), ``chat``
 (``POST /chat``, a turn answered in JSON), ``me`` (``/me``, ``/link``), ``connections``
 (``/me/connections``, a person's MCP sign-ins), ``records`` (what a person reads back:
 confirmations, the tool log, conversations, memory, the wiki), ``about`` (version, contract,

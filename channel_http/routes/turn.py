@@ -1,4 +1,5 @@
-"""``POST /turn``, its rejoining (``GET /turn/events``) and ``POST /confirm``.
+"""``POST /turn``, its rejoining (``GET /turn/events``), ``POST /confirm`` and its by-id twin
+``POST /confirmations/{id}``.
 
 A turn streams as Server-Sent Events (:mod:`channel_http.protocols.sse`), straight from the
 engine or through its log when turns may be rejoined (:mod:`channel_http.protocols.rejoin`).
