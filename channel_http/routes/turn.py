@@ -224,7 +224,6 @@ async def confirm(request: AnyRequest) -> Response[Any]:
 async def answer_confirmation(request: AnyRequest, confirmation: FromPath[str]) -> Response[Any]:
     """Answer one's own pending confirmation by its id (from ``GET /confirmations`` or the
     ``pending`` event): a choice, the same way ``/confirm`` takes a token, or a cancel."""
-    confirmation_id = confirmation
     caller = caller_of(request)
     tr = caller.translator
     body = decode_body(AnswerBody, await request.body(), tr)
@@ -242,21 +241,21 @@ async def answer_confirmation(request: AnyRequest, confirmation: FromPath[str]) 
             "there never was one."
         )
     )
-    known = CONFIRMATION_ID.fullmatch(confirmation_id) and 0 <= (body.choice or 0) < 2**31
+    known = CONFIRMATION_ID.fullmatch(confirmation) and 0 <= (body.choice or 0) < 2**31
     conversation = (
-        await manager.pending_conversation(caller.person, confirmation_id) if known else None
+        await manager.pending_conversation(caller.person, confirmation) if known else None
     )
     if conversation is None:
         raise gone
     if body.choice is None:
         cancelled = await manager.cancel(
-            caller.principal, caller.person, conversation, confirmation_id, caller.language
+            caller.principal, caller.person, conversation, confirmation, caller.language
         )
         if not cancelled:
             raise gone
         content = {"resolved": True, "cancelled": True, "text": tr.gettext("Cancelled.")}
         return ok(content, headers={"content-language": caller.language})
-    choice = ChoiceRef(confirmation_id, body.choice)
+    choice = ChoiceRef(confirmation, body.choice)
     result = await confirm_token(services, caller, conversation, choice)
     if not result.resolved:
         raise gone
