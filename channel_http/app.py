@@ -254,6 +254,7 @@ def build_app(
         ag_ui.ag_ui_run,
         chat.chat,
         turn.confirm,
+        turn.answer_confirmation,
         ui_stream.ui_stream,
         ui_stream.ui_stream_resume,
         me.me,

@@ -30,6 +30,13 @@ class ConfirmBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     conversation_id: str | None = None
 
 
+class AnswerBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """``POST /confirmations/{id}``: the choice taken (its place, from 0), or a cancel."""
+
+    choice: int | None = None
+    cancel: bool | None = None
+
+
 class FileBody(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """A file sent to ``POST /chat``: its name and its bytes (base64 on the wire)."""
 
@@ -141,6 +148,7 @@ _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
     for body_type in (
         TurnBody,
         ConfirmBody,
+        AnswerBody,
         ChatBody,
         MeBody,
         PreferenceBody,
@@ -152,6 +160,7 @@ _DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {
 }
 _EXPECTED: Final = {
     "str": "a string",
+    "int": "a whole number",
     "bool": "true or false",
     "object": "a JSON object",
     "array": "a JSON array",

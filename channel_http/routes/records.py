@@ -18,7 +18,7 @@ from channel_http.requests import (
     required_query,
 )
 from channel_http.routes.handling import AnyRequest, caller_of, services_of
-from core.engine.sessions import ONE_OFF_PREFIX, SessionManager
+from core.engine.sessions import ONE_OFF_PREFIX, SessionManager, conversation_of
 from core.memory import COLLECTIONS, InvalidCursor, MemoryStoreError, Page
 from core.workspace.wiki import InvalidPattern, WikiError
 
@@ -31,28 +31,28 @@ log = logging.getLogger("mercury.http")
 @get("/confirmations")
 async def confirmations(request: AnyRequest) -> dict[str, Any]:
     caller = caller_of(request)
+    wanted = conversation_id(request.query_params.get("conversationId"), caller.translator)
     pending = await services_of(request).manager.confirmations.pending(caller.person.key)
-    return {
-        "ok": True,
-        "pending": [
+    listed = []
+    for item in pending:
+        # An extension of contract v6: the id a UI knows the conversation by, or null for a
+        # one-off turn's session (it has none).
+        conversation = conversation_of(item.session_key, caller.person.key)
+        if wanted is not None and conversation != wanted:
+            continue
+        listed.append(
             {
+                "id": item.id,
                 "sessionKey": item.session_key,
-                # An extension of contract v6: the id a UI knows the conversation by, or
-                # null for a one-off turn's session (it has none).
-                "conversationId": _conversation_of(item.session_key, caller.person.key),
+                "conversationId": conversation,
                 "summary": item.summary,
                 "expiresAt": int(item.expires_at.timestamp() * 1000),
+                "choices": [
+                    {"label": c.label, **({"kind": c.kind} if c.kind else {})} for c in item.choices
+                ],
             }
-            for item in pending
-        ],
-    }
-
-
-def _conversation_of(session_key: str, person_key: str) -> str | None:
-    conversation = session_key.removeprefix(person_key + ":")
-    if conversation == session_key or conversation.startswith(ONE_OFF_PREFIX):
-        return None
-    return conversation
+        )
+    return {"ok": True, "pending": listed}
 
 
 @get("/tool-log")

@@ -1,4 +1,5 @@
-"""``POST /turn``, its rejoining (``GET /turn/events``) and ``POST /confirm``.
+"""``POST /turn``, its rejoining (``GET /turn/events``), ``POST /confirm`` and its by-id twin
+``POST /confirmations/{id}``.
 
 A turn streams as Server-Sent Events (:mod:`channel_http.protocols.sse`), straight from the
 engine or through its log when turns may be rejoined (:mod:`channel_http.protocols.rejoin`).
@@ -7,6 +8,7 @@ engine or through its log when turns may be rejoined (:mod:`channel_http.protoco
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections.abc import AsyncGenerator
@@ -14,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from litestar import Response, get, post
+from litestar.params import FromPath
 from litestar.response import Stream
 
 from channel_http.access_log import mark
@@ -21,6 +24,7 @@ from channel_http.errors import BadRequest, NotFound, TooManyRequests
 from channel_http.middleware import Caller
 from channel_http.protocols import rejoin, sse
 from channel_http.requests import (
+    AnswerBody,
     ConfirmBody,
     TurnBody,
     conversation_id,
@@ -28,6 +32,7 @@ from channel_http.requests import (
     required_query,
 )
 from channel_http.routes.handling import AnyRequest, caller_of, ok, services_of
+from core.engine.confirmations import ChoiceRef
 from core.engine.events import TurnStarted
 from core.engine.sessions import ConfirmResult, Turn, TurnInput
 
@@ -212,6 +217,57 @@ async def confirm(request: AnyRequest) -> Response[Any]:
     if not token or conversation is None:
         raise BadRequest(tr.gettext("Both token and conversationId are required."))
     result = await confirm_token(services_of(request), caller, conversation, token)
+    return _confirmed(result, caller)
+
+
+@post("/confirmations/{confirmation:str}", status_code=200)
+async def answer_confirmation(request: AnyRequest, confirmation: FromPath[str]) -> Response[Any]:
+    """Answer one's own pending confirmation by its id (from ``GET /confirmations`` or the
+    ``pending`` event): a choice, the same way ``/confirm`` takes a token, or a cancel."""
+    caller = caller_of(request)
+    tr = caller.translator
+    body = decode_body(AnswerBody, await request.body(), tr)
+    if (body.choice is None) == (body.cancel is not True):
+        raise BadRequest(
+            tr.gettext(
+                'Say how to answer: "choice" (the number of a choice, from 0) or "cancel": true.'
+            )
+        )
+    services = services_of(request)
+    manager = services.manager
+    gone = NotFound(
+        tr.gettext(
+            "No confirmation with that id waits for you: it was answered, it expired, or "
+            "there never was one."
+        )
+    )
+    known = CONFIRMATION_ID.fullmatch(confirmation) and 0 <= (body.choice or 0) < 2**31
+    conversation = (
+        await manager.pending_conversation(caller.person, confirmation) if known else None
+    )
+    if conversation is None:
+        raise gone
+    if body.choice is None:
+        cancelled = await manager.cancel(
+            caller.principal, caller.person, conversation, confirmation, caller.language
+        )
+        if not cancelled:
+            raise gone
+        content = {"resolved": True, "cancelled": True, "text": tr.gettext("Cancelled.")}
+        return ok(content, headers={"content-language": caller.language})
+    choice = ChoiceRef(confirmation, body.choice)
+    result = await confirm_token(services, caller, conversation, choice)
+    if not result.resolved:
+        raise gone
+    return _confirmed(result, caller)
+
+
+#: The shape of a staging's id (:attr:`core.engine.confirmations.Staging.id`).
+CONFIRMATION_ID: Final = re.compile(r"[0-9a-f]{32}")
+
+
+def _confirmed(result: ConfirmResult, caller: Caller) -> Response[Any]:
+    """What ``/confirm`` and ``/confirmations/{id}`` answer: the reply, or a resume."""
     content: dict[str, Any] = {"resolved": result.resolved}
     if result.resume:
         content["resume"] = True
@@ -221,9 +277,10 @@ async def confirm(request: AnyRequest) -> Response[Any]:
 
 
 async def confirm_token(
-    services: Services, caller: Caller, conversation: str, token: str
+    services: Services, caller: Caller, conversation: str, token: str | ChoiceRef
 ) -> ConfirmResult:
-    """Confirm a staged action by its token, as its owner: ``/confirm`` and ``/ui-stream``."""
+    """Confirm a staged action by its token (or, for its owner, by its id and a choice):
+    ``/confirm``, ``/confirmations/{id}`` and ``/ui-stream``."""
     return await services.manager.confirm(
         caller.principal, caller.person, conversation, token, caller.language
     )

@@ -22,7 +22,7 @@ import msgspec
 
 from core.clock import Clock, system_clock
 from core.engine import events
-from core.engine.confirmations import StagedActionSpec
+from core.engine.confirmations import StagedActionSpec, choice_kinds
 from core.engine.history import Session, interrupted_answer, shown_time
 from core.engine.transcript import ShownMessage
 from core.engine.turn_events import TurnEvents
@@ -441,10 +441,8 @@ class Answerer:
         if self.metrics is not None:
             self.metrics.confirmations.labels("staged").inc()
         # A yes/no staging (its values confirm and cancel) says which choice is which.
-        values = [value for _, value in choices] if choices else []
-        kinds: list[events.ChoiceKind | None] = [None] * len(staging.choices)
-        if sorted(values) == ["cancel", "confirm"] and len(values) == len(staging.choices):
-            kinds = ["confirm" if value == "confirm" else "cancel" for value in values]
+        values = [value for _, value in choices] if choices else [None]
+        kinds = choice_kinds(values)
         return events.Pending(
             command=summary,
             token=staging.token,
@@ -453,6 +451,7 @@ class Answerer:
                 for c, kind in zip(staging.choices, kinds, strict=True)
             ),
             tool_call_id=tool_call_id,
+            confirmation_id=staging.id,
         )
 
     def _instructions(

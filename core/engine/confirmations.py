@@ -39,24 +39,27 @@ import msgspec
 
 from core.clock import Clock
 from core.codes import ALPHABET, draw_code, from_micros, to_micros
-from core.engine.events import Choice
+from core.engine.events import Choice, ChoiceKind
 from core.state import Database, DuplicateRow, Migration, Row, Schema
 
 __all__ = [
     "REPLY_CHOICE",
     "TOKEN_ALPHABET",
     "Choice",
+    "ChoiceRef",
     "ConfirmationError",
     "ConfirmationStore",
     "InvalidActionError",
     "InvalidChoicesError",
     "InvalidTTLError",
+    "PendingChoice",
     "PendingSummary",
     "ResumeSlots",
     "StagedAction",
     "StagedActionSpec",
     "Staging",
     "TakenAction",
+    "choice_kinds",
     "is_token",
     "new_token",
 ]
@@ -202,8 +205,10 @@ class StagedAction(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Staging(msgspec.Struct, frozen=True, kw_only=True):
-    """What staging gives back: the tokens to show, once. ``token`` is the first choice's."""
+    """What staging gives back: the tokens to show, once. ``token`` is the first choice's;
+    ``id`` names the staging to its owner, never confirming it on its own."""
 
+    id: str
     token: str
     choices: tuple[Choice, ...]
     expires_at: datetime
@@ -219,12 +224,38 @@ class TakenAction(msgspec.Struct, frozen=True, kw_only=True):
     summary: str
 
 
+class PendingChoice(msgspec.Struct, frozen=True, kw_only=True):
+    """One choice of a pending staging as its owner may list it: its label, never its token."""
+
+    label: str
+    kind: ChoiceKind | None = None
+
+
 class PendingSummary(msgspec.Struct, frozen=True, kw_only=True):
     """A pending confirmation as its owner may list it: never with a token."""
 
+    id: str
     session_key: str
     summary: str
     expires_at: datetime
+    choices: tuple[PendingChoice, ...] = ()
+
+
+class ChoiceRef(msgspec.Struct, frozen=True):
+    """A choice named by its staging's id and its place among the choices (from 0): how an
+    authenticated owner answers a staging whose tokens the page no longer holds."""
+
+    confirmation_id: str
+    index: int
+
+
+def choice_kinds(values: Sequence[str | None]) -> list[ChoiceKind | None]:
+    """Which choice is which: on a yes/no staging (its values ``confirm`` and ``cancel``)
+    both; on any other staging, the choice that drops it (value ``cancel``, such as an MCP
+    question's Cancel), so a client shows no Cancel of its own beside it; None otherwise."""
+    if sorted(v or "" for v in values) == ["cancel", "confirm"]:
+        return ["confirm" if value == "confirm" else "cancel" for value in values]
+    return ["cancel" if value == "cancel" else None for value in values]
 
 
 def is_token(text: str) -> bool:
@@ -344,6 +375,7 @@ class ConfirmationStore:
                     raise
                 continue
             return Staging(
+                id=group_id,
                 token=tokens[0],
                 choices=tuple(
                     Choice(token=token, label=label)
@@ -363,40 +395,73 @@ class ConfirmationStore:
                 tokens.append(token)
         return tokens
 
-    async def take(self, session_key: str, person_key: str, token: str) -> TakenAction | None:
+    async def take(
+        self, session_key: str, person_key: str, token: str | ChoiceRef
+    ) -> TakenAction | None:
         """Take the action ``token`` confirms, once; ``None`` if there is none to take.
 
-        None covers a text that isn't token-shaped, an unknown, used or expired token, and
-        a token staged in another session or for another person (which stays pending for
-        its owner). Taking one choice removes every choice of its staging.
+        ``token`` is a choice's token, or (for the owner who no longer holds the tokens) a
+        :class:`ChoiceRef`; either is held to the same rules. None covers a text that isn't
+        token-shaped, an unknown, used or expired token or choice, and one staged in another
+        session or for another person (which stays pending for its owner). Taking one choice
+        removes every choice of its staging.
         """
+        row = await self._row_of(token)
+        if row is None or not await self._claim(row, session_key, person_key):
+            return None
+        return _taken(row)
+
+    async def drop(self, session_key: str, person_key: str, confirmation_id: str) -> bool:
+        """Cancel a staging without running it, once, under :meth:`take`'s rules; whether
+        it was pending for that session and person."""
+        row = await self._row_of(ChoiceRef(confirmation_id, 0))
+        return row is not None and await self._claim(row, session_key, person_key)
+
+    async def session_of(self, person_key: str, confirmation_id: str) -> str | None:
+        """The session a staging of ``person_key``'s waits in; None when none is pending."""
+        await self.ensure_schema()
+        row = await self._db.fetch_one(
+            "SELECT session_key FROM confirmations "
+            "WHERE group_id = ? AND person_key = ? AND expires_at > ?",
+            (confirmation_id, person_key, to_micros(self._clock())),
+        )
+        return None if row is None else str(row["session_key"])
+
+    async def _row_of(self, token: str | ChoiceRef) -> Row | None:
+        await self.ensure_schema()
+        if isinstance(token, ChoiceRef):
+            if token.index < 0:
+                return None
+            return await self._db.fetch_one(
+                f"SELECT {_COLUMNS} FROM confirmations WHERE group_id = ? "  # noqa: S608
+                "AND (choice_value IS NULL OR choice_value <> ?) ORDER BY seq LIMIT 1 OFFSET ?",
+                (token.confirmation_id, REPLY_CHOICE, token.index),
+            )
         token = token.strip()
         if not is_token(token):
             return None
-        await self.ensure_schema()
-        now = to_micros(self._clock())
-        row = await self._db.fetch_one(
+        return await self._db.fetch_one(
             f"SELECT {_COLUMNS} FROM confirmations WHERE token_hash = ?",  # noqa: S608
             (_hash(token),),
         )
-        if row is None:
-            return None
+
+    async def _claim(self, row: Row, session_key: str, person_key: str) -> bool:
+        """Whether ``row``'s staging was pending for that session and person; it is gone."""
+        now = to_micros(self._clock())
         if row["expires_at"] <= now:
             await self._db.execute(
                 "DELETE FROM confirmations WHERE group_id = ? AND expires_at <= ?",
                 (row["group_id"], now),
             )
-            return None
+            return False
         if row["session_key"] != session_key or row["person_key"] != person_key:
-            return None
+            return False
         # The delete is the arbiter: of two takes that both read the row, only the one
         # whose delete removed it wins.
         removed = await self._db.execute(
             "DELETE FROM confirmations WHERE group_id = ?", (row["group_id"],)
         )
-        if removed == 0:
-            return None
-        return _taken(row)
+        return removed > 0
 
     async def take_reply(self, session_key: str, person_key: str) -> TakenAction | None:
         """Take the newest staging of ``session_key`` that ``person_key``'s next message
@@ -435,25 +500,39 @@ class ConfirmationStore:
         return str(row["choice_label"] or "")
 
     async def pending(self, person_key: str) -> list[PendingSummary]:
-        """The person's unexpired stagings, one per staging, oldest first; no tokens."""
+        """The person's unexpired stagings, oldest first, each with its choices' labels in
+        order; no tokens."""
         await self.ensure_schema()
         rows = await self._db.fetch_all(
-            # Every choice of a staging has the same session, summary and expiry, so MIN
-            # reads the staging's own; the sequence keeps stagings of one instant in order.
-            "SELECT MIN(session_key) AS session_key, MIN(summary) AS summary, "
-            "MIN(expires_at) AS expires_at, MIN(created_at) AS staged_at, MIN(seq) AS first_seq "
+            # Every choice of a staging has the same session, summary and expiry; the
+            # sequence keeps stagings of one instant, and a staging's choices, in order.
+            "SELECT group_id, session_key, summary, expires_at, choice_label, choice_value "
             "FROM confirmations WHERE person_key = ? AND expires_at > ? "
-            "GROUP BY group_id ORDER BY staged_at, first_seq",
-            (person_key, to_micros(self._clock())),
+            # A question's hidden choice (its answer is the person's next message) has no
+            # button: it is never listed.
+            "AND (choice_value IS NULL OR choice_value <> ?) ORDER BY created_at, seq",
+            (person_key, to_micros(self._clock()), REPLY_CHOICE),
         )
-        return [
-            PendingSummary(
-                session_key=row["session_key"],
-                summary=row["summary"],
-                expires_at=from_micros(row["expires_at"]),
+        stagings: dict[str, list[Row]] = {}
+        for row in rows:
+            stagings.setdefault(row["group_id"], []).append(row)
+        listed = []
+        for group_id, choices in stagings.items():
+            first = choices[0]
+            kinds = choice_kinds([row["choice_value"] for row in choices])
+            listed.append(
+                PendingSummary(
+                    id=group_id,
+                    session_key=first["session_key"],
+                    summary=first["summary"],
+                    expires_at=from_micros(first["expires_at"]),
+                    choices=tuple(
+                        PendingChoice(label=str(row["choice_label"] or ""), kind=kind)
+                        for row, kind in zip(choices, kinds, strict=True)
+                    ),
+                )
             )
-            for row in rows
-        ]
+        return listed
 
     async def purge_expired(self) -> int:
         """Delete every expired staging; returns how many choices went."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from core.engine import events
-from core.engine.confirmations import StagedActionSpec
+from core.engine.confirmations import ChoiceRef, StagedActionSpec
 from core.tools.registry import (
     REPLY,
     AnswerRefused,
@@ -51,9 +51,16 @@ class Confirmer:
         self.metrics = metrics
 
     async def resolve(
-        self, context: ToolCallContext, token: str | None, *, reply: str | None = None
+        self,
+        context: ToolCallContext,
+        token: str | ChoiceRef | None,
+        *,
+        reply: str | None = None,
     ) -> tuple[str | None, tuple[str, str] | None, LoginRequired | None, list[events.Event]]:
         """Take and run a staged action: (reply, None, …) or (None, (tool, result), None, …).
+
+        ``token`` is a choice's token, or the choice named by its staging's id (its owner's
+        answer from a page that no longer holds the tokens): the same rules either way.
 
         A reply of None means nothing was pending for this caller and session. The third
         item is set when the action needs a service login that has lapsed since staging.
@@ -135,6 +142,16 @@ class Confirmer:
         failed = translator.gettext("Confirmed, but it failed: %(error)s") % {"error": result}
         return failed, None, None, shown
 
+    async def cancel(self, context: ToolCallContext, confirmation_id: str) -> bool:
+        """Drop a staged action unrun, under the rules of :meth:`resolve`; whether it was
+        pending for this caller and session."""
+        dropped = await self.confirmations.drop(
+            context.session_key, context.person.key, confirmation_id
+        )
+        if self.metrics is not None:
+            self.metrics.confirmations.labels("cancelled" if dropped else "expired").inc()
+        return dropped
+
     async def _stage_question(
         self,
         context: ToolCallContext,
@@ -164,6 +181,7 @@ class Confirmer:
                 command=asked.summary,
                 token=staging.token,
                 choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
+                confirmation_id=staging.id,
             )
         )
         if asked.ask is not None:

@@ -82,6 +82,8 @@ class Pending(_Event, frozen=True):
     token: str
     choices: tuple[Choice, ...]
     tool_call_id: str | None = None
+    #: The staging's id, by which its owner answers it once the tokens are gone (a reload).
+    confirmation_id: str | None = None
 
 
 class Login(_Event, frozen=True):

@@ -31,7 +31,7 @@ from core.clock import Clock, system_clock
 from core.engine import events
 from core.engine.answering import Answerer
 from core.engine.capturing import Capturer
-from core.engine.confirmations import is_token
+from core.engine.confirmations import ChoiceRef, is_token
 from core.engine.confirming import Confirmer
 from core.engine.conversation_order import OrderError
 from core.engine.history import Session, interrupted_answer, shown_time
@@ -77,6 +77,16 @@ log = logging.getLogger("mercury.sessions")
 
 #: The start of a one-off session's id (a turn without conversationId).
 ONE_OFF_PREFIX: Final = ".once-"
+
+
+def conversation_of(session_key: str, person_key: str) -> str | None:
+    """The conversationId of a person's own session key; None for a one-off turn's session
+    or a shared space's."""
+    conversation = session_key.removeprefix(person_key + ":")
+    if conversation == session_key or conversation.startswith(ONE_OFF_PREFIX):
+        return None
+    return conversation
+
 
 #: Why a turn failed: the model, the server stopping, something of ours, or an allowance
 #: used up (refused before the model was asked).
@@ -815,12 +825,21 @@ class SessionManager:
         return True
 
     async def confirm(
-        self, principal: Principal, person: Person, conversation_id: str, token: str, language: str
+        self,
+        principal: Principal,
+        person: Person,
+        conversation_id: str,
+        token: str | ChoiceRef,
+        language: str,
     ) -> ConfirmResult:
-        """``POST /confirm``: resolve a token in the caller's own session; no model."""
-        token = token.strip()
-        if not is_token(token):
-            return ConfirmResult(resolved=False)
+        """``POST /confirm``: resolve a token in the caller's own session; no model.
+
+        ``POST /confirmations/{id}`` comes here too, naming the choice instead of its token.
+        """
+        if isinstance(token, str):
+            token = token.strip()
+            if not is_token(token):
+                return ConfirmResult(resolved=False)
         translator = self.catalogs.translator(language)
         key = self.session_key(person, conversation_id)
         context = ToolCallContext(principal, person, key, conversation_id, translator)
@@ -835,6 +854,27 @@ class SessionManager:
             slot["shown"] = msgspec.json.encode([[e.name.decode(), e] for e in shown]).decode()
         await self.resume_slots.put(key, slot)
         return ConfirmResult(resolved=True, resume=True)
+
+    async def pending_conversation(self, person: Person, confirmation_id: str) -> str | None:
+        """The conversation of the caller's own in which a staging waits, by the staging's
+        id; None when none of theirs waits there (unknown, answered, expired, someone
+        else's, or staged in a one-off turn or a shared space)."""
+        key = await self.confirmations.session_of(person.key, confirmation_id)
+        return None if key is None else conversation_of(key, person.key)
+
+    async def cancel(
+        self,
+        principal: Principal,
+        person: Person,
+        conversation_id: str,
+        confirmation_id: str,
+        language: str,
+    ) -> bool:
+        """Drop a staging of the caller's own conversation unrun; whether it was pending."""
+        key = self.session_key(person, conversation_id)
+        translator = self.catalogs.translator(language)
+        context = ToolCallContext(principal, person, key, conversation_id, translator)
+        return await self.confirmer.cancel(context, confirmation_id)
 
     # ---------------------------------------------------------------- helpers
 

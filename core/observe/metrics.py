@@ -184,8 +184,8 @@ class Metrics:
         )
         self.confirmations = Counter(
             "mercury_confirmations",
-            "Staged actions by event: staged, confirmed, expired (the token was unknown, used "
-            "or expired).",
+            "Staged actions by event: staged, confirmed, cancelled, expired (the token or "
+            "choice was unknown, used or expired).",
             ["event"],
             registry=r,
         )

@@ -30,6 +30,7 @@ AUTHENTICATED = [
     ("GET", "/health"),
     ("GET", "/manifest"),
     ("GET", "/confirmations"),
+    ("POST", "/confirmations/0123456789abcdef0123456789abcdef"),
     ("GET", "/tool-log"),
     ("GET", "/wiki/list"),
     ("GET", "/wiki/read"),

@@ -138,12 +138,15 @@ def test_a_multi_choice_staging_is_confirmed_with_a_button(
     expect(last_answer(page).locator("[data-final]")).to_have_text("Written.")
     send(page, "Write it again.")
     answer = last_answer(page)
-    expect(answer.locator(".pending button")).to_have_count(2)
-    expect(answer.get_by_role("button", name="Append to the note")).to_be_visible()
+    # Each choice, then the UI's own Cancel (the staging has none of its own).
+    expect(answer.locator(".pending button")).to_have_text(
+        ["Replace the note", "Append to the note", "Cancel"]
+    )
     shots(page, "pending")
     assert axe_violations(page) == []
     answer.get_by_role("button", name="Append to the note").click()
     expect(answer.locator(".pending .note")).to_have_text("Confirmed and done.")
+    expect(answer.locator(".chip")).to_contain_text("chosen: Append to the note")
     note = httpx.get(
         server.url + "/wiki/read", headers=ALICE, params={"path": "personal/notes/plan.md"}
     )

@@ -13,7 +13,13 @@ export type TurnEvent = (
   | { type: "tool"; label: string; detail: string; toolCallId: string; name?: string }
   | { type: "tool_finish"; toolCallId: string; outcome: ToolOutcome }
   | { type: "text"; chunk: string }
-  | { type: "pending"; command: string; token: string; choices: Choice[] }
+  | {
+      type: "pending";
+      command: string;
+      token: string;
+      choices: Choice[];
+      confirmationId?: string;
+    }
   | { type: "login"; service: string; url: string }
   | { type: "final"; text: string; pendingNote?: string }
   | { type: "error"; message: string }
@@ -22,6 +28,17 @@ export type TurnEvent = (
 export interface Choice {
   token: string;
   label: string;
+  kind?: "confirm" | "cancel";
+}
+
+/** A pending confirmation as GET /confirmations lists it: its choices carry no token; it is
+ * answered by its id (POST /confirmations/{id}). */
+export interface PendingConfirmation {
+  id: string;
+  conversationId: string | null;
+  summary: string;
+  expiresAt: number;
+  choices: { label: string; kind?: "confirm" | "cancel" }[];
 }
 
 export interface TurnBody {
@@ -59,7 +76,11 @@ export interface ConfirmAnswer {
   resolved: boolean;
   text?: string;
   resume?: boolean;
+  cancelled?: boolean;
 }
+
+/** How a pending confirmation is answered by its id: a choice's place, or a cancel. */
+export type Answer = { choice: number } | { cancel: true };
 
 const EVENT_NAMES = new Set([
   "turn",
@@ -146,6 +167,11 @@ export class Api {
     });
     if (!response.ok) throw await this.refusal(response);
     return (await response.json()) as T;
+  }
+
+  /** Answers one's own pending confirmation by its id (a reloaded page holds no token). */
+  answer(confirmationId: string, answer: Answer): Promise<ConfirmAnswer> {
+    return this.send("POST", `/confirmations/${encodeURIComponent(confirmationId)}`, answer);
   }
 
   /** One turn; aborting `signal` closes the connection, which cancels the model. */

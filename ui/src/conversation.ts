@@ -6,13 +6,20 @@
 import {
   type Api,
   ApiError,
-  type Choice,
+  type ConfirmAnswer,
+  type PendingConfirmation,
   type TranscriptMessage,
   type TurnBody,
   type TurnEvent,
 } from "./api";
 import { button, h } from "./dom";
-import { AssistantMessage, type ChoiceOutcome, pastAnswer, userMessage } from "./message";
+import {
+  AssistantMessage,
+  type ChoiceOutcome,
+  pastAnswer,
+  type Settled,
+  userMessage,
+} from "./message";
 import { strings as S } from "./strings";
 
 export interface ConversationHost {
@@ -44,6 +51,9 @@ export class Conversation {
   /** Messages read but not shown yet, oldest first: shown a page at a time, scrolling up. */
   private earlier: TranscriptMessage[] = [];
   private observer: IntersectionObserver | null = null;
+  /** The answers showing a confirmation still open, by its id: the Pending tab settles them. */
+  private readonly open = new Map<string, AssistantMessage>();
+  private readonly expiries: number[] = [];
 
   constructor(
     private readonly host: ConversationHost,
@@ -131,6 +141,72 @@ export class Conversation {
       }
     });
     this.observer.observe(this.sentinel);
+    await this.restorePending();
+  }
+
+  /** The conversation's open confirmations, with their buttons back: a reload loses the
+   * tokens, so they are answered by id. Each settles as expired when its time is up. */
+  private async restorePending(): Promise<void> {
+    let pending: PendingConfirmation[];
+    try {
+      ({ pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>("/confirmations", {
+        conversationId: this.id,
+      }));
+    } catch (error) {
+      this.refused(error);
+      return;
+    }
+    if (this.disposed) return;
+    for (const item of pending) {
+      const answer = new AssistantMessage();
+      answer.waiting(item.summary);
+      answer.pending(
+        item.summary,
+        item.choices,
+        (index, group) =>
+          this.answerWith(
+            () =>
+              this.host.api.answer(item.id, index === null ? { cancel: true } : { choice: index }),
+            index === null ? "" : item.choices[index]?.label || S.confirmed,
+            group,
+            item.id,
+          ),
+        true,
+      );
+      this.open.set(item.id, answer);
+      this.history.append(answer.element);
+      this.watchExpiry(item.id, item.expiresAt - Date.now());
+    }
+    if (pending.length > 0) this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  /** Once its time looks up, asks the server (whose clock decides, not the browser's)
+   * whether the confirmation still waits: if not, its chip says expired. */
+  private watchExpiry(confirmationId: string, after: number): void {
+    const timer = window.setTimeout(async () => {
+      if (this.disposed || !this.open.has(confirmationId)) return;
+      try {
+        const { pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>(
+          "/confirmations",
+          { conversationId: this.id },
+        );
+        if (pending.some((item) => item.id === confirmationId)) {
+          this.watchExpiry(confirmationId, 5_000);
+        } else this.settled(confirmationId, "gone");
+      } catch {
+        this.watchExpiry(confirmationId, 30_000); // unreachable for now: ask again later
+      }
+    }, Math.max(0, after) + 500);
+    this.expiries.push(timer);
+  }
+
+  /** A confirmation of this conversation ended elsewhere (the Pending tab): its answer's
+   * buttons go and its chip follows; an action that hands back is heard here. */
+  settled(confirmationId: string, outcome: Settled, said?: string, resume = false): void {
+    const answer = this.open.get(confirmationId);
+    this.open.delete(confirmationId);
+    answer?.settleConfirmation(outcome, said);
+    if (resume) void this.run({ resume: true, conversationId: this.id }, null);
   }
 
   /** The newest of the messages not shown yet, above those shown, the reader's place kept. */
@@ -149,6 +225,7 @@ export class Conversation {
     this.disposed = true;
     this.waiting.length = 0;
     this.observer?.disconnect();
+    for (const timer of this.expiries) window.clearTimeout(timer);
     this.controller?.abort();
   }
 
@@ -269,9 +346,29 @@ export class Conversation {
       case "text":
         answer.textChunk(event.chunk);
         return false;
-      case "pending":
-        answer.pending(event.command, event.choices, (choice, group) => this.choose(choice, group));
+      case "pending": {
+        const { choices, confirmationId } = event;
+        if (confirmationId) this.open.set(confirmationId, answer);
+        answer.pending(
+          event.command,
+          choices,
+          (index, group) =>
+            this.answerWith(
+              () =>
+                index === null && confirmationId
+                  ? this.host.api.answer(confirmationId, { cancel: true })
+                  : this.host.api.send<ConfirmAnswer>("POST", "/confirm", {
+                      token: choices[index ?? 0]?.token,
+                      conversationId: this.id,
+                    }),
+              index === null ? "" : choices[index]?.label || S.confirmed,
+              group,
+              confirmationId,
+            ),
+          confirmationId !== undefined,
+        );
         return false;
+      }
       case "login":
         answer.login(event.service, event.url);
         return false;
@@ -287,25 +384,39 @@ export class Conversation {
     }
   }
 
-  private async choose(choice: Choice, group: HTMLElement): Promise<ChoiceOutcome> {
+  /** Sends a confirmation's answer (a token to /confirm, or by id) and notes the outcome
+   * under its buttons; `label` is the chosen choice's words. */
+  private async answerWith(
+    send: () => Promise<ConfirmAnswer>,
+    label: string,
+    group: HTMLElement,
+    confirmationId?: string,
+  ): Promise<ChoiceOutcome> {
     try {
-      const answer = await this.host.api.send<{
-        resolved: boolean;
-        text?: string;
-        resume?: boolean;
-      }>("POST", "/confirm", { token: choice.token, conversationId: this.id });
+      const answer = await send();
+      if (confirmationId) this.open.delete(confirmationId);
       if (!answer.resolved) {
         group.append(h("p", { class: "note" }, S.choiceGone));
         return "gone";
       }
+      if (answer.cancelled) {
+        group.append(h("p", { class: "note" }, answer.text ?? ""));
+        return "cancelled";
+      }
       if (answer.resume) {
-        group.append(h("p", { class: "note" }, choice.label || S.confirmed));
+        group.append(h("p", { class: "note" }, label));
         void this.run({ resume: true, conversationId: this.id }, null);
       } else {
         group.append(h("p", { class: "note" }, answer.text ?? ""));
       }
       return "taken";
     } catch (error) {
+      if (error instanceof ApiError && error.status === 404) {
+        // By id: answered elsewhere, or expired; the server says which sentence.
+        if (confirmationId) this.open.delete(confirmationId);
+        group.append(h("p", { class: "note" }, S.choiceGone));
+        return "gone";
+      }
       if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
       else group.append(h("p", { class: "error", attrs: { role: "alert" } }, this.sentence(error)));
       return null;

@@ -13,6 +13,7 @@ import { Conversation } from "./conversation";
 import { button, h } from "./dom";
 import { useLanguage } from "./language";
 import { plainText } from "./markdown";
+import type { Settled } from "./message";
 import { Panels } from "./panels";
 import { strings as S } from "./strings";
 
@@ -139,7 +140,13 @@ class App {
       }
       return;
     }
-    this.panels = new Panels({ api: this.api, signOut: this.signOut, announce });
+    this.panels = new Panels({
+      api: this.api,
+      signOut: this.signOut,
+      announce,
+      answered: (conversationId, confirmationId, outcome, said, resume) =>
+        void this.answered(conversationId, confirmationId, outcome, said, resume),
+    });
     const panelsToggle = h(
       "button",
       {
@@ -242,6 +249,22 @@ class App {
       if (error instanceof ApiError && error.status === 401) this.signOut(error.message);
       return [];
     }
+  }
+
+  /** A confirmation answered from the Pending tab: the conversation it belongs to follows;
+   * an action handing back opens its conversation to hear the model's answer. */
+  private async answered(
+    conversationId: string,
+    confirmationId: string,
+    outcome: Settled,
+    said: string,
+    resume: boolean,
+  ): Promise<void> {
+    if (this.conversation?.id !== conversationId) {
+      if (!resume) return;
+      await this.open(conversationId, false);
+    }
+    this.conversation?.settled(confirmationId, outcome, said || undefined, resume);
   }
 
   private async open(id: string, fresh: boolean): Promise<void> {

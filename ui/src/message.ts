@@ -2,7 +2,7 @@
 // the final text and errors. Deltas are batched to animation frames (one DOM write per frame,
 // however many deltas arrived), and `final` replaces the streamed text: it is authoritative.
 
-import type { Choice, ToolOutcome } from "./api";
+import type { ToolOutcome } from "./api";
 import { append, button, h } from "./dom";
 import { renderMarkdown } from "./markdown";
 import { strings as S } from "./strings";
@@ -32,9 +32,18 @@ class FrameBuffer {
   }
 }
 
-/** How a choice ended: taken (the action runs), or gone (expired, or another was taken). */
-export type ChoiceOutcome = "taken" | "gone" | null;
-export type ChoiceHandler = (choice: Choice, group: HTMLElement) => Promise<ChoiceOutcome>;
+/** How a confirmation ended: taken (the action runs), cancelled (dropped unrun), or gone
+ * (expired, or answered elsewhere). */
+export type Settled = "taken" | "cancelled" | "gone";
+export type ChoiceOutcome = Settled | null;
+/** Answers with the choice at `index`, or cancels (`index` null); the note goes in `group`. */
+export type ChoiceHandler = (index: number | null, group: HTMLElement) => Promise<ChoiceOutcome>;
+
+/** What a taken choice's chip says: "confirmed", or which of several was chosen. */
+export function takenSaying(choices: readonly { label: string }[], index: number): string {
+  const label = choices[index]?.label || S.confirm;
+  return choices.length > 1 ? S.toolChosen(label) : S.toolConfirmed;
+}
 
 export class AssistantMessage {
   readonly element: HTMLElement;
@@ -49,6 +58,7 @@ export class AssistantMessage {
   >();
   private readonly chips = new Map<string, HTMLElement>();
   private ownConfirmation = false;
+  private choiceButtons: HTMLElement | null = null;
 
   constructor() {
     const textNode = document.createTextNode("");
@@ -120,24 +130,40 @@ export class AssistantMessage {
     if (hidden) hidden.textContent = ` (${outcomeLabel(outcome)})`;
   }
 
-  /** The waiting chips once the person chose: their state says how it ended, in words. */
-  private settlePending(outcome: "taken" | "gone", label: string): void {
+  /** The waiting chips once the confirmation ended: their state says how, in words. */
+  private settlePending(outcome: Settled, said: string): void {
+    const state = { taken: "confirmed", cancelled: "cancelled", gone: "expired" }[outcome];
     for (const chip of this.chips.values()) {
       if (chip.dataset.outcome !== "pending") continue;
-      const said = outcome === "gone" ? S.toolExpired : label;
-      chip.className = `chip ${outcome === "gone" ? "failed" : "success"}`;
-      chip.dataset.outcome = outcome === "gone" ? "expired" : "confirmed";
+      chip.className = `chip ${{ taken: "success", cancelled: "cancelled", gone: "failed" }[outcome]}`;
+      chip.dataset.outcome = state;
       chip.querySelector(".visually-hidden")?.remove();
       chip.append(h("span", { class: "chip-note" }, ` · ${said}`));
     }
+  }
+
+  /** The confirmation ended, here or elsewhere (the Pending tab): its buttons go, the chip
+   * says how. `said` is a taken choice's words (see `takenSaying`). */
+  settleConfirmation(outcome: Settled, said = S.toolConfirmed): void {
+    for (const other of this.choiceButtons?.querySelectorAll("button") ?? []) {
+      other.disabled = true;
+    }
+    const words = { taken: said, cancelled: S.toolCancelled, gone: S.toolExpired }[outcome];
+    this.settlePending(outcome, words);
   }
 
   textChunk(chunk: string): void {
     this.text.push(chunk);
   }
 
-  /** A staged action: one button per choice; a plain staging gets the UI's own "Confirm". */
-  pending(command: string, choices: Choice[], onChoice: ChoiceHandler): void {
+  /** A staged action: one button per choice; a plain staging gets the UI's own "Confirm".
+   * With `cancellable`, a Cancel too, unless a choice is the staging's own cancel. */
+  pending(
+    command: string,
+    choices: readonly { label: string; kind?: string }[],
+    onChoice: ChoiceHandler,
+    cancellable = false,
+  ): void {
     this.ownConfirmation = true;
     const group = h(
       "div",
@@ -145,20 +171,30 @@ export class AssistantMessage {
       h("p", { class: "pending-command" }, command),
     );
     const buttons = h("div", { class: "choices" });
-    for (const choice of choices) {
-      const label = choice.label || S.confirm;
-      buttons.append(
-        button(label, () => {
-          for (const other of buttons.querySelectorAll("button")) other.disabled = true;
-          void onChoice(choice, group).then((outcome) => {
-            const said = choices.length > 1 ? S.toolChosen(label) : S.toolConfirmed;
-            if (outcome) this.settlePending(outcome, said);
-          });
-        }),
-      );
+    this.choiceButtons = buttons;
+    const press = (index: number | null) => () => {
+      for (const other of buttons.querySelectorAll("button")) other.disabled = true;
+      void onChoice(index, group).then((outcome) => {
+        if (outcome) {
+          this.settleConfirmation(outcome, index === null ? "" : takenSaying(choices, index));
+        }
+      });
+    };
+    choices.forEach((choice, index) => {
+      buttons.append(button(choice.label || S.confirm, press(index)));
+    });
+    if (cancellable && !choices.some((choice) => choice.kind === "cancel")) {
+      buttons.append(button(S.cancel, press(null)));
     }
     group.append(buttons);
     this.extras.append(group);
+  }
+
+  /** A confirmation left waiting by an earlier visit: its chip waits, nothing streams. */
+  waiting(summary: string): void {
+    this.toolStarted("waiting", S.confirmation, summary);
+    this.toolFinished("waiting", "pending");
+    this.element.setAttribute("aria-busy", "false");
   }
 
   login(service: string, url: string): void {

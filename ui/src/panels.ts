@@ -3,9 +3,10 @@
 // servers the person signed in to (each can be signed out of) and the shared spaces with
 // their preferences (spaces.ts).
 
-import { type Api, ApiError, type Me } from "./api";
+import { type Api, ApiError, type Me, type PendingConfirmation } from "./api";
 import { button, clear, h } from "./dom";
 import { renderMarkdown } from "./markdown";
+import { type Settled, takenSaying } from "./message";
 import { SpacesView } from "./spaces";
 import { strings as S } from "./strings";
 import { UsageView } from "./usage";
@@ -20,6 +21,15 @@ export interface PanelsHost {
   api: Api;
   signOut(message: string): void;
   announce(text: string): void;
+  /** A confirmation answered from the Pending tab: its conversation follows (its chip, and
+   * the model's answer when the action hands back). */
+  answered(
+    conversationId: string,
+    confirmationId: string,
+    outcome: Settled,
+    said: string,
+    resume: boolean,
+  ): void;
 }
 
 function pre(text: string): HTMLElement {
@@ -301,30 +311,65 @@ export class Panels {
   }
 
   private async pending(panel: HTMLElement): Promise<void> {
-    const { pending } = await this.host.api.get<{
-      pending: { summary: string; expiresAt: number; conversationId?: string }[];
-    }>("/confirmations");
+    const { pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>(
+      "/confirmations",
+    );
     panel.append(h("h2", {}, S.pendingConfirmations));
     panel.append(
       pending.length === 0
         ? h("p", {}, S.nothingWaits)
-        : h(
-            "ul",
-            {},
-            ...pending.map((item) =>
-              h(
-                "li",
-                {},
-                item.summary,
-                h(
-                  "span",
-                  { class: "muted" },
-                  S.until(new Date(item.expiresAt).toLocaleTimeString()),
-                ),
-              ),
-            ),
-          ),
+        : h("ul", { class: "pending-list" }, ...pending.map((item) => this.pendingItem(item))),
     );
+  }
+
+  /** One pending confirmation with its choices and a Cancel, answered by its id. Those of a
+   * one-off message or a shared space are answered where they were asked. */
+  private pendingItem(item: PendingConfirmation): HTMLElement {
+    const entry = h(
+      "li",
+      {},
+      item.summary,
+      h("span", { class: "muted" }, S.until(new Date(item.expiresAt).toLocaleTimeString())),
+    );
+    const conversationId = item.conversationId;
+    if (conversationId === null) return entry;
+    const buttons = h("div", {
+      class: "choices",
+      attrs: { role: "group", "aria-label": S.waitingForConfirmation },
+    });
+    const press = (index: number | null) => async () => {
+      for (const other of buttons.querySelectorAll("button")) other.disabled = true;
+      try {
+        const answer = await this.host.api.answer(
+          item.id,
+          index === null ? { cancel: true } : { choice: index },
+        );
+        const outcome: Settled = answer.cancelled ? "cancelled" : "taken";
+        const said = index === null ? "" : takenSaying(item.choices, index);
+        this.host.answered(conversationId, item.id, outcome, said, answer.resume === true);
+        const note = answer.text ?? S.confirmed;
+        buttons.replaceWith(h("p", { class: "note" }, note));
+        this.host.announce(note);
+      } catch (error) {
+        if (error instanceof ApiError && error.status === 401) {
+          this.host.signOut(error.message);
+          return;
+        }
+        const gone = error instanceof ApiError && error.status === 404;
+        if (gone) this.host.answered(conversationId, item.id, "gone", "", false);
+        const note = gone ? S.choiceGone : error instanceof Error ? error.message : S.unreachable;
+        buttons.replaceWith(h("p", { class: gone ? "note" : "error" }, note));
+        this.host.announce(note);
+      }
+    };
+    item.choices.forEach((choice, index) => {
+      buttons.append(button(choice.label || S.confirm, () => void press(index)()));
+    });
+    if (!item.choices.some((choice) => choice.kind === "cancel")) {
+      buttons.append(button(S.cancel, () => void press(null)()));
+    }
+    entry.append(buttons);
+    return entry;
   }
 
   private async plugins(panel: HTMLElement): Promise<void> {

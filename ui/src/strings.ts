@@ -53,6 +53,7 @@ export const en = {
   toolRunning: "running",
   toolConfirmed: "confirmed",
   toolChosen: (label: string) => `chosen: ${label}`,
+  toolCancelled: "cancelled",
   toolExpired: "expired",
   waitingForConfirmation: "Waiting for your confirmation",
   confirm: "Confirm",

@@ -47,6 +47,7 @@ export const de: Strings = {
   toolRunning: "läuft",
   toolConfirmed: "bestätigt",
   toolChosen: (label: string) => `gewählt: ${label}`,
+  toolCancelled: "abgebrochen",
   toolExpired: "abgelaufen",
   waitingForConfirmation: "Wartet auf deine Bestätigung",
   confirm: "Bestätigen",

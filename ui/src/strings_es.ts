@@ -47,6 +47,7 @@ export const es: Strings = {
   toolRunning: "en curso",
   toolConfirmed: "confirmado",
   toolChosen: (label: string) => `elegido: ${label}`,
+  toolCancelled: "cancelado",
   toolExpired: "caducado",
   waitingForConfirmation: "Esperando tu confirmación",
   confirm: "Confirmar",

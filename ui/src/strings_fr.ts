@@ -47,6 +47,7 @@ export const fr: Strings = {
   toolRunning: "en cours",
   toolConfirmed: "confirmé",
   toolChosen: (label: string) => `choisi : ${label}`,
+  toolCancelled: "annulé",
   toolExpired: "expiré",
   waitingForConfirmation: "En attente de votre confirmation",
   confirm: "Confirmer",

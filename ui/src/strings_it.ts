@@ -46,6 +46,7 @@ export const it: Strings = {
   toolRunning: "in corso",
   toolConfirmed: "confermato",
   toolChosen: (label: string) => `scelto: ${label}`,
+  toolCancelled: "annullato",
   toolExpired: "scaduto",
   waitingForConfirmation: "In attesa della tua conferma",
   confirm: "Conferma",

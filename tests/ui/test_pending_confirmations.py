@@ -1,0 +1,209 @@
+"""Open confirmations in a real Chromium, with the scripted model's ``/demo confirm``: after a
+reload the transcript gives a waiting confirmation its buttons back (answered by its id, the
+tokens being gone), and the Pending tab confirms, chooses and cancels, the tool chip following
+(confirmed, cancelled), in English and in Italian."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from core.clock import ManualClock
+from core.config.settings import Settings
+from dev_model.command import DEMO_FILE, model_names, with_demo
+from dev_model.demo import DevModel, demo_yaml
+from tests.conftest import ALICE
+from tests.support.ollama_standin import ChatScript, OllamaStandIn
+from tests.support.server import RunningServer, serve
+from tests.ui.conftest import Counter, axe_violations, sign_in
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def dev_model() -> Iterator[DevModel]:
+    model = DevModel(models=model_names()).start()
+    yield model
+    model.stop()
+
+
+@pytest.fixture
+def server(
+    dev_model: DevModel, make_settings: Callable[..., Settings], tmp_path: Path
+) -> Iterator[RunningServer]:
+    """A server on the scripted model with its demo services (as ``serve --dev-model``)."""
+    (tmp_path / DEMO_FILE).write_text(demo_yaml(dev_model.url), encoding="utf-8")
+    settings = make_settings(
+        OLLAMA_HOST=dev_model.url,
+        OLLAMA_MODEL=model_names()[0],
+        MERCURY_SECRET_KEY="a-secret-key-for-the-demo-logins-0123456789",
+        HTTP_SURFACE_PUBLIC_URL="http://127.0.0.1:4100",
+        MERCURY_MEMORY_STORE="edge",  # the transcript a reload reads back
+    )
+    with serve(with_demo(settings, tmp_path, development_person=False)) as running:
+        yield running
+
+
+@pytest.fixture
+def italian(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(locale="it-IT", timezone_id="Europe/Rome")
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    context.close()
+    assert errors == [], errors
+
+
+def send(page: Page, text: str) -> None:
+    page.fill("#composer", text)
+    page.keyboard.press("Enter")
+
+
+def stage(page: Page) -> None:
+    """``/demo confirm`` in the open conversation, until its answer has settled."""
+    send(page, "/demo confirm")
+    answer = page.locator("article.message.assistant").last
+    expect(answer.locator("[data-final]")).to_contain_text("old-ideas")
+    expect(answer.locator(".chip")).to_have_attribute("data-outcome", "pending")
+
+
+def reload(page: Page, server: RunningServer) -> None:
+    """The page again, once the archive lists the conversation it opens."""
+    deadline = time.monotonic() + 20
+    with httpx.Client(base_url=server.url, headers=ALICE, timeout=10) as client:
+        while not client.get("/conversations").json()["conversations"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    page.reload()
+    page.wait_for_selector("#composer")
+
+
+def pending(server: RunningServer) -> list[dict[str, object]]:
+    listed: list[dict[str, object]] = httpx.get(
+        server.url + "/confirmations", headers=ALICE, timeout=10
+    ).json()["pending"]
+    return listed
+
+
+def test_after_a_reload_the_transcript_gives_an_open_confirmation_its_buttons_back(
+    page: Page, server: RunningServer
+) -> None:
+    sign_in(page, server, "alice-token")
+    stage(page)
+    reload(page, server)
+    restored = page.locator("article.message.assistant", has=page.locator(".pending")).last
+    expect(restored.locator(".pending-command")).to_contain_text("Archive a demo note")
+    chip = restored.locator(".chip")
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    expect(restored.get_by_role("button", name="Cancel")).to_be_visible()
+    assert axe_violations(page) == []
+    restored.get_by_role("button", name="Confirm").click()
+    expect(chip).to_have_attribute("data-outcome", "confirmed")
+    expect(chip).to_contain_text("confirmed")
+    # The demo service's action doesn't hand back: the reply is told under the buttons.
+    expect(restored.locator(".pending .note")).to_have_text("Confirmed and done.")
+    assert pending(server) == []
+
+
+def test_in_italian_the_pending_tab_cancels_and_the_chip_says_cancelled(
+    italian: Page, server: RunningServer
+) -> None:
+    page = italian
+    sign_in(page, server, "alice-token")
+    stage(page)
+    chip = page.locator("article.message.assistant").last.locator(".chip")
+    page.get_by_role("button", name="Pannelli").click()
+    page.get_by_role("tab", name="In attesa").click()
+    item = page.locator("#panel-body li", has_text="Archive a demo note")
+    expect(item.get_by_role("button", name="Conferma")).to_be_visible()
+    assert axe_violations(page) == []
+    item.get_by_role("button", name="Annulla").click()
+    expect(item.locator(".note")).to_have_text("Annullato.")
+    expect(chip).to_have_attribute("data-outcome", "cancelled")
+    expect(chip).to_contain_text("annullato")
+    # The transcript's own buttons went with it.
+    expect(page.locator(".log .pending button").first).to_be_disabled()
+    assert pending(server) == []
+
+
+def test_after_a_reload_the_pending_tab_confirms_and_the_restored_chip_follows(
+    page: Page, server: RunningServer
+) -> None:
+    sign_in(page, server, "alice-token")
+    stage(page)
+    reload(page, server)
+    restored = page.locator("article.message.assistant", has=page.locator(".pending")).last
+    chip = restored.locator(".chip")
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    page.get_by_role("button", name="Panels").click()
+    page.get_by_role("tab", name="Pending").click()
+    page.locator("#panel-body li").get_by_role("button", name="Confirm").click()
+    expect(chip).to_have_attribute("data-outcome", "confirmed")
+    expect(restored.get_by_role("button", name="Confirm")).to_be_disabled()
+    assert pending(server) == []
+
+
+def bump_and_tell(request: dict[str, Any]) -> ChatScript:
+    """The stand-in model: stages the counter's bump, then reads what it handed back."""
+    last = request["messages"][-1]
+    if last["role"] == "user":
+        return ChatScript(tool_calls=[{"name": "bump_and_tell", "arguments": {}}])
+    if "counter is now" in str(last.get("content")):
+        return ChatScript.words("The counter reads one.")
+    return ChatScript.words("Confirm it, please.")
+
+
+def test_after_a_reload_a_confirmed_action_that_hands_back_streams_the_models_answer(
+    page: Page, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    counter = Counter()
+    server = make_server({"plugins": [counter.plugin()]}, MERCURY_MEMORY_STORE="edge")
+    ollama.responder = bump_and_tell
+    sign_in(page, server, "alice-token")
+    send(page, "Bump the counter.")
+    expect(page.locator("article.message.assistant .chip")).to_have_attribute(
+        "data-outcome", "pending"
+    )
+    reload(page, server)
+    restored = page.locator("article.message.assistant", has=page.locator(".pending")).last
+    restored.get_by_role("button", name="Confirm").click()
+    expect(restored.locator(".chip")).to_have_attribute("data-outcome", "confirmed")
+    answer = page.locator("article.message.assistant").last
+    expect(answer.locator("[data-final]")).to_have_text("The counter reads one.")
+    assert counter.runs == 1
+
+
+def test_a_restored_confirmation_expires_by_the_servers_clock_and_its_chip_says_so(
+    page: Page, make_server: Callable[..., RunningServer], ollama: OllamaStandIn
+) -> None:
+    clock = ManualClock()  # months behind the browser's: the server's clock decides
+    counter = Counter()
+    server = make_server(
+        {"plugins": [counter.plugin()], "clock": clock}, MERCURY_MEMORY_STORE="edge"
+    )
+    ollama.responder = bump_and_tell
+    sign_in(page, server, "alice-token")
+    send(page, "Bump the counter.")
+    expect(page.locator("article.message.assistant .chip")).to_have_attribute(
+        "data-outcome", "pending"
+    )
+    reload(page, server)
+    restored = page.locator("article.message.assistant", has=page.locator(".pending")).last
+    chip = restored.locator(".chip")
+    page.wait_for_timeout(1_500)  # past the expiry by the browser's clock
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    expect(restored.get_by_role("button", name="Confirm")).to_be_enabled()
+    clock.advance(timedelta(minutes=5, seconds=1))
+    expect(chip).to_have_attribute("data-outcome", "expired", timeout=15_000)
+    expect(chip).to_contain_text("expired")
+    expect(restored.get_by_role("button", name="Confirm")).to_be_disabled()
+    assert counter.runs == 0
