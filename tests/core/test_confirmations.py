@@ -14,6 +14,7 @@ from core.clock import ManualClock
 from core.engine.confirmations import (
     REPLY_CHOICE,
     TOKEN_ALPHABET,
+    ChoiceRef,
     ConfirmationStore,
     InvalidActionError,
     InvalidChoicesError,
@@ -221,6 +222,23 @@ async def test_a_staging_answered_by_reply_shows_its_choices_alone_and_the_next_
     await store.stage(SESSION, PERSON, DELETE, by_reply=True)
     clock.advance(timedelta(minutes=6))
     assert await store.take_reply(SESSION, PERSON) is None
+
+
+@pytest.mark.anyio
+async def test_a_questions_hidden_choice_is_never_listed_nor_taken_by_its_place(
+    store: ConfirmationStore,
+) -> None:
+    """Its answer is the person's next message: it has no button, in the Pending tab or
+    after a reload, and no place a page could name."""
+    staging = await store.stage(
+        SESSION, PERSON, DELETE, (("Decline", "decline"), ("Cancel", "cancel")), by_reply=True
+    )
+    [listed] = await store.pending(PERSON)
+    assert [(c.label, c.kind) for c in listed.choices] == [("Decline", None), ("Cancel", "cancel")]
+    assert await store.take(SESSION, PERSON, ChoiceRef(staging.id, 2)) is None
+    assert len(await store.pending(PERSON)) == 1
+    taken = await store.take(SESSION, PERSON, ChoiceRef(staging.id, 1))
+    assert taken is not None and taken.choice_value == "cancel"
 
 
 def test_arguments_that_would_not_come_back_from_json_unchanged_are_refused() -> None:
