@@ -45,6 +45,13 @@ ephemeral message) or by updating the pressed message. Discord wants an answer w
 seconds: a press not answered by then is acknowledged (a deferred update) and answered later
 through the interaction's webhook.
 
+Back-pressure: discord.py reads the gateway in one loop and runs each event's handler in a
+task of its own; a handler waits for room while the pipeline is full. The gateway's reading
+is never held up (its heartbeats' acknowledgements come over it: discord.py closes a
+connection whose acknowledgements it has not read for a minute), so the bridge bounds what it
+holds instead: at most :data:`HANDLING_MAX` messages and presses are being handed on at once,
+and one past that is dropped as it comes, with a log line; Discord sends nothing again.
+
 Errors are :mod:`bridges.port`'s::
 
     BridgeError                  Discord refused the call (403, 404, 400, a bad token)
@@ -101,6 +108,7 @@ with warnings.catch_warnings():
 __all__ = [
     "BUTTONS_PER_ROW",
     "FILES_PER_MESSAGE",
+    "HANDLING_MAX",
     "LIVE_LIMITS",
     "MESSAGE_LIMIT",
     "PLATFORM",
@@ -123,6 +131,10 @@ BUTTONS_PER_ROW: Final = 5
 LIVE_LIMITS: Final = LiveLimits(
     max_chars=MESSAGE_LIMIT, edit_interval_s=1.0, max_buttons=BUTTONS_PER_ROW
 )
+
+#: Messages and presses being handed on at once (read, waiting for room in a full pipeline:
+#: as many as the pipeline holds); one more is dropped as the gateway dispatches it.
+HANDLING_MAX: Final = 1000
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +167,8 @@ _KNOWN_PRESSES: Final = 1024
 _ALREADY_ACKNOWLEDGED: Final = 40060
 _UNKNOWN_INTERACTION: Final = 10062
 _CANNOT_MESSAGE_USER: Final = 50007
+#: Seconds between two log lines saying messages were dropped.
+_DROPS_LOG_EVERY_S: Final = 60.0
 #: The close code a holder letting go of the gateway uses: not 1000 or 1001, which end the
 #: session on Discord's side, so the next holder can resume it.
 _RESUMABLE_CLOSE: Final = 4000
@@ -192,6 +206,7 @@ class DiscordBridge:
         request_timeout: float = 60.0,
         reply_lookup_timeout: float = 5.0,
         press_ack_after_s: float = 2.0,
+        handling_max: int = HANDLING_MAX,
     ) -> None:
         if not settings.bot_token:
             raise ConfigurationError(
@@ -226,6 +241,12 @@ class DiscordBridge:
         self._session: _ResumePoint | None = None
         #: The sequence numbers of the events being handed on (their handlers running).
         self._in_flight: dict[int, int] = {}
+        #: The messages and presses being handed on (their ids): at most ``handling_max``.
+        self._handling: set[int] = set()
+        self._handling_max = handling_max
+        #: Those dropped since the last log line said so, and when it did (monotonic).
+        self._dropped = 0
+        self._drops_logged_at: float | None = None
 
     @property
     def platform(self) -> str:
@@ -269,16 +290,50 @@ class DiscordBridge:
         point, self._resume = self._resume, None
         return point
 
-    def _dispatched(self, event: str, args: tuple[Any, ...]) -> None:
-        """Note the sequence number of a message or interaction as it is dispatched (its
-        handler runs later, in a task of its own)."""
+    def _dispatched(self, event: str, args: tuple[Any, ...]) -> bool:
+        """Note a message or interaction as it is dispatched (its handler runs later, in a
+        task of its own): its sequence number, and that it is being handed on. False when
+        ``handling_max`` are already: it is dropped (and logged), no handler runs."""
+        if event not in ("message", "interaction") or not args:
+            return True
+        if len(self._handling) >= self._handling_max:
+            self._drop()
+            return False
+        self._handling.add(id(args[0]))
         client = self._client
         sequence = getattr(client.ws, "sequence", None) if client is not None else None
-        if event in ("message", "interaction") and args and isinstance(sequence, int):
+        if isinstance(sequence, int):
             self._in_flight[id(args[0])] = sequence
+        return True
+
+    def _drop(self) -> None:
+        self._dropped += 1
+        now = time.monotonic()
+        logged = self._drops_logged_at
+        if logged is None or now - logged >= _DROPS_LOG_EVERY_S:
+            self._drops_logged_at = now
+            log.warning(
+                "The Discord bridge is handing on %d messages and presses, the most it holds at "
+                "once (the pipeline is full, or slow to take them): %d more dropped (Discord "
+                "does not send them again).",
+                len(self._handling),
+                self._dropped,
+            )
+            self._dropped = 0
 
     def _handed_on(self, item: object) -> None:
         self._in_flight.pop(id(item), None)
+        self._let_go(item)
+
+    def _let_go(self, item: object) -> None:
+        """``item``'s handler ended: handed on, or not (cancelled)."""
+        self._handling.discard(id(item))
+        if not self._handling and self._dropped:
+            log.warning(
+                "The Discord bridge dropped %d more messages while it held the most it holds.",
+                self._dropped,
+            )
+            self._dropped = 0
 
     # -- the gateway -----------------------------------------------------------------------
 
@@ -294,6 +349,7 @@ class DiscordBridge:
         MESSAGE CONTENT intent not enabled); a login that fails for a while is tried again.
         """
         self._deliver = deliver
+        self._handling.clear()  # what an earlier run left counted (handlers never begun)
         pause = _FIRST_RETRY_S
         try:
             while not self._closed:
@@ -337,7 +393,8 @@ class DiscordBridge:
 
     async def _on_message(self, message: discord.Message) -> None:
         # discord.py runs every event handler in a task of its own, so a slow deliver never
-        # holds up the gateway; the tasks are kept to be cancelled when the bridge stops.
+        # holds up the gateway (at most handling_max of them run: _dispatched); the tasks are
+        # kept to be cancelled when the bridge stops.
         deliver = self._deliver
         task = asyncio.current_task()
         if deliver is None or task is None:
@@ -357,6 +414,7 @@ class DiscordBridge:
             self._handed_on(message)
         finally:
             self._handlers.discard(task)
+            self._let_go(message)
 
     async def _on_interaction(self, interaction: discord.Interaction[Any]) -> None:
         # Like _on_message: each in a task of its own, kept to be cancelled on stop.
@@ -386,6 +444,7 @@ class DiscordBridge:
             self._handed_on(interaction)
         finally:
             self._handlers.discard(task)
+            self._let_go(interaction)
 
     def _remember(self, interaction: discord.Interaction[Any]) -> None:
         """Keep ``interaction`` to answer it, and acknowledge it if nothing did in time."""
@@ -1184,8 +1243,8 @@ class _Client(discord.Client):
         self._bridge = bridge
 
     def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
-        self._bridge._dispatched(event, args)
-        super().dispatch(event, *args, **kwargs)
+        if self._bridge._dispatched(event, args):
+            super().dispatch(event, *args, **kwargs)
 
     async def connect(self, *, reconnect: bool = True) -> None:
         point = self._bridge._take_resume()

@@ -13,6 +13,14 @@ not acknowledged is sent again by Slack, on this connection or another instance'
 bridge could not take (the state store down) is left unacknowledged on purpose, and one taken
 already is run once by the de-duplication of deliveries (:mod:`bridges.deliveries`).
 
+Back-pressure: the SDK's client reads every frame into its own ``message_queue`` and runs
+each message's listeners in a task of its own, both without bound. Here the queue holds at
+most :data:`READ_AHEAD` envelopes and at most :data:`TAKING_MAX` are being taken at once (each
+waits for room in a full pipeline); past that the client stops reading the WebSocket, so
+what Slack sends meanwhile stays with Slack, unacknowledged, and comes later or again. While
+it stops reading, the pongs to its pings wait unread too: the client's ping-pong check does not
+count that time (aiohttp's own heartbeat is off, so it can't close a connection held back).
+
 A ``disconnect`` (``refresh_requested``, ``warning``, ``link_disabled``) or a connection lost
 opens a new one through ``apps.connections.open``; attempts that never reach Slack's ``hello``
 wait longer and longer (:data:`_FIRST_WAIT_S` doubling up to :data:`_MOST_WAIT_S`). An
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -80,6 +89,16 @@ ENVELOPE_MAX_CHARS: Final = 4 * 1024 * 1024
 #: read far enough to be acknowledged, instead of the connection dropping with it unanswered
 #: (Slack would send it again for ever).
 _FRAME_MAX_BYTES: Final = 64 * 1024 * 1024
+#: Envelopes read from the connection and waiting to be taken; with this many waiting, the
+#: client reads no further (the SDK's own queue has no bound).
+READ_AHEAD: Final = 32
+#: Envelopes being taken at once (read, handed to the pipeline, acknowledged); each waits for
+#: room while the pipeline is full, and past this many the queue above fills up.
+TAKING_MAX: Final = 16
+#: Seconds the reader waits for room before it says so in the log, and at least between two
+#: such lines.
+_HELD_LOG_AFTER_S: Final = 1.0
+_HELD_LOG_EVERY_S: Final = 60.0
 #: An envelope's id, read from its text without parsing the rest (the first top-level key).
 _ENVELOPE_ID: Final = re.compile(r'(?<!\\)"envelope_id"\s*:\s*"([^"\\]{1,200})"')
 
@@ -96,6 +115,8 @@ class SlackSocketBridge(SlackBot):
         first_wait_s: float = _FIRST_WAIT_S,
         most_wait_s: float = _MOST_WAIT_S,
         ping_interval_s: float = _PING_INTERVAL_S,
+        read_ahead: int = READ_AHEAD,
+        taking_max: int = TAKING_MAX,
     ) -> None:
         if not settings.bot_token or not settings.app_token:
             raise ConfigurationError(
@@ -107,6 +128,16 @@ class SlackSocketBridge(SlackBot):
         self._first_wait_s = first_wait_s
         self._most_wait_s = most_wait_s
         self._ping_interval_s = ping_interval_s
+        self._read_ahead = read_ahead
+        self._taking_max = taking_max
+        self._connections: _Connections | None = None
+
+    @property
+    def backlog(self) -> int:
+        """Envelopes read from Slack and not taken yet: waiting in the client's queue or
+        being taken (at most ``read_ahead + taking_max``)."""
+        client = self._connections
+        return 0 if client is None else client.message_queue.qsize() + len(client.taking)
 
     async def run(self, deliver: Deliver) -> None:
         """Hold Socket Mode connections and hand on what comes over them, until cancelled
@@ -117,7 +148,10 @@ class SlackSocketBridge(SlackBot):
             logger=logging.getLogger("mercury.bridges.slack.socket_mode"),
             web_client=AsyncWebClient(base_url=self._api_url, timeout=_OPEN_TIMEOUT_S),
             ping_interval=self._ping_interval_s,
+            read_ahead=self._read_ahead,
+            taking_max=self._taking_max,
         )
+        self._connections = client
         client.refused = refused
         client.first_wait_s, client.most_wait_s = self._first_wait_s, self._most_wait_s
 
@@ -128,7 +162,7 @@ class SlackSocketBridge(SlackBot):
 
         client.message_listeners.append(on_message)
         try:
-            await client.connect()  # type: ignore[no-untyped-call]
+            await client.connect()
             code = await refused
             log.error(
                 "Slack refused the app-level token (%s), so the Slack bridge receives nothing: "
@@ -137,7 +171,8 @@ class SlackSocketBridge(SlackBot):
                 code,
             )
         finally:
-            await client.close()  # type: ignore[no-untyped-call]
+            self._connections = None
+            await client.close()
 
     async def _take(
         self, connections: AsyncBaseSocketModeClient, deliver: Deliver, raw: str | None
@@ -211,7 +246,9 @@ class SlackSocketBridge(SlackBot):
 
 class _Connections(SocketModeClient):
     """The SDK's aiohttp Socket Mode client, its new connections spaced out while they
-    fail and stopped when Slack refuses the token."""
+    fail and stopped when Slack refuses the token, and what it reads bounded: a queue of
+    ``read_ahead`` envelopes (its reader waits for room, reading no further) and
+    ``taking_max`` envelopes' listeners at once (its processor waits for one to end)."""
 
     refused: asyncio.Future[str] | None = None
     first_wait_s: float = _FIRST_WAIT_S
@@ -219,12 +256,85 @@ class _Connections(SocketModeClient):
     #: ``apps.connections.open`` calls since Slack last said hello.
     attempts: int = 0
 
+    def __init__(self, app_token: str, *, read_ahead: int, taking_max: int, **options: Any) -> None:
+        super().__init__(app_token, **options)
+        # The SDK's processor task, started by its constructor, has not run yet: its first
+        # ``message_queue.get()`` is this queue's.
+        self.message_queue = asyncio.Queue(maxsize=read_ahead)
+        self.taking_max = taking_max
+        #: The envelopes' listeners running (each taking one envelope).
+        self.taking: set[asyncio.Future[None]] = set()
+        #: Readers waiting for room in the queue (one; two while a connection is replaced).
+        self.held = 0
+        #: When the reader last got room after waiting (``time.time()``), and when that was
+        #: last logged.
+        self.released_at = 0.0
+        self._held_logged_at = 0.0
+
+    async def enqueue_message(self, message: str) -> None:
+        """The reader's step with each frame: into the queue, or, with the queue full, wait
+        for room reading nothing further (back-pressure: Slack keeps the rest). A wait of
+        over :data:`_HELD_LOG_AFTER_S` is logged (once a minute at most)."""
+        if not self.message_queue.full():
+            self.message_queue.put_nowait(message)
+            return
+        self.held += 1
+        try:
+            try:
+                await asyncio.wait_for(self.message_queue.put(message), _HELD_LOG_AFTER_S)
+            except TimeoutError:
+                now = time.monotonic()
+                if not self._held_logged_at or now - self._held_logged_at >= _HELD_LOG_EVERY_S:
+                    self._held_logged_at = now
+                    log.warning(
+                        "%d Slack envelopes wait to be taken (the pipeline is full): the "
+                        "Socket Mode connection is read no further until there is room; "
+                        "Slack keeps what it sends meanwhile, unacknowledged, and sends it "
+                        "again.",
+                        self.message_queue.qsize() + len(self.taking),
+                    )
+                await self.message_queue.put(message)
+        finally:
+            self.held -= 1
+            self.released_at = time.time()
+
+    async def process_message(self) -> None:
+        """The SDK's step (the next message's listeners started in a task of their own), once
+        fewer than ``taking_max`` run."""
+        while len(self.taking) >= self.taking_max:
+            await asyncio.wait(set(self.taking), return_when=asyncio.FIRST_COMPLETED)
+        raw: str | None = await self.message_queue.get()
+        if raw is None:
+            return
+        # One over the bridge's limit is refused by its id alone, never parsed whole.
+        fits = raw.startswith("{") and len(raw) <= ENVELOPE_MAX_CHARS
+        message: dict[str, Any] = json.loads(raw) if fits else {}
+        task = asyncio.ensure_future(self.run_message_listeners(message, raw))
+        self.taking.add(task)
+        task.add_done_callback(self.taking.discard)
+
+    async def is_ping_pong_failing(self) -> bool:
+        """The SDK's check (no pong for four ping intervals), not counting the time the
+        reader waited for room: the pongs waited unread behind the envelopes."""
+        if self.held:
+            return False
+        if self.last_ping_pong_time is not None:
+            self.last_ping_pong_time = max(self.last_ping_pong_time, self.released_at)
+        return await super().is_ping_pong_failing()
+
+    async def close(self) -> None:
+        """The SDK's close; the envelopes being taken are let go too (not acknowledged,
+        Slack sends them again)."""
+        await super().close()  # type: ignore[no-untyped-call]
+        for task in list(self.taking):
+            task.cancel()
+
     async def connect(self) -> None:  # type: ignore[override]
         """The SDK's ``connect`` (the old connection closed, a new one opened, its monitor and
         reader started), but a URL from ``apps.connections.open`` is used for one attempt
         only: one whose WebSocket fails is dropped and a new one asked for (Slack's URLs are
         single-use; the SDK would try the spent one for ever). The frame limit is
-        :data:`_FRAME_MAX_BYTES`."""
+        :data:`_FRAME_MAX_BYTES`, and aiohttp's heartbeat is off."""
         while not self.closed:
             try:
                 old = self.current_session
@@ -240,7 +350,9 @@ class _Connections(SocketModeClient):
                 self.current_session = await self.aiohttp_client_session.ws_connect(
                     url,
                     autoping=False,
-                    heartbeat=self.ping_interval,
+                    # The client's own pings alone tell a dead connection: aiohttp's heartbeat
+                    # would close one held back (its pongs unread) as dead.
+                    heartbeat=None,
                     proxy=self.proxy,
                     ssl=self.web_client.ssl if self.web_client.ssl is not None else True,
                     max_msg_size=_FRAME_MAX_BYTES,

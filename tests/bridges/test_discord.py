@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -593,6 +594,61 @@ async def test_a_slow_deliver_does_not_hold_up_the_next_message(
     finally:
         await bridge.close()
         await asyncio.wait_for(task, WAIT_S)
+
+
+def handlers_running() -> int:
+    """discord.py's message handlers running in this loop (a task each)."""
+    return sum(1 for task in asyncio.all_tasks() if task.get_name() == "discord.py: on_message")
+
+
+async def test_a_burst_while_the_pipeline_is_full_holds_a_bounded_few_and_the_heartbeats_go_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, "bridges.discord")
+    room = asyncio.Event()  # a full pipeline, until set
+    waiting: list[int] = [0]
+    handed: list[str] = []
+
+    async def deliver(item: Received | Pressed) -> None:
+        waiting[0] += 1
+        try:
+            await room.wait()
+        finally:
+            waiting[0] -= 1
+        handed.append(item.text if isinstance(item, Received) else "a press")
+
+    with DiscordStandIn(heartbeat_interval_ms=200) as api:
+        bridge = DiscordBridge(settings_for(api), bot_name=BOT_NAME, handling_max=4)
+        task = asyncio.create_task(bridge.run(deliver))
+        try:
+            await api.wait_until_ready_async()
+            await api.wait_until_async(lambda: bridge.checkpoint() is not None, timeout=WAIT_S)
+            before = msgspec.json.decode(bridge.checkpoint() or b"{}")["sequence"]
+            for n in range(40):
+                api.post_message(GENERAL, ALICE, f"burst {n}")
+            await api.wait_until_async(lambda: waiting[0] == 4, timeout=WAIT_S)
+            beats = api.heartbeats
+            # The gateway is read on: its heartbeats are sent and acknowledged all along.
+            await api.wait_until_async(lambda: api.heartbeats >= beats + 5, timeout=WAIT_S)
+            assert handlers_running() == 4 and waiting[0] == 4
+            assert len(api.identifies) == 1 and not api.resumes  # the one connection held
+            room.set()
+            await api.wait_until_async(lambda: len(handed) == 4, timeout=WAIT_S)
+            api.post_message(GENERAL, BOB, "after the burst")
+            await api.wait_until_async(lambda: len(handed) == 5, timeout=WAIT_S)
+            assert sorted(handed[:4]) == [f"burst {n}" for n in range(4)]
+            assert handed[4] == "after the burst" and handlers_running() == 0
+            # The dropped ones hold the checkpoint back no more than the handed-on ones.
+            after = msgspec.json.decode(bridge.checkpoint() or b"{}")["sequence"]
+            assert after >= before + 41
+        finally:
+            await bridge.close()
+            await asyncio.wait_for(task, WAIT_S)
+    said = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert said[0].endswith("1 more dropped (Discord does not send them again).")
+    assert said[1] == (
+        "The Discord bridge dropped 35 more messages while it held the most it holds."
+    )
 
 
 async def test_a_thread_id_of_another_platform_is_refused(bridge: DiscordBridge) -> None:

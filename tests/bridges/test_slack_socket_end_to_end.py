@@ -8,6 +8,7 @@ acknowledgement, and an app-level token Slack refuses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from bridges.port import Pressed, Received
-from bridges.slack import SlackSocketBridge
+from bridges.slack import SlackSocketBridge, socket_mode
 from tests.support.live_scenarios import Desk
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.scenes import config_file, settle
@@ -379,3 +380,95 @@ async def test_a_full_pipeline_holds_envelopes_back_unacknowledged_until_there_i
     await replies(slack, 3)
     await all_acknowledged(slack)
     assert [e.acked for e in later] == [1, 1]
+
+
+def listeners_running() -> int:
+    """The SDK's message listeners running in this loop: each holds an envelope read from
+    the connection and not yet acknowledged."""
+    return sum(
+        1
+        for task in asyncio.all_tasks()
+        if getattr(task.get_coro(), "__qualname__", "").endswith(".run_message_listeners")
+    )
+
+
+async def test_a_storm_while_the_pipeline_is_full_is_left_unread_not_queued_in_memory(
+    slack: SlackSocketStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "mercury.bridges")
+    # Two envelopes taken at once, four read ahead; the pings every 0.1 s would call a
+    # connection without a pong for 0.4 s dead.
+    bridge = SlackSocketBridge(
+        slack.settings(mode="socket", app_token=slack.app_token, signing_secret=None),
+        bot_name="Mercury",
+        ping_interval_s=0.1,
+        read_ahead=4,
+        taking_max=2,
+    )
+    room = asyncio.Event()  # a full pipeline, until set
+    delivered: list[str] = []
+    waiting: list[int] = [0]
+
+    async def deliver(message: Received | Pressed) -> None:
+        waiting[0] += 1
+        try:
+            await room.wait()
+        finally:
+            waiting[0] -= 1
+        delivered.append(message.text if isinstance(message, Received) else "a press")
+
+    opened = slack.hellos
+    running = asyncio.create_task(bridge.run(deliver))
+    try:
+        await slack.wait_until_async(lambda: slack.hellos > opened, timeout=20, what="a connection")
+        storm = [await slack.send_event(slack.message("D1", "U1", f"n{n}")) for n in range(40)]
+        await slack.wait_until_async(lambda: bridge.backlog == 6, timeout=20, what="the backlog")
+        await settle(1.5)  # the connection is held back far longer than its pongs may lack
+        assert bridge.backlog == 6 and waiting[0] == 2 and listeners_running() == 2
+        assert not any(e.acked for e in storm)  # the rest stays with Slack, unread
+        assert slack.hellos == opened + 1 and slack.opened == 1  # not taken for dead
+        room.set()
+        await all_acknowledged(slack)
+        await slack.wait_until_async(lambda: len(delivered) == 40, timeout=20, what="all")
+        assert sorted(delivered) == sorted(f"n{n}" for n in range(40))
+        assert all((e.sent, e.acked) == (1, 1) for e in storm)
+        assert slack.opened == 1 and bridge.backlog == 0
+        said = [r.getMessage() for r in caplog.records if "read no further" in r.getMessage()]
+        assert len(said) == 1 and said[0].startswith("6 Slack envelopes wait to be taken")
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await bridge.close()
+
+
+async def test_a_storm_while_the_pipeline_is_full_stays_with_slack_and_each_is_answered_once(
+    chat: RunningServer, slack: SlackSocketStandIn, ollama: OllamaStandIn
+) -> None:
+    bridging = chat.services.bridging
+    assert bridging is not None
+    [bridge] = [b for b in bridging.bridges if isinstance(b, SlackSocketBridge)]
+    bridging.pipeline.max_in_flight = 2
+    ollama.enqueue(
+        *(ChatScript.words("Slow.", first_delay_s=4.0) for _ in range(2)),
+        *(ChatScript.words("Noted.") for _ in range(60)),
+    )
+    slow = [await slack.send_event(slack.message(f"D{n}", "U1", "slow")) for n in (1, 2)]
+    await slack.wait_until_async(lambda: all(e.acked for e in slow), timeout=20, what="taken")
+    storm = [await slack.send_event(slack.message(f"D{n}", "U2", "hi")) for n in range(100, 160)]
+    most = socket_mode.READ_AHEAD + socket_mode.TAKING_MAX
+    await slack.wait_until_async(lambda: bridge.backlog == most, timeout=20, what="the backlog")
+    assert chat.call(_count(listeners_running)) == socket_mode.TAKING_MAX
+    assert not any(e.acked for e in storm)  # none taken while the pipeline is full
+    await slack.retry_unacked()  # Slack's retry of what was not acknowledged in time
+    bridging.pipeline.max_in_flight = 100
+    await replies(slack, 62)
+    await all_acknowledged(slack)
+    await settle(1.0)
+    answered = collections.Counter(m.channel for m in slack.messages)
+    assert len(slack.messages) == 62 and set(answered.values()) == {1}
+    assert all(e.sent == 2 for e in storm)  # each sent again: taken, or dropped as taken
+
+
+async def _count(count: Callable[[], int]) -> int:
+    return count()
