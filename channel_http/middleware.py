@@ -47,8 +47,9 @@ if TYPE_CHECKING:
 ALLOW_METHODS: Final = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 ALLOW_HEADERS: Final = "content-type, authorization, accept-language, x-time-zone"
 #: The response headers a browser UI reads beyond the safelisted ones: the challenge of
-#: a 401, the wait of a 429 or 503, the language of a refusal or stream, timings.
-EXPOSE_HEADERS: Final = "content-language, retry-after, server-timing, www-authenticate"
+#: a 401, the wait of a 429 or 503, the language of a refusal or stream, timings, and the
+#: server's clock (``date``: a confirmation's expiry is measured against it).
+EXPOSE_HEADERS: Final = "content-language, date, retry-after, server-timing, www-authenticate"
 #: How long a browser may keep a preflight's answer (Chromium caps it at two hours), so
 #: a UI's turns don't each cost a preflight.
 MAX_AGE_S: Final = 7200

@@ -277,13 +277,16 @@ class AgUiRun:
         )
 
     def _pending(self, event: events.Pending) -> None:
-        expires = self._clock().astimezone(UTC) + self.expires_in
+        # The staging's own expiry; else (an event from before it was carried) the window.
+        expires = event.expires_at or self._clock() + self.expires_in
         interrupt: dict[str, Any] = {
             "id": event.token,
             "reason": CONFIRMATION,
             "message": event.command,
             "responseSchema": response_schema(event),
-            "expiresAt": expires.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "expiresAt": expires.astimezone(UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
         }
         if event.tool_call_id is not None:
             interrupt["toolCallId"] = event.tool_call_id

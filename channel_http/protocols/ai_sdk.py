@@ -17,8 +17,8 @@ Mercury                       UI message chunks
                               (``pending``: nothing; the ``pending`` event follows)
 ``pending`` (one plain        ``tool-approval-request{approvalId: token, toolCallId}``
 choice)
-``pending`` (labelled         ``data-pending{token, command, choices, toolCallId}`` and a text
-choices)                      naming the choices and their tokens
+``pending`` (labelled         ``data-pending{token, command, choices, toolCallId, expiresAt}``
+choices)                      and a text naming the choices and their tokens
 ``login``                     ``data-login{service, url}`` and a Markdown link in the text
 ``final``                     what ``final.text`` adds to the streamed text, ``finish-step``,
                               ``finish{messageMetadata: turnId, pendingNote, usage}``
@@ -259,6 +259,8 @@ class UiMessageStream:
         }
         if event.tool_call_id is not None:
             data["toolCallId"] = event.tool_call_id
+        if event.expires_at is not None:
+            data["expiresAt"] = event.expires_at  # encoded as /turn's pending encodes it
         out.append(chunk({"type": "data-pending", "data": data}))
         choices = "; ".join(f"{c.label}: {c.token}" for c in event.choices) or event.token
         self._aside(

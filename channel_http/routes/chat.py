@@ -448,13 +448,9 @@ async def chat(request: AnyRequest) -> Response[Any]:
     usage = collected.final.usage
     if usage is not None:
         content["usage"] = msgspec.to_builtins(usage)
+    # The events as /turn's stream encodes them: one shape, whatever fields they grow.
     if collected.pending is not None:
-        pending = collected.pending
-        content["pending"] = {
-            "command": pending.command,
-            "token": pending.token,
-            "choices": [{"token": c.token, "label": c.label} for c in pending.choices],
-        }
+        content["pending"] = msgspec.to_builtins(collected.pending)
     if collected.login is not None:
-        content["login"] = {"service": collected.login.service, "url": collected.login.url}
+        content["login"] = msgspec.to_builtins(collected.login)
     return Response(content, headers=headers)

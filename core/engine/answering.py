@@ -452,6 +452,7 @@ class Answerer:
             ),
             tool_call_id=tool_call_id,
             confirmation_id=staging.id,
+            expires_at=staging.expires_at,
         )
 
     def _instructions(

@@ -272,6 +272,10 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("ascii")).hexdigest()
 
 
+def _to_millisecond(moment: datetime) -> datetime:
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
 def _check_ttl(ttl: timedelta) -> None:
     if ttl <= timedelta(0):
         raise InvalidTTLError(
@@ -341,7 +345,8 @@ class ConfirmationStore:
         arguments_json = msgspec.json.encode(action.arguments).decode()
         await self.ensure_schema()
         now = self._clock()
-        expires_at = now + self.ttl
+        # To the millisecond: the precision clients read it with (the pending event's).
+        expires_at = _to_millisecond(now + self.ttl)
         group_id = secrets.token_hex(16)
         placeholders = ", ".join(["(" + ", ".join("?" * 13) + ")"] * len(options))
         for attempt in range(_STAGING_ATTEMPTS):

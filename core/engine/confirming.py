@@ -182,6 +182,7 @@ class Confirmer:
                 token=staging.token,
                 choices=tuple(events.Choice(c.token, c.label) for c in staging.choices),
                 confirmation_id=staging.id,
+                expires_at=staging.expires_at,
             )
         )
         if asked.ask is not None:

@@ -7,6 +7,7 @@ omitted when encoded.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import ClassVar, Literal
 
 import msgspec
@@ -84,6 +85,9 @@ class Pending(_Event, frozen=True):
     tool_call_id: str | None = None
     #: The staging's id, by which its owner answers it once the tokens are gone (a reload).
     confirmation_id: str | None = None
+    #: When the staging expires unanswered (UTC, to the millisecond): a client can settle it
+    #: then without asking, measured against the server's clock.
+    expires_at: datetime | None = None
 
 
 class Login(_Event, frozen=True):

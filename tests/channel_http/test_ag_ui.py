@@ -173,6 +173,15 @@ def test_an_interrupt_expires_when_its_staging_does_by_the_servers_clock() -> No
     [interrupt] = got[-1]["outcome"]["interrupts"]
     assert interrupt["expiresAt"] == "2026-12-07T13:05:00.000Z"
     assert "toolCallId" not in interrupt  # a pending from before toolCallId: none to name
+    carried = events.Pending(
+        command="x",
+        token="abcd-efgh",
+        choices=(events.Choice("abcd-efgh", ""),),
+        expires_at=datetime(2026, 12, 7, 13, 4, 59, 250_000, tzinfo=UTC),
+    )
+    later = AgUiRun("thread", "run-2", link=lambda s, u: u, expires_in=timedelta(minutes=5))
+    [interrupt] = rendered(later, carried, events.Final(text=""))[-1]["outcome"]["interrupts"]
+    assert interrupt["expiresAt"] == "2026-12-07T13:04:59.250Z"  # the staging's own
 
 
 def test_usage_on_final_goes_into_run_finished() -> None:
@@ -300,7 +309,10 @@ def test_a_staged_confirmation_ends_the_run_with_an_interrupt_for_its_tool_call(
     assert choice["const"] == interrupt["id"]
     assert interrupt["expiresAt"].endswith("Z")
     listed = httpx.get(server.url + "/confirmations", headers=ALICE).json()["pending"]
-    assert any(item["conversationId"] == "interrupt" for item in listed)
+    [item] = [item for item in listed if item["conversationId"] == "interrupt"]
+    # The staging's own expiry, to the millisecond, not a window counted from the rendering.
+    expires_at = datetime.fromisoformat(interrupt["expiresAt"])
+    assert int(expires_at.timestamp() * 1000) == item["expiresAt"]
 
 
 def test_login_is_a_custom_event_and_a_markdown_link_in_the_text(server: RunningServer) -> None:

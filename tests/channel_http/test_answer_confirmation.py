@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from core.clock import ManualClock
+from core.engine.confirmations import DEFAULT_TTL
 from tests.channel_http.test_engine import Counter, call, post_turn, stage, tool_loop
 from tests.conftest import ALICE, BOB
+from tests.support.contract import check_event, check_response
 from tests.support.ollama_standin import ChatScript, OllamaStandIn
 from tests.support.server import RunningServer
 
@@ -195,3 +197,41 @@ async def test_bad_bodies_are_refused_with_a_sentence(
     huge = answer(engine, pending["confirmationId"], {"choice": 2**70}, ALICE)
     assert huge.status_code in (400, 404)
     assert len(listed(engine)) == 1
+
+
+async def test_a_pending_event_says_when_its_staging_expires_by_the_servers_clock(
+    engine: RunningServer, ollama: OllamaStandIn, clock: ManualClock
+) -> None:
+    staged_at = clock()  # months behind the real time: only the server's clock counts
+    pending = await stage(engine, ollama, call("bump", by=1))
+    check_event("pending", pending)
+    expires_at = datetime.fromisoformat(pending["expiresAt"])
+    assert pending["expiresAt"].endswith("Z")
+    assert staged_at < expires_at <= staged_at + DEFAULT_TTL
+    [item] = listed(engine)
+    assert item["expiresAt"] == int(expires_at.timestamp() * 1000)  # the same instant
+    clock.advance(expires_at - clock() - timedelta(milliseconds=1))
+    assert listed(engine) != []
+    clock.advance(timedelta(milliseconds=1))
+    assert listed(engine) == []
+
+
+async def test_chats_pending_is_the_turns_pending_with_its_id_and_expiry(
+    engine: RunningServer, ollama: OllamaStandIn, counter: Counter
+) -> None:
+    by_turn = await stage(engine, ollama, call("bump", by=1), conversation="t")
+    ollama.responder = tool_loop(call("bump", by=2), answer="Please confirm.")
+    chat = httpx.post(
+        engine.url + "/chat", headers=ALICE, json={"text": "do it", "conversationId": "c"}
+    )
+    assert chat.status_code == 200, chat.text
+    check_response(chat)
+    pending = chat.json()["pending"]
+    assert set(pending) == set(by_turn)  # the same fields, through the same encoding
+    assert set(pending) >= {"command", "token", "choices", "confirmationId", "expiresAt"}
+    [item] = listed(engine, conversationId="c")
+    assert pending["confirmationId"] == item["id"]
+    assert datetime.fromisoformat(pending["expiresAt"]).timestamp() * 1000 == item["expiresAt"]
+    done = answer(engine, pending["confirmationId"], {"choice": 0}, ALICE)
+    assert done.json()["text"] == "Confirmed and done."
+    assert counter.runs == [{"person": "static:alice", "by": 2}]

@@ -354,7 +354,13 @@ def test_a_ui_can_read_every_header_it_needs_and_keeps_the_preflight(
     exposed = {
         name.strip().lower() for name in refused.headers["access-control-expose-headers"].split(",")
     }
-    assert {"www-authenticate", "retry-after", "content-language", "server-timing"} <= exposed
+    assert {
+        "www-authenticate",
+        "retry-after",
+        "content-language",
+        "server-timing",
+        "date",
+    } <= exposed
     assert refused.headers["www-authenticate"] == "Bearer"
 
 

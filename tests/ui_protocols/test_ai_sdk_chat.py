@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -307,6 +308,7 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
             token="a1",
             choices=(events.Choice("a1", "Replace"), events.Choice("a2", "Append")),
             tool_call_id="c2",
+            expires_at=datetime(2026, 12, 7, 13, 5, tzinfo=UTC),
         )
     )
     assert labelled[0] == {
@@ -316,6 +318,7 @@ def test_a_plain_pending_is_an_approval_request_and_labelled_choices_a_data_part
             "command": "Write the note",
             "choices": [{"label": "Replace", "token": "a1"}, {"label": "Append", "token": "a2"}],
             "toolCallId": "c2",
+            "expiresAt": "2026-12-07T13:05:00Z",
         },
     }
     assert "Replace: a1; Append: a2" in labelled[2]["delta"]
