@@ -228,6 +228,8 @@ class Placeholders:
         self.add(str(data.get("toolCallId") or ""), "call")
         self.add(str(data.get("token") or ""), "token")
         self.add(str(data.get("confirmationId") or ""), "confirmation")
+        if isinstance(data.get("expiresAt"), str):  # a staging's expiry: the time it ran
+            self.add(data["expiresAt"], "expires")
         if isinstance(data.get("url"), str):  # a login link: its state and PKCE challenge
             query = dict(parse_qsl(urlsplit(data["url"]).query))
             self.add(query.get("state", ""), "state", numbered=False)
