@@ -1,13 +1,14 @@
 """Open confirmations in a real Chromium, with the scripted model's ``/demo confirm``: after a
 reload the transcript gives a waiting confirmation its buttons back (answered by its id, the
 tokens being gone), and the Pending tab confirms, chooses and cancels, the tool chip following
-(confirmed, cancelled), in English and in Italian."""
+(confirmed, cancelled), in English and in Italian. A confirmation shown live expires by the
+server's time without a reload, and an open Pending tab follows what ends elsewhere."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from core.clock import ManualClock
 from core.config.settings import Settings
+from core.engine.confirmations import DEFAULT_TTL
 from dev_model.command import DEMO_FILE, model_names, with_demo
 from dev_model.demo import DevModel, demo_yaml
 from tests.conftest import ALICE
@@ -207,3 +209,99 @@ def test_a_restored_confirmation_expires_by_the_servers_clock_and_its_chip_says_
     expect(chip).to_contain_text("expired")
     expect(restored.get_by_role("button", name="Confirm")).to_be_disabled()
     assert counter.runs == 0
+
+
+class Shifted:
+    """The real time moved by ``offset``: a clock a test can put behind and then forward."""
+
+    def __init__(self, offset: timedelta) -> None:
+        self.offset = offset
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
+#: How long a confirmation staged in ``short_lived`` waits, once its clock is set right.
+LIVES = timedelta(seconds=8)
+
+
+@pytest.fixture
+def short_lived(
+    dev_model: DevModel, make_settings: Callable[..., Settings], tmp_path: Path
+) -> Iterator[tuple[RunningServer, Shifted]]:
+    """The demo server, its clock behind the real time by all but ``LIVES`` of a
+    confirmation's window (its Date headers stay real): set right after a staging, the
+    staging has ``LIVES`` left, by the server's clock and by its Date headers alike."""
+    (tmp_path / DEMO_FILE).write_text(demo_yaml(dev_model.url), encoding="utf-8")
+    settings = make_settings(
+        OLLAMA_HOST=dev_model.url,
+        OLLAMA_MODEL=model_names()[0],
+        MERCURY_SECRET_KEY="a-secret-key-for-the-demo-logins-0123456789",
+        HTTP_SURFACE_PUBLIC_URL="http://127.0.0.1:4100",
+    )
+    clock = Shifted(LIVES - DEFAULT_TTL)
+    with serve(with_demo(settings, tmp_path, development_person=False), clock=clock) as running:
+        yield running, clock
+
+
+def test_a_live_confirmation_expires_by_the_servers_time_without_a_reload(
+    page: Page, short_lived: tuple[RunningServer, Shifted]
+) -> None:
+    server, clock = short_lived
+    # The browser's clock an hour behind the server's: only the server's time counts.
+    page.clock.set_system_time(datetime.now(UTC) - timedelta(hours=1))
+    sign_in(page, server, "alice-token")
+    stage(page)
+    clock.offset = timedelta(0)  # the staging was made 5 minutes less LIVES ago
+    answer = page.locator("article.message.assistant").last
+    chip = answer.locator(".chip")
+    confirm = answer.get_by_role("button", name="Confirm")
+    expect(confirm).to_be_enabled()
+    assert chip.get_attribute("data-outcome") == "pending"
+    expect(chip).to_have_attribute("data-outcome", "expired", timeout=LIVES.seconds * 1000 + 15_000)
+    expect(chip).to_contain_text("expired")
+    expect(confirm).to_be_disabled()
+    expect(answer.get_by_role("button", name="Cancel")).to_be_disabled()
+    assert pending(server) == []
+    assert axe_violations(page) == []
+
+
+def test_an_open_pending_tab_follows_a_confirmation_answered_in_the_transcript_or_another_tab(
+    page: Page, server: RunningServer
+) -> None:
+    sign_in(page, server, "alice-token")
+    other = page.context.new_page()  # the same UI in a second tab
+    sign_in(other, server, "alice-token")
+    stage(page)
+    for tab in (page, other):
+        tab.get_by_role("button", name="Panels").click()
+        tab.get_by_role("tab", name="Pending").click()
+        expect(tab.locator("#panel-body li", has_text="Archive a demo note")).to_be_visible()
+    answer = page.locator("article.message.assistant").last
+    answer.get_by_role("button", name="Confirm").click()
+    expect(answer.locator(".chip")).to_have_attribute("data-outcome", "confirmed")
+    for tab in (page, other):
+        expect(tab.locator("#panel-body")).to_contain_text("Nothing waits for you.")
+        expect(tab.locator("#panel-body li")).to_have_count(0)
+    assert axe_violations(page) == []
+    # A second one answered in the other tab's list: the first tab's list and chip follow.
+    send(page, "/demo confirm")
+    answer = page.locator("article.message.assistant").last
+    chip = answer.locator(".chip", has_text="demo_archive")  # a memory chip may come too
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    expect(page.locator("#panel-body li", has_text="Archive a demo note")).to_be_visible()
+    other.get_by_role("tab", name="Pending").click()  # drawn again, as a visit draws it
+    other.locator("#panel-body li").get_by_role("button", name="Cancel").click()
+    expect(chip).to_have_attribute("data-outcome", "cancelled")
+    expect(page.locator("#panel-body")).to_contain_text("Nothing waits for you.")
+    # One answered outside the UI (a script, the CLI): the list follows when the page gets
+    # the focus back.
+    send(page, "/demo confirm")
+    expect(page.locator("#panel-body li", has_text="Archive a demo note")).to_be_visible()
+    [item] = pending(server)
+    answered = httpx.post(
+        f"{server.url}/confirmations/{item['id']}", headers=ALICE, json={"cancel": True}
+    )
+    assert answered.json()["cancelled"] is True
+    page.evaluate("window.dispatchEvent(new Event('focus'))")
+    expect(page.locator("#panel-body")).to_contain_text("Nothing waits for you.")

@@ -19,6 +19,8 @@ export type TurnEvent = (
       token: string;
       choices: Choice[];
       confirmationId?: string;
+      /** When it expires unanswered, by the server's clock (ISO 8601, UTC). */
+      expiresAt?: string;
     }
   | { type: "login"; service: string; url: string }
   | { type: "final"; text: string; pendingNote?: string }
@@ -108,6 +110,8 @@ export class ApiError extends Error {
 export class Api {
   /** The language the server last said it speaks to this person (Content-Language). */
   spoken: string | null = null;
+  /** How far the server's clock is ahead of the browser's, in ms, by its last Date header. */
+  private skew = 0;
 
   constructor(
     readonly base: string,
@@ -134,6 +138,18 @@ export class Api {
     return url.toString();
   }
 
+  /** The server's time now, as its responses' Date headers put it (to the second), else the
+   * browser's: what an expiry the server sent is measured against. */
+  serverNow(): number {
+    return Date.now() + this.skew;
+  }
+
+  private read(response: Response): void {
+    const date = Date.parse(response.headers.get("date") ?? "");
+    // A Date header is cut to the second: half a second is its likeliest fraction.
+    if (Number.isFinite(date)) this.skew = date + 500 - Date.now();
+  }
+
   private async refusal(response: Response): Promise<ApiError> {
     let message = S.serverAnswered(response.status);
     try {
@@ -148,6 +164,7 @@ export class Api {
 
   async get<T>(path: string, query: Record<string, string | number | null | undefined> = {}) {
     const response = await fetch(this.url(path, query), { headers: this.headers(false) });
+    this.read(response);
     if (!response.ok) throw await this.refusal(response);
     this.spoken = response.headers.get("content-language") ?? this.spoken;
     return (await response.json()) as T;
@@ -165,6 +182,7 @@ export class Api {
       headers: this.headers(json),
       ...(json ? { body: JSON.stringify(body) } : {}),
     });
+    this.read(response);
     if (!response.ok) throw await this.refusal(response);
     return (await response.json()) as T;
   }
@@ -201,6 +219,7 @@ export class Api {
   }
 
   private async *events(response: Response): AsyncGenerator<TurnEvent> {
+    this.read(response);
     if (!response.ok) throw await this.refusal(response);
     if (!response.body) throw new ApiError(S.noStream, response.status);
     for await (const message of readSse(response.body)) {

@@ -18,6 +18,7 @@ import {
   type ChoiceOutcome,
   pastAnswer,
   type Settled,
+  takenSaying,
   userMessage,
 } from "./message";
 import { strings as S } from "./strings";
@@ -27,6 +28,9 @@ export interface ConversationHost {
   announce(text: string): void;
   signOut(message: string): void;
   changed(): void;
+  /** A confirmation of this conversation ended here (answered in the transcript, or found
+   * expired): what else shows it (the Pending tab, other browser tabs) follows. */
+  ended(confirmationId: string, outcome: Settled, said: string): void;
 }
 
 /** Messages asked for a request, pages read at most (the newest are what opening shows), and
@@ -170,12 +174,13 @@ export class Conversation {
             index === null ? "" : item.choices[index]?.label || S.confirmed,
             group,
             item.id,
+            index === null ? "" : takenSaying(item.choices, index),
           ),
         true,
       );
       this.open.set(item.id, answer);
       this.history.append(answer.element);
-      this.watchExpiry(item.id, item.expiresAt - Date.now());
+      this.watchExpiry(item.id, item.expiresAt - this.host.api.serverNow());
     }
     if (pending.length > 0) this.log.scrollTop = this.log.scrollHeight;
   }
@@ -190,9 +195,13 @@ export class Conversation {
           "/confirmations",
           { conversationId: this.id },
         );
+        if (!this.open.has(confirmationId)) return; // answered while asking
         if (pending.some((item) => item.id === confirmationId)) {
           this.watchExpiry(confirmationId, 5_000);
-        } else this.settled(confirmationId, "gone");
+        } else {
+          this.settled(confirmationId, "gone");
+          this.host.ended(confirmationId, "gone", "");
+        }
       } catch {
         this.watchExpiry(confirmationId, 30_000); // unreachable for now: ask again later
       }
@@ -347,8 +356,12 @@ export class Conversation {
         answer.textChunk(event.chunk);
         return false;
       case "pending": {
-        const { choices, confirmationId } = event;
+        const { choices, confirmationId, expiresAt } = event;
         if (confirmationId) this.open.set(confirmationId, answer);
+        // Settled as expired once the server's clock passes it (the server confirms it).
+        if (confirmationId && expiresAt) {
+          this.watchExpiry(confirmationId, Date.parse(expiresAt) - this.host.api.serverNow());
+        }
         answer.pending(
           event.command,
           choices,
@@ -364,6 +377,7 @@ export class Conversation {
               index === null ? "" : choices[index]?.label || S.confirmed,
               group,
               confirmationId,
+              index === null ? "" : takenSaying(choices, index),
             ),
           confirmationId !== undefined,
         );
@@ -384,17 +398,31 @@ export class Conversation {
     }
   }
 
-  /** Sends a confirmation's answer (a token to /confirm, or by id) and notes the outcome
-   * under its buttons; `label` is the chosen choice's words. */
+  /** Sends a confirmation's answer (a token to /confirm, or by id), notes the outcome under
+   * its buttons and tells the host; `label` is the chosen choice's words, `said` its chip's. */
   private async answerWith(
     send: () => Promise<ConfirmAnswer>,
     label: string,
     group: HTMLElement,
     confirmationId?: string,
+    said = "",
+  ): Promise<ChoiceOutcome> {
+    // Out of the open ones while it is sent: an expiry check meanwhile leaves it alone.
+    const shown = confirmationId ? this.open.get(confirmationId) : undefined;
+    if (confirmationId) this.open.delete(confirmationId);
+    const outcome = await this.sent(send, label, group);
+    if (confirmationId && outcome) this.host.ended(confirmationId, outcome, said);
+    else if (confirmationId && shown) this.open.set(confirmationId, shown);
+    return outcome;
+  }
+
+  private async sent(
+    send: () => Promise<ConfirmAnswer>,
+    label: string,
+    group: HTMLElement,
   ): Promise<ChoiceOutcome> {
     try {
       const answer = await send();
-      if (confirmationId) this.open.delete(confirmationId);
       if (!answer.resolved) {
         group.append(h("p", { class: "note" }, S.choiceGone));
         return "gone";
@@ -413,7 +441,6 @@ export class Conversation {
     } catch (error) {
       if (error instanceof ApiError && error.status === 404) {
         // By id: answered elsewhere, or expired; the server says which sentence.
-        if (confirmationId) this.open.delete(confirmationId);
         group.append(h("p", { class: "note" }, S.choiceGone));
         return "gone";
       }

@@ -43,6 +43,14 @@ async function loadConfig(): Promise<UiConfig> {
   }
 }
 
+/** What one browser tab tells the others of the same UI when a confirmation ended in it. */
+interface Ended {
+  conversationId: string;
+  confirmationId: string;
+  outcome: Settled;
+  said: string;
+}
+
 function newConversationId(): string {
   return crypto.randomUUID();
 }
@@ -54,12 +62,16 @@ class App {
   private readonly main = h("main", { attrs: { id: "main" } });
   private panels: Panels | null = null;
   private me: Me | null = null;
+  /** The other tabs of this UI (absent where the browser has no BroadcastChannel). */
+  private readonly tabs =
+    typeof BroadcastChannel === "undefined" ? null : new BroadcastChannel("mercury-confirmations");
 
   constructor(private readonly config: UiConfig) {
     this.api = new Api(config.server, () => savedToken());
   }
 
   async start(): Promise<void> {
+    this.watchConfirmations();
     useLanguage(null); // the browser's, until the server says which is the person's
     if (this.config.oidc) {
       try {
@@ -144,8 +156,10 @@ class App {
       api: this.api,
       signOut: this.signOut,
       announce,
-      answered: (conversationId, confirmationId, outcome, said, resume) =>
-        void this.answered(conversationId, confirmationId, outcome, said, resume),
+      answered: (conversationId, confirmationId, outcome, said, resume) => {
+        this.tabs?.postMessage({ conversationId, confirmationId, outcome, said } satisfies Ended);
+        void this.answered(conversationId, confirmationId, outcome, said, resume);
+      },
     });
     const panelsToggle = h(
       "button",
@@ -251,6 +265,32 @@ class App {
     }
   }
 
+  /** The Pending tab follows confirmations ended elsewhere: in the transcript, in another
+   * tab of this UI (whose message also settles the open conversation's chip), and whatever
+   * happened while the page was hidden or unfocused (one request, and only when it shows). */
+  private watchConfirmations(): void {
+    const refresh = () => void this.panels?.refresh("pending");
+    if (this.tabs) {
+      this.tabs.onmessage = (event: MessageEvent<Ended>) => {
+        const { conversationId, confirmationId, outcome, said } = event.data;
+        if (this.conversation?.id === conversationId) {
+          this.conversation.settled(confirmationId, outcome, said || undefined);
+        }
+        refresh();
+      };
+    }
+    document.addEventListener("visibilitychange", () => {
+      if (document.visibilityState === "visible") refresh();
+    });
+    window.addEventListener("focus", refresh);
+  }
+
+  /** A confirmation of the open conversation ended in its transcript. */
+  private ended(conversationId: string, confirmationId: string, outcome: Settled, said: string) {
+    this.tabs?.postMessage({ conversationId, confirmationId, outcome, said } satisfies Ended);
+    void this.panels?.refresh("pending");
+  }
+
   /** A confirmation answered from the Pending tab: the conversation it belongs to follows;
    * an action handing back opens its conversation to hear the model's answer. */
   private async answered(
@@ -270,7 +310,16 @@ class App {
   private async open(id: string, fresh: boolean): Promise<void> {
     this.conversation?.dispose();
     const conversation = new Conversation(
-      { api: this.api, announce, signOut: this.signOut, changed: () => void this.refreshList() },
+      {
+        api: this.api,
+        announce,
+        signOut: this.signOut,
+        changed: () => {
+          void this.refreshList();
+          void this.panels?.refresh("pending"); // the turn may have staged one
+        },
+        ended: (confirmationId, outcome, said) => this.ended(id, confirmationId, outcome, said),
+      },
       id,
     );
     this.conversation = conversation;

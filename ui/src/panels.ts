@@ -115,6 +115,25 @@ export class Panels {
     }
   }
 
+  /** Draws the tab again in place (no "Loading…" in between) when it is the one open and
+   * showing; nothing otherwise, so a change elsewhere costs a request only when seen. */
+  async refresh(id: string): Promise<void> {
+    const tab = this.tabs.find((candidate) => candidate.id === id);
+    if (!tab || this.current !== id || !this.element.isConnected) return;
+    if (this.element.closest("[hidden]")) return;
+    try {
+      const body = h("div");
+      await tab.render(body);
+      if (this.current !== id) return;
+      const focused = this.panel.contains(document.activeElement);
+      this.panel.replaceChildren(body);
+      if (focused) this.panel.focus(); // not lost to the page with the nodes it was on
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) this.host.signOut(error.message);
+      // Otherwise the last drawing stays: the next change or visit draws it again.
+    }
+  }
+
   private async settings(panel: HTMLElement): Promise<void> {
     const me = await this.host.api.get<Me>("/me");
     const browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
