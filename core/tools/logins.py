@@ -95,6 +95,9 @@ try:
 except ImportError:  # pragma: no cover - httpx2 comes with the mcp dependency
     _FAILURES = (httpx.HTTPError, ValueError, KeyError, TypeError)
 
+#: What a revocation may meet besides the above: the service not answering in time.
+_REVOCATION_FAILURES: tuple[type[Exception], ...] = (TimeoutError, *_FAILURES)
+
 if TYPE_CHECKING:
     from core.config.settings import RestService
     from core.state import Database
@@ -647,7 +650,7 @@ class Logins:
                         break
         except asyncio.CancelledError:
             raise
-        except (TimeoutError, *_FAILURES) as error:
+        except _REVOCATION_FAILURES as error:
             log.warning(
                 "%s's %s tokens couldn't be revoked at the service (%s); they are forgotten here",
                 person_key,
@@ -801,7 +804,7 @@ def _revoked(answer: Any) -> bool:
         error = answer.json().get("error")
     except (ValueError, AttributeError):
         return False
-    return answer.status_code == httpx.codes.BAD_REQUEST and error == "unsupported_token_type"
+    return bool(answer.status_code == httpx.codes.BAD_REQUEST) and error == "unsupported_token_type"
 
 
 def _state_hash(state: str) -> str:

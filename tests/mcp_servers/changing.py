@@ -58,7 +58,7 @@ def build(path: str) -> MCPServer:
 
 async def main(path: str) -> None:
     server = build(path)
-    lowlevel = server._lowlevel_server  # noqa: SLF001 - to advertise tools.listChanged
+    lowlevel = server._lowlevel_server  # its own options: to advertise tools.listChanged
     options = lowlevel.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write):
         send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](16)
