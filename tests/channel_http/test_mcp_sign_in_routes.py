@@ -9,11 +9,14 @@ callback to the server it runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -172,18 +175,41 @@ def test_removing_a_connection_revokes_its_tokens_at_the_authorization_server(
     assert refresh.json()["error"] == "invalid_grant"
 
 
+@pytest.fixture(scope="module")
+def silent() -> Iterator[str]:
+    """A revocation endpoint that takes the connection and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/revoke"
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+@pytest.mark.parametrize("endpoint", ["refused", "silent"])
 def test_a_revocation_that_fails_still_removes_the_connection_and_is_logged_once(
     mercury: RunningServer,
     idp: OidcProviderProcess,
     mcp: ProtectedMcp,
+    silent: str,
+    endpoint: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert sign_in_as(mercury, idp, target(idp, mcp), ALICE_KEY).status_code == 200
     logins = mercury.services.logins
     kept = mercury.call(logins._load(ALICE_KEY, "mcp:tracker"))
     assert kept is not None and kept.login is not None
-    # The authorization server's revocation endpoint is gone (nothing listens on port 9).
-    gone = msgspec.structs.replace(kept.login, revocation_url="http://127.0.0.1:9/revoke")
+    # The authorization server's revocation endpoint is gone (nothing listens on port 9), or
+    # hangs: the removal waits on it for a bounded time (5 s), well within the client's 30 s.
+    url = "http://127.0.0.1:9/revoke" if endpoint == "refused" else silent
+    gone = msgspec.structs.replace(kept.login, revocation_url=url)
     mercury.call(logins._store(ALICE_KEY, "mcp:tracker", msgspec.structs.replace(kept, login=gone)))
     with caplog.at_level(logging.WARNING, logger="mercury.logins"):
         removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=30)
