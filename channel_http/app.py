@@ -423,9 +423,11 @@ async def open_services(
     ledger: UsageLedger | None = None
     budgets: Budgets | None = None
     if settings.usage.ledger:
-        ledger = UsageLedger(db, clock=clock)
+        ledger = UsageLedger(db, clock=clock, flush_s=settings.usage.flush_ms / 1000)
         await ledger.ensure_schema()
         budgets = Budgets(ledger, settings, space_stores.settings)
+        if metrics is not None:
+            metrics.readings.ledger_writes = ledger.counts
     manager = SessionManager(
         model=chat_model,
         catalogs=catalogs,
@@ -665,6 +667,8 @@ async def close_services(services: Services) -> None:
     services.vault.close()
     if services.turn_logs is not None:
         await services.turn_logs.close()
+    if manager.ledger is not None:
+        await manager.ledger.close()  # the calls of the last flush window
     if manager.order is not None:
         await manager.order.stop()
     await services.db.close()

@@ -352,6 +352,7 @@ class UsageSettings(_Group, frozen=True, kw_only=True):
     """The usage ledger and the token allowances every person and space has (0: none)."""
 
     ledger: bool
+    flush_ms: int
     person_day: int
     person_month: int
     space_day: int
@@ -844,6 +845,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("usage.ledger", "MERCURY_USAGE_LEDGER", _Bool(), True,
             "Whether every model call's tokens are kept in the usage ledger (per person, "
             "space, model and day); the allowances below need it."),
+    Setting("usage.flush_ms", "MERCURY_USAGE_FLUSH_MS", _Int(10, 60_000), 250,
+            "Milliseconds a model call's tokens may wait in memory before the ledger writes "
+            "them (in one statement with the others waiting): the most a crash may lose, "
+            "and how late another instance's report sees them; a shutdown writes them at once."),
     Setting("usage.person_day", "MERCURY_USAGE_PERSON_DAY", _Int(0, 10**12), 0,
             "Tokens (input and output) a person may use per UTC day, all conversations "
             "together; 0 is no allowance. A space's `budget.person_day` setting replaces it "

@@ -99,7 +99,10 @@ def said_in(space: str, text: str, caller: str = "slack:UDAN") -> dict[str, Any]
 
 
 def ledger_rows(server: RunningServer) -> list[dict[str, Any]]:
+    """The ledger's rows in the store, once what waits in memory is written."""
+
     async def read() -> list[Any]:
+        await server.services.manager.ledger.flush()
         rows = await server.services.db.fetch_all(
             "SELECT person_key, space_id, model, calls, input_tokens, output_tokens, "
             "cached_tokens FROM usage_days ORDER BY person_key, space_id"
