@@ -46,6 +46,7 @@ import yaml
 from core.config.kinds import (
     _SLUG,
     FallbackModelSpec,
+    PersonAllowance,
     RestOperation,
     RestService,
     _Bool,
@@ -60,6 +61,7 @@ from core.config.kinds import (
     _Origins,
     _PathKind,
     _PeopleJson,
+    _PersonAllowances,
     _PluginRoles,
     _presence,
     _Services,
@@ -357,6 +359,8 @@ class UsageSettings(_Group, frozen=True, kw_only=True):
     person_month: int
     space_day: int
     space_month: int
+    #: Named people's own allowances, by person key (core/usage/allowances.py).
+    people: Mapping[str, PersonAllowance]
 
 
 class BridgesSettings(_Group, frozen=True, kw_only=True):
@@ -860,6 +864,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "allowance. A space's `budget.space_day` setting replaces it."),
     Setting("usage.space_month", "MERCURY_USAGE_SPACE_MONTH", _Int(0, 10**12), 0,
             "Tokens the people of a shared space may use together per UTC month; 0 is none."),
+    Setting("usage.people", None, _PersonAllowances(), MappingProxyType({}),
+            "Named people's own allowances, by person key as `GET /usage` shows it "
+            "(`people:alice: {day: 50000, month: 1000000}`): each replaces the person "
+            "allowance everyone has (`usage.person_*`, a space's `budget.person_*`) for that "
+            "person only; 0 is none. An administrator's runtime value replaces it.",
+            default_doc="none"),
     Setting("bridges.max_message_age_s", "BRIDGE_MAX_MESSAGE_AGE_S", _Int(60, 604_800), 86_400,
             "Seconds a platform message may be old (by the time the platform stamped it) and "
             "still run; an older one, or one stamped more than five minutes ahead, is "

@@ -372,6 +372,19 @@ class UsageLedger:
         )
         return (0 if row is None else int(row[0])) + self._unwritten(index, key, since)
 
+    async def names(self, person_keys: Sequence[str]) -> dict[str, str]:
+        """The names the people's accounts last gave, for those the ledger has seen."""
+        if not person_keys:
+            return {}
+        await self.flush()
+        marks = ", ".join("?" * len(person_keys))
+        found = await self._db.fetch_all(
+            f"SELECT person_key, MAX(person_name) FROM usage_days WHERE person_key IN ({marks}) "  # noqa: S608 - fixed text
+            "GROUP BY person_key",
+            list(person_keys),
+        )
+        return {row[0]: row[1] for row in found if row[1]}
+
     async def rows(
         self,
         *,
