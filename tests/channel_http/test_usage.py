@@ -260,8 +260,15 @@ async def test_two_instances_on_postgresql_sum_into_the_same_rows(
     expected_input = sum(u["input"] for u in usages)
     expected_output = sum(u["output"] for u in usages)
     for server in (a, b):
+        # A report writes this instance's waiting calls first; the other instance's are
+        # written by its own flush, within usage.flush_ms (write-behind).
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-            mine = (await client.get("/me/usage?period=today", headers=ALICE)).json()
+            with anyio.fail_after(10):
+                while True:
+                    mine = (await client.get("/me/usage?period=today", headers=ALICE)).json()
+                    if mine["total"]["calls"] >= 12:
+                        break
+                    await asyncio.sleep(0.05)
         assert mine["total"] == {
             "calls": 12,
             "input": expected_input,
