@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.channel_http.test_usage import PEOPLE, SPACE_CONFIG, chat
+from tests.channel_http.test_usage import PEOPLE, SPACE_CONFIG, chat, said_in
 from tests.conftest import ALICE, BOB
 from tests.support.contract import check_response
 from tests.support.ollama_standin import OllamaStandIn
@@ -136,3 +136,19 @@ def cli(
         timeout=60,
         check=False,
     )
+
+
+def test_one_s_own_allowance_replaces_a_space_s_person_allowance_in_that_space_too(
+    make_server: Callable[..., RunningServer], ollama: OllamaStandIn, tmp_path: Path
+) -> None:
+    server = start(make_server, tmp_path)
+    space = call(server, "PUT", "/spaces/slack:C1/settings/budget.person_day", ALICE, value=5)
+    assert space.status_code == 200, space.text
+    assert (
+        call(server, "PUT", f"{ALLOWANCES}/people:dan/day", ALICE, value=10**6).status_code == 200
+    )
+    for text in ("first", "second", "third"):  # Dan's own million, in the space too
+        assert chat(server, said_in("slack:C1", text)).status_code == 200
+    # Erin has only the space's 5 tokens there.
+    assert chat(server, said_in("slack:C1", "one", caller="slack:UERIN")).status_code == 200
+    assert chat(server, said_in("slack:C1", "two", caller="slack:UERIN")).status_code == 429
