@@ -262,6 +262,27 @@ def add_commands(commands: Any, tr: Translator) -> None:
     )
     usage.add_argument("--person", help=tr.gettext("with --everyone: one person (a person key)"))
     usage.add_argument("--model", help=tr.gettext("with --everyone: one model"))
+    usage.add_argument(
+        "--allowances",
+        action="store_true",
+        help=tr.gettext("the named people's own token allowances (admins)"),
+    )
+    usage.add_argument(
+        "--set-allowance",
+        nargs=3,
+        metavar=("PERSON", "WINDOW", "TOKENS"),
+        help=tr.gettext(
+            "give one person their own allowance: day or month, in tokens (0: none; admins)"
+        ),
+    )
+    usage.add_argument(
+        "--drop-allowance",
+        nargs=2,
+        metavar=("PERSON", "WINDOW"),
+        help=tr.gettext(
+            "drop a person's runtime allowance: the file's, else everyone's, applies (admins)"
+        ),
+    )
 
     connections = commands.add_parser(
         "connections",
@@ -701,6 +722,9 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
 
 
 def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    if arguments.allowances or arguments.set_allowance or arguments.drop_allowance:
+        _allowances(client, console, arguments)
+        return
     query: dict[str, str] = {}
     for name in ("period", "by"):
         if getattr(arguments, name):
@@ -732,6 +756,50 @@ def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> N
         console.say(f"{total}\t{_tokens(console, answer['total'])}")
 
     console.answer(client.call("GET", path), shown)
+
+
+def _allowances(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    def line(allowance: dict[str, Any]) -> str:
+        return (
+            f"{_who(allowance['person'], 'id')}\t{allowance['window']}\t"
+            + console.ngettext(
+                "%(tokens)d token",
+                "%(tokens)d tokens",
+                int(allowance["tokens"]),
+                tokens=int(allowance["tokens"]),
+            )
+            + f"\t({allowance['source']})"
+        )
+
+    if arguments.set_allowance:
+        person, window, tokens = arguments.set_allowance
+        path = f"/usage/allowances/{_segment(person)}/{_segment(window)}"
+        answer = client.call("PUT", path, {"value": tokens})
+        console.answer(answer, lambda a: console.say(line(a["allowance"])))
+        return
+    if arguments.drop_allowance:
+        person, window = arguments.drop_allowance
+        path = f"/usage/allowances/{_segment(person)}/{_segment(window)}"
+
+        def dropped(answer: dict[str, Any]) -> None:
+            left = answer.get("allowance")
+            console.say(
+                line(left)
+                if left
+                else f"{person}\t{window}\t" + console.gettext("everyone's allowance")
+            )
+
+        console.answer(client.call("DELETE", path), dropped)
+        return
+
+    def listed(answer: dict[str, Any]) -> None:
+        found = answer.get("allowances") or []
+        if not found:
+            console.say(console.gettext("No one has an allowance of their own."))
+        for allowance in found:
+            console.say(line(allowance))
+
+    console.answer(client.call("GET", "/usage/allowances"), listed)
 
 
 def _tokens(console: Console, sums: dict[str, Any]) -> str:
