@@ -117,7 +117,8 @@ async def test_the_reference_server_answers_over_streamable_http_and_its_questio
         assert "temperature" in tools[3]["content"]
 
         # Not read-only: staged first; once confirmed, its form question (asked mid-call on
-        # 2025-11-25) has free-text fields, so the model is told to ask in the conversation.
+        # 2025-11-25) has free-text fields: the model is told to ask in the conversation, and
+        # the person's next message there is the answer.
         ollama.enqueue(call("evh_trigger-elicitation-request"), ChatScript.words("Confirm."))
         staged = await turn(client, {"text": "ask me", "conversationId": "h2"}, ALICE)
         (pending,) = staged.of("pending")
@@ -134,7 +135,18 @@ async def test_the_reference_server_answers_over_streamable_http_and_its_questio
         assert resumed.final["text"] == "What is your name?"
         told = ollama.requests[-1]["messages"][-1]
         assert told["role"] == "tool" and "Please provide inputs" in told["content"]
-        assert "name (String)" in told["content"] and "ask the person" in told["content"]
+        assert '<field name="name" type="string" required="yes">' in told["content"]
+        assert "next message in this conversation is taken as the answer" in told["content"]
+        # Ann's next message is the form's answer: the open request (2025-11-25) gets it,
+        # and the model reads what the server made of it, not her words as a turn.
+        ollama.enqueue(ChatScript.words("Thanks, Ann."))
+        answered = await turn(
+            client, {"text": "name: Ann Example\ninteger: 7", "conversationId": "h2"}, ALICE
+        )
+        assert answered.final["text"] == "Thanks, Ann."
+        result = ollama.requests[-1]["messages"][-1]
+        assert result["role"] == "tool" and "Ann Example" in result["content"]
+        assert "accept" in result["content"].lower()
     health = httpx.get(f"{mercury_http.url}/health", headers=ALICE).json()
     (ev,) = health["mcpServers"]
     assert ev["transport"] == "http" and ev["status"] == "up" and ev["tools"] >= 10
