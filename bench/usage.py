@@ -4,8 +4,14 @@ Three figures:
 
 * the per-event server CPU of the same ``fast N`` turn on a server keeping the ledger and on
   one with ``usage.ledger: false``, their turns interleaved (bench/turns.py's side by side);
-* the ledger writes per model call: the calls the ledger summed (``GET /me/usage``) against
-  the turns sent, each one model call;
+* the ledger's writes against the model calls: the turns sent (each one model call), the
+  calls the ledger summed (``GET /me/usage``, which writes what waits first), and the
+  server's own counts (``mercury_usage_ledger_writes_total``): model calls written, rows
+  upserted and statements run. The ledger writes behind: the calls of a flush window are
+  summed by row (day, person, space, model) and written as one multi-row upsert, so each
+  call is in exactly one row written (calls written = model calls) while rows and
+  statements are fewer: a row counts as one write carrying its calls, a statement as one
+  round trip carrying its rows;
 * the budget check, in this process on a SQLite store: its p50 and p99 with the totals and
   the allowances cached (every turn but the first few each ``Budgets.ttl_s``), and the p50 of
   a check that reads the store (the cache expired).
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -40,6 +47,16 @@ async def _calls(port: int) -> int:
     async with httpx.AsyncClient(base_url=f"http://{HOST}:{port}", timeout=10) as client:
         answer = (await client.get("/me/usage?period=today", headers=_auth(0))).json()
     return int(answer["total"]["calls"])
+
+
+_WRITES = re.compile(r'^mercury_usage_ledger_writes_total\{what="(\w+)"\} (\S+)$', re.MULTILINE)
+
+
+async def _writes(port: int) -> dict[str, int]:
+    """The server's own counts: model calls written, rows upserted, statements run."""
+    async with httpx.AsyncClient(base_url=f"http://{HOST}:{port}", timeout=10) as client:
+        text = (await client.get("/metrics", headers=_auth(0))).text
+    return {what: int(float(value)) for what, value in _WRITES.findall(text)}
 
 
 async def budget_check(checks: int) -> dict[str, float]:
@@ -101,8 +118,10 @@ async def run(plan: Plan, checks: int) -> dict[str, Any]:
             {"ledger on": (on_port, on_pid), "ledger off": (off_port, off_pid)}, plan
         )
         turns = plan.rounds + 1  # the warm-up round's turn is one model call too
-        result["writes_per_model_call"] = await _calls(on_port) / turns
+        summed = await _calls(on_port)  # writes what waits first (read after write)
+        result["writes_per_model_call"] = summed / turns
         result["model_calls"] = turns
+        result["ledger_writes"] = await _writes(on_port)
     result["budget_check"] = await budget_check(checks)
     return result
 
@@ -111,6 +130,7 @@ def table(result: dict[str, Any]) -> str:
     on_off = result["on_off"]
     check = result["budget_check"]
     on, off = on_off["ledger on"], on_off["ledger off"]
+    writes = result.get("ledger_writes", {})
     rows = [
         "| Figure | Value | Target |",
         "|---|---|---|",
@@ -119,6 +139,8 @@ def table(result: dict[str, Any]) -> str:
         f"| ratio on / off | {on_off['ratio_cpu']:.3f}x | ≤ 1.02x |",
         f"| ledger writes per model call | {result['writes_per_model_call']:.2f} "
         f"({result['model_calls']} calls) | 1 |",
+        f"| calls written / rows upserted / statements | {writes.get('calls', 0)} / "
+        f"{writes.get('rows', 0)} / {writes.get('statements', 0)} | calls = model calls |",
         f"| budget check p50, cached | {check['cached_p50_us']:.1f} µs | ≤ 500 µs |",
         f"| budget check p99, cached | {check['cached_p99_us']:.1f} µs | |",
         f"| budget check p50, reading the store | {check['store_read_p50_us']:.1f} µs | |",

@@ -81,7 +81,7 @@ from core.tools.registry import Plugin, ToolRegistry
 from core.tools.rest_plugin import rest_plugin
 from core.tools.space_tools import space_plugins
 from core.turn_logs import MemoryTurnLogs, SharedTurnLogs, TurnLogs
-from core.usage import Budgets, UsageLedger
+from core.usage import Budgets, PersonAllowances, UsageLedger
 from core.workspace.files import FileLimits, PersonFiles
 from core.workspace.wiki import Vault
 
@@ -424,9 +424,13 @@ async def open_services(
     ledger: UsageLedger | None = None
     budgets: Budgets | None = None
     if settings.usage.ledger:
-        ledger = UsageLedger(db, clock=clock)
+        ledger = UsageLedger(db, clock=clock, flush_s=settings.usage.flush_ms / 1000)
         await ledger.ensure_schema()
-        budgets = Budgets(ledger, settings, space_stores.settings)
+        allowances = PersonAllowances(db, settings, clock=clock)
+        await allowances.ensure_schema()
+        budgets = Budgets(ledger, settings, space_stores.settings, allowances=allowances)
+        if metrics is not None:
+            metrics.readings.ledger_writes = ledger.counts
     manager = SessionManager(
         model=chat_model,
         catalogs=catalogs,
@@ -666,6 +670,8 @@ async def close_services(services: Services) -> None:
     services.vault.close()
     if services.turn_logs is not None:
         await services.turn_logs.close()
+    if manager.ledger is not None:
+        await manager.ledger.close()  # the calls of the last flush window
     if manager.order is not None:
         await manager.order.stop()
     await services.db.close()

@@ -274,12 +274,21 @@ class OpenAIStandIn(OllamaStandIn):
         if script.hang:
             await asyncio.get_running_loop().create_future()
         message = {"role": "assistant", "content": "".join(script.content)}
+        prompt = self._prompt_tokens(payload)
+        answer = max(len(script.content), 1)
         body = {
             "id": "chatcmpl-standin",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            # Always on a whole answer, as the protocol's servers send it.
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": answer,
+                "total_tokens": prompt + answer,
+                "prompt_tokens_details": {"cached_tokens": self._cached_tokens(payload)},
+            },
         }
         await _write_json(writer, 200, body, keep_alive=keep)
         return "completed"

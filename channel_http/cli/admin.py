@@ -74,69 +74,86 @@ YES: Final = N_("y")
 # ---------------------------------------------------------------------------- the parser
 
 
-def add_commands(commands: Any) -> None:
-    """Declare the space commands on the ``mercury-http`` sub-command parser."""
+def add_commands(commands: Any, tr: Translator) -> None:
+    """Declare the space commands on the ``mercury-http`` sub-command parser, in ``tr``'s."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", metavar="URL", help="the server (as for chat)")
+    common.add_argument("--server", metavar="URL", help=tr.gettext("the server (as for chat)"))
     common.add_argument(
-        "--json", action="store_true", help="print the server's answer as JSON, for scripts"
+        "--json",
+        action="store_true",
+        help=tr.gettext("print the server's answer as JSON, for scripts"),
     )
     # The same options on an action (``spaces list --json``), not overriding what was
     # given before it (``spaces --json list``).
     nested = argparse.ArgumentParser(add_help=False)
-    nested.add_argument("--server", metavar="URL", default=argparse.SUPPRESS, help="the server")
     nested.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON, for scripts"
+        "--server", metavar="URL", default=argparse.SUPPRESS, help=tr.gettext("the server")
+    )
+    nested.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=tr.gettext("print JSON, for scripts"),
     )
     asking = argparse.ArgumentParser(add_help=False)
     asking.add_argument(
         "--yes",
         action="store_true",
-        help="don't ask for a confirmation (needed without a terminal)",
+        help=tr.gettext("don't ask for a confirmation (needed without a terminal)"),
     )
-    epilog = (
+    epilog = tr.gettext(
         "The token and server come as for chat (MERCURY_TOKEN, MERCURY_SERVER or the user "
         "config file). Exit statuses: 0 done, 1 the server failed or can't be reached, 2 usage "
         "error or a request refused as wrong (400, 404), 4 refused (401, 403, 429)."
     )
+    space_help = tr.gettext("the space id, e.g. slack:C0123")
+    rest_help = tr.gettext("the value (the rest of the line)")
 
     spaces = commands.add_parser(
         "spaces",
         parents=[common],
-        help="list your spaces, show one, or delete one",
-        description="Without arguments, the spaces you take part in with your role. "
-        "'show SPACE' gives its members and roles; 'delete SPACE' forgets it (asks first).",
+        help=tr.gettext("list your spaces, show one, or delete one"),
+        description=tr.gettext(
+            "Without arguments, the spaces you take part in with your role. "
+            "'show SPACE' gives its members and roles; 'delete SPACE' forgets it (asks first)."
+        ),
         epilog=epilog,
     )
     spaces_actions = spaces.add_subparsers(dest="action")
-    spaces_actions.add_parser("list", parents=[nested], help="the spaces you take part in")
-    show = spaces_actions.add_parser("show", parents=[nested], help="one space and its members")
-    show.add_argument("space", help="the space id, e.g. slack:C0123")
-    forget = spaces_actions.add_parser(
-        "delete", parents=[nested, asking], help="forget a space (admins)"
+    spaces_actions.add_parser(
+        "list", parents=[nested], help=tr.gettext("the spaces you take part in")
     )
-    forget.add_argument("space")
+    show = spaces_actions.add_parser(
+        "show", parents=[nested], help=tr.gettext("one space and its members")
+    )
+    show.add_argument("space", help=space_help)
+    forget = spaces_actions.add_parser(
+        "delete", parents=[nested, asking], help=tr.gettext("forget a space (admins)")
+    )
+    forget.add_argument("space", help=space_help)
 
     prefs = commands.add_parser(
         "prefs",
         parents=[common],
-        help="a space's preferences",
-        description="List, read, set or delete a space's preferences. 'set' takes the rest of "
-        "the line as the value.",
+        help=tr.gettext("a space's preferences"),
+        description=tr.gettext(
+            "List, read, set or delete a space's preferences. 'set' takes the rest of "
+            "the line as the value."
+        ),
         epilog=epilog,
     )
     prefs_actions = prefs.add_subparsers(dest="action", required=True)
-    listed = prefs_actions.add_parser("list", parents=[nested], help="every preference")
+    listed = prefs_actions.add_parser("list", parents=[nested], help=tr.gettext("every preference"))
     listed.add_argument("space")
-    got = prefs_actions.add_parser("get", parents=[nested], help="one preference")
+    got = prefs_actions.add_parser("get", parents=[nested], help=tr.gettext("one preference"))
     got.add_argument("space")
     got.add_argument("key")
-    put = prefs_actions.add_parser("set", parents=[nested], help="set a preference")
+    put = prefs_actions.add_parser("set", parents=[nested], help=tr.gettext("set a preference"))
     put.add_argument("space")
     put.add_argument("key")
-    put.add_argument("value", nargs="+", help="the value (the rest of the line)")
+    put.add_argument("value", nargs="+", help=rest_help)
     dropped = prefs_actions.add_parser(
-        "delete", parents=[nested, asking], help="delete a preference"
+        "delete", parents=[nested, asking], help=tr.gettext("delete a preference")
     )
     dropped.add_argument("space")
     dropped.add_argument("key")
@@ -144,97 +161,146 @@ def add_commands(commands: Any) -> None:
     mute = commands.add_parser(
         "mute",
         parents=[common, asking],
-        help="mute a person in a space (shows the reminder, then asks)",
-        description="Mute PERSON in SPACE for DURATION (10m, 1h, 24h, 7d). The server's "
-        "reminder of what muting does is shown first, then you confirm.",
+        help=tr.gettext("mute a person in a space (shows the reminder, then asks)"),
+        description=tr.gettext(
+            "Mute PERSON in SPACE for DURATION (10m, 1h, 24h, 7d). The server's "
+            "reminder of what muting does is shown first, then you confirm."
+        ),
         epilog=epilog,
     )
     mute.add_argument("space")
-    mute.add_argument("person", help="slack:U0123, static:alice or people:alice")
-    mute.add_argument("duration", help="10m, 1h, 24h, 7d (1 minute to 30 days)")
-    mute.add_argument("--reason", help="why, kept with the mute")
+    mute.add_argument("person", help=tr.gettext("slack:U0123, static:alice or people:alice"))
+    mute.add_argument("duration", help=tr.gettext("10m, 1h, 24h, 7d (1 minute to 30 days)"))
+    mute.add_argument("--reason", help=tr.gettext("why, kept with the mute"))
     unmute = commands.add_parser(
-        "unmute", parents=[common], help="lift a person's mute", epilog=epilog
+        "unmute", parents=[common], help=tr.gettext("lift a person's mute"), epilog=epilog
     )
     unmute.add_argument("space")
     unmute.add_argument("person")
     mutes = commands.add_parser(
-        "mutes", parents=[common], help="the mutes in force in a space", epilog=epilog
+        "mutes",
+        parents=[common],
+        help=tr.gettext("the mutes in force in a space"),
+        epilog=epilog,
     )
     mutes.add_argument("space")
 
     settings = commands.add_parser(
         "settings",
         parents=[common],
-        help="a space's runtime settings",
-        description="SPACE alone lists the settings with where each value comes from; KEY "
-        "shows one; KEY VALUE sets it; --unset KEY falls back to the file or the default.",
+        help=tr.gettext("a space's runtime settings"),
+        description=tr.gettext(
+            "SPACE alone lists the settings with where each value comes from; KEY "
+            "shows one; KEY VALUE sets it; --unset KEY falls back to the file or the default."
+        ),
         epilog=epilog,
     )
     settings.add_argument("space")
     settings.add_argument("key", nargs="?")
-    settings.add_argument("value", nargs="*", help="the new value (the rest of the line)")
+    settings.add_argument(
+        "value", nargs="*", help=tr.gettext("the new value (the rest of the line)")
+    )
     settings.add_argument(
         "--unset",
         metavar="KEY",
         nargs="?",
         const="",
-        help="remove the space's own value of KEY (settings SPACE --unset KEY, or settings "
-        "SPACE KEY --unset)",
+        help=tr.gettext(
+            "remove the space's own value of KEY (settings SPACE --unset KEY, or settings "
+            "SPACE KEY --unset)"
+        ),
     )
 
     pairing = commands.add_parser(
         "pairing",
         parents=[common],
-        help="people waiting to be let in (admins)",
-        description="The pairing requests of people who wrote to the assistant and are not "
-        "known yet; approve or deny one by its code.",
+        help=tr.gettext("people waiting to be let in (admins)"),
+        description=tr.gettext(
+            "The pairing requests of people who wrote to the assistant and are not "
+            "known yet; approve or deny one by its code."
+        ),
         epilog=epilog,
     )
     pairing_actions = pairing.add_subparsers(dest="action")
-    pairing_actions.add_parser("list", parents=[nested], help="the pending requests")
-    for verb in ("approve", "deny"):
-        decided = pairing_actions.add_parser(verb, parents=[nested], help=f"{verb} a request")
-        decided.add_argument("code")
-    pairing_actions.add_parser("admitted", parents=[nested], help="the accounts let in")
-    revoke = pairing_actions.add_parser(
-        "revoke", parents=[nested], help="let an approved account out again"
+    pairing_actions.add_parser("list", parents=[nested], help=tr.gettext("the pending requests"))
+    approve = pairing_actions.add_parser(
+        "approve", parents=[nested], help=tr.gettext("approve a request")
     )
-    revoke.add_argument("account", help="the account as listed, such as telegram:123456")
+    approve.add_argument("code")
+    deny = pairing_actions.add_parser("deny", parents=[nested], help=tr.gettext("deny a request"))
+    deny.add_argument("code")
+    pairing_actions.add_parser("admitted", parents=[nested], help=tr.gettext("the accounts let in"))
+    revoke = pairing_actions.add_parser(
+        "revoke", parents=[nested], help=tr.gettext("let an approved account out again")
+    )
+    revoke.add_argument(
+        "account", help=tr.gettext("the account as listed, such as telegram:123456")
+    )
 
     usage = commands.add_parser(
         "usage",
         parents=[common],
-        help="the tokens the model used: yours, a space's, or everyone's",
-        description="Your own tokens by day and model (GET /me/usage); with --space, a "
-        "space's by person and model (its admins); with --everyone (or --person, --model), "
-        "everyone's by person, space and model (administrators).",
+        help=tr.gettext("the tokens the model used: yours, a space's, or everyone's"),
+        description=tr.gettext(
+            "Your own tokens by day and model (GET /me/usage); with --space, a "
+            "space's by person and model (its admins); with --everyone (or --person, --model), "
+            "everyone's by person, space and model (administrators)."
+        ),
         epilog=epilog,
     )
     usage.add_argument(
-        "--period", choices=("today", "7d", "30d", "month"), help="the days covered (30d)"
+        "--period",
+        choices=("today", "7d", "30d", "month"),
+        help=tr.gettext("the days covered (30d)"),
     )
-    usage.add_argument("--by", help="what rows are grouped by: day, person, space, model")
-    usage.add_argument("--space", help="one space's usage, e.g. slack:C0123")
-    usage.add_argument("--everyone", action="store_true", help="everyone's usage (admins)")
-    usage.add_argument("--person", help="with --everyone: one person (a person key)")
-    usage.add_argument("--model", help="with --everyone: one model")
+    usage.add_argument(
+        "--by", help=tr.gettext("what rows are grouped by: day, person, space, model")
+    )
+    usage.add_argument("--space", help=tr.gettext("one space's usage, e.g. slack:C0123"))
+    usage.add_argument(
+        "--everyone", action="store_true", help=tr.gettext("everyone's usage (admins)")
+    )
+    usage.add_argument("--person", help=tr.gettext("with --everyone: one person (a person key)"))
+    usage.add_argument("--model", help=tr.gettext("with --everyone: one model"))
+    usage.add_argument(
+        "--allowances",
+        action="store_true",
+        help=tr.gettext("the named people's own token allowances (admins)"),
+    )
+    usage.add_argument(
+        "--set-allowance",
+        nargs=3,
+        metavar=("PERSON", "WINDOW", "TOKENS"),
+        help=tr.gettext(
+            "give one person their own allowance: day or month, in tokens (0: none; admins)"
+        ),
+    )
+    usage.add_argument(
+        "--drop-allowance",
+        nargs=2,
+        metavar=("PERSON", "WINDOW"),
+        help=tr.gettext(
+            "drop a person's runtime allowance: the file's, else everyone's, applies (admins)"
+        ),
+    )
 
     connections = commands.add_parser(
         "connections",
         parents=[common],
-        help="the MCP servers you're signed in to, or sign out of one",
-        description="Without arguments, the MCP servers you have signed in to, with the "
-        "scopes granted and when the access lapses (it is renewed before). 'remove SERVER' "
-        "signs you out of it: the next use of its tools asks you to sign in again.",
+        help=tr.gettext("the MCP servers you're signed in to, or sign out of one"),
+        description=tr.gettext(
+            "Without arguments, the MCP servers you have signed in to, with the "
+            "scopes granted and when the access lapses (it is renewed before). 'remove SERVER' "
+            "signs you out of it: the next use of its tools asks you to sign in again."
+        ),
         epilog=epilog,
     )
     connections_actions = connections.add_subparsers(dest="action")
-    connections_actions.add_parser("list", parents=[nested], help="your connections")
+    connections_actions.add_parser("list", parents=[nested], help=tr.gettext("your connections"))
     removed = connections_actions.add_parser(
-        "remove", parents=[nested], help="sign out of a server"
+        "remove", parents=[nested], help=tr.gettext("sign out of a server")
     )
-    removed.add_argument("name", metavar="SERVER", help="the server's name, as listed")
+    removed.add_argument("name", metavar="SERVER", help=tr.gettext("the server's name, as listed"))
 
 
 # ----------------------------------------------------------------------------- the wire
@@ -656,6 +722,9 @@ def _pairing(client: Client, console: Console, arguments: argparse.Namespace) ->
 
 
 def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    if arguments.allowances or arguments.set_allowance or arguments.drop_allowance:
+        _allowances(client, console, arguments)
+        return
     query: dict[str, str] = {}
     for name in ("period", "by"):
         if getattr(arguments, name):
@@ -687,6 +756,50 @@ def _usage(client: Client, console: Console, arguments: argparse.Namespace) -> N
         console.say(f"{total}\t{_tokens(console, answer['total'])}")
 
     console.answer(client.call("GET", path), shown)
+
+
+def _allowances(client: Client, console: Console, arguments: argparse.Namespace) -> None:
+    def line(allowance: dict[str, Any]) -> str:
+        return (
+            f"{_who(allowance['person'], 'id')}\t{allowance['window']}\t"
+            + console.ngettext(
+                "%(tokens)d token",
+                "%(tokens)d tokens",
+                int(allowance["tokens"]),
+                tokens=int(allowance["tokens"]),
+            )
+            + f"\t({allowance['source']})"
+        )
+
+    if arguments.set_allowance:
+        person, window, tokens = arguments.set_allowance
+        path = f"/usage/allowances/{_segment(person)}/{_segment(window)}"
+        answer = client.call("PUT", path, {"value": tokens})
+        console.answer(answer, lambda a: console.say(line(a["allowance"])))
+        return
+    if arguments.drop_allowance:
+        person, window = arguments.drop_allowance
+        path = f"/usage/allowances/{_segment(person)}/{_segment(window)}"
+
+        def dropped(answer: dict[str, Any]) -> None:
+            left = answer.get("allowance")
+            console.say(
+                line(left)
+                if left
+                else f"{person}\t{window}\t" + console.gettext("everyone's allowance")
+            )
+
+        console.answer(client.call("DELETE", path), dropped)
+        return
+
+    def listed(answer: dict[str, Any]) -> None:
+        found = answer.get("allowances") or []
+        if not found:
+            console.say(console.gettext("No one has an allowance of their own."))
+        for allowance in found:
+            console.say(line(allowance))
+
+    console.answer(client.call("GET", "/usage/allowances"), listed)
 
 
 def _tokens(console: Console, sums: dict[str, Any]) -> str:

@@ -71,17 +71,17 @@ class ChatProblem(Exception):
         self.status = status
 
 
-def add_command(commands: Any) -> None:
-    """Declare ``chat`` on the ``mercury-http`` sub-command parser."""
+def add_command(commands: Any, tr: Translator) -> None:
+    """Declare ``chat`` on the ``mercury-http`` sub-command parser, its texts in ``tr``'s."""
     parser = commands.add_parser(
         "chat",
-        help="talk to a running server",
-        description=(
+        help=tr.gettext("talk to a running server"),
+        description=tr.gettext(
             "Send a message to a running Mercury HTTP server and show the answer as it "
             "streams. Without TEXT, the message is read from stdin; on a terminal, an "
             "interactive conversation starts (/new for a new one, /quit to leave)."
         ),
-        epilog=(
+        epilog=tr.gettext(
             "The token comes from MERCURY_TOKEN or the user config file "
             '($XDG_CONFIG_HOME/mercury-http/config.toml: token = "...", server = "..."). '
             "Exit statuses: 0 answered, 1 the turn failed, 2 usage error, 3 waiting for a "
@@ -89,11 +89,13 @@ def add_command(commands: Any) -> None:
             "(401, 403, 429), 130 cancelled with Ctrl-C."
         ),
     )
-    parser.add_argument("text", nargs="*", help="the message (default: stdin)")
+    parser.add_argument("text", nargs="*", help=tr.gettext("the message (default: stdin)"))
     parser.add_argument(
         "--conversation",
         metavar="ID",
-        help="the conversation to continue (default: one per terminal session, printed)",
+        help=tr.gettext(
+            "the conversation to continue (default: one per terminal session, printed)"
+        ),
     )
     parser.add_argument(
         "--file",
@@ -101,24 +103,34 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         type=Path,
-        help="send a file with the message (repeatable; uses POST /chat)",
-    )
-    parser.add_argument("--server", metavar="URL", help=f"the server (default {DEFAULT_SERVER})")
-    parser.add_argument(
-        "--json", action="store_true", help="one JSON object per event (or the answer), for scripts"
+        help=tr.gettext("send a file with the message (repeatable; uses POST /chat)"),
     )
     parser.add_argument(
-        "--no-stream", action="store_true", help="wait for the whole answer (POST /chat)"
+        "--server",
+        metavar="URL",
+        help=tr.gettext("the server (default %(server)s)") % {"server": DEFAULT_SERVER},
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=tr.gettext("one JSON object per event (or the answer), for scripts"),
+    )
+    parser.add_argument(
+        "--no-stream",
+        action="store_true",
+        help=tr.gettext("wait for the whole answer (POST /chat)"),
     )
     parser.add_argument(
         "--save-to",
         metavar="DIR",
         type=Path,
         default=Path(),
-        help="where files the assistant sends back are saved (default: here)",
+        help=tr.gettext("where files the assistant sends back are saved (default: here)"),
     )
     parser.add_argument(
-        "--show-reasoning", action="store_true", help="keep the model's reasoning unfolded"
+        "--show-reasoning",
+        action="store_true",
+        help=tr.gettext("keep the model's reasoning unfolded"),
     )
 
 

@@ -24,10 +24,12 @@ import uvicorn
 import yaml
 
 from channel_http.cli import admin, chat
+from channel_http.cli.language import accept_language, argparse_speaking, translator_for
 from channel_http.serving import collector, logs, switching
 from channel_http.serving.accept import GreedyAccept, accept_greedily
 from core.channels import admits
 from core.config.settings import ConfigurationError, Settings, help_text, load_settings
+from core.people.i18n import Translator
 from core.version import core_version
 
 # The server's modules (the app, the state store, tracing) are imported by the commands that
@@ -346,85 +348,125 @@ def _serve_workers(settings: Settings, environ: dict[str, str], token: str | Non
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    logs.configure()
-    parser = argparse.ArgumentParser(prog="mercury-http", description="Mercury's HTTP surface.")
-    parser.add_argument("--version", action="version", version=f"mercury-http {core_version()}")
-    commands = parser.add_subparsers(dest="command", required=True)
+def parser(tr: Translator) -> argparse.ArgumentParser:
+    """``mercury-http`` and its sub-commands, their texts in ``tr``'s language.
+
+    Built inside :func:`~channel_http.cli.language.argparse_speaking` so argparse's own
+    headings come in that language too.
+    """
+    top = argparse.ArgumentParser(
+        prog="mercury-http", description=tr.gettext("Mercury's HTTP surface.")
+    )
+    top.add_argument(
+        "--version",
+        action="version",
+        version=f"mercury-http {core_version()}",
+        help=tr.gettext("show program's version number and exit"),
+    )
+    commands = top.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser(
         "serve",
-        help="run the server",
-        description="Run the HTTP surface. Settings come from mercury.yaml and the environment.",
+        help=tr.gettext("run the server"),
+        description=tr.gettext(
+            "Run the HTTP surface. Settings come from mercury.yaml and the environment."
+        ),
         epilog=help_text(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve_parser.add_argument(
         "--dev",
         action="store_true",
-        help="with no auth configured, make and print a development static token",
+        help=tr.gettext("with no auth configured, make and print a development static token"),
     )
     serve_parser.add_argument(
         "--dev-model",
         action="store_true",
-        help="start the scripted model (see dev-model) in this process and use it, with its "
-        "demo services, instead of a model server",
+        help=tr.gettext(
+            "start the scripted model (see dev-model) in this process and use it, with its "
+            "demo services, instead of a model server"
+        ),
     )
     serve_parser.add_argument(
         "--host",
-        help="the address to listen on (overrides HTTP_SURFACE_HOST and the file; default "
-        "127.0.0.1, this machine only: 0.0.0.0 listens on every interface)",
+        help=tr.gettext(
+            "the address to listen on (overrides HTTP_SURFACE_HOST and the file; default "
+            "127.0.0.1, this machine only: 0.0.0.0 listens on every interface)"
+        ),
     )
     serve_parser.add_argument(
-        "--port", type=int, help="the port (overrides HTTP_SURFACE_PORT and the file)"
+        "--port", type=int, help=tr.gettext("the port (overrides HTTP_SURFACE_PORT and the file)")
     )
-    serve_parser.add_argument(
-        "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
-    )
+    config_help = tr.gettext("the YAML settings file (overrides MERCURY_CONFIG_FILE)")
+    serve_parser.add_argument("--config", metavar="FILE", help=config_help)
     serve_parser.add_argument(
         "--workers",
         type=int,
         metavar="N",
-        help="N server processes sharing the port (overrides HTTP_SURFACE_WORKERS); more than "
-        "1 needs PostgreSQL (MERCURY_STATE_URL) and memory on a Qdrant server or off",
+        help=tr.gettext(
+            "N server processes sharing the port (overrides HTTP_SURFACE_WORKERS); more than "
+            "1 needs PostgreSQL (MERCURY_STATE_URL) and memory on a Qdrant server or off"
+        ),
     )
     check_parser = commands.add_parser(
         "check-config",
-        help="print the effective settings and every problem found (exit 1 on any)",
-        description="Print the effective settings (secrets only as set or not set) and every "
-        "problem found: settings, auth, directory, the models Ollama lacks. Exits 1 on any.",
+        help=tr.gettext("print the effective settings and every problem found (exit 1 on any)"),
+        description=tr.gettext(
+            "Print the effective settings (secrets only as set or not set) and every "
+            "problem found: settings, auth, directory, the models Ollama lacks. Exits 1 on any."
+        ),
     )
-    check_parser.add_argument(
-        "--config", metavar="FILE", help="the YAML settings file (overrides MERCURY_CONFIG_FILE)"
-    )
+    check_parser.add_argument("--config", metavar="FILE", help=config_help)
     init_parser = commands.add_parser(
         "init",
-        help="write a commented mercury.yaml with every setting at its default",
-        description="Write a mercury.yaml naming every setting the file may hold, at its "
-        "default, with its meaning as a comment.",
+        help=tr.gettext("write a commented mercury.yaml with every setting at its default"),
+        description=tr.gettext(
+            "Write a mercury.yaml naming every setting the file may hold, at its "
+            "default, with its meaning as a comment."
+        ),
     )
-    init_parser.add_argument("--output", help="where to write it (default: mercury.yaml)")
-    init_parser.add_argument("--force", action="store_true", help="replace an existing file")
+    init_parser.add_argument(
+        "--output", help=tr.gettext("where to write it (default: mercury.yaml)")
+    )
+    init_parser.add_argument(
+        "--force", action="store_true", help=tr.gettext("replace an existing file")
+    )
     dev_model_parser = commands.add_parser(
         "dev-model",
-        help="serve a scripted model on 127.0.0.1 (Ollama's and OpenAI's protocols)",
-        description="Serve a deterministic scripted model on 127.0.0.1, speaking Ollama's "
-        "protocol and OpenAI's (under /v1), to try Mercury without a model server. It echoes "
-        "messages; '/demo' in a message lists the events it produces on demand (reasoning, "
-        "tools, confirmations, sign-ins, displays, a slow stream, an error, a stalled stream).",
+        help=tr.gettext("serve a scripted model on 127.0.0.1 (Ollama's and OpenAI's protocols)"),
+        description=tr.gettext(
+            "Serve a deterministic scripted model on 127.0.0.1, speaking Ollama's "
+            "protocol and OpenAI's (under /v1), to try Mercury without a model server. It "
+            "echoes messages; '/demo' in a message lists the events it produces on demand "
+            "(reasoning, tools, confirmations, sign-ins, displays, a slow stream, an error, a "
+            "stalled stream)."
+        ),
     )
     dev_model_parser.add_argument(
-        "--port", type=int, default=11434, help="the port (default 11434; 0 picks a free one)"
+        "--port",
+        type=int,
+        default=11434,
+        help=tr.gettext("the port (default 11434; 0 picks a free one)"),
     )
     dev_model_parser.add_argument(
         "--model",
         action="append",
         metavar="NAME",
-        help="another model name to answer to (repeatable); it always answers to the default "
-        "chat and embedding models",
+        help=tr.gettext(
+            "another model name to answer to (repeatable); it always answers to the default "
+            "chat and embedding models"
+        ),
     )
-    chat.add_command(commands)
-    admin.add_commands(commands)
-    arguments = parser.parse_args(argv)
+    chat.add_command(commands, tr)
+    admin.add_commands(commands, tr)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logs.configure()
+    # No server has answered yet: --help and usage errors speak the terminal's language.
+    tr = translator_for(accept_language(os.environ))
+    with argparse_speaking(tr):
+        arguments = parser(tr).parse_args(argv)
     if arguments.command == "dev-model":
         from dev_model.command import run as run_dev_model
 

@@ -4,8 +4,9 @@
 person's): the server's name and title, the authorization server that issued the tokens, the
 scopes granted, when the access token lapses (it is renewed before) and when the tokens were
 last stored. ``DELETE /me/connections/{server}`` forgets the caller's tokens for that server
-on every instance (the next call to one of its tools asks them to sign in again); a server
-they aren't signed in to answers 404.
+on every instance (the next call to one of its tools asks them to sign in again), and
+revokes them at the authorization server where it offers revocation (RFC 7009, best-effort,
+bounded); a server they aren't signed in to answers 404.
 """
 
 from __future__ import annotations

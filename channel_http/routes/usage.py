@@ -7,19 +7,37 @@ by person, space and model, narrowed by ``person``, ``space`` and ``model``; ``G
 ``usage.get`` permission of the spaces' table). Every report covers a ``period`` ending today
 (UTC): ``today``, ``7d``, ``30d`` (the default) or ``month``. People are shown by name where
 one is known. With the ledger off (``usage.ledger: false``) each answers 404.
+
+``GET /usage/allowances`` lists the named people's own token allowances (the file's
+``usage.people`` and those set at runtime, :mod:`core.usage.allowances`); ``PUT`` and
+``DELETE /usage/allowances/{person}/{window}`` (``day`` or ``month``) set and drop one at
+runtime. All three are an administrator's, as ``/usage`` is: the rule of a space's settings
+(its admins) with everyone's allowance in place of a space's.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 
-from litestar import Request, Response, get
+from litestar import Request, Response, delete, get, put
 from litestar.params import FromPath
 
 from channel_http.errors import BadRequest, Forbidden, NotFound
+from channel_http.requests import SettingBody, decode_body
 from channel_http.routes.spaces import space_role
 from core.people.pairing import may_approve
-from core.usage import GROUPS, PERIODS, Group, LedgerRow, Period, period_start
+from core.usage import (
+    GROUPS,
+    PERIODS,
+    Allowance,
+    AllowanceError,
+    Group,
+    LedgerRow,
+    Period,
+    PersonAllowances,
+    period_start,
+)
 
 if TYPE_CHECKING:
     from channel_http.middleware import Caller
@@ -178,4 +196,93 @@ async def space_usage(request: AnyRequest, space: FromPath[str]) -> Response[Any
     return await _report(request, ledger, services, period, by, space_id=space_id)
 
 
-usage_routes: Final = (my_usage, everyone_usage, space_usage)
+def _allowances(request: AnyRequest) -> tuple[Services, Caller, PersonAllowances]:
+    """The allowances' store, for an administrator; 404 with the ledger off, 403 to others."""
+    services, caller, _ = _ledger(request)
+    budgets = services.manager.budgets
+    if budgets is None or budgets.allowances is None:  # pragma: no cover - built with the ledger
+        raise NotFound(
+            caller.translator.gettext(
+                "The usage ledger is off on this server (usage.ledger: false)."
+            )
+        )
+    if not may_approve(caller.person):
+        raise Forbidden(
+            caller.translator.gettext(
+                "Only an administrator (a person with the admin role) may read or set "
+                "people's token allowances."
+            )
+        )
+    return services, caller, budgets.allowances
+
+
+async def _shown(services: Services, allowances: list[Allowance]) -> list[dict[str, Any]]:
+    """The allowances with their people by name: the one they asked for, else their account's."""
+    keys = sorted({allowance.person_key for allowance in allowances})
+    asked = await services.person_settings.names(keys)
+    seen = {} if services.manager.ledger is None else await services.manager.ledger.names(keys)
+    return [
+        {
+            "person": {
+                "id": allowance.person_key,
+                "name": asked.get(allowance.person_key) or seen.get(allowance.person_key),
+            },
+            "window": allowance.window,
+            "tokens": allowance.tokens,
+            "source": allowance.source,
+        }
+        for allowance in allowances
+    ]
+
+
+def _refusal(error: AllowanceError, tr: Translator) -> BadRequest:
+    return BadRequest(tr.gettext(error.template) % dict(error.params))
+
+
+@get("/usage/allowances")
+async def allowances_list(request: AnyRequest) -> Response[Any]:
+    """Every named person's own allowances in force, with where each comes from."""
+    services, _, allowances = _allowances(request)
+    found = await _shown(services, await allowances.listing())
+    return Response({"ok": True, "allowances": found}, headers=_NO_STORE)
+
+
+@put("/usage/allowances/{person:str}/{window:str}", status_code=200)
+async def allowance_put(
+    request: AnyRequest, person: FromPath[str], window: FromPath[str]
+) -> Response[Any]:
+    """Give one person their own allowance for the window, in force from their next turn."""
+    services, caller, allowances = _allowances(request)
+    body = decode_body(SettingBody, await request.body(), caller.translator)
+    try:
+        saved = await allowances.set(
+            unquote(person), unquote(window), body.value, by=caller.person.key
+        )
+    except AllowanceError as error:
+        raise _refusal(error, caller.translator) from None
+    [shown] = await _shown(services, [saved])
+    return Response({"ok": True, "allowance": shown})
+
+
+@delete("/usage/allowances/{person:str}/{window:str}", status_code=200)
+async def allowance_delete(
+    request: AnyRequest, person: FromPath[str], window: FromPath[str]
+) -> Response[Any]:
+    """Drop the runtime value: the file's for the person applies again, else everyone's."""
+    services, caller, allowances = _allowances(request)
+    try:
+        left = await allowances.delete(unquote(person), unquote(window))
+    except AllowanceError as error:
+        raise _refusal(error, caller.translator) from None
+    shown = await _shown(services, [] if left is None else [left])
+    return Response({"ok": True, "allowance": shown[0] if shown else None})
+
+
+usage_routes: Final = (
+    my_usage,
+    everyone_usage,
+    space_usage,
+    allowances_list,
+    allowance_put,
+    allowance_delete,
+)

@@ -496,6 +496,47 @@ class _PluginRoles(_Kind):
         return MappingProxyType(roles)
 
 
+_ALLOWANCE_KEYS: Final = ("day", "month")
+#: A person's key as the stores keep it: ``<namespace>:<id>`` (``people:alice``,
+#: ``slack:U123``), without spaces or control characters.
+PERSON_KEY: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}:[^\s\x00-\x1f\x7f]{1,300}")
+#: The most tokens an allowance may be (the space settings' bound too).
+MAX_ALLOWANCE: Final = 1_000_000_000_000
+
+
+class PersonAllowance(_Group, frozen=True, kw_only=True):
+    """A named person's own token allowance in the file (``None``: not given; 0: none)."""
+
+    day: int | None
+    month: int | None
+
+
+class _PersonAllowances(_Kind):
+    summary = "mapping: person key → `{day?, month?}` (tokens)"
+
+    def from_yaml(self, value: object) -> object:
+        people = _mapping(value, "", "a mapping from a person's key to their allowance")
+        read: dict[str, PersonAllowance] = {}
+        for person, entry in people.items():
+            at = f'."{person}"'
+            if not PERSON_KEY.fullmatch(person):
+                raise _InvalidValueError(
+                    "must be a person's key as GET /usage shows it (people:alice)", at
+                )
+            given = _mapping(entry if entry is not None else {}, at, "a mapping of day, month")
+            _only_keys(given, at, _ALLOWANCE_KEYS)
+            windows = {
+                window: _at(_Int(0, MAX_ALLOWANCE).from_yaml, given[window], f"{at}.{window}")
+                for window in _ALLOWANCE_KEYS
+                if given.get(window) is not None
+            }
+            read[person] = PersonAllowance(
+                day=windows.get("day"),  # type: ignore[arg-type]  # read as an int just above
+                month=windows.get("month"),  # type: ignore[arg-type]
+            )
+        return MappingProxyType(read)
+
+
 _FALLBACK_KEYS: Final = ("provider", "model", "base_url", "api_key_env")
 _ENV_NAME: Final = re.compile(r"[A-Z_][A-Z0-9_]*")
 

@@ -46,6 +46,7 @@ import yaml
 from core.config.kinds import (
     _SLUG,
     FallbackModelSpec,
+    PersonAllowance,
     RestOperation,
     RestService,
     _Bool,
@@ -61,6 +62,7 @@ from core.config.kinds import (
     _Origins,
     _PathKind,
     _PeopleJson,
+    _PersonAllowances,
     _PluginRoles,
     _presence,
     _Services,
@@ -353,10 +355,13 @@ class UsageSettings(_Group, frozen=True, kw_only=True):
     """The usage ledger and the token allowances every person and space has (0: none)."""
 
     ledger: bool
+    flush_ms: int
     person_day: int
     person_month: int
     space_day: int
     space_month: int
+    #: Named people's own allowances, by person key (core/usage/allowances.py).
+    people: Mapping[str, PersonAllowance]
 
 
 class BridgesSettings(_Group, frozen=True, kw_only=True):
@@ -848,6 +853,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("usage.ledger", "MERCURY_USAGE_LEDGER", _Bool(), True,
             "Whether every model call's tokens are kept in the usage ledger (per person, "
             "space, model and day); the allowances below need it."),
+    Setting("usage.flush_ms", "MERCURY_USAGE_FLUSH_MS", _Int(10, 60_000), 250,
+            "Milliseconds a model call's tokens may wait in memory before the ledger writes "
+            "them (in one statement with the others waiting): the most a crash may lose, "
+            "and how late another instance's report sees them; a shutdown writes them at once."),
     Setting("usage.person_day", "MERCURY_USAGE_PERSON_DAY", _Int(0, 10**12), 0,
             "Tokens (input and output) a person may use per UTC day, all conversations "
             "together; 0 is no allowance. A space's `budget.person_day` setting replaces it "
@@ -859,6 +868,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "allowance. A space's `budget.space_day` setting replaces it."),
     Setting("usage.space_month", "MERCURY_USAGE_SPACE_MONTH", _Int(0, 10**12), 0,
             "Tokens the people of a shared space may use together per UTC month; 0 is none."),
+    Setting("usage.people", None, _PersonAllowances(), MappingProxyType({}),
+            "Named people's own allowances, by person key as `GET /usage` shows it "
+            "(`people:alice: {day: 50000, month: 1000000}`): each replaces the person "
+            "allowance everyone has (`usage.person_*`, a space's `budget.person_*`) for that "
+            "person only; 0 is none. An administrator's runtime value replaces it.",
+            default_doc="none"),
     Setting("bridges.max_message_age_s", "BRIDGE_MAX_MESSAGE_AGE_S", _Int(60, 604_800), 86_400,
             "Seconds a platform message may be old (by the time the platform stamped it) and "
             "still run; an older one, or one stamped more than five minutes ahead, is "

@@ -29,7 +29,6 @@ from core.engine.turn_events import TurnEvents
 from core.model import ChatChunk, ChatMessage, ModelClient, ModelError, ToolCall, ToolSpec
 from core.observe.telemetry import span
 from core.spaces.turn import escape
-from core.state import StateError
 from core.tools.display_tools import PRESENT
 from core.tools.displays import Displays, display_chunks, tool_message, with_displays
 from core.tools.registry import (
@@ -204,8 +203,8 @@ class Answerer:
         """Stream one model answer into ``parts`` (its text pieces); returns the tools it called.
 
         ``parts`` belongs to the caller so a turn cut off mid-answer still knows what streamed.
-        The tokens the model reports on its last chunk are added to ``used`` and written to
-        the ledger once the answer has ended: one write per model call, none per token.
+        The tokens the model reports on its last chunk are added to ``used`` and handed to
+        the ledger once the answer has ended: one row's worth per model call, none per token.
         """
         calls: list[ToolCall] = []
         reasoning_id: str | None = None
@@ -271,15 +270,15 @@ class Answerer:
                 await stream.aclose()  # type: ignore[attr-defined]
         if usage is not None and (usage.prompt_eval_count or usage.eval_count):
             # The counts ride on the last chunk, with the model that answered (a fallback's).
-            await self._record_usage(context, usage, answered or requested, used)
+            self._record_usage(context, usage, answered or requested, used)
         if reasoning_id is not None:
             await emit(events.ReasoningEnd(id=reasoning_id, failed=False))
         return tuple(calls) or None
 
-    async def _record_usage(
+    def _record_usage(
         self, context: ToolCallContext, done: ChatChunk, model: str, used: _TurnUsage
     ) -> None:
-        """Count one call's tokens: the turn's sum, the metric, and one ledger write."""
+        """Count one call's tokens: the turn's sum, then :meth:`spend`."""
         spent = Spent(
             person_key=context.person.key,
             space_id=None if context.space is None else context.space.space_id,
@@ -290,19 +289,18 @@ class Answerer:
             person_name=context.person.display_name,
         )
         used.add(spent)
+        self.spend(spent)
+
+    def spend(self, spent: Spent) -> None:
+        """One model call's tokens, a turn's or a capture's: the metric and the ledger.
+
+        The ledger is write-behind (:meth:`~core.usage.UsageLedger.add`): nothing here
+        waits on the store, and a turn cancelled after this still has its call on record.
+        """
         if self.metrics is not None:
             self.metrics.model_usage(spent.model, spent.input, spent.output, spent.cached)
-        if self.ledger is None:
-            return
-        writing = asyncio.ensure_future(self.ledger.record(spent))
-        try:
-            # Shielded: a turn cancelled now still has its call on record.
-            await asyncio.shield(writing)
-        except asyncio.CancelledError:
-            writing.add_done_callback(_log_unwritten)
-            raise
-        except StateError as error:
-            log.warning("a model call's usage was not recorded: %s", error)
+        if self.ledger is not None:
+            self.ledger.add(spent)
 
     async def _call_tool(
         self,
@@ -571,11 +569,6 @@ class _TurnUsage:
         if not self.calls:
             return None
         return events.Usage(input=self.input, output=self.output, cached=self.cached)
-
-
-def _log_unwritten(writing: asyncio.Future[None]) -> None:
-    if not writing.cancelled() and writing.exception() is not None:
-        log.warning("a model call's usage was not recorded: %s", writing.exception())
 
 
 def _summary(tool: Tool, arguments: Mapping[str, Any]) -> str:

@@ -3,6 +3,11 @@
 After a turn, once enough new messages exist, the capture runs and the stream shows it as
 a nameless tool; a session compacted or freed by the idle sweep has what is left captured
 first. A failed capture is logged and retried at the next trigger, never a turn's error.
+
+The summary is a model call like a turn's: its tokens are spent (``spend``: the metric and
+the usage ledger) against the conversation's space and the person of its latest turn, whose
+words set the capture off or were the last before it was compacted or freed; in a person's
+own conversation, that person.
 """
 
 from __future__ import annotations
@@ -10,17 +15,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core.engine import events
 from core.memory.capture import conversational
 from core.tools.registry import headline
+from core.usage import Spent
 
 if TYPE_CHECKING:
     from core.engine.history import Session
     from core.engine.turn_events import TurnEvents
     from core.memory.capture import Capture
-    from core.model import ChatMessage
+    from core.model import ChatMessage, Completion
     from core.tools.registry import ToolCallContext
 
 __all__ = ["Capturer"]
@@ -31,9 +38,16 @@ log = logging.getLogger("mercury.sessions")
 class Capturer:
     """Captures a session into ``capture`` once ``threshold`` new messages were said."""
 
-    def __init__(self, capture: Capture, *, threshold: int) -> None:
+    def __init__(
+        self,
+        capture: Capture,
+        *,
+        threshold: int,
+        spend: Callable[[Spent], None] | None = None,
+    ) -> None:
         self._capture = capture
         self._threshold = threshold
+        self._spend = spend
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def after_turn(
@@ -78,7 +92,10 @@ class Capturer:
     ) -> None:
         try:
             await self._capture.capture(
-                session.person_key, session.key, said[session.captured_upto :]
+                session.person_key,
+                session.key,
+                said[session.captured_upto :],
+                answered=lambda answer: self._spent(session, answer),
             )
         except asyncio.CancelledError:
             raise
@@ -87,6 +104,22 @@ class Capturer:
             return
         session.captured_upto = len(said)
         outcome[0] = "success"
+
+    def _spent(self, session: Session, answer: Completion) -> None:
+        if self._spend is None or not (answer.input or answer.output):
+            return
+        person_key, name = session.speaker or (session.person_key, None)
+        self._spend(
+            Spent(
+                person_key=person_key,
+                space_id=session.space_id,
+                model=answer.model,
+                input=answer.input or 0,
+                output=answer.output or 0,
+                cached=answer.cached,
+                person_name=name,
+            )
+        )
 
 
 def _printable(text: str) -> str:

@@ -39,6 +39,10 @@ class Session:
     shown: list[ShownMessage] = field(default_factory=list)
     #: The latest tool results by call id, which ``present`` can show by reference.
     results: ToolResults = field(default_factory=ToolResults)
+    #: The shared space the conversation is in (None: a person's own).
+    space_id: str | None = None
+    #: The person of the latest turn, key and name: whose tokens a capture of it uses.
+    speaker: tuple[str, str | None] | None = None
 
 
 def interrupted_answer(text: str) -> ChatMessage:

@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from core.rate_limits import RateDecision, RateLimiter
     from core.spaces.turn import SpaceTurn
     from core.tools.registry import SignIn
-    from core.usage import BudgetRefusal, Budgets, UsageLedger
+    from core.usage import BudgetRefusal, Budgets, Spent, UsageLedger
 
 log = logging.getLogger("mercury.sessions")
 
@@ -243,7 +243,9 @@ class SessionManager:
         self.capture = capture
         #: The capture of a session's words after a turn, and before it is compacted or freed.
         self.capturer = (
-            None if capture is None else Capturer(capture, threshold=limits.capture_threshold)
+            None
+            if capture is None
+            else Capturer(capture, threshold=limits.capture_threshold, spend=self._spend)
         )
         self.limits = limits
         self.clock = clock
@@ -505,6 +507,7 @@ class SessionManager:
         """One turn of a session the caller holds: resumed, opening, or the person's words."""
         principal, person = turn_input.principal, turn_input.person
         key, conversation_id = session.key, session.conversation_id
+        session.speaker = (person.key, person.display_name)
         context = ToolCallContext(
             principal,
             person,
@@ -635,7 +638,12 @@ class SessionManager:
         if session is None:
             # A space's conversation keeps its memory under the space, shared by its people.
             area = person.key if space is None else space.area
-            session = Session(key=key, person_key=area, conversation_id=conversation_id)
+            session = Session(
+                key=key,
+                person_key=area,
+                conversation_id=conversation_id,
+                space_id=None if space is None else space.space_id,
+            )
             if self.capture is not None:
                 primer = await self.capture.primer(area)
                 if primer and space is not None:
@@ -689,6 +697,10 @@ class SessionManager:
         ]
 
     # ----------------------------------------------------------- idle sessions
+
+    def _spend(self, spent: Spent) -> None:
+        """A model call outside a turn's steps (a capture's summary): the metric, the ledger."""
+        self.answerer.spend(spent)
 
     def start_background(self) -> None:
         """Start the idle sweep: idle sessions are captured, then freed from memory.

@@ -15,12 +15,12 @@ import asyncio
 import logging
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from core.model import ChatMessage, ModelClient
+from core.model import ChatMessage, Completion, ModelClient
 
 if TYPE_CHECKING:
     from core.memory import MemoryStore
@@ -93,9 +93,18 @@ class Capture:
         self.vault = vault
 
     async def capture(
-        self, person_key: str, session_key: str, messages: Sequence[ChatMessage]
+        self,
+        person_key: str,
+        session_key: str,
+        messages: Sequence[ChatMessage],
+        *,
+        answered: Callable[[Completion], None] | None = None,
     ) -> Extraction:
-        """Summarize ``messages`` and queue the episode and the facts; raises on failure."""
+        """Summarize ``messages`` and queue the episode and the facts; raises on failure.
+
+        ``answered`` hears of the model's answer (its tokens) as soon as it came, whether
+        or not it holds a usable summary: the call was made either way.
+        """
         transcript = _transcript(messages)
         if not transcript:
             return Extraction()
@@ -105,7 +114,9 @@ class Capture:
                 ChatMessage(role="user", content=transcript),
             ]
         )
-        extraction = parse_extraction(answer)
+        if answered is not None:
+            answered(answer)
+        extraction = parse_extraction(answer.text)
         base = {"personKey": person_key, "sessionKey": session_key}
         self.archive.submit("episodic", {**base, "summary": extraction.summary.strip()})
         # A fact the model lists twice in one answer is one observation: stored twice, it

@@ -21,7 +21,8 @@ ends first, so a turn is never refused without asking anyone.
 
 Each chunk batch is handed on as the adapter made it: the chain adds one async-generator
 hop per *read* from the server, nothing per token. Which model answered is on the ``done``
-chunk (``ChatChunk.model``), which every adapter fills in.
+chunk (``ChatChunk.model``), and on a whole answer (``Completion.model``), which every
+adapter fills in.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Final, Literal
 from core.model.port import (
     ChatChunk,
     ChatMessage,
+    Completion,
     ModelBrokeOff,
     ModelClient,
     ModelError,
@@ -235,7 +237,9 @@ class FallbackModel:
         if self._on_failure is not None:
             self._on_failure(model.model, kind)
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> str:
+    async def complete(self, messages: Sequence[ChatMessage]) -> Completion:
+        """The first answer the chain gives; its :class:`~core.model.Completion` names the
+        model that gave it, with that model's counts."""
         order = self._order()
         attempted = 0
         try:
@@ -243,7 +247,7 @@ class FallbackModel:
                 attempted = position + 1
                 breaker = self.breakers[index]
                 try:
-                    text = await self.models[index].complete(messages)
+                    answer = await self.models[index].complete(messages)
                 except ModelError as error:
                     kind = _failure_kind(error)
                     if kind is None:
@@ -257,7 +261,7 @@ class FallbackModel:
                     breaker.released()
                     raise
                 breaker.succeeded()
-                return text
+                return answer
         finally:
             for index in order[attempted:]:
                 self.breakers[index].released()

@@ -35,6 +35,7 @@ import ollama
 from core.model.port import (
     ChatChunk,
     ChatMessage,
+    Completion,
     ModelBrokeOff,
     ModelError,
     ModelHTTPError,
@@ -290,7 +291,7 @@ class OllamaModel:
             append(chunk)
         return batch, None
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> str:
+    async def complete(self, messages: Sequence[ChatMessage]) -> Completion:
         try:
             response = await self._client.chat(
                 model=self._model,
@@ -309,7 +310,13 @@ class OllamaModel:
             raise ModelUnreachable(str(error), model=self._model, host=self._host) from None
         except httpx.HTTPError as error:
             raise ModelBrokeOff(repr(error), model=self._model, host=self._host) from None
-        return response.message.content or ""
+        # Ollama counts on the answer itself, as on a stream's last line; no prompt cache count.
+        return Completion(
+            text=response.message.content or "",
+            model=response.model or self._model,
+            input=response.prompt_eval_count,
+            output=response.eval_count,
+        )
 
     async def accepts_images(self) -> bool:
         # Asked once: a model's capabilities don't change while it is loaded under its name.

@@ -47,6 +47,7 @@ from core.model.port import (
     ChatChunk,
     ChatMessage,
     ChunkMessage,
+    Completion,
     ModelBrokeOff,
     ModelError,
     ModelHTTPError,
@@ -157,6 +158,7 @@ class _AnswerChoice(msgspec.Struct):
 
 class _Answer(msgspec.Struct):
     choices: list[_AnswerChoice] = msgspec.field(default_factory=list)
+    usage: _Usage | None = None
 
 
 _encode = msgspec.json.Encoder().encode
@@ -541,7 +543,7 @@ class OpenAIModel:
             return ModelBrokeOff(f"no data for too long ({error})", **where)
         return ModelBrokeOff(str(error), **where)
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> str:
+    async def complete(self, messages: Sequence[ChatMessage]) -> Completion:
         where = self._where
         body = _encode(
             _ChatRequest(model=self._model, messages=_out_messages(messages), stream=False)
@@ -566,9 +568,15 @@ class OpenAIModel:
             answer = _decode_answer(response.content)
         except msgspec.DecodeError:
             raise ModelBrokeOff("the answer is not a chat completion", **where) from None
-        if not answer.choices or answer.choices[0].message is None:
-            return ""
-        return answer.choices[0].message.content or ""
+        message = answer.choices[0].message if answer.choices else None
+        usage = answer.usage  # a non-streamed answer carries it without being asked
+        return Completion(
+            text=(message.content if message is not None else None) or "",
+            model=self._model,
+            input=usage.prompt_tokens if usage else None,
+            output=usage.completion_tokens if usage else None,
+            cached=_cached(usage),
+        )
 
     async def reachable(self) -> bool:
         with contextlib.suppress(Exception):

@@ -70,6 +70,25 @@ class ChatChunk(msgspec.Struct, frozen=True, omit_defaults=True):
     """The model that answered, on the last chunk at least (Ollama names it on every line)."""
 
 
+class Completion(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole answer at once (:meth:`ModelClient.complete`), with what it cost.
+
+    The counts are the server's, as on a streamed answer's last chunk (``None`` where the
+    server gives none); ``model`` is the model that answered, a fallback's where one did.
+    """
+
+    text: str
+    model: str
+    input: int | None = None
+    """Tokens of the prompt (Ollama's ``prompt_eval_count``, the OpenAI protocol's
+    ``usage.prompt_tokens``)."""
+    output: int | None = None
+    """Tokens of the answer (``eval_count``, ``usage.completion_tokens``)."""
+    cached: int | None = None
+    """Tokens of the prompt read from the server's prompt cache
+    (``usage.prompt_tokens_details.cached_tokens``; Ollama has none)."""
+
+
 class ToolSpec(msgspec.Struct, frozen=True):
     """A tool offered to the model, in the function-calling shape Ollama takes."""
 
@@ -139,8 +158,9 @@ class ModelClient(Protocol):
         """
         ...
 
-    async def complete(self, messages: Sequence[ChatMessage]) -> str:
-        """The whole answer at once, without tools or thinking (for summaries)."""
+    async def complete(self, messages: Sequence[ChatMessage]) -> Completion:
+        """The whole answer at once, without tools or thinking (for summaries), with the
+        tokens it used and the model that gave it."""
         ...
 
     async def reachable(self) -> bool: ...

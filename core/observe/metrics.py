@@ -55,6 +55,8 @@ class _Readings(Collector):
         self.archive_depth: Callable[[], int] | None = None
         self.archive_spilled: Callable[[], int] | None = None
         self.queued_turns: Callable[[], int] | None = None
+        #: The usage ledger's writes: model calls written, rows upserted, statements run.
+        self.ledger_writes: Callable[[], Mapping[str, int]] | None = None
         #: Each connection only one instance holds (#39), and whether this instance does.
         self.held_connections: Callable[[], Mapping[str, bool]] | None = None
 
@@ -75,6 +77,17 @@ class _Readings(Collector):
             for name, holds in sorted(self.held_connections().items()):
                 held.add_metric([name], 1 if holds else 0)
             yield held
+        if self.ledger_writes is not None:
+            writes = CounterMetricFamily(
+                "mercury_usage_ledger_writes",
+                "The usage ledger's writes: model calls written (calls), rows upserted (rows; "
+                "a row sums a batch's calls of one day, person, space and model) and "
+                "statements run (statements; one per batch).",
+                labels=["what"],
+            )
+            for what, count in self.ledger_writes().items():
+                writes.add_metric([what], count)
+            yield writes
         if self.archive_depth is not None:
             yield GaugeMetricFamily(
                 "mercury_archive_queue_depth",

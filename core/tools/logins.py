@@ -17,6 +17,9 @@ service behind every such login:
   instance, under a database lock, since a rotating refresh token used twice revokes the
   grant); when there is none, or the service refuses the refresh (revoked), the tokens are
   forgotten and :class:`~core.tools.registry.LoginRequired` is raised with a new login URL.
+- :meth:`Logins.revoke` is a person removing a login: the tokens are forgotten, and revoked
+  at the service where its login names a revocation endpoint (RFC 7009), best-effort and
+  bounded by :data:`REVOCATION_TIMEOUT_S`.
 
 A login may also be given at :meth:`Logins.begin` rather than declared (an MCP server's,
 discovered when its server first asks for one): the pending login and then the tokens keep it,
@@ -92,12 +95,16 @@ try:
 except ImportError:  # pragma: no cover - httpx2 comes with the mcp dependency
     _FAILURES = (httpx.HTTPError, ValueError, KeyError, TypeError)
 
+#: What a revocation may meet besides the above: the service not answering in time.
+_REVOCATION_FAILURES: tuple[type[Exception], ...] = (TimeoutError, *_FAILURES)
+
 if TYPE_CHECKING:
     from core.config.settings import RestService
     from core.state import Database
 
 __all__ = [
     "LOGIN_TTL",
+    "REVOCATION_TIMEOUT_S",
     "Connection",
     "LoginOutcome",
     "LoginServiceUnreachable",
@@ -114,6 +121,8 @@ LOGIN_TTL: Final = timedelta(minutes=10)
 EXPIRY_LEEWAY: Final = timedelta(seconds=30)
 #: Up to this much earlier still, chosen at random per use, so instances spread their refreshes.
 REFRESH_JITTER: Final = timedelta(seconds=30)
+#: How long removing a login waits on the service's revocation endpoint, in all (seconds).
+REVOCATION_TIMEOUT_S: Final = 5.0
 MIN_SECRET_KEY_CHARS: Final = 16
 
 _SCHEMA: Final = Schema(
@@ -196,6 +205,8 @@ class ServiceLogin(msgspec.Struct, frozen=True, kw_only=True):
     issuer_in_callback: bool = False
     #: How a client with a secret authenticates at the token endpoint.
     client_auth: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    #: Where tokens are revoked when the person removes the login (RFC 7009); None: nowhere.
+    revocation_url: str | None = None
 
     def __repr__(self) -> str:
         secret = "set" if self.client_secret else "not set"
@@ -203,7 +214,7 @@ class ServiceLogin(msgspec.Struct, frozen=True, kw_only=True):
             f"ServiceLogin(service={self.service!r}, authorize_url={self.authorize_url!r}, "
             f"token_url={self.token_url!r}, client_id={self.client_id!r}, "
             f"client_secret={secret}, scopes={self.scopes!r}, resource={self.resource!r}, "
-            f"issuer={self.issuer!r})"
+            f"issuer={self.issuer!r}, revocation_url={self.revocation_url!r})"
         )
 
     def admits_issuer(self, iss: str | None) -> bool:
@@ -595,6 +606,59 @@ class Logins:
         )
         return dropped > 0
 
+    async def revoke(self, person_key: str, service: str) -> bool:
+        """The person removes their login to ``service``: forget the tokens here, then revoke
+        them where the login names a revocation endpoint (RFC 7009), the refresh token first.
+
+        Best-effort: the tokens are forgotten whatever the service answers, the revocation
+        waits at most :data:`REVOCATION_TIMEOUT_S`, and a failure is logged once. True when
+        there were tokens.
+        """
+        row = await self._database().fetch_one(
+            "DELETE FROM service_tokens WHERE person_key = ? AND service = ? RETURNING sealed",
+            (person_key, service),
+        )
+        if row is None:
+            return False
+        try:
+            tokens = _TOKENS_DECODER.decode(
+                self._open_seal(person_key, service, bytes(row["sealed"]))
+            )
+        except (InvalidTag, ValueError, msgspec.DecodeError):
+            return True  # sealed under another key: nothing to send
+        login = tokens.login or self._declared.get(service)
+        if login is None or login.revocation_url is None:
+            return True
+        revocable = [(tokens.refresh_token, "refresh_token"), (tokens.access_token, "access_token")]
+        try:
+            async with asyncio.timeout(REVOCATION_TIMEOUT_S), self._oauth_client(login) as client:
+                for token, hint in revocable:
+                    if token is None:
+                        continue
+                    answer = await client.revoke_token(
+                        login.revocation_url, token=token, token_type_hint=hint
+                    )
+                    if not _revoked(answer):
+                        log.warning(
+                            "%s's %s %s wasn't revoked: the service answered HTTP %s; it is "
+                            "forgotten here",
+                            person_key,
+                            service,
+                            hint.replace("_", " "),
+                            answer.status_code,
+                        )
+                        break
+        except asyncio.CancelledError:
+            raise
+        except _REVOCATION_FAILURES as error:
+            log.warning(
+                "%s's %s tokens couldn't be revoked at the service (%s); they are forgotten here",
+                person_key,
+                service,
+                type(error).__name__,
+            )
+        return True
+
     def seal(self, first: str, second: str, plain: bytes) -> bytes:
         """``plain`` encrypted as the tokens are, bound to ``first`` and ``second``."""
         return self._seal(first, second, plain)
@@ -621,10 +685,12 @@ class Logins:
             return None
 
     def _oauth_client(self, login: ServiceLogin) -> Any:
+        method = login.client_auth if login.client_secret else "none"
         return AsyncOAuth2Client(
             client_id=login.client_id,
             client_secret=login.client_secret,
-            token_endpoint_auth_method=(login.client_auth if login.client_secret else "none"),
+            token_endpoint_auth_method=method,
+            revocation_endpoint_auth_method=method,
             redirect_uri=self.redirect_uri,
             timeout=self._timeout_s,
             follow_redirects=False,
@@ -726,6 +792,19 @@ def _derive_key(secret_key: str) -> bytes:
         salt=b"mercury service logins",
         info=b"service tokens v1",
     ).derive(secret_key.encode())
+
+
+def _revoked(answer: Any) -> bool:
+    """Whether a revocation endpoint's answer leaves nothing to do: revoked (200), or a
+    kind of token the service doesn't revoke (RFC 7009 §2.2.1, as for self-contained JWT
+    access tokens, which lapse on their own)."""
+    if answer.status_code == httpx.codes.OK:
+        return True
+    try:
+        error = answer.json().get("error")
+    except (ValueError, AttributeError):
+        return False
+    return bool(answer.status_code == httpx.codes.BAD_REQUEST) and error == "unsupported_token_type"
 
 
 def _state_hash(state: str) -> str:

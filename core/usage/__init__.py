@@ -1,5 +1,13 @@
-"""What the assistant costs: the usage ledger of every model call, and token allowances."""
+"""What the assistant costs: the usage ledger of every model call, and token allowances
+(everyone's, a space's, and a named person's own)."""
 
+from core.usage.allowances import (
+    WINDOWS,
+    Allowance,
+    AllowanceError,
+    AllowanceWindow,
+    PersonAllowances,
+)
 from core.usage.budgets import BudgetExceeded, BudgetRefusal, Budgets, Limits
 from core.usage.ledger import (
     GROUPS,
@@ -15,6 +23,10 @@ from core.usage.ledger import (
 __all__ = [
     "GROUPS",
     "PERIODS",
+    "WINDOWS",
+    "Allowance",
+    "AllowanceError",
+    "AllowanceWindow",
     "BudgetExceeded",
     "BudgetRefusal",
     "Budgets",
@@ -22,6 +34,7 @@ __all__ = [
     "LedgerRow",
     "Limits",
     "Period",
+    "PersonAllowances",
     "Spent",
     "UsageLedger",
     "period_start",

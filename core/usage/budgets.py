@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from core.config.settings import Settings
     from core.people.i18n import Translator
     from core.spaces.settings import SpaceSettings
+    from core.usage.allowances import PersonAllowances
     from core.usage.ledger import Spent, UsageLedger
 
 __all__ = ["BudgetExceeded", "BudgetRefusal", "Budgets", "Limits"]
@@ -131,11 +132,14 @@ class Budgets:
         settings: Settings,
         space_settings: SpaceSettings | None = None,
         *,
+        allowances: PersonAllowances | None = None,
         ttl_s: float = 2.0,
     ) -> None:
         self._ledger = ledger
         self._settings = settings
         self._space_settings = space_settings
+        #: Named people's own allowances (None: only everyone's).
+        self.allowances = allowances
         self.ttl_s = ttl_s
         usage = settings.usage
         self._file = Limits(
@@ -145,9 +149,35 @@ class Budgets:
         self._totals: dict[tuple[str, str, date], list[float]] = {}
         #: space id -> (limits, monotonic time read)
         self._limits: dict[str, tuple[Limits, float]] = {}
+        #: person key -> (their own allowances: day, month, None where not given; time read)
+        self._own: dict[str, tuple[tuple[int | None, int | None], float]] = {}
         ledger.listeners.append(self._spent)
         if space_settings is not None:
             space_settings.listeners.append(self.forget_space)
+        if allowances is not None:
+            allowances.listeners.append(self.forget_person)
+
+    def forget_person(self, person_key: str) -> None:
+        """Drop the person's cached own allowances (changed here)."""
+        self._own.pop(person_key, None)
+
+    async def _own_limits(self, person_key: str) -> tuple[int | None, int | None]:
+        """The person's own day and month allowances (``None``: everyone's applies)."""
+        if self.allowances is None:
+            return (None, None)
+        cached = self._own.get(person_key)
+        now = time.monotonic()
+        if cached is not None and now - cached[1] < self.ttl_s:
+            return cached[0]
+        found = await self.allowances.of(person_key)
+        own = (
+            found["day"].tokens if "day" in found else None,
+            found["month"].tokens if "month" in found else None,
+        )
+        if len(self._own) > 10_000:
+            self._own.clear()  # people nobody asks about any more
+        self._own[person_key] = (own, now)
+        return own
 
     def forget_space(self, space_id: str) -> None:
         """Drop the space's cached allowances (its settings changed here)."""
@@ -185,6 +215,13 @@ class Budgets:
 
     async def _check(self, person_key: str, space_id: str | None) -> BudgetRefusal | None:
         limits = await self.limits(space_id)
+        own_day, own_month = await self._own_limits(person_key)
+        if own_day is not None or own_month is not None:
+            limits = replace(
+                limits,
+                person_day=limits.person_day if own_day is None else own_day,
+                person_month=limits.person_month if own_month is None else own_month,
+            )
         if not limits.any:
             return None
         today = self._ledger.today()

@@ -2,11 +2,26 @@
 
 A model reports what a call cost on its last chunk (Ollama's ``prompt_eval_count`` and
 ``eval_count``; the OpenAI protocol's ``usage``, with ``prompt_tokens_details.cached_tokens``
-where the server keeps a prompt cache). The engine adds them up for the call and hands them
-here once, when the call has ended: :meth:`UsageLedger.record` is one upsert that adds to the
-day's row (``INSERT … ON CONFLICT … DO UPDATE SET tokens = tokens + excluded.tokens``), so
-instances sharing a PostgreSQL store sum into the same rows without reading first, and
-nothing is written per token.
+where the server keeps a prompt cache), or on a whole answer (:class:`~core.model.Completion`,
+a memory capture's summary). The engine hands each call here once, when it has ended:
+:meth:`UsageLedger.add` costs the turn a dictionary update and nothing else: no store
+round trip on a turn's path, nothing per token.
+
+Write-behind: the calls added are summed in memory by row (day, person, space, model) and
+written by a flush in the background, at most :attr:`UsageLedger.flush_s` after the first
+call of the batch was added (sooner once ``max_rows`` rows wait), and on :meth:`close`. A
+flush is one statement per up to :data:`BATCH_ROWS` rows, each row an upsert that adds to
+the day's row (``INSERT … VALUES (…), (…) ON CONFLICT … DO UPDATE SET tokens = tokens +
+excluded.tokens``), rows in key order (two instances' batches never lock each other in
+turn), so instances sharing a PostgreSQL store sum into the same rows without reading
+first. A flush that fails puts its rows back and is tried again at the next beat.
+
+Reads stay right: :meth:`UsageLedger.rows` (the reports) flushes this instance's waiting
+rows first, so a person reads their own last turn at once; another instance's show once it
+has flushed (at most ``flush_s``). :meth:`UsageLedger.total` (the budget check's read) adds
+the rows still waiting here to the store's sum without writing. The listeners (the budgets'
+cached totals) hear of each call as it is added. A crash (a kill, a lost machine; not a
+SIGTERM, which flushes) loses at most the calls of the last ``flush_s``.
 
 A row's key is the UTC day, the person, the space (``""`` for a person's own conversations)
 and the model; ``calls`` counts the model calls added to it, and ``person_name`` keeps the
@@ -18,6 +33,8 @@ Exceptions: the store's own (:class:`~core.state.StateError`); nothing of its ow
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,9 +44,10 @@ from typing import Final, Literal, get_args
 import msgspec
 
 from core.clock import Clock, system_clock
-from core.state import Database, Migration, Schema
+from core.state import Database, Migration, Schema, StateError
 
 __all__ = [
+    "BATCH_ROWS",
     "GROUPS",
     "PERIODS",
     "Group",
@@ -74,16 +92,56 @@ CREATE INDEX IF NOT EXISTS usage_days_space ON usage_days (space_id, day);
     ),
 )
 
-_ADD: Final = (
+#: The most rows one statement writes (9 parameters a row, well under SQLite's bound).
+BATCH_ROWS: Final = 200
+_COLUMNS: Final = (
     "INSERT INTO usage_days (day, person_key, space_id, model, calls, input_tokens, "
-    "output_tokens, cached_tokens, person_name) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) "
-    "ON CONFLICT (day, person_key, space_id, model) DO UPDATE SET "
-    "calls = usage_days.calls + 1, "
+    "output_tokens, cached_tokens, person_name) VALUES "
+)
+_ROW: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_ON_CONFLICT: Final = (
+    " ON CONFLICT (day, person_key, space_id, model) DO UPDATE SET "
+    "calls = usage_days.calls + excluded.calls, "
     "input_tokens = usage_days.input_tokens + excluded.input_tokens, "
     "output_tokens = usage_days.output_tokens + excluded.output_tokens, "
     "cached_tokens = usage_days.cached_tokens + excluded.cached_tokens, "
     "person_name = COALESCE(excluded.person_name, usage_days.person_name)"
 )
+
+#: A waiting row's key: day (ISO), person, space (``""``: a person's own), model.
+_Key = tuple[str, str, str, str]
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A row's sums not yet written."""
+
+    calls: int
+    input: int
+    output: int
+    cached: int
+    person_name: str | None
+
+    def values(self) -> tuple[object, ...]:
+        return (self.calls, self.input, self.output, self.cached, self.person_name)
+
+    def merge(self, other: _Waiting) -> None:
+        self.calls += other.calls
+        self.input += other.input
+        self.output += other.output
+        self.cached += other.cached
+        self.person_name = other.person_name or self.person_name
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a flush's failure as seen: its caller may have left; the rows wait again."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _upsert(rows: int) -> str:
+    """The statement adding ``rows`` rows at once, each to its day's row."""
+    return _COLUMNS + ", ".join([_ROW] * rows) + _ON_CONFLICT
 
 
 class Spent(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,14 +192,37 @@ def period_start(period: Period, today: date) -> date:
 class UsageLedger:
     """The tokens of every model call, kept per person, space, model and day."""
 
-    def __init__(self, db: Database, *, clock: Clock = system_clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock = system_clock,
+        flush_s: float = 0.25,
+        max_rows: int = 500,
+    ) -> None:
         self._db = db
         self._clock = clock
         self._ready = False
-        #: Called with each call recorded, once its row is written (the budgets' caches).
+        #: The longest a call added waits before its row is written.
+        self.flush_s = flush_s
+        self._max_rows = max_rows
+        #: Called with each call as it is added (the budgets' caches).
         self.listeners: list[Callable[[Spent, date], None]] = []
-        #: How many rows were written since the start: one per model call.
+        #: Rows added and not yet written.
+        self._waiting: dict[_Key, _Waiting] = {}
+        #: The rows of the flush under way, counted by :meth:`total` until they are written.
+        self._writing: dict[_Key, _Waiting] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._flushing: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        #: Model calls added (each exactly once, whatever its batch).
+        self.calls = 0
+        #: Model calls written to the store: each call's tokens are in exactly one written row.
         self.writes = 0
+        #: Rows upserted (a row sums the calls of one day, person, space and model in a batch).
+        self.rows_written = 0
+        #: Statements run to write them (one per batch of up to :data:`BATCH_ROWS` rows).
+        self.statements = 0
 
     async def ensure_schema(self) -> None:
         if not self._ready:
@@ -151,41 +232,158 @@ class UsageLedger:
     def today(self) -> date:
         return self._clock().date()
 
-    async def record(self, spent: Spent) -> None:
-        """Add one model call to its day's row: a single upsert."""
-        await self.ensure_schema()
+    @property
+    def pending(self) -> int:
+        """Model calls added and not yet written."""
+        return sum(row.calls for rows in (self._waiting, self._writing) for row in rows.values())
+
+    def counts(self) -> dict[str, int]:
+        """What was written since the start: model calls, rows upserted, statements run."""
+        return {"calls": self.writes, "rows": self.rows_written, "statements": self.statements}
+
+    def add(self, spent: Spent) -> None:
+        """Count one model call: summed into its waiting row, written by the next flush.
+
+        Costs the caller no store round trip; call it from the event loop's thread.
+        """
         day = self.today()
-        await self._db.execute(
-            _ADD,
-            (
-                day.isoformat(),
-                spent.person_key,
-                spent.space_id or "",
-                spent.model,
-                spent.input,
-                spent.output,
-                spent.cached or 0,
-                spent.person_name,
-            ),
-        )
-        self.writes += 1
+        key = (day.isoformat(), spent.person_key, spent.space_id or "", spent.model)
+        row = _Waiting(1, spent.input, spent.output, spent.cached or 0, spent.person_name)
+        waiting = self._waiting.get(key)
+        if waiting is None:
+            self._waiting[key] = row
+        else:
+            waiting.merge(row)
+        self.calls += 1
         for listener in self.listeners:
             listener(spent, day)
+        if len(self._waiting) >= self._max_rows:
+            self._start_flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.flush_s, self._start_flush)
+
+    async def record(self, spent: Spent) -> None:
+        """Add one model call and write it at once (a flush of its own): for scripts and
+        tests that want it in the store before going on; the engine calls :meth:`add`."""
+        self.add(spent)
+        await self.flush()
+
+    def _start_flush(self) -> None:
+        self._timer = None
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush_in_background())
+
+    async def _flush_in_background(self) -> None:
+        retry_s = self.flush_s
+        try:
+            await self.flush()
+        except StateError as error:
+            log.warning(
+                "%d model calls' usage not written yet (tried again shortly): %s",
+                self.pending,
+                error,
+            )
+            retry_s = max(self.flush_s, 1.0)
+        except Exception:
+            log.exception("writing the usage ledger failed")
+            retry_s = max(self.flush_s, 1.0)
+        if self._waiting and self._timer is None:
+            # Calls added while this flush ran (or that it put back): their own beat.
+            self._timer = asyncio.get_running_loop().call_later(retry_s, self._start_flush)
+
+    async def flush(self) -> None:
+        """Write every row waiting now; rows a failed write held wait again (and it raises).
+
+        Shielded: a caller cancelled meanwhile (a report's client leaving) never leaves a
+        statement half-awaited, whose rows could then be put back and written twice.
+        """
+        task = asyncio.get_running_loop().create_task(self._flush())
+        task.add_done_callback(_retrieved)
+        await asyncio.shield(task)
+
+    async def _flush(self) -> None:
+        async with self._lock:
+            if not self._waiting:
+                return
+            await self.ensure_schema()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._writing, self._waiting = self._waiting, {}
+            keys = sorted(self._writing)  # one order on every instance: no lock cycles
+            try:
+                for first in range(0, len(keys), BATCH_ROWS):
+                    batch = keys[first : first + BATCH_ROWS]
+                    parameters: list[object] = []
+                    for key in batch:
+                        parameters += [*key, *self._writing[key].values()]
+                    await self._db.execute(_upsert(len(batch)), parameters)
+                    self.statements += 1
+                    self.rows_written += len(batch)
+                    for key in batch:
+                        self.writes += self._writing.pop(key).calls
+            finally:
+                # What wasn't written waits again, summed with what came meanwhile.
+                for key, row in self._writing.items():
+                    later = self._waiting.get(key)
+                    if later is not None:
+                        row.merge(later)
+                    self._waiting[key] = row
+                self._writing = {}
+
+    async def close(self) -> None:
+        """Write what waits (a shutdown); calls the store can't take now are logged, lost."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._flushing is not None:
+            with contextlib.suppress(Exception):
+                await self._flushing
+        try:
+            await self.flush()
+        except StateError as error:
+            log.warning("%d model calls' usage lost at shutdown: %s", self.pending, error)
+
+    def _unwritten(self, column: int, value: str, since: date) -> int:
+        """Input and output tokens of the calls waiting here for the person (column 1) or
+        the space (column 2) since ``since``."""
+        first = since.isoformat()
+        return sum(
+            row.input + row.output
+            for rows in (self._waiting, self._writing)
+            for key, row in rows.items()
+            if key[column] == value and key[0] >= first
+        )
 
     async def total(
         self, *, person_key: str | None = None, space_id: str | None = None, since: date
     ) -> int:
-        """Input and output tokens of the person's (or the space's) calls since ``since``."""
+        """Input and output tokens of the person's (or the space's) calls since ``since``:
+        the store's sum and the calls still waiting here (no write on the way)."""
         await self.ensure_schema()
         column, value = (
             ("person_key", person_key) if person_key is not None else ("space_id", space_id)
         )
+        index, key = (1, person_key) if person_key is not None else (2, space_id or "")
         row = await self._db.fetch_one(
             "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM usage_days "  # noqa: S608 - fixed text
             f"WHERE {column} = ? AND day >= ?",
             (value, since.isoformat()),
         )
-        return 0 if row is None else int(row[0])
+        return (0 if row is None else int(row[0])) + self._unwritten(index, key, since)
+
+    async def names(self, person_keys: Sequence[str]) -> dict[str, str]:
+        """The names the people's accounts last gave, for those the ledger has seen."""
+        if not person_keys:
+            return {}
+        await self.flush()
+        marks = ", ".join("?" * len(person_keys))
+        found = await self._db.fetch_all(
+            f"SELECT person_key, MAX(person_name) FROM usage_days WHERE person_key IN ({marks}) "  # noqa: S608 - fixed text
+            "GROUP BY person_key",
+            list(person_keys),
+        )
+        return {row[0]: row[1] for row in found if row[1]}
 
     async def rows(
         self,
@@ -197,7 +395,10 @@ class UsageLedger:
         model: str | None = None,
     ) -> list[LedgerRow]:
         """The sums of the period from ``since`` to today, grouped ``by`` the columns named,
-        narrowed to a person, a space (``""``: people's own conversations) or a model."""
+        narrowed to a person, a space (``""``: people's own conversations) or a model.
+
+        The rows waiting here are written first: a report reads this instance's calls."""
+        await self.flush()
         await self.ensure_schema()
         columns = {"day": "day", "person": "person_key", "space": "space_id", "model": "model"}
         grouped = [columns[name] for name in GROUPS if name in by]

@@ -68,6 +68,7 @@ async def test_past_the_allowance_slack_is_told_once_in_the_persons_language(
 
 def await_rows(chat: RunningServer) -> list[str]:
     async def read() -> list[str]:
+        await chat.services.manager.ledger.flush()  # what waits in memory, written
         rows = await chat.services.db.fetch_all("SELECT person_key FROM usage_days")
         return [row[0] for row in rows]
 

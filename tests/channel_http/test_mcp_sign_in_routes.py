@@ -9,10 +9,14 @@ callback to the server it runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 import jwt
+import msgspec
 import pytest
 import yaml
 from mcp.server.mcpserver import MCPServer
@@ -142,6 +147,79 @@ def test_a_person_signs_in_sees_their_connection_and_removes_it(
     after = httpx.get(mercury.url + "/me/connections", headers=ALICE, timeout=10)
     assert after.json()["connections"] == []
     assert httpx.get(mercury.url + "/me/connections", timeout=10).status_code == 401
+
+
+def test_removing_a_connection_revokes_its_tokens_at_the_authorization_server(
+    mercury: RunningServer, idp: OidcProviderProcess, mcp: ProtectedMcp
+) -> None:
+    """RFC 7009: the provider advertises a revocation endpoint, so the refresh token Mercury
+    kept no longer works anywhere once the person removed the connection."""
+    assert (
+        "revocation_endpoint" in httpx.get(idp.issuer + "/.well-known/openid-configuration").json()
+    )
+    assert sign_in_as(mercury, idp, target(idp, mcp), ALICE_KEY).status_code == 200
+    logins = mercury.services.logins
+    kept = mercury.call(logins._load(ALICE_KEY, "mcp:tracker"))
+    assert kept is not None and kept.refresh_token and kept.login is not None
+    removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=30)
+    assert removed.json() == {"ok": True, "server": "tracker"}
+    refresh = httpx.post(
+        kept.login.token_url,
+        data={
+            "grant_type": "refresh_token",
+            "refresh_token": kept.refresh_token,
+            "client_id": kept.login.client_id,
+            "resource": mcp.url,
+        },
+        timeout=10,
+    )
+    assert refresh.status_code == 400, refresh.text
+    assert refresh.json()["error"] == "invalid_grant"
+
+
+@pytest.fixture(scope="module")
+def silent() -> Iterator[str]:
+    """A revocation endpoint that takes the connection and never answers."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/revoke"
+    listener.close()
+    for connection in held:
+        connection.close()
+
+
+@pytest.mark.parametrize("endpoint", ["refused", "silent"])
+def test_a_revocation_that_fails_still_removes_the_connection_and_is_logged_once(
+    mercury: RunningServer,
+    idp: OidcProviderProcess,
+    mcp: ProtectedMcp,
+    silent: str,
+    endpoint: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert sign_in_as(mercury, idp, target(idp, mcp), ALICE_KEY).status_code == 200
+    logins = mercury.services.logins
+    kept = mercury.call(logins._load(ALICE_KEY, "mcp:tracker"))
+    assert kept is not None and kept.login is not None
+    # The authorization server's revocation endpoint is gone (nothing listens on port 9), or
+    # hangs: the removal waits on it for a bounded time (5 s), well within the client's 30 s.
+    url = "http://127.0.0.1:9/revoke" if endpoint == "refused" else silent
+    gone = msgspec.structs.replace(kept.login, revocation_url=url)
+    mercury.call(logins._store(ALICE_KEY, "mcp:tracker", msgspec.structs.replace(kept, login=gone)))
+    with caplog.at_level(logging.WARNING, logger="mercury.logins"):
+        removed = httpx.delete(mercury.url + "/me/connections/tracker", headers=ALICE, timeout=30)
+    assert removed.json() == {"ok": True, "server": "tracker"}
+    assert httpx.get(mercury.url + "/me/connections", headers=ALICE).json()["connections"] == []
+    failures = [r for r in caplog.records if "revoked" in r.getMessage()]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert kept.refresh_token not in failures[0].getMessage()
 
 
 def test_a_callback_from_another_issuer_is_refused_without_showing_its_error(

@@ -278,10 +278,10 @@ async def test_a_summary_is_one_non_streamed_completion(openai: OpenAIStandIn) -
     model = OpenAIModel(openai.base_url, MODEL)
     try:
         with anyio.fail_after(10):
-            text = await model.complete([ChatMessage(role="user", content="sum it up")])
+            answer = await model.complete([ChatMessage(role="user", content="sum it up")])
     finally:
         await model.close()
-    assert text == "A summary."
+    assert answer.text == "A summary."
     assert openai.requests[-1]["stream"] is False
 
 

@@ -99,7 +99,10 @@ def said_in(space: str, text: str, caller: str = "slack:UDAN") -> dict[str, Any]
 
 
 def ledger_rows(server: RunningServer) -> list[dict[str, Any]]:
+    """The ledger's rows in the store, once what waits in memory is written."""
+
     async def read() -> list[Any]:
+        await server.services.manager.ledger.flush()
         rows = await server.services.db.fetch_all(
             "SELECT person_key, space_id, model, calls, input_tokens, output_tokens, "
             "cached_tokens FROM usage_days ORDER BY person_key, space_id"
@@ -257,8 +260,15 @@ async def test_two_instances_on_postgresql_sum_into_the_same_rows(
     expected_input = sum(u["input"] for u in usages)
     expected_output = sum(u["output"] for u in usages)
     for server in (a, b):
+        # A report writes this instance's waiting calls first; the other instance's are
+        # written by its own flush, within usage.flush_ms (write-behind).
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-            mine = (await client.get("/me/usage?period=today", headers=ALICE)).json()
+            with anyio.fail_after(10):
+                while True:
+                    mine = (await client.get("/me/usage?period=today", headers=ALICE)).json()
+                    if mine["total"]["calls"] >= 12:
+                        break
+                    await asyncio.sleep(0.05)
         assert mine["total"] == {
             "calls": 12,
             "input": expected_input,

@@ -9,6 +9,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 
 from core.clock import ManualClock
@@ -133,3 +134,49 @@ async def test_a_store_that_cant_answer_lets_the_turn_through(
         assert await budgets.check("people:ann", None) is None
     finally:
         await backend.close()
+
+
+async def stored_calls(db: Database) -> int:
+    row = await db.fetch_one("SELECT COALESCE(SUM(calls), 0) FROM usage_days")
+    return 0 if row is None else int(row[0])
+
+
+async def test_calls_wait_in_memory_and_are_written_together_within_the_flush_window(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    db = await state.open()
+    ledger = UsageLedger(db, clock=clock, flush_s=0.2)
+    await ledger.ensure_schema()
+    for n in range(30):  # three people, two models: six rows
+        ledger.add(
+            Spent(
+                person_key=f"people:p{n % 3}", space_id=None, model=f"m{n % 2}", input=7, output=3
+            )
+        )
+    assert await stored_calls(db) == 0  # nothing written on the callers' path
+    assert ledger.pending == 30
+    # The budget check's read counts what waits here, without writing it.
+    assert await ledger.total(person_key="people:p0", since=clock().date()) == 10 * 10
+    assert await stored_calls(db) == 0
+    with anyio.fail_after(10):
+        while ledger.pending:
+            await asyncio.sleep(0.02)  # the flush window passes: written, unasked
+    assert await stored_calls(db) == 30
+    # One statement for the batch: six rows upserted, carrying the thirty calls.
+    assert ledger.counts() == {"calls": 30, "rows": 6, "statements": 1}
+    assert await ledger.total(person_key="people:p0", since=clock().date()) == 100  # not twice
+
+
+async def test_a_report_reads_the_calls_still_waiting_and_close_writes_the_rest(
+    state: StateBackend, clock: ManualClock
+) -> None:
+    db = await state.open()
+    ledger = UsageLedger(db, clock=clock, flush_s=60.0)  # no flush of its own in the test
+    ledger.add(Spent(person_key="people:ann", space_id=SPACE, model="m", input=5, output=1))
+    [row] = await ledger.rows(since=clock().date(), by=("person",), person_key="people:ann")
+    assert (row.calls, row.input, row.output) == (1, 5, 1)  # read after write, at once
+    ledger.add(Spent(person_key="people:ann", space_id=SPACE, model="m", input=5, output=1))
+    await ledger.close()  # a shutdown: what waits is written
+    other = UsageLedger(await state.open(), clock=clock)
+    [row] = await other.rows(since=clock().date(), by=("person",))
+    assert row.calls == 2 and ledger.pending == 0

@@ -18,7 +18,8 @@
 //   OIDC_MCP                  "1": also an MCP server's authorization server: dynamic client
 //                             registration (POST /reg), Client ID Metadata Documents (an https
 //                             client_id is fetched where POST /__admin/fetch-map says, as DNS
-//                             and a TLS-terminating proxy in front of it would), the resource
+//                             and a TLS-terminating proxy in front of it would), token
+//                             revocation (RFC 7009, POST /token/revocation), the resource
 //                             scopes "mcp:read mcp:write", and no check of fetches to loopback
 //
 // Resource indicators must be absolute URIs, so the resource "urn:<aud>" yields tokens whose
@@ -133,6 +134,7 @@ function build(issuer, keys) {
       ...(mcp
         ? {
             registration: { enabled: true },
+            revocation: { enabled: true },
             clientIdMetadataDocument: { enabled: true, ack: 'draft-02' },
           }
         : {}),

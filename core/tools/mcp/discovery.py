@@ -7,7 +7,8 @@
   challenge names, else the well-known path for the server's URL, then the one at its
   root), checks that it is about this server, then its first authorization server's metadata
   (RFC 8414, then OpenID Connect Discovery, in the order the MCP specification gives), and
-  checks that it names itself and offers PKCE S256.
+  checks that it names itself and offers PKCE S256. A revocation endpoint (RFC 7009) on a
+  host it may not send Mercury to is left out (removing a connection then revokes nothing).
 
 Every URL fetched or taken from metadata must pass :func:`core.tools.mcp.hosts.admits`;
 redirects are not followed. Answers are bounded in size.
@@ -84,6 +85,8 @@ class AuthorizationServer(msgspec.Struct, frozen=True, kw_only=True):
     authorization_endpoint: str
     token_endpoint: str
     registration_endpoint: str | None = None
+    #: Where tokens are revoked (RFC 7009), when the server says.
+    revocation_endpoint: str | None = None
     scopes_supported: tuple[str, ...] = ()
     code_challenge_methods_supported: tuple[str, ...] = ()
     token_endpoint_auth_methods_supported: tuple[str, ...] = ("client_secret_basic",)
@@ -169,6 +172,12 @@ async def discover(
     checked(server.token_endpoint, "token endpoint")
     if server.registration_endpoint is not None:
         checked(server.registration_endpoint, "registration endpoint")
+    revocation = server.revocation_endpoint
+    if revocation is not None and not admits(
+        revocation, server_url=server_url, allowed_hosts=allowed_hosts
+    ):
+        # Optional: tokens are then only forgotten on removal, never sent elsewhere.
+        server = msgspec.structs.replace(server, revocation_endpoint=None)
     if "S256" not in server.code_challenge_methods_supported:
         raise SignInUnavailable(title, f"its authorization server {issuer} doesn't offer PKCE.")
     return resource, server

@@ -212,8 +212,9 @@ class McpSignIn:
         ]
 
     async def disconnect(self, person_key: str, server: str) -> bool:
-        """Forget the person's tokens for ``server``; False when they had none."""
-        return await self._logins.forget(person_key, service_key(server))
+        """Forget the person's tokens for ``server`` and revoke them at its authorization
+        server where it offers revocation (best-effort, bounded); False when they had none."""
+        return await self._logins.revoke(person_key, service_key(server))
 
     # --- inside ---------------------------------------------------------------------------
 
@@ -266,6 +267,7 @@ class McpSignIn:
             resource=resource.resource,
             issuer=server.issuer,
             issuer_in_callback=server.authorization_response_iss_parameter_supported,
+            revocation_url=server.revocation_endpoint,
         )
         url = await self._logins.begin(person_key, service, language, login=login)
         raise LoginRequired(target.server, url)
