@@ -503,11 +503,13 @@ class TelegramBridge:
         last = self._typed.get((chat_id, topic))
         if unless_shown and last is not None and now - last < TYPING_REFRESH_S:
             return
+        # Marked as asked before the call: a live reply opened while the pipeline's typing is
+        # on its way must not ask for it a second time.
+        self._typed.keep((chat_id, topic), now)
         await self._call(
             "sendChatAction",
             self._bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=topic),
         )
-        self._typed.keep((chat_id, topic), now)
 
     async def send_reply(self, to: Received, text: str, files: Sequence[EgressFile] = ()) -> None:
         """The text in messages of at most 4,096 UTF-16 units, then each file as a document.
