@@ -172,7 +172,7 @@ export class Conversation {
     let pending: PendingConfirmation[];
     let settled: SettledConfirmation[];
     try {
-      ({ pending, settled } = await this.host.api.get<{
+      ({ pending, settled = [] } = await this.host.api.get<{
         pending: PendingConfirmation[];
         settled: SettledConfirmation[];
       }>("/confirmations", { conversationId: this.id, settled: "true" }));
