@@ -312,6 +312,15 @@ def limit(raw: str | None, default: int, translator: Translator) -> int:
     return int(digits)
 
 
+def flag(raw: str | None, name: str, translator: Translator) -> bool:
+    """A query parameter that is ``true`` or ``false`` (false when absent), or a 400."""
+    if raw is None or raw == "false":
+        return False
+    if raw == "true":
+        return True
+    raise BadRequest(translator.gettext("%(key)s is true or false.") % {"key": name})
+
+
 def required_query(value: str | None, name: str, translator: Translator) -> str:
     if value is None or value == "":
         raise BadRequest(

@@ -14,6 +14,7 @@ from litestar import get
 from channel_http.errors import BadRequest, NotFound
 from channel_http.requests import (
     conversation_id,
+    flag,
     limit,
     required_query,
 )
@@ -32,7 +33,9 @@ log = logging.getLogger("mercury.http")
 async def confirmations(request: AnyRequest) -> dict[str, Any]:
     caller = caller_of(request)
     wanted = conversation_id(request.query_params.get("conversationId"), caller.translator)
-    pending = await services_of(request).manager.confirmations.pending(caller.person.key)
+    with_settled = flag(request.query_params.get("settled"), "settled", caller.translator)
+    store = services_of(request).manager.confirmations
+    pending = await store.pending(caller.person.key)
     listed = []
     for item in pending:
         # An extension of contract v6: the id a UI knows the conversation by, or null for a
@@ -52,7 +55,24 @@ async def confirmations(request: AnyRequest) -> dict[str, Any]:
                 ],
             }
         )
-    return {"ok": True, "pending": listed}
+    if not with_settled:
+        return {"ok": True, "pending": listed}
+    settled = []
+    for ended in await store.settled(caller.person.key):
+        conversation = conversation_of(ended.session_key, caller.person.key)
+        if wanted is not None and conversation != wanted:
+            continue
+        settled.append(
+            {
+                "id": ended.id,
+                "conversationId": conversation,
+                "summary": ended.summary,
+                "outcome": ended.outcome,
+                **({"choice": ended.choice} if ended.choice is not None else {}),
+                "settledAt": int(ended.settled_at.timestamp() * 1000),
+            }
+        )
+    return {"ok": True, "pending": listed, "settled": settled}
 
 
 @get("/tool-log")

@@ -11,6 +11,10 @@ and every instance sharing the store sees them. Tokens
 are never at rest in clear: a row is keyed by the SHA-256 of its token, and listings show
 summaries, never tokens.
 
+How a staging ended (confirmed, a choice chosen, answered by a message, cancelled or expired)
+is kept by its id for :data:`SETTLED_RETENTION` (:meth:`ConfirmationStore.settled`), one row
+per staging, so a page reloaded after the answer still shows it.
+
 When a confirmed action hands its result back to the model and the confirmation didn't come
 through a turn, the engine parks what the model should hear in :class:`ResumeSlots` until the
 resuming turn collects it. That state is in memory only; a restart drops it.
@@ -33,7 +37,7 @@ import re
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -44,6 +48,7 @@ from core.state import Database, DuplicateRow, Migration, Row, Schema
 
 __all__ = [
     "REPLY_CHOICE",
+    "SETTLED_RETENTION",
     "TOKEN_ALPHABET",
     "Choice",
     "ChoiceRef",
@@ -55,6 +60,7 @@ __all__ = [
     "PendingChoice",
     "PendingSummary",
     "ResumeSlots",
+    "SettledSummary",
     "StagedAction",
     "StagedActionSpec",
     "Staging",
@@ -68,6 +74,10 @@ TOKEN_ALPHABET: Final = ALPHABET
 #: The value of a staging's hidden choice that the person's next message takes.
 REPLY_CHOICE: Final = "mercury:reply"
 DEFAULT_TTL: Final = timedelta(minutes=5)
+#: How long how a staging ended is kept; the periodic purge forgets older outcomes.
+SETTLED_RETENTION: Final = timedelta(days=7)
+#: The most outcomes one listing returns (the newest).
+SETTLED_LISTED: Final = 100
 
 _TOKEN_PATTERN: Final = re.compile(r"[A-Za-z0-9]{4}-[A-Za-z0-9]{4}")
 # A token collision is a one-in-10^14 event; a few fresh draws settle it for good.
@@ -133,6 +143,40 @@ _SCHEMA: Final = Schema(
         ),
     ),
 )
+
+
+_SETTLED_SCHEMA: Final = Schema(
+    "confirmation_outcomes",
+    (
+        Migration(
+            1,
+            """
+CREATE TABLE IF NOT EXISTS confirmation_outcomes (
+    group_id    TEXT PRIMARY KEY,
+    session_key TEXT NOT NULL,
+    person_key  TEXT NOT NULL,
+    summary     TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    choice      TEXT,
+    settled_at  BIGINT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS confirmation_outcomes_person
+    ON confirmation_outcomes (person_key, settled_at);
+CREATE INDEX IF NOT EXISTS confirmation_outcomes_age ON confirmation_outcomes (settled_at);
+""",
+        ),
+    ),
+)
+_SETTLED_COLUMNS: Final = "group_id, session_key, person_key, summary, outcome, choice, settled_at"
+# SQLite needs the WHERE before an upsert's ON CONFLICT after a SELECT; it is there.
+_RECORD_EXPIRED: Final = (
+    f"INSERT INTO confirmation_outcomes ({_SETTLED_COLUMNS}) "  # noqa: S608
+    "SELECT group_id, MIN(session_key), MIN(person_key), MIN(summary), 'expired', NULL, "
+    "MIN(expires_at) FROM confirmations WHERE expires_at <= ? {where} GROUP BY group_id "
+    "ON CONFLICT (group_id) DO NOTHING"
+)
+
+SettledOutcome = Literal["confirmed", "chosen", "answered", "cancelled", "expired"]
 
 
 class ConfirmationError(Exception):
@@ -241,6 +285,36 @@ class PendingSummary(msgspec.Struct, frozen=True, kw_only=True):
     choices: tuple[PendingChoice, ...] = ()
 
 
+class SettledSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """How a staging of its owner's ended: never with a token.
+
+    ``outcome`` is ``confirmed`` (a plain or yes/no staging taken), ``chosen`` (one of
+    several choices, its label in ``choice``), ``answered`` (the person's message answered
+    it), ``cancelled`` (dropped unrun, or its own cancel choice taken) or ``expired``.
+    """
+
+    id: str
+    session_key: str
+    summary: str
+    outcome: SettledOutcome
+    settled_at: datetime
+    choice: str | None = None
+
+
+def _outcome_of(taken: Row, values: Sequence[str | None]) -> tuple[SettledOutcome, str | None]:
+    """How taking the choice ``taken`` ends its staging, whose choices' values are ``values``."""
+    value = taken["choice_value"]
+    if value == REPLY_CHOICE:
+        return "answered", None
+    shown = [v for v in values if v != REPLY_CHOICE]
+    kind = dict(zip(shown, choice_kinds(shown), strict=True)).get(value)
+    if kind == "cancel":
+        return "cancelled", None
+    if kind == "confirm" or len(shown) <= 1:
+        return "confirmed", None
+    return "chosen", str(taken["choice_label"])
+
+
 class ChoiceRef(msgspec.Struct, frozen=True):
     """A choice named by its staging's id and its place among the choices (from 0): how an
     authenticated owner answers a staging whose tokens the page no longer holds."""
@@ -321,6 +395,7 @@ class ConfirmationStore:
         synchronously. Idempotent, so two first callers racing here do no harm."""
         if not self._ready:
             await self._db.migrate(_SCHEMA)
+            await self._db.migrate(_SETTLED_SCHEMA)
             self._ready = True
 
     async def stage(
@@ -420,7 +495,7 @@ class ConfirmationStore:
         """Cancel a staging without running it, once, under :meth:`take`'s rules; whether
         it was pending for that session and person."""
         row = await self._row_of(ChoiceRef(confirmation_id, 0))
-        return row is not None and await self._claim(row, session_key, person_key)
+        return row is not None and await self._claim(row, session_key, person_key, drop=True)
 
     async def session_of(self, person_key: str, confirmation_id: str) -> str | None:
         """The session a staging of ``person_key``'s waits in; None when none is pending."""
@@ -450,10 +525,16 @@ class ConfirmationStore:
             (_hash(token),),
         )
 
-    async def _claim(self, row: Row, session_key: str, person_key: str) -> bool:
-        """Whether ``row``'s staging was pending for that session and person; it is gone."""
+    async def _claim(
+        self, row: Row, session_key: str, person_key: str, *, drop: bool = False
+    ) -> bool:
+        """Whether ``row``'s staging was pending for that session and person; it is gone,
+        and how it ended is recorded (taken by ``row``'s choice, cancelled with ``drop``)."""
         now = to_micros(self._clock())
         if row["expires_at"] <= now:
+            await self._db.execute(
+                _RECORD_EXPIRED.format(where="AND group_id = ?"), (now, row["group_id"])
+            )
             await self._db.execute(
                 "DELETE FROM confirmations WHERE group_id = ? AND expires_at <= ?",
                 (row["group_id"], now),
@@ -463,10 +544,33 @@ class ConfirmationStore:
             return False
         # The delete is the arbiter: of two takes that both read the row, only the one
         # whose delete removed it wins.
-        removed = await self._db.execute(
-            "DELETE FROM confirmations WHERE group_id = ?", (row["group_id"],)
+        removed = await self._db.fetch_all(
+            "DELETE FROM confirmations WHERE group_id = ? RETURNING choice_value",
+            (row["group_id"],),
         )
-        return removed > 0
+        if not removed:
+            return False
+        if drop:
+            await self._record(row, "cancelled", None)
+        else:
+            await self._record(row, *_outcome_of(row, [r["choice_value"] for r in removed]))
+        return True
+
+    async def _record(self, row: Row, outcome: SettledOutcome, choice: str | None) -> None:
+        """Keep how ``row``'s staging ended: one row per staging, never a token."""
+        await self._db.execute(
+            f"INSERT INTO confirmation_outcomes ({_SETTLED_COLUMNS}) "  # noqa: S608
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (group_id) DO NOTHING",
+            (
+                row["group_id"],
+                row["session_key"],
+                row["person_key"],
+                row["summary"],
+                outcome,
+                choice,
+                to_micros(self._clock()),
+            ),
+        )
 
     async def take_reply(self, session_key: str, person_key: str) -> TakenAction | None:
         """Take the newest staging of ``session_key`` that ``person_key``'s next message
@@ -483,7 +587,10 @@ class ConfirmationStore:
         removed = await self._db.execute(
             "DELETE FROM confirmations WHERE group_id = ?", (row["group_id"],)
         )
-        return _taken(row) if removed else None
+        if not removed:
+            return None
+        await self._record(row, "answered", None)
+        return _taken(row)
 
     async def label_of(self, session_key: str, person_key: str, token: str) -> str | None:
         """The label of the choice ``token`` picks ("" for a plain staging) while it is
@@ -539,11 +646,50 @@ class ConfirmationStore:
             )
         return listed
 
-    async def purge_expired(self) -> int:
-        """Delete every expired staging; returns how many choices went."""
+    async def settled(self, person_key: str) -> list[SettledSummary]:
+        """How the person's stagings of the last :data:`SETTLED_RETENTION` ended, oldest
+        first (the newest :data:`SETTLED_LISTED`); an expired staging not purged yet is
+        listed as expired. No tokens."""
         await self.ensure_schema()
+        now = self._clock()
+        rows = await self._db.fetch_all(
+            "SELECT group_id, session_key, summary, outcome, choice, settled_at "
+            "FROM confirmation_outcomes WHERE person_key = ? AND settled_at > ? "
+            "UNION ALL SELECT group_id, MIN(session_key), MIN(summary), 'expired', NULL, "
+            "MIN(expires_at) FROM confirmations WHERE person_key = ? AND expires_at <= ? "
+            "GROUP BY group_id ORDER BY settled_at DESC LIMIT ?",
+            (
+                person_key,
+                to_micros(now - SETTLED_RETENTION),
+                person_key,
+                to_micros(now),
+                SETTLED_LISTED,
+            ),
+        )
+        return [
+            SettledSummary(
+                id=row["group_id"],
+                session_key=row["session_key"],
+                summary=row["summary"],
+                outcome=row["outcome"],
+                choice=row["choice"],
+                settled_at=from_micros(row["settled_at"]),
+            )
+            for row in reversed(rows)
+        ]
+
+    async def purge_expired(self) -> int:
+        """Delete every expired staging, its outcome kept as expired, and forget outcomes
+        older than :data:`SETTLED_RETENTION`; returns how many choices went."""
+        await self.ensure_schema()
+        now = self._clock()
+        await self._db.execute(
+            "DELETE FROM confirmation_outcomes WHERE settled_at <= ?",
+            (to_micros(now - SETTLED_RETENTION),),
+        )
+        await self._db.execute(_RECORD_EXPIRED.format(where=""), (to_micros(now),))
         return await self._db.execute(
-            "DELETE FROM confirmations WHERE expires_at <= ?", (to_micros(self._clock()),)
+            "DELETE FROM confirmations WHERE expires_at <= ?", (to_micros(now),)
         )
 
 

@@ -1,7 +1,8 @@
 """Open confirmations in a real Chromium, with the scripted model's ``/demo confirm``: after a
 reload the transcript gives a waiting confirmation its buttons back (answered by its id, the
-tokens being gone), and the Pending tab confirms, chooses and cancels, the tool chip following
-(confirmed, cancelled), in English and in Italian. A confirmation shown live expires by the
+tokens being gone), one answered before the reload shows its chip's outcome, and the Pending
+tab confirms, chooses and cancels, the tool chip following (confirmed, cancelled), in English
+and in Italian. A confirmation shown live expires by the
 server's time without a reload, and an open Pending tab follows what ends elsewhere."""
 
 from __future__ import annotations
@@ -114,6 +115,27 @@ def test_after_a_reload_the_transcript_gives_an_open_confirmation_its_buttons_ba
     # The demo service's action doesn't hand back: the reply is told under the buttons.
     expect(restored.locator(".pending .note")).to_have_text("Confirmed and done.")
     assert pending(server) == []
+
+
+def test_a_confirmation_answered_before_a_reload_shows_its_chip_confirmed_after_it(
+    page: Page, server: RunningServer
+) -> None:
+    sign_in(page, server, "alice-token")
+    stage(page)
+    page.locator("article.message.assistant").last.get_by_role("button", name="Confirm").click()
+    expect(page.locator("article.message.assistant").last.locator(".chip")).to_have_attribute(
+        "data-outcome", "confirmed"
+    )
+    reload(page, server)
+    ended = page.locator("article.message.assistant", has=page.locator(".settled-command"))
+    expect(ended).to_have_count(1)
+    expect(ended.locator(".settled-command")).to_contain_text("Archive a demo note")
+    chip = ended.locator(".chip")
+    expect(chip).to_have_attribute("data-outcome", "confirmed")
+    expect(chip).to_contain_text("confirmed")
+    expect(ended.get_by_role("button")).to_have_count(0)
+    expect(page.locator(".log .pending")).to_have_count(0)
+    assert axe_violations(page) == []
 
 
 def test_in_italian_the_pending_tab_cancels_and_the_chip_says_cancelled(

@@ -43,6 +43,16 @@ export interface PendingConfirmation {
   choices: { label: string; kind?: "confirm" | "cancel" }[];
 }
 
+/** How a confirmation ended, as GET /confirmations?settled=true lists it (no token). */
+export interface SettledConfirmation {
+  id: string;
+  conversationId: string | null;
+  summary: string;
+  outcome: "confirmed" | "chosen" | "answered" | "cancelled" | "expired";
+  choice?: string;
+  settledAt: number;
+}
+
 export interface TurnBody {
   text?: string;
   conversationId?: string;

@@ -8,6 +8,7 @@ import {
   ApiError,
   type ConfirmAnswer,
   type PendingConfirmation,
+  type SettledConfirmation,
   type TranscriptMessage,
   type TurnBody,
   type TurnEvent,
@@ -38,6 +39,22 @@ export interface ConversationHost {
 const PAGE = 200;
 const MAX_PAGES = 25;
 const SHOWN = 50;
+
+/** How an ended confirmation's chip settles, and what it says of a taken one. */
+function endedAs(item: SettledConfirmation): [Settled, string] {
+  switch (item.outcome) {
+    case "cancelled":
+      return ["cancelled", S.toolCancelled];
+    case "expired":
+      return ["gone", S.toolExpired];
+    case "chosen":
+      return ["taken", S.toolChosen(item.choice ?? "")];
+    case "answered":
+      return ["taken", S.toolAnswered];
+    default:
+      return ["taken", S.toolConfirmed];
+  }
+}
 
 export class Conversation {
   readonly element: HTMLElement;
@@ -148,19 +165,27 @@ export class Conversation {
     await this.restorePending();
   }
 
-  /** The conversation's open confirmations, with their buttons back: a reload loses the
-   * tokens, so they are answered by id. Each settles as expired when its time is up. */
+  /** The conversation's confirmations: those that ended, their chips saying how, then the
+   * open ones with their buttons back: a reload loses the tokens, so they are answered by
+   * id. Each open one settles as expired when its time is up. */
   private async restorePending(): Promise<void> {
     let pending: PendingConfirmation[];
+    let settled: SettledConfirmation[];
     try {
-      ({ pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>("/confirmations", {
-        conversationId: this.id,
-      }));
+      ({ pending, settled = [] } = await this.host.api.get<{
+        pending: PendingConfirmation[];
+        settled: SettledConfirmation[];
+      }>("/confirmations", { conversationId: this.id, settled: "true" }));
     } catch (error) {
       this.refused(error);
       return;
     }
     if (this.disposed) return;
+    for (const item of settled) {
+      const answer = new AssistantMessage();
+      answer.ended(item.summary, ...endedAs(item));
+      this.history.append(answer.element);
+    }
     for (const item of pending) {
       const answer = new AssistantMessage();
       answer.waiting(item.summary);
@@ -182,7 +207,7 @@ export class Conversation {
       this.history.append(answer.element);
       this.watchExpiry(item.id, item.expiresAt - this.host.api.serverNow());
     }
-    if (pending.length > 0) this.log.scrollTop = this.log.scrollHeight;
+    if (pending.length + settled.length > 0) this.log.scrollTop = this.log.scrollHeight;
   }
 
   /** Once its time looks up, asks the server (whose clock decides, not the browser's)

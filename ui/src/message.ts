@@ -197,6 +197,13 @@ export class AssistantMessage {
     this.element.setAttribute("aria-busy", "false");
   }
 
+  /** A confirmation that ended before this visit: its summary and its chip, which says how. */
+  ended(summary: string, outcome: Settled, said: string): void {
+    this.waiting(summary);
+    this.extras.append(h("p", { class: "settled-command" }, summary));
+    this.settleConfirmation(outcome, said);
+  }
+
   login(service: string, url: string): void {
     const link = h(
       "a",

@@ -55,6 +55,7 @@ export const en = {
   toolChosen: (label: string) => `chosen: ${label}`,
   toolCancelled: "cancelled",
   toolExpired: "expired",
+  toolAnswered: "answered",
   waitingForConfirmation: "Waiting for your confirmation",
   confirm: "Confirm",
   confirmed: "Confirmed.",

@@ -49,6 +49,7 @@ export const de: Strings = {
   toolChosen: (label: string) => `gewählt: ${label}`,
   toolCancelled: "abgebrochen",
   toolExpired: "abgelaufen",
+  toolAnswered: "beantwortet",
   waitingForConfirmation: "Wartet auf deine Bestätigung",
   confirm: "Bestätigen",
   confirmed: "Bestätigt.",

@@ -49,6 +49,7 @@ export const es: Strings = {
   toolChosen: (label: string) => `elegido: ${label}`,
   toolCancelled: "cancelado",
   toolExpired: "caducado",
+  toolAnswered: "respondido",
   waitingForConfirmation: "Esperando tu confirmación",
   confirm: "Confirmar",
   confirmed: "Confirmado.",

@@ -49,6 +49,7 @@ export const fr: Strings = {
   toolChosen: (label: string) => `choisi : ${label}`,
   toolCancelled: "annulé",
   toolExpired: "expiré",
+  toolAnswered: "répondu",
   waitingForConfirmation: "En attente de votre confirmation",
   confirm: "Confirmer",
   confirmed: "Confirmé.",

@@ -48,6 +48,7 @@ export const it: Strings = {
   toolChosen: (label: string) => `scelto: ${label}`,
   toolCancelled: "annullato",
   toolExpired: "scaduto",
+  toolAnswered: "risposto",
   waitingForConfirmation: "In attesa della tua conferma",
   confirm: "Conferma",
   confirmed: "Confermato.",
