@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 #: One of each kind the suite has: where the metadata is, the scope asked for and stepped up,
 #: how the client authenticates, a client registered beforehand, a resource that isn't the
-#: server's (refused), offline access, a server that never grants the scope it demands
-#: (Mercury stops asking for it: at most three sign-ins in all).
+#: server's (refused), offline access, a server that never grants the scope it demands (at
+#: most three sign-ins; its server ends the scenario after three refused requests, one of
+#: them the 2026-07-28 probe, so Mercury's own bound is tested in test_mcp_step_up.py).
 SCENARIOS = (
     "auth/metadata-default",
     "auth/metadata-var1",

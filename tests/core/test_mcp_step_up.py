@@ -34,6 +34,7 @@ from core.tools.mcp.step_up import STEP_UP_LIMIT, STEP_UP_WINDOW, StepUps
 from core.tools.registry import LoginRequired
 from tests.oidc.harness import OidcProviderProcess, ensure_node_modules
 from tests.support.mcp_resource import serving
+from tests.support.state import StateBackend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -175,27 +176,27 @@ async def test_a_scope_the_server_never_gets_is_asked_for_twice_then_the_tool_sa
 
 
 async def test_the_attempts_are_counted_again_once_the_window_has_passed(
-    tmp_path: Path,
+    state: StateBackend,
 ) -> None:
-    db = await SqliteDatabase.open(tmp_path / "state.db")
     clock = ManualClock()
     logins = Logins(secret_key=SECRET, redirect_uri=REDIRECT, clock=clock)
-    await logins.open(db)
+    await logins.open(await state.open())
     step_ups = StepUps(logins, clock=clock)
-    try:
-        for n in range(STEP_UP_LIMIT):
-            await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
-            await step_ups.record("alice", "admin", ("mcp:admin",), f"https://as/{n}")
-        # The same link shown again isn't counted: still refused, not counted twice over.
-        await step_ups.record("alice", "admin", ("mcp:admin",), f"https://as/{STEP_UP_LIMIT - 1}")
-        with pytest.raises(ScopeRefused):
-            await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
-        # Other scopes, another server: counted apart.
-        await step_ups.check("alice", "admin", "Admin", ("mcp:write",), "mcp:admin")
-        await step_ups.check("alice", "other", "Other", ("mcp:admin",), "mcp:other")
-        clock.advance(STEP_UP_WINDOW + timedelta(seconds=1))
+    # Another instance on the same store sees the same count (PostgreSQL is shared).
+    other_logins = Logins(secret_key=SECRET, redirect_uri=REDIRECT, clock=clock)
+    await other_logins.open(await state.open())
+    other = StepUps(other_logins, clock=clock)
+    for n in range(STEP_UP_LIMIT):
         await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
-        await step_ups.record("alice", "admin", ("mcp:admin",), "https://as/again")
-        await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
-    finally:
-        await db.close()
+        await step_ups.record("alice", "admin", ("mcp:admin",), f"https://as/{n}")
+        # The same link shown again (the person hasn't used it yet) isn't another attempt.
+        await step_ups.record("alice", "admin", ("mcp:admin",), f"https://as/{n}")
+    with pytest.raises(ScopeRefused):
+        await other.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
+    # Other scopes, another server: counted apart.
+    await step_ups.check("alice", "admin", "Admin", ("mcp:write",), "mcp:admin")
+    await step_ups.check("alice", "other", "Other", ("mcp:admin",), "mcp:other")
+    clock.advance(STEP_UP_WINDOW + timedelta(seconds=1))
+    await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
+    await step_ups.record("alice", "admin", ("mcp:admin",), "https://as/again")
+    await step_ups.check("alice", "admin", "Admin", ("mcp:admin",), "mcp:admin")
