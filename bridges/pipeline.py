@@ -790,10 +790,16 @@ class Pipeline:
                 log.warning("a %s message's files were not saved: %s", message.platform, error)
                 stored = []
             saved = tuple(f.path for f in stored)
+        parent = None
+        if message.parent_thread_id is not None:
+            above = bridge.parse_thread(message.parent_thread_id)
+            if above.space_id == space_id and above.conversation_external_id != conversation:
+                parent = above.conversation_external_id
         ingress = IngressMessage(
             platform=message.platform,
             space_id=space_id,
             conversation_external_id=conversation,
+            parent_conversation=parent,
             caller_id=f"{message.platform}:{message.author_id}",
             author_name=message.author_name,
             text=message.text,
@@ -817,6 +823,7 @@ class Pipeline:
                 principal=who.principal,
                 person=who.person,
                 conversation_id=ingress.conversation_external_id,
+                parent_conversation_id=ingress.parent_conversation,
                 text=run.text,  # the token alone when that is what the message is
                 said=run.said,
                 language=who.language,

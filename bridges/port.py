@@ -149,6 +149,11 @@ class Received(msgspec.Struct, frozen=True, kw_only=True):
     #: Start (``/start``), with its deep link's payload (``"sign-in"``; ``""`` for none).
     #: None for every other message. The pipeline answers it and never runs it.
     opening: str | None = None
+    #: For a reply inside a thread that hangs under a conversation of its own (a Slack
+    #: thread under the author's own channel message, or one the bot started): that
+    #: conversation's thread, where a question the author was asked may be answered from
+    #: the thread. None everywhere else.
+    parent_thread_id: str | None = None
 
 
 class ThreadInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -175,6 +180,8 @@ class IngressMessage(msgspec.Struct, frozen=True, kw_only=True):
     is_dm: bool
     is_reply_to_bot: bool
     attachments: tuple[str, ...]
+    #: The conversation the message's thread hangs under (:attr:`Received.parent_thread_id`).
+    parent_conversation: str | None = None
 
 
 class EgressFile(msgspec.Struct, frozen=True, kw_only=True):

@@ -276,7 +276,11 @@ class SlackBot:
         assert message.channel is not None and message.ts is not None  # noqa: S101 - checked
         in_thread = message.thread_ts is not None and message.thread_ts != message.ts
         thread_id = f"slack:{message.channel}" + (f":{message.thread_ts}" if in_thread else "")
+        # A question asked in the channel's conversation is answered where the bot answered:
+        # in the thread under the asker's own message (or one the bot started).
+        under = in_thread and message.parent_user_id in {author, bot_user_id} - {None}
         return Received(
+            parent_thread_id=f"slack:{message.channel}" if under else None,
             platform="slack",
             thread_id=thread_id,
             delivery_id=event_id,

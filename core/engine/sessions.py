@@ -115,6 +115,10 @@ class TurnInput(msgspec.Struct, frozen=True, kw_only=True):
     #: In a space, the words once the trigger is taken out: what answers a question a tool
     #: asked in the conversation (a typed answer). None: ``text``.
     said: str | None = None
+    #: The conversation this one's thread hangs under (a chat bridge's thread under the
+    #: person's own message): a question asked of the person there is answered from here,
+    #: when none waits here. None: no such conversation.
+    parent_conversation_id: str | None = None
 
 
 class ConfirmResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -477,9 +481,7 @@ class SessionManager:
             and text
             and not turn_input.opening
             and not turn_input.resume
-            and await self._confirm_in_turn(
-                turn_input, key, None, translator, emit, written, reply=turn_input.said or text
-            )
+            and await self._answer_in_turn(turn_input, key, translator, emit, written)
         ):
             return  # the message answered a question asked in the conversation
         waiting_since = time.perf_counter()
@@ -768,6 +770,37 @@ class SessionManager:
         return freed
 
     # ---------------------------------------------------------- confirmations
+
+    async def _answer_in_turn(
+        self,
+        turn_input: TurnInput,
+        key: str,
+        translator: Translator,
+        emit: _Emit,
+        written: list[str] | None,
+    ) -> bool:
+        """The turn's text as the answer to a question a tool asked this person: in this
+        conversation, else in the one its thread hangs under (the person's reply in the
+        thread of the answer that asked), which the answer then goes on in."""
+        reply = turn_input.said or turn_input.text.strip()
+        if await self._confirm_in_turn(
+            turn_input, key, None, translator, emit, written, reply=reply
+        ):
+            return True
+        parent = turn_input.parent_conversation_id
+        if parent is None or parent == turn_input.conversation_id:
+            return False
+        space = turn_input.space
+        above = msgspec.structs.replace(
+            turn_input,
+            conversation_id=parent,
+            parent_conversation_id=None,
+            space=None if space is None else msgspec.structs.replace(space, conversation=parent),
+        )
+        parent_key = self.session_key(turn_input.person, parent, _space_id(turn_input))
+        return await self._confirm_in_turn(
+            above, parent_key, None, translator, emit, written, reply=reply
+        )
 
     async def _confirm_in_turn(
         self,

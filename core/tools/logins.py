@@ -400,6 +400,11 @@ class Logins:
                 return current.url
         return url
 
+    async def pending_url(self, person_key: str, service: str) -> str | None:
+        """The URL of ``person_key``'s login to ``service`` while it is pending, else None."""
+        current = await self._pending(person_key, service)
+        return None if current is None else current.url
+
     async def _pending(self, person_key: str, service: str) -> _Pending | None:
         row = await self._database().fetch_one(
             "SELECT sealed FROM login_states WHERE person_key = ? AND service = ? "

@@ -509,6 +509,21 @@ async def test_a_reply_in_a_thread_a_person_started_is_not_a_reply_to_the_bot(
     assert top.is_reply_to_bot is False
 
 
+async def test_a_reply_in_a_thread_under_the_authors_own_message_names_the_channel_above(
+    bridge: SlackBridge, slack: SlackStandIn
+) -> None:
+    root = "1700000000.000100"
+    own = slack.message("C1", "U1", "yes", thread_ts=root, parent_user_id="U1")
+    assert (await received(bridge, slack, own)).parent_thread_id == "slack:C1"
+    bots = slack.message("C1", "U1", "yes", thread_ts=root, parent_user_id=slack.bot_user_id)
+    assert (await received(bridge, slack, bots)).parent_thread_id == "slack:C1"
+    # Under someone else's message, or at the top: no conversation above to answer in.
+    other = slack.message("C1", "U1", "yes", thread_ts=root, parent_user_id="U2")
+    assert (await received(bridge, slack, other)).parent_thread_id is None
+    top = await received(bridge, slack, slack.message("C1", "U1", "no thread"))
+    assert top.parent_thread_id is None
+
+
 async def test_shared_files_arrive_as_attachments_not_yet_downloaded(
     bridge: SlackBridge, slack: SlackStandIn
 ) -> None:

@@ -171,3 +171,52 @@ async def test_a_free_text_question_is_answered_by_the_askers_next_message_in_th
     await slack.wait_until_async(
         lambda: said("Filed.", "8.4"), timeout=40, what="the model's answer"
     )
+
+
+async def test_a_free_text_question_is_answered_by_the_askers_reply_in_the_answers_thread(
+    chat: RunningServer, slack: SlackStandIn, ollama: OllamaStandIn, tracker: Tracker
+) -> None:
+    tracker.calls.clear()
+    ollama.enqueue(
+        ChatScript(tool_calls=[{"name": "trk_file_issue", "arguments": {"project": "TRK"}}]),
+        ChatScript.words("What title, and how many hours?"),
+    )
+    mention = f"<@{slack.bot_user_id}>"
+    url = chat.url + "/webhooks/slack"
+    await slack.deliver(
+        url, slack.envelope(slack.message("C1", "U1", f"{mention} file an issue", ts="9.1"))
+    )
+
+    def said(text: str) -> bool:
+        return any(text in (m.text or "") for m in slack.thread_messages("C1", "9.1"))
+
+    await slack.wait_until_async(
+        lambda: said("What title, and how many hours?"), timeout=40, what="the question"
+    )
+
+    def in_thread(user: str, text: str, ts: str) -> dict[str, object]:
+        # Slack names the thread's root and its author on every reply in a thread.
+        return slack.message("C1", user, text, ts=ts, thread_ts="9.1", parent_user_id="U1")
+
+    # Ben's reply in Ann's thread answers nothing of her question: it is a turn of his own.
+    ollama.enqueue(ChatScript.words("Hi Ben."))
+    await slack.deliver(
+        url, slack.envelope(in_thread("U2", f"{mention} Title: Ben's\nHours: 3", "9.2"))
+    )
+    await slack.wait_until_async(lambda: said("Hi Ben."), timeout=40, what="Ben's answer")
+    assert tracker.calls == []
+    # Ann's reply in the thread of the answer that asked is her answer.
+    ollama.enqueue(ChatScript.words("Filed from the thread."))
+    await slack.deliver(
+        url, slack.envelope(in_thread("U1", f"{mention} Title: Threaded\nHours: 2", "9.3"))
+    )
+    await slack.wait_until_async(
+        lambda: (
+            tracker.calls == [("file_issue", {"project": "TRK", "title": "Threaded", "hours": 2})]
+        ),
+        timeout=40,
+        what="the filed issue",
+    )
+    await slack.wait_until_async(
+        lambda: said("Filed from the thread."), timeout=40, what="the model's answer"
+    )

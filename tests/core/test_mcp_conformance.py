@@ -9,8 +9,6 @@ interface, two at once.
 Scenarios not run here: ``auth/basic-cimd`` (it expects a client_id URL of its own choosing;
 Mercury's document is at its https public URL's ``/oauth/client-metadata.json``, which
 ``tests/channel_http/test_mcp_sign_in_routes.py`` covers with a real provider);
-``auth/scope-retry-limit`` (it counts sign-ins for the same scope, which in Mercury are each
-a person's choice in a turn, so it would measure the test's stand-in person);
 ``auth/2025-03-26-*`` (the revision before protected resource metadata, which Mercury
 doesn't speak); the ``client-credentials`` and ``cross-app-access`` extensions.
 """
@@ -28,11 +26,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 #: One of each kind the suite has: where the metadata is, the scope asked for and stepped up,
 #: how the client authenticates, a client registered beforehand, a resource that isn't the
-#: server's (refused), offline access.
+#: server's (refused), offline access, a server that never grants the scope it demands (at
+#: most three sign-ins; its server ends the scenario after three refused requests, one of
+#: them the 2026-07-28 probe, so Mercury's own bound is tested in test_mcp_step_up.py).
 SCENARIOS = (
     "auth/metadata-default",
     "auth/metadata-var1",
     "auth/scope-step-up",
+    "auth/scope-retry-limit",
     "auth/token-endpoint-auth-post",
     "auth/pre-registration",
     "auth/resource-mismatch",

@@ -10,7 +10,8 @@ person's connection, :class:`~core.tools.mcp.McpSignIn` on :class:`~core.tools.l
 Mercury asks the person to sign in, it plays the browser: it opens the login URL (the
 scenario's authorization server approves at once) and delivers the redirect's ``state``,
 ``code`` and ``iss`` as ``/login/callback`` does (``check_issuer``, then ``complete``). A
-person signs in at most three times; then the program gives up.
+person signs in at most three times; then the program gives up. A tool error instead of a
+sign-in (a server that keeps refusing the scopes it asks for) ends it with exit code 1.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from core.tools.logins import Logins
 from core.tools.mcp import McpSignIn
 from core.tools.mcp.connection import McpConnection
 from core.tools.mcp.servers import McpServers
-from core.tools.registry import LoginRequired
+from core.tools.registry import LoginRequired, ToolError
 
 #: Mercury's public URL: plain HTTP, so it registers (or uses the given client), never a
 #: client metadata document (whose URL must be https).
@@ -80,6 +81,9 @@ async def use(connection: McpConnection, logins: Logins) -> int:
             return 0
         except LoginRequired as login:
             await sign_in(login.url, logins)
+        except ToolError as error:
+            print(f"Tool error: {error}", file=sys.stderr)
+            return 1
     print("Gave up after signing in three times.", file=sys.stderr)
     return 1
 

@@ -152,13 +152,13 @@ class ProtectedMcp:
 
 
 @contextmanager
-def serving(app: Any, *, lifespan: bool = False) -> Iterator[str]:
-    """``app`` (ASGI) under uvicorn on 127.0.0.1 in a thread; its origin."""
+def serving(app: Any, *, lifespan: bool = False, port: int = 0) -> Iterator[str]:
+    """``app`` (ASGI) under uvicorn on 127.0.0.1 in a thread (on ``port``, 0: any); its origin."""
     server = uvicorn.Server(
         uvicorn.Config(
             app,
             host="127.0.0.1",
-            port=0,
+            port=port,
             lifespan="on" if lifespan else "off",
             log_level="warning",
         )

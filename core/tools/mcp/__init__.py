@@ -13,6 +13,7 @@ from core.tools.mcp.discovery import SignInUnavailable
 from core.tools.mcp.hosts import admits
 from core.tools.mcp.oauth import AccessRefused, McpSignIn, OAuthTarget
 from core.tools.mcp.servers import McpServers, ServerHealth
+from core.tools.mcp.step_up import ScopeRefused
 
 __all__ = [
     "AccessRefused",
@@ -22,6 +23,7 @@ __all__ = [
     "McpSignIn",
     "McpUnavailable",
     "OAuthTarget",
+    "ScopeRefused",
     "ServerHealth",
     "SignInUnavailable",
     "admits",

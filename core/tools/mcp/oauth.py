@@ -14,7 +14,8 @@ the server answers 401 or 403 it calls :meth:`McpSignIn.challenged`. Either rais
    order: the configured ``client_id``; else the Client ID Metadata Document Mercury serves,
    where the server accepts one; else dynamic registration, kept per issuer;
 3. the scopes: the challenge's, else the configured ones, else those the resource offers; on
-   a 403 ``insufficient_scope`` those already granted as well (step-up).
+   a 403 ``insufficient_scope`` those already granted as well (step-up), a bounded number
+   of times per person, server and scope set (:mod:`core.tools.mcp.step_up`).
 
 The sign-in itself is a :class:`~core.tools.logins.Logins` login given at ``begin`` (PKCE
 S256, the RFC 8707 ``resource`` in the authorization and token requests, the issuer recorded
@@ -29,7 +30,8 @@ Exceptions::
     ├── LoginRequired                  the person must sign in (again); carries the URL
     ├── LoginUnavailable               this instance has no public URL to take a sign-in at
     ├── SignInUnavailable              the server's sign-in can't be found or isn't usable
-    └── AccessRefused                  the server refused the person (403, not for want of scope)
+    ├── AccessRefused                  the server refused the person (403, not for want of scope)
+    └── ScopeRefused                   the server keeps refusing the scopes it asks for
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from core.tools.mcp.registration import (
     Registrations,
     client_metadata,
 )
+from core.tools.mcp.step_up import ScopeRefused, StepUps
 from core.tools.registry import LoginRequired, ToolError
 
 if TYPE_CHECKING:
@@ -69,6 +72,7 @@ __all__ = [
     "AccessRefused",
     "McpSignIn",
     "OAuthTarget",
+    "ScopeRefused",
     "service_key",
 ]
 
@@ -133,6 +137,7 @@ class McpSignIn:
         self._client_name = client_name
         self._timeout_s = timeout_s
         self._registrations = Registrations(logins, client_name=client_name)
+        self._step_ups = StepUps(logins)
         self._discovered: dict[
             str, tuple[float, ProtectedResource, AuthorizationServer, Challenge]
         ] = {}
@@ -191,15 +196,26 @@ class McpSignIn:
 
         A 403 with ``error="insufficient_scope"`` asks for the scopes the challenge names
         on top of those already granted (step-up), and keeps the current token meanwhile;
-        any other 403 raises :class:`AccessRefused`.
+        past :data:`~core.tools.mcp.step_up.STEP_UP_LIMIT` step-ups for the same scopes
+        (:mod:`core.tools.mcp.step_up`) it raises :class:`ScopeRefused` instead; any other
+        403 raises :class:`AccessRefused`.
         """
         challenge = parse_challenge(www_authenticate)
         service = service_key(target.server)
         if status == httpx.codes.FORBIDDEN:
             if challenge.error != "insufficient_scope":
                 raise AccessRefused(target.title)
+            await self._step_ups.check(
+                person_key, target.server, target.title, challenge.scopes, service
+            )
             granted = await self._logins.granted_scopes(person_key, service)
-            await self._sign_in(person_key, target, challenge, granted=granted, language=language)
+            try:
+                await self._sign_in(
+                    person_key, target, challenge, granted=granted, language=language
+                )
+            except LoginRequired as login:
+                await self._step_ups.record(person_key, target.server, challenge.scopes, login.url)
+                raise
         await self._logins.forget(person_key, service)
         await self._sign_in(person_key, target, challenge, granted=(), language=language)
 
