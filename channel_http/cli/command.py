@@ -370,7 +370,7 @@ def parser(tr: Translator) -> argparse.ArgumentParser:
         description=tr.gettext(
             "Run the HTTP surface. Settings come from mercury.yaml and the environment."
         ),
-        epilog=help_text(),
+        epilog=help_text(tr),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve_parser.add_argument(

@@ -34,7 +34,7 @@ import difflib
 import json
 import os
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -74,7 +74,7 @@ from core.config.kinds import (
     service_secret_variable,
 )
 from core.config.mcp import McpServerConfig, _McpServers, with_secrets
-from core.people.i18n import SUPPORTED_LANGUAGES
+from core.people.i18n import N_, SUPPORTED_LANGUAGES, Translator
 from core.people.pairing import DM_POLICIES, DmPolicy
 from core.spaces.config import SpaceConfig, _Spaces, trigger_word
 
@@ -627,11 +627,13 @@ def _dm_policy(platform: str) -> Setting:
         f"{platform.upper()}_DM_POLICY",
         _Choice(DM_POLICIES),
         None,
-        "Who may talk to the assistant from this platform when the directory doesn't know "
-        "them: `pairing` (an unknown sender's direct message gets a code an admin approves), "
-        "`allowlist` (the directory's people only) or `open` (everyone). "
-        "`MERCURY_ACCESS_UNKNOWN=allow` lets everyone in whatever this says.",
-        default_doc="`pairing` with a directory, `open` without",
+        N_(
+            "Who may talk to the assistant from this platform when the directory doesn't know "
+            "them: `pairing` (an unknown sender's direct message gets a code an admin approves), "
+            "`allowlist` (the directory's people only) or `open` (everyone). "
+            "`MERCURY_ACCESS_UNKNOWN=allow` lets everyone in whatever this says."
+        ),
+        default_doc=N_("`pairing` with a directory, `open` without"),
     )
 
 
@@ -649,381 +651,384 @@ def dm_policies(settings: Settings) -> dict[str, DmPolicy | None]:
 SETTINGS: Final[tuple[Setting, ...]] = (
     # path, environment variable, kind, default, doc
     Setting("http.host", "HTTP_SURFACE_HOST", _Text(), "127.0.0.1",
-            "The address to listen on."),
+            N_("The address to listen on.")),
     Setting("http.port", "HTTP_SURFACE_PORT", _PORT, 4100,
-            "The port; 0 picks a free one."),
+            N_("The port; 0 picks a free one.")),
     Setting("http.cors_origin", "HTTP_SURFACE_CORS_ORIGIN", _Origins(), ("*",),
-            "The origins a browser UI may call from: `*` for any, or a comma-separated "
+            N_("The origins a browser UI may call from: `*` for any, or a comma-separated "
             "list of exact origins such as `https://ui.example`; a request from one of them "
-            "is answered with that origin.", default_doc="`*`"),
+            "is answered with that origin."), default_doc=N_("`*`")),
     Setting("http.public_url", "HTTP_SURFACE_PUBLIC_URL", _Url(base=True), None,
-            "The address browsers reach the surface at; without it nobody can log in to "
-            "services."),
+            N_("The address browsers reach the surface at; without it nobody can log in to "
+            "services.")),
     Setting("http.workers", "HTTP_SURFACE_WORKERS", _Int(1, 64), 1,
-            "Server processes on this machine sharing the port (`serve --workers`); more "
+            N_("Server processes on this machine sharing the port (`serve --workers`); more "
             "than 1 needs the state in PostgreSQL (`MERCURY_STATE_URL`) and memory on a "
-            "Qdrant server or off."),
+            "Qdrant server or off.")),
     Setting("http.heartbeat_s", "HTTP_SURFACE_HEARTBEAT_S", _SECONDS, 15.0,
-            "Seconds of silence on a stream before a keep-alive comment."),
+            N_("Seconds of silence on a stream before a keep-alive comment.")),
     Setting("http.resume_max_chars", "HTTP_SURFACE_RESUME_MAX_CHARS", _Int(0), None,
-            "Characters of a reopened conversation given back to the model; 0 turns resuming "
-            "off.", default_doc="`SESSION_RESUME_MAX_CHARS`"),
+            N_("Characters of a reopened conversation given back to the model; 0 turns resuming "
+            "off."), default_doc=N_("`SESSION_RESUME_MAX_CHARS`")),
     Setting("http.graceful_timeout_s", "HTTP_SURFACE_GRACEFUL_TIMEOUT_S",
             _Float(0, inclusive=True), 10.0,
-            "Seconds running streams get to finish when the service stops."),
+            N_("Seconds running streams get to finish when the service stops.")),
     Setting("http.rejoin_s", "HTTP_SURFACE_REJOIN_S", _Float(0, inclusive=True), 0.0,
-            "Seconds a turn keeps running after its client went away, waiting to be rejoined "
-            "with Last-Event-ID; 0 cancels it at once."),
+            N_("Seconds a turn keeps running after its client went away, waiting to be rejoined "
+            "with Last-Event-ID; 0 cancels it at once.")),
     Setting("http.ui", "HTTP_SURFACE_UI", _Bool(), True,
-            "Serve the reference browser UI at /ui/."),
+            N_("Serve the reference browser UI at /ui/.")),
     Setting("http.ui_oidc_client_id", "HTTP_SURFACE_UI_OIDC_CLIENT_ID", _Text(raw=True), None,
-            "The OpenID client the browser UI logs people in with (a public client, "
+            N_("The OpenID client the browser UI logs people in with (a public client, "
             "authorization code with PKCE, redirect URI <address>/ui/); without it the UI "
-            "only takes pasted tokens."),
+            "only takes pasted tokens.")),
     Setting("http.ui_oidc_scope", "HTTP_SURFACE_UI_OIDC_SCOPE", _Text(raw=True), "openid profile",
-            "The scopes the browser UI asks the OpenID provider for."),
+            N_("The scopes the browser UI asks the OpenID provider for.")),
     Setting("http.max_header_bytes", "HTTP_SURFACE_MAX_HEADER_BYTES", _Int(1024, 1_048_576),
-            65_536, "Bytes a request's head (request line and headers) may take; past them, 431."),
+            65_536,
+            N_("Bytes a request's head (request line and headers) may take; past them, 431.")),
     Setting("http.header_timeout_s", "HTTP_SURFACE_HEADER_TIMEOUT_S", _SECONDS, 10.0,
-            "Seconds a request's head may take to arrive whole; past them, 408 and the "
-            "connection is closed."),
+            N_("Seconds a request's head may take to arrive whole; past them, 408 and the "
+            "connection is closed.")),
     Setting("http.keep_alive_timeout_s", "HTTP_SURFACE_KEEP_ALIVE_TIMEOUT_S", _SECONDS, 5.0,
-            "Seconds an idle keep-alive connection is kept open between requests."),
+            N_("Seconds an idle keep-alive connection is kept open between requests.")),
     Setting("http.max_connections", "HTTP_SURFACE_MAX_CONNECTIONS", _Int(1, 100_000), 2048,
-            "Connections (or running requests) served at once; past them, 503 with "
-            "Retry-After. Each open stream holds one."),
+            N_("Connections (or running requests) served at once; past them, 503 with "
+            "Retry-After. Each open stream holds one.")),
     Setting("data_dir", "MERCURY_DATA_DIR", _PathKind(), Path("data"),
-            "Where the service keeps its files.", default_doc="`./data`"),
+            N_("Where the service keeps its files."), default_doc=N_("`./data`")),
     Setting("state.url", "MERCURY_STATE_URL", _Text(raw=True), None,
-            "The PostgreSQL database every instance shares "
+            N_("The PostgreSQL database every instance shares "
             "(`postgresql://user:password@host:port/db`); unset keeps the state in SQLite "
-            "under the data directory.", secret=True, default_doc="not set (SQLite)"),
+            "under the data directory."), secret=True, default_doc=N_("not set (SQLite)")),
     Setting("state.pool_size", "MERCURY_STATE_POOL_SIZE", _Int(1, 100), 10,
-            "The most PostgreSQL connections one instance opens at once."),
+            N_("The most PostgreSQL connections one instance opens at once.")),
     Setting("state.lease_s", "MERCURY_CONVERSATION_LEASE_S", _Int(2, 30), 15,
-            "Seconds after which a turn of an instance that stopped answering (it died) "
+            N_("Seconds after which a turn of an instance that stopped answering (it died) "
             "lets the conversation's next turn run on another instance, and a chat message "
-            "it took and never answered runs again on another."),
+            "it took and never answered runs again on another.")),
     Setting("state.busy_timeout_s", "MERCURY_STATE_BUSY_TIMEOUT_S", _SECONDS, 10.0,
-            "Seconds a write to the SQLite file waits for another process's lock on it "
-            "before it is refused (503 with Retry-After)."),
+            N_("Seconds a write to the SQLite file waits for another process's lock on it "
+            "before it is refused (503 with Retry-After).")),
     Setting("state.connect_timeout_s", "MERCURY_STATE_CONNECT_TIMEOUT_S", _SECONDS, 10.0,
-            "Seconds connecting to PostgreSQL is retried at start-up (a server still "
-            "starting is waited for) before the start fails."),
+            N_("Seconds connecting to PostgreSQL is retried at start-up (a server still "
+            "starting is waited for) before the start fails.")),
     Setting("auth.providers", "MERCURY_AUTH", _Names(AUTH_PROVIDERS, "provider"), (),
-            "The auth providers, tried in this order (comma-separated in the environment).",
-            default_doc="none (not configured)"),
+            N_("The auth providers, tried in this order (comma-separated in the environment)."),
+            default_doc=N_("none (not configured)")),
     Setting("auth.static_tokens", "AUTH_STATIC_TOKENS", _Text(raw=True), None,
-            "The static provider's tokens, as JSON (validated by the provider).",
+            N_("The static provider's tokens, as JSON (validated by the provider)."),
             secret=True),
     Setting("model.provider", "MERCURY_MODEL_PROVIDER", _Choice(MODEL_PROVIDERS), "ollama",
-            "Which server answers and embeds: `ollama`, or `openai` for any server speaking "
-            "OpenAI's chat-completions protocol (vLLM, llama-server, LM Studio, LiteLLM)."),
+            N_("Which server answers and embeds: `ollama`, or `openai` for any server speaking "
+            "OpenAI's chat-completions protocol (vLLM, llama-server, LM Studio, LiteLLM).")),
     Setting("model.fallbacks", None, _Fallbacks(), (),
-            "Other models asked, in order, when the model can't start an answer (unreachable, "
-            "no first chunk in time, HTTP 429 or 5xx); never after the answer began.",
-            default_doc="none"),
+            N_("Other models asked, in order, when the model can't start an answer (unreachable, "
+            "no first chunk in time, HTTP 429 or 5xx); never after the answer began."),
+            default_doc=N_("none")),
     Setting("model.first_chunk_timeout_s", "MERCURY_MODEL_FIRST_CHUNK_TIMEOUT_S", _SECONDS, 60.0,
-            "With fallbacks: seconds a model may take to start its answer before the next "
-            "one is asked (the last model of the chain waits its full read timeout)."),
+            N_("With fallbacks: seconds a model may take to start its answer before the next "
+            "one is asked (the last model of the chain waits its full read timeout).")),
     Setting("model.fallback_cooldown_s", "MERCURY_MODEL_FALLBACK_COOLDOWN_S", _SECONDS, 30.0,
-            "With fallbacks: seconds a model that failed is skipped before a turn tries it "
-            "again; doubled at each failure in a row, up to ten minutes."),
+            N_("With fallbacks: seconds a model that failed is skipped before a turn tries it "
+            "again; doubled at each failure in a row, up to ten minutes.")),
     Setting("ollama.host", "OLLAMA_HOST", _Text(), "http://127.0.0.1:11434",
-            "The Ollama server's address."),
+            N_("The Ollama server's address.")),
     Setting("ollama.model", "OLLAMA_MODEL", _Text(), "llama3.2",
-            "The chat model."),
+            N_("The chat model.")),
     Setting("ollama.think", "OLLAMA_THINK", _Bool(), True,
-            "Whether the model streams its reasoning."),
+            N_("Whether the model streams its reasoning.")),
     Setting("ollama.embedding_model", "OLLAMA_EMBEDDING_MODEL", _Text(), "nomic-embed-text",
-            "The model that embeds memory."),
+            N_("The model that embeds memory.")),
     Setting("ollama.timeout_s", "OLLAMA_TIMEOUT_S", _SECONDS, 300.0,
-            "Seconds to wait for the next chunk of a streamed answer."),
+            N_("Seconds to wait for the next chunk of a streamed answer.")),
     Setting("ollama.connect_timeout_s", "OLLAMA_CONNECT_TIMEOUT_S", _SECONDS, 5.0,
-            "Seconds to wait for a connection to Ollama."),
+            N_("Seconds to wait for a connection to Ollama.")),
     Setting("openai.base_url", "OPENAI_BASE_URL", _Url(base=True), "http://127.0.0.1:8080/v1",
-            "The server's API address, `/v1` included."),
+            N_("The server's API address, `/v1` included.")),
     Setting("openai.api_key", "OPENAI_API_KEY", _Text(raw=True), None,
-            "The bearer token the server asks for, if any.", secret=True),
+            N_("The bearer token the server asks for, if any."), secret=True),
     Setting("openai.model", "OPENAI_MODEL", _Text(), None,
-            "The chat model, as the server names it; required with "
-            "`MERCURY_MODEL_PROVIDER=openai`."),
+            N_("The chat model, as the server names it; required with "
+            "`MERCURY_MODEL_PROVIDER=openai`.")),
     Setting("openai.embedding_model", "OPENAI_EMBEDDING_MODEL", _Text(), None,
-            "The model that embeds memory through `/embeddings`; required with "
-            "`MERCURY_MODEL_PROVIDER=openai` unless `MERCURY_MEMORY_STORE=off`."),
+            N_("The model that embeds memory through `/embeddings`; required with "
+            "`MERCURY_MODEL_PROVIDER=openai` unless `MERCURY_MEMORY_STORE=off`.")),
     Setting("openai.embedding_base_url", "OPENAI_EMBEDDING_BASE_URL", _Url(base=True), None,
-            "Where the embedding model is served, when another server than the chat model's "
-            "(llama-server serves one or the other).", default_doc="`OPENAI_BASE_URL`"),
+            N_("Where the embedding model is served, when another server than the chat model's "
+            "(llama-server serves one or the other)."), default_doc=N_("`OPENAI_BASE_URL`")),
     Setting("openai.timeout_s", "OPENAI_TIMEOUT_S", _SECONDS, 300.0,
-            "Seconds to wait for the next event of a streamed answer."),
+            N_("Seconds to wait for the next event of a streamed answer.")),
     Setting("openai.connect_timeout_s", "OPENAI_CONNECT_TIMEOUT_S", _SECONDS, 5.0,
-            "Seconds to wait for a connection to the server."),
+            N_("Seconds to wait for a connection to the server.")),
     Setting("defaults.language", "MERCURY_DEFAULT_LANGUAGE", _Choice(SUPPORTED_LANGUAGES), "en",
-            "The language of people who haven't chosen one."),
+            N_("The language of people who haven't chosen one.")),
     Setting("defaults.time_zone", "MERCURY_DEFAULT_TIME_ZONE", _Zone(), "UTC",
-            "The time zone of people who haven't given one, spelled as the tz database does."),
+            N_("The time zone of people who haven't given one, spelled as the tz database does.")),
     Setting("engine.max_steps", "MERCURY_MAX_STEPS", _Int(1, 100), 8,
-            "Model steps (answers and tool rounds) one turn may take."),
+            N_("Model steps (answers and tool rounds) one turn may take.")),
     Setting("chat.timeout_s", "CHAT_TIMEOUT_S", _SECONDS, 300.0,
-            "Seconds a `POST /chat` turn may take before it is stopped and refused with 504."),
+            N_("Seconds a `POST /chat` turn may take before it is stopped and refused with 504.")),
     Setting("chat.max_file_bytes", "CHAT_MAX_FILE_BYTES", _Int(1), 10 * 1024 * 1024,
-            "Bytes one file sent to or written by the assistant may hold.",
-            default_doc="`10485760` (10 MiB)"),
+            N_("Bytes one file sent to or written by the assistant may hold."),
+            default_doc=N_("`10485760` (10 MiB)")),
     Setting("chat.max_turn_bytes", "CHAT_MAX_TURN_BYTES", _Int(1), 25 * 1024 * 1024,
-            "Bytes the files of one `POST /chat` may hold together, sent or returned.",
-            default_doc="`26214400` (25 MiB)"),
+            N_("Bytes the files of one `POST /chat` may hold together, sent or returned."),
+            default_doc=N_("`26214400` (25 MiB)")),
     Setting("chat.bridge_role", "CHAT_BRIDGE_ROLE", _Text(), "mercury.bridge",
-            "The directory role that lets a caller act for others on `POST /chat` "
-            "(`callerId`, `authorName`, `spaceId`)."),
+            N_("The directory role that lets a caller act for others on `POST /chat` "
+            "(`callerId`, `authorName`, `spaceId`).")),
     Setting("rate_limit.per_user", "MERCURY_RATE_LIMIT_PER_USER", _Int(1, 1000), 10,
-            "Turns a person may start per window (60 a minute under `serve --dev` when "
-            "neither sets it)."),
+            N_("Turns a person may start per window (60 a minute under `serve --dev` when "
+            "neither sets it).")),
     Setting("rate_limit.window_ms", "MERCURY_RATE_LIMIT_WINDOW_MS", _Int(1000, 3_600_000),
-            60_000, "The rate limit's sliding window, in milliseconds."),
+            60_000, N_("The rate limit's sliding window, in milliseconds.")),
     Setting("wiki.vault_path", "WIKI_VAULT_PATH", _PathKind(), None,
-            "The wiki's vault.", default_doc="`<data dir>/wiki`"),
+            N_("The wiki's vault."), default_doc=N_("`<data dir>/wiki`")),
     Setting("memory.store", "MERCURY_MEMORY_STORE", _Choice(("edge", "qdrant", "off")), "edge",
-            "Where long-term memory lives: embedded, on a Qdrant server, or nowhere."),
+            N_("Where long-term memory lives: embedded, on a Qdrant server, or nowhere.")),
     Setting("memory.qdrant_url", "QDRANT_URL", _Url(), None,
-            "The Qdrant server; required when the store is `qdrant`."),
+            N_("The Qdrant server; required when the store is `qdrant`.")),
     Setting("memory.qdrant_api_key", "QDRANT_API_KEY", _Text(raw=True), None,
-            "The Qdrant server's API key.", secret=True, aliases=("qdrant.api_key",)),
+            N_("The Qdrant server's API key."), secret=True, aliases=("qdrant.api_key",)),
     Setting("memory.qdrant_timeout_s", "QDRANT_TIMEOUT_S", _Int(1, 300), 10,
-            "Whole seconds a request to the Qdrant server may take, connecting included."),
+            N_("Whole seconds a request to the Qdrant server may take, connecting included.")),
     Setting("memory.qdrant_retries", "QDRANT_RETRIES", _Int(0, 10), 2,
-            "Times a Qdrant request that timed out or met a 429 or 5xx is sent again."),
+            N_("Times a Qdrant request that timed out or met a 429 or 5xx is sent again.")),
     Setting("memory.collections.verbatim", "QDRANT_VERBATIM_COLLECTION", _Text(),
-            "verbatim_archive", "The collection of archived messages."),
+            "verbatim_archive", N_("The collection of archived messages.")),
     Setting("memory.collections.episodic", "QDRANT_EPISODIC_COLLECTION", _Text(),
-            "episodic_memory", "The collection of conversation summaries."),
+            "episodic_memory", N_("The collection of conversation summaries.")),
     Setting("memory.collections.semantic", "QDRANT_SEMANTIC_FACTS_COLLECTION", _Text(),
-            "semantic_facts", "The collection of facts about people."),
+            "semantic_facts", N_("The collection of facts about people.")),
     Setting("memory.archive_queue_size", "MERCURY_ARCHIVE_QUEUE_SIZE", _Int(1), 10_000,
-            "Messages that may wait to be archived before new ones are dropped."),
+            N_("Messages that may wait to be archived before new ones are dropped.")),
     Setting("memory.edge_merge_above", "MERCURY_EDGE_MERGE_ABOVE", _Int(0, 1000), 0,
-            "Segments a Qdrant Edge shard may have before a child process merges them into "
-            "one; 0 never merges."),
+            N_("Segments a Qdrant Edge shard may have before a child process merges them into "
+            "one; 0 never merges.")),
     Setting("memory.edge_search_ef", "MERCURY_EDGE_SEARCH_EF", _Int(4, 1024), 32,
-            "Candidates a Qdrant Edge search visits per segment of its index (HNSW ef): fewer "
-            "answer faster and find fewer of the true nearest."),
+            N_("Candidates a Qdrant Edge search visits per segment of its index (HNSW ef): fewer "
+            "answer faster and find fewer of the true nearest.")),
     Setting("memory.archive_linger_ms", "MERCURY_ARCHIVE_LINGER_MS", _Int(0, 10_000), 100,
-            "Milliseconds the archive waits for more messages so one write serves several turns."),
+            N_("Milliseconds the archive waits for more messages so one write serves several "
+               "turns.")),
     Setting("session.idle_timeout_ms", "SESSION_IDLE_TIMEOUT_MS", _Int(1000), 1_800_000,
-            "Milliseconds of quiet after which a conversation is summarized and freed."),
+            N_("Milliseconds of quiet after which a conversation is summarized and freed.")),
     Setting("session.idle_check_interval_ms", "SESSION_IDLE_CHECK_INTERVAL_MS", _Int(100),
-            60_000, "Milliseconds between looks for idle conversations."),
+            60_000, N_("Milliseconds between looks for idle conversations.")),
     Setting("session.capture_message_threshold", "SESSION_CAPTURE_MESSAGE_THRESHOLD", _Int(1),
-            6, "New messages after which a conversation is summarized."),
+            6, N_("New messages after which a conversation is summarized.")),
     Setting("session.resume_max_chars", "SESSION_RESUME_MAX_CHARS", _Int(0), 8000,
-            "Characters of a freed conversation given back to the model when it is resumed."),
+            N_("Characters of a freed conversation given back to the model when it is resumed.")),
     Setting("directory.static_people", "DIRECTORY_STATIC_PEOPLE", _PeopleJson(), None,
-            "The people the static directory knows, as JSON (validated by the directory)."),
+            N_("The people the static directory knows, as JSON (validated by the directory).")),
     Setting("access.unknown", "MERCURY_ACCESS_UNKNOWN", _Choice(("refuse", "allow")), "refuse",
-            "Whether people the directory doesn't know are let in."),
+            N_("Whether people the directory doesn't know are let in.")),
     Setting("access.plugins", None, _PluginRoles(), MappingProxyType({}),
-            "Per plugin, the roles a person needs to be offered it.",
-            default_doc="none (no role gates)"),
+            N_("Per plugin, the roles a person needs to be offered it."),
+            default_doc=N_("none (no role gates)")),
     Setting("oidc.issuer", "OIDC_ISSUER", _Text(raw=True), None,
-            "The exact issuer tokens carry (validated by the provider)."),
+            N_("The exact issuer tokens carry (validated by the provider).")),
     Setting("oidc.audience", "OIDC_AUDIENCE", _Text(raw=True), None,
-            "The client id tokens carry in `aud` (validated by the provider)."),
+            N_("The client id tokens carry in `aud` (validated by the provider).")),
     Setting("oidc.algorithms", "OIDC_ALGORITHMS", _Names(OIDC_ALGORITHMS, "algorithm"), (),
-            "The signature algorithms accepted (comma-separated in the environment).",
-            default_doc="the provider's choice"),
+            N_("The signature algorithms accepted (comma-separated in the environment)."),
+            default_doc=N_("the provider's choice")),
     Setting("oidc.leeway_s", "OIDC_LEEWAY_S", _Int(0, 60), 30,
-            "Seconds of clock difference tolerated on a token's times."),
+            N_("Seconds of clock difference tolerated on a token's times.")),
     Setting("oidc.allow_http_issuer", "OIDC_ALLOW_HTTP_ISSUER", _Bool(), False,
-            "Accept a plain-http issuer; for development against a local issuer only."),
+            N_("Accept a plain-http issuer; for development against a local issuer only.")),
     Setting("trigger.match", "MERCURY_TRIGGER_MATCH", _Choice(TRIGGER_MATCHES), "mention",
-            "When a message in a shared space is for the assistant: `mention` (the trigger "
+            N_("When a message in a shared space is for the assistant: `mention` (the trigger "
             "as a standalone word anywhere), `prefix` (the message starts with it) or "
-            "`always`; direct messages always are. A space may set its own."),
+            "`always`; direct messages always are. A space may set its own.")),
     Setting("trigger.name", "MERCURY_TRIGGER_NAME", _Text(), "Mercury",
-            "The assistant's name in chats: a bridge writes a mention of the bot as "
-            "`@<name>`."),
+            N_("The assistant's name in chats: a bridge writes a mention of the bot as "
+            "`@<name>`.")),
     Setting("trigger.pattern", "MERCURY_TRIGGER_PATTERN", _Text(), None,
-            "The trigger word, matched without regard to case, with or without a leading "
-            "`@`.", default_doc="`trigger.name`"),
+            N_("The trigger word, matched without regard to case, with or without a leading "
+            "`@`."), default_doc=N_("`trigger.name`")),
     Setting("trigger.media_in_groups", "MERCURY_TRIGGER_MEDIA_IN_GROUPS", _Bool(), False,
-            "Whether a file sent without text in a group is for the assistant."),
+            N_("Whether a file sent without text in a group is for the assistant.")),
     Setting("ambient.max_messages", "MERCURY_AMBIENT_MAX_MESSAGES", _Int(0, 500), 20,
-            "Untriggered messages of a space kept for its next triggered run; 0 keeps none."),
+            N_("Untriggered messages of a space kept for its next triggered run; 0 keeps none.")),
     Setting("ambient.max_chars", "MERCURY_AMBIENT_MAX_CHARS", _Int(0, 100_000), 4000,
-            "Characters of untriggered talk a space keeps for its next triggered run."),
+            N_("Characters of untriggered talk a space keeps for its next triggered run.")),
     Setting("usage.ledger", "MERCURY_USAGE_LEDGER", _Bool(), True,
-            "Whether every model call's tokens are kept in the usage ledger (per person, "
-            "space, model and day); the allowances below need it."),
+            N_("Whether every model call's tokens are kept in the usage ledger (per person, "
+            "space, model and day); the allowances below need it.")),
     Setting("usage.flush_ms", "MERCURY_USAGE_FLUSH_MS", _Int(10, 60_000), 250,
-            "Milliseconds a model call's tokens may wait in memory before the ledger writes "
+            N_("Milliseconds a model call's tokens may wait in memory before the ledger writes "
             "them (in one statement with the others waiting): the most a crash may lose, "
-            "and how late another instance's report sees them; a shutdown writes them at once."),
+            "and how late another instance's report sees them; a shutdown writes them at once.")),
     Setting("usage.person_day", "MERCURY_USAGE_PERSON_DAY", _Int(0, 10**12), 0,
-            "Tokens (input and output) a person may use per UTC day, all conversations "
+            N_("Tokens (input and output) a person may use per UTC day, all conversations "
             "together; 0 is no allowance. A space's `budget.person_day` setting replaces it "
-            "in that space."),
+            "in that space.")),
     Setting("usage.person_month", "MERCURY_USAGE_PERSON_MONTH", _Int(0, 10**12), 0,
-            "Tokens a person may use per UTC month; 0 is no allowance."),
+            N_("Tokens a person may use per UTC month; 0 is no allowance.")),
     Setting("usage.space_day", "MERCURY_USAGE_SPACE_DAY", _Int(0, 10**12), 0,
-            "Tokens the people of a shared space may use together per UTC day; 0 is no "
-            "allowance. A space's `budget.space_day` setting replaces it."),
+            N_("Tokens the people of a shared space may use together per UTC day; 0 is no "
+            "allowance. A space's `budget.space_day` setting replaces it.")),
     Setting("usage.space_month", "MERCURY_USAGE_SPACE_MONTH", _Int(0, 10**12), 0,
-            "Tokens the people of a shared space may use together per UTC month; 0 is none."),
+            N_("Tokens the people of a shared space may use together per UTC month; 0 is none.")),
     Setting("usage.people", None, _PersonAllowances(), MappingProxyType({}),
-            "Named people's own allowances, by person key as `GET /usage` shows it "
+            N_("Named people's own allowances, by person key as `GET /usage` shows it "
             "(`people:alice: {day: 50000, month: 1000000}`): each replaces the person "
             "allowance everyone has (`usage.person_*`, a space's `budget.person_*`) for that "
-            "person only; 0 is none. An administrator's runtime value replaces it.",
-            default_doc="none"),
+            "person only; 0 is none. An administrator's runtime value replaces it."),
+            default_doc=N_("none")),
     Setting("bridges.max_message_age_s", "BRIDGE_MAX_MESSAGE_AGE_S", _Int(60, 604_800), 86_400,
-            "Seconds a platform message may be old (by the time the platform stamped it) and "
+            N_("Seconds a platform message may be old (by the time the platform stamped it) and "
             "still run; an older one, or one stamped more than five minutes ahead, is "
             "acknowledged and dropped. At most 7 days, so that a replay de-duplication has "
-            "forgotten is refused as stale.", default_doc="`86400` (1 day)"),
+            "forgotten is refused as stale."), default_doc=N_("`86400` (1 day)")),
     Setting("bridges.live_answers", "BRIDGE_LIVE_ANSWERS", _Bool(), True,
-            "Write answers in chats as they come (edits, a native stream or finished "
+            N_("Write answers in chats as they come (edits, a native stream or finished "
             "paragraphs, paced to each platform's limits), with buttons for confirmations "
             "and stop; off sends one message once the answer is complete. A space may set "
-            "its own (`live_answers`)."),
+            "its own (`live_answers`).")),
     Setting("bridges.show_reasoning", "BRIDGE_SHOW_REASONING", _Bool(), False,
-            "Show the model's reasoning in chats while an answer is written live: its latest "
-            "line as the status, until the first words. Off, a chat sees \"Thinking…\"."),
+            N_("Show the model's reasoning in chats while an answer is written live: its latest "
+            "line as the status, until the first words. Off, a chat sees \"Thinking…\".")),
     Setting("bridges.pairing_max_pending", "BRIDGE_PAIRING_MAX_PENDING", _Int(1, 10_000), 100,
-            "Requests for access (pairing codes) one chat platform holds at once; past it a "
-            "stranger is told to try later, so a flood can't fill the store."),
+            N_("Requests for access (pairing codes) one chat platform holds at once; past it a "
+            "stranger is told to try later, so a flood can't fill the store.")),
     Setting("bridges.connection_lease_s", "BRIDGE_CONNECTION_LEASE_S", _Int(2, 60), 10,
-            "Seconds a connection only one instance may hold (Discord's gateway) stays with "
+            N_("Seconds a connection only one instance may hold (Discord's gateway) stays with "
             "an instance that stopped renewing it (it died, lost the state store or stalled); "
             "then another instance with the bridge on takes it over and resumes it. The "
-            "holder renews every third of it."),
+            "holder renews every third of it.")),
     Setting("bridges.bot_turns", "BRIDGE_BOT_TURNS", _Int(1, 100), 3,
-            "Turns a space runs in a row for a sender that writes back within "
+            N_("Turns a space runs in a row for a sender that writes back within "
             "`bridges.bot_reply_s` of each answer, with no one else writing between them (a "
             "bot loop, such as an echo bot's); past it, its messages are kept as ambient "
-            "context only, until someone else writes."),
+            "context only, until someone else writes.")),
     Setting("bridges.bot_reply_s", "BRIDGE_BOT_REPLY_S", _Float(0, inclusive=True), 3.0,
-            "Seconds after an answer ends (or from when it first shows, while it is written) "
+            N_("Seconds after an answer ends (or from when it first shows, while it is written) "
             "within which its asker's next message counts as a program's reply towards "
-            "`bridges.bot_turns`."),
+            "`bridges.bot_turns`.")),
     Setting("slack.enabled", "MERCURY_SLACK", _Bool(), False,
-            "Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode."),
+            N_("Run the Slack bridge: events at `POST /webhooks/slack`, or over Socket Mode.")),
     Setting("slack.mode", "SLACK_MODE", _Choice(SLACK_MODES), "http",
-            "`http`: Slack posts events and button presses to `/webhooks/slack` (a public "
+            N_("`http`: Slack posts events and button presses to `/webhooks/slack` (a public "
             "HTTPS URL, checked by the signing secret); `socket`: the bridge opens Socket "
             "Mode connections to Slack itself (no public URL; needs `SLACK_APP_TOKEN`), on "
-            "every instance."),
+            "every instance.")),
     Setting("slack.bot_token", "SLACK_BOT_TOKEN", _Text(raw=True), None,
-            "The Slack app's bot token (`xoxb-…`).", secret=True),
+            N_("The Slack app's bot token (`xoxb-…`)."), secret=True),
     Setting("slack.signing_secret", "SLACK_SIGNING_SECRET", _Text(raw=True), None,
-            "The Slack app's signing secret, which every event is checked against (`http` "
-            "mode).", secret=True),
+            N_("The Slack app's signing secret, which every event is checked against (`http` "
+            "mode)."), secret=True),
     Setting("slack.app_token", "SLACK_APP_TOKEN", _Text(raw=True), None,
-            "The Slack app's app-level token (`xapp-…`, scope `connections:write`) that "
-            "opens Socket Mode connections (`socket` mode).", secret=True),
+            N_("The Slack app's app-level token (`xapp-…`, scope `connections:write`) that "
+            "opens Socket Mode connections (`socket` mode)."), secret=True),
     Setting("slack.api_url", "SLACK_API_URL", _Url(base=True), "https://slack.com/api",
-            "Slack's Web API address."),
+            N_("Slack's Web API address.")),
     _dm_policy("slack"),
     Setting("telegram.enabled", "MERCURY_TELEGRAM", _Bool(), False,
-            "Run the Telegram bridge: updates at `POST /webhooks/telegram`."),
+            N_("Run the Telegram bridge: updates at `POST /webhooks/telegram`.")),
     Setting("telegram.bot_token", "TELEGRAM_BOT_TOKEN", _Text(raw=True), None,
-            "The bot's token from BotFather.", secret=True),
+            N_("The bot's token from BotFather."), secret=True),
     Setting("telegram.webhook_secret", "TELEGRAM_WEBHOOK_SECRET", _Text(raw=True), None,
-            "The secret token given to setWebhook, which every update must carry.",
+            N_("The secret token given to setWebhook, which every update must carry."),
             secret=True),
     Setting("telegram.api_url", "TELEGRAM_API_URL", _Url(base=True),
-            "https://api.telegram.org/bot", "The Bot API's address, the token follows it."),
+            "https://api.telegram.org/bot", N_("The Bot API's address, the token follows it.")),
     Setting("telegram.file_url", "TELEGRAM_FILE_URL", _Url(base=True),
-            "https://api.telegram.org/file/bot", "Where the Bot API serves files."),
+            "https://api.telegram.org/file/bot", N_("Where the Bot API serves files.")),
     _dm_policy("telegram"),
     Setting("discord.enabled", "MERCURY_DISCORD", _Bool(), False,
-            "Run the Discord bridge over the gateway."),
+            N_("Run the Discord bridge over the gateway.")),
     Setting("discord.bot_token", "DISCORD_BOT_TOKEN", _Text(raw=True), None,
-            "The Discord bot's token.", secret=True),
+            N_("The Discord bot's token."), secret=True),
     Setting("discord.api_url", "DISCORD_API_URL", _Url(base=True),
-            "https://discord.com/api/v10", "Discord's REST API address."),
+            "https://discord.com/api/v10", N_("Discord's REST API address.")),
     _dm_policy("discord"),
     Setting("whatsapp.enabled", "MERCURY_WHATSAPP", _Bool(), False,
-            "Run the WhatsApp bridge: Cloud API events at `/webhooks/whatsapp`."),
+            N_("Run the WhatsApp bridge: Cloud API events at `/webhooks/whatsapp`.")),
     Setting("whatsapp.access_token", "WHATSAPP_ACCESS_TOKEN", _Text(raw=True), None,
-            "The Cloud API access token (a system user's).", secret=True),
+            N_("The Cloud API access token (a system user's)."), secret=True),
     Setting("whatsapp.app_secret", "WHATSAPP_APP_SECRET", _Text(raw=True), None,
-            "The Meta app's secret, which every event's signature is checked against.",
+            N_("The Meta app's secret, which every event's signature is checked against."),
             secret=True),
     Setting("whatsapp.verify_token", "WHATSAPP_VERIFY_TOKEN", _Text(raw=True), None,
-            "The token the webhook's verification request must carry.", secret=True),
+            N_("The token the webhook's verification request must carry."), secret=True),
     Setting("whatsapp.phone_number_id", "WHATSAPP_PHONE_NUMBER_ID", _Text(), None,
-            "The business phone number's id, which replies are sent from."),
+            N_("The business phone number's id, which replies are sent from.")),
     Setting("whatsapp.api_url", "WHATSAPP_API_URL", _Url(base=True),
-            "https://graph.facebook.com/v21.0", "The Graph API's address."),
+            "https://graph.facebook.com/v21.0", N_("The Graph API's address.")),
     _dm_policy("whatsapp"),
     Setting("teams.enabled", "MERCURY_TEAMS", _Bool(), False,
-            "Run the Microsoft Teams bridge: activities at `POST /webhooks/teams`."),
+            N_("Run the Microsoft Teams bridge: activities at `POST /webhooks/teams`.")),
     Setting("teams.app_id", "TEAMS_APP_ID", _Text(), None,
-            "The bot's Microsoft App ID (its Entra app registration's client id): the "
-            "audience every incoming token must carry."),
+            N_("The bot's Microsoft App ID (its Entra app registration's client id): the "
+            "audience every incoming token must carry.")),
     Setting("teams.app_password", "TEAMS_APP_PASSWORD", _Text(raw=True), None,
-            "The app registration's client secret, which replies' tokens are asked with.",
+            N_("The app registration's client secret, which replies' tokens are asked with."),
             secret=True),
     Setting("teams.tenant_id", "TEAMS_TENANT_ID", _Text(), None,
-            "For a single-tenant bot: its Entra tenant id. Tokens are then asked from that "
-            "tenant, and activities from any other tenant are ignored.", default_doc="none"),
+            N_("For a single-tenant bot: its Entra tenant id. Tokens are then asked from that "
+            "tenant, and activities from any other tenant are ignored."), default_doc=N_("none")),
     Setting("teams.openid_url", "TEAMS_OPENID_URL", _Url(),
             "https://login.botframework.com/v1/.well-known/openidconfiguration",
-            "The Bot Framework's OpenID metadata: the issuer and the keys incoming tokens "
-            "are checked against."),
+            N_("The Bot Framework's OpenID metadata: the issuer and the keys incoming tokens "
+            "are checked against.")),
     Setting("teams.token_url", "TEAMS_TOKEN_URL", _Url(), None,
-            "Where the bot asks for its own tokens (OAuth client credentials).",
-            default_doc="`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
-            "the tenant `botframework.com` unless `teams.tenant_id` is set"),
+            N_("Where the bot asks for its own tokens (OAuth client credentials)."),
+            default_doc=N_("`https://login.microsoftonline.com/<tenant>/oauth2/v2.0/token`, "
+            "the tenant `botframework.com` unless `teams.tenant_id` is set")),
     Setting("teams.service_urls", "TEAMS_SERVICE_URLS", _Origins(wildcard=False), (),
-            "Origins an activity's `serviceUrl` may name besides the Bot Framework's own "
+            N_("Origins an activity's `serviceUrl` may name besides the Bot Framework's own "
             "hosts (HTTPS on `smba.trafficmanager.net`, `botframework.com`, "
             "`teams.microsoft.com` and their US government clouds): a stand-in or emulator. "
-            "Replies and the bot's token go nowhere else.", default_doc="none"),
+            "Replies and the bot's token go nowhere else."), default_doc=N_("none")),
     _dm_policy("teams"),
     Setting("matrix.enabled", "MERCURY_MATRIX", _Bool(), False,
-            "Run the Matrix bridge: a sync loop held as the bot's user."),
+            N_("Run the Matrix bridge: a sync loop held as the bot's user.")),
     Setting("matrix.homeserver", "MATRIX_HOMESERVER", _Url(base=True), None,
-            "The homeserver's client-server API address (`https://matrix.example.org`)."),
+            N_("The homeserver's client-server API address (`https://matrix.example.org`).")),
     Setting("matrix.user_id", "MATRIX_USER_ID", _Text(), None,
-            "The bot's Matrix user id (`@mercury:example.org`)."),
+            N_("The bot's Matrix user id (`@mercury:example.org`).")),
     Setting("matrix.access_token", "MATRIX_ACCESS_TOKEN", _Text(raw=True), None,
-            "The bot's access token.", secret=True),
+            N_("The bot's access token."), secret=True),
     Setting("matrix.password", "MATRIX_PASSWORD", _Text(raw=True), None,
-            "The bot's password, to log in with when no access token is set (each start "
-            "logs in anew).", secret=True),
+            N_("The bot's password, to log in with when no access token is set (each start "
+            "logs in anew)."), secret=True),
     _dm_policy("matrix"),
     Setting("matrix.bot_users", "MATRIX_BOT_USERS", _Globs("user id"), (),
-            "Matrix accounts that are programs (user ids, `*` and `?` as wildcards: "
+            N_("Matrix accounts that are programs (user ids, `*` and `?` as wildcards: "
             "`@*bot:example.org`): their messages never start a turn and reach the model only "
-            "as ambient context, as every `m.notice` does.", default_doc="none"),
+            "as ambient context, as every `m.notice` does."), default_doc=N_("none")),
     Setting("spaces", None, _Spaces(), MappingProxyType({}),
-            "Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
-            "its own `rate_limit`, `trigger` and `live_answers`.", default_doc="none"),
+            N_("Per space (`slack:C123`, `telegram:-100123`, …): its admins and members, and "
+            "its own `rate_limit`, `trigger` and `live_answers`."), default_doc=N_("none")),
     Setting("log.level", "MERCURY_LOG_LEVEL", _Choice(("debug", "info", "warning", "error")),
-            "info", "The least severe log lines written."),
+            "info", N_("The least severe log lines written.")),
     Setting("log.format", "MERCURY_LOG_FORMAT", _Choice(("text", "json")), "text",
-            "`text` for people, `json` for log pipelines (one object per line)."),
+            N_("`text` for people, `json` for log pipelines (one object per line).")),
     Setting("metrics.enabled", "MERCURY_METRICS", _Bool(), True,
-            "Keep Prometheus metrics and serve them at `GET /metrics` (behind the bearer "
-            "token)."),
+            N_("Keep Prometheus metrics and serve them at `GET /metrics` (behind the bearer "
+            "token).")),
     Setting("metrics.port", "MERCURY_METRICS_PORT", _PORT, None,
-            "A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
-            "network only the scraper reaches; the surface then serves none.", default_doc="none"),
+            N_("A port of its own for `GET /metrics` (0 picks a free one), without auth, for a "
+            "network only the scraper reaches; the surface then serves none."),
+            default_doc=N_("none")),
     Setting("mcp.servers", None, _McpServers(), MappingProxyType({}),
-            "MCP servers whose tools the model is offered as `<server>_<tool>` (see "
-            "docs/mcp.md).", default_doc="none"),
+            N_("MCP servers whose tools the model is offered as `<server>_<tool>` (see "
+            "docs/mcp.md)."), default_doc=N_("none")),
     Setting("mcp.tool_budget", "MERCURY_MCP_TOOL_BUDGET", _Int(1, 1000), 40,
-            "Past this many tools in a turn (built-in ones included), MCP tools are offered "
-            "through a search tool that loads the schemas it finds."),
+            N_("Past this many tools in a turn (built-in ones included), MCP tools are offered "
+            "through a search tool that loads the schemas it finds.")),
     Setting("tracing.capture_content", "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
             _Bool(), False,
-            "Put the messages a model call was sent and its answer on its span "
+            N_("Put the messages a model call was sent and its answer on its span "
             "(`gen_ai.input.messages`, `gen_ai.output.messages`): people's words leave the "
-            "service for the trace collector, so only where it may keep them."),
+            "service for the trace collector, so only where it may keep them.")),
     Setting("secret_key", "MERCURY_SECRET_KEY", _Text(raw=True), None,
-            "The key the service signs and encrypts its own data with.", secret=True),
+            N_("The key the service signs and encrypts its own data with."), secret=True),
     Setting("services", None, _Services(), (),
-            "REST services the model may call, with their operations.", default_doc="none"),
+            N_("REST services the model may call, with their operations."), default_doc=N_("none")),
 )
 # fmt: on
 
@@ -1525,11 +1530,12 @@ def _describe_service(service: RestService) -> str:
     return f"{service.name} ({count} operation{'s' if count != 1 else ''}, {secret})"
 
 
-def _default_text(setting: Setting) -> str:
+def _default_text(setting: Setting, translate: Callable[[str], str] = N_) -> str:
+    """The default as the reference shows it; ``translate`` gives ``--help`` its language."""
     if setting.default_doc is not None:
-        return setting.default_doc
+        return translate(setting.default_doc)
     if setting.default is None:
-        return "not set"
+        return translate(N_("not set"))
     return f"`{_plain(setting.default)}`"
 
 
@@ -1601,14 +1607,15 @@ def settings_reference() -> str:
     return "\n".join(lines) + "\n"
 
 
-def help_text() -> str:
-    """Every environment variable with its default, for ``mercury-http serve --help``."""
+def help_text(tr: Translator) -> str:
+    """Every environment variable with its default, for ``mercury-http serve --help``, in
+    ``tr``'s language (``docs/configuration.md`` keeps the English of the same texts)."""
     width = 36
-    lines = [
-        "Settings (environment variables; every one that isn't a secret can also be set in",
-        "mercury.yaml, see docs/configuration.md; an empty value means the default):",
-        "",
-    ]
+    heading = tr.gettext(
+        "Settings (environment variables; every one that isn't a secret can also be set in "
+        "mercury.yaml, see docs/configuration.md; an empty value means the default):"
+    )
+    lines = [*textwrap.wrap(heading, width=98), ""]
 
     def entry(name: str, text: str) -> None:
         wrapped = textwrap.wrap(text, width=98 - width)
@@ -1622,16 +1629,26 @@ def help_text() -> str:
 
     entry(
         CONFIG_FILE_VARIABLE,
-        "The YAML file to read (default: ./mercury.yaml, else ./mercury.yml; none: no file).",
+        tr.gettext(
+            "The YAML file to read (default: ./mercury.yaml, else ./mercury.yml; none: no file)."
+        ),
     )
     for setting in SETTINGS:
         if setting.env is None:
             continue
-        default = _default_text(setting).replace("`", "")
-        tail = " Secret." if setting.secret else ""
-        entry(setting.env, f"{setting.doc.replace('`', '')} (default: {default}){tail}")
+        default = _default_text(setting, tr.gettext)
+        # Shown: a setting in serve --help; %(meaning)s is what it does, %(default)s its default.
+        line = N_("%(meaning)s (default: %(default)s)")
+        if setting.secret:
+            # Shown: a secret setting in serve --help (it can't be set in the file).
+            line = N_("%(meaning)s (default: %(default)s) Secret.")
+        meaning = tr.gettext(setting.doc)
+        values = {"meaning": meaning.replace("`", ""), "default": default.replace("`", "")}
+        entry(setting.env, tr.gettext(line) % values)
     entry(
         SERVICE_SECRET_VARIABLE,
-        "The client secret of a service declared in the file (default: not set). Secret.",
+        tr.gettext(
+            "The client secret of a service declared in the file (default: not set). Secret."
+        ),
     )
     return "\n".join(lines) + "\n"

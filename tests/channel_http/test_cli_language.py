@@ -16,6 +16,7 @@ from babel.messages.extract import extract_from_file
 
 from channel_http.cli.command import main, parser
 from channel_http.cli.language import ARGPARSE_WORDS, ENGLISH, argparse_speaking, translator_for
+from core.config.settings import SETTINGS
 from core.people.catalogs import extract
 from core.people.i18n import Translator
 
@@ -90,6 +91,37 @@ def test_help_and_a_subcommands_help_speak_the_terminals_language(
         assert "--help" in result.stdout
 
 
+def test_serve_help_lists_the_settings_in_the_terminals_language() -> None:
+    """The settings list at the end of ``serve --help`` speaks Italian too; the names of the
+    variables, the values and the units stay as typed."""
+    result = run({"LANG": "it_IT.UTF-8"}, "serve", "--help")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stdout.split())  # the list is wrapped to the terminal's width
+    for text in (
+        "Impostazioni (variabili d'ambiente; ognuna che non sia un segreto si può impostare "
+        "anche in mercury.yaml",
+        "HTTP_SURFACE_HOST L'indirizzo su cui restare in ascolto. (predefinito: 127.0.0.1)",
+        "HTTP_SURFACE_PORT La porta; 0 ne sceglie una libera. (predefinito: 4100)",
+        "OPENAI_MODEL Il modello di chat, come lo chiama il server; obbligatorio con "
+        "MERCURY_MODEL_PROVIDER=openai. (predefinito: non impostato)",
+        "SLACK_BOT_TOKEN Il token del bot dell'app Slack (xoxb-…). (predefinito: non impostato) "
+        "Segreto.",
+    ):
+        assert text in said, (text, result.stdout)
+    for english in ("The address to listen on.", "(default:", "Secret.", "Settings ("):
+        assert english not in said, (english, result.stdout)
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+
+
+def test_every_settings_text_of_serve_help_is_in_the_catalogs() -> None:
+    """Each setting's meaning and worded default is a msgid the catalogs' check covers: one
+    left unmarked, or untranslated in a language, fails scripts/check."""
+    extracted = {message.id for message in extract() if isinstance(message.id, str)}
+    for setting in SETTINGS:
+        assert setting.doc in extracted, setting.path
+        assert setting.default_doc is None or setting.default_doc in extracted, setting.path
+
+
 def test_a_usage_error_in_italian_names_what_is_missing_in_italian() -> None:
     missing = run({"LANG": "it_IT.UTF-8"}, "mute", "slack:C1")
     assert missing.returncode == 2
@@ -156,8 +188,7 @@ def texts(top: argparse.ArgumentParser) -> Iterator[tuple[str, str]]:
     while pending:
         where, current = pending.pop()
         yield f"{where} description", current.description or ""
-        if where != "mercury-http serve":  # its epilog is the settings reference, in English
-            yield f"{where} epilog", current.epilog or ""
+        yield f"{where} epilog", current.epilog or ""
         for action in current._actions:
             if action.help not in (None, argparse.SUPPRESS):
                 yield f"{where} {action.dest}", str(action.help)

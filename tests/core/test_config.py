@@ -18,6 +18,7 @@ from core.config.settings import (
     load_settings,
     settings_reference,
 )
+from core.people.i18n import Translation
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 START = "<!-- settings-reference:start -->"
@@ -957,7 +958,7 @@ def test_the_example_file_in_the_doc_loads(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_variable_with_its_default() -> None:
-    text = help_text()
+    text = help_text(Translation(language="en"))
 
     for setting in SETTINGS:
         if setting.env is not None:
