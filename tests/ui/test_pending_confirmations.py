@@ -3,10 +3,13 @@ reload the transcript gives a waiting confirmation its buttons back (answered by
 tokens being gone), one answered before the reload shows its chip's outcome, and the Pending
 tab confirms, chooses and cancels, the tool chip following (confirmed, cancelled), in English
 and in Italian. A confirmation shown live expires by the
-server's time without a reload, and an open Pending tab follows what ends elsewhere."""
+server's time without a reload, and an open Pending tab follows what ends elsewhere. A live
+confirmation ended outside the page (a script, the composer's typed token) settles its chip as
+the server recorded it: confirmed or cancelled, not expired."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -15,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from core.clock import ManualClock
 from core.config.settings import Settings
@@ -327,3 +330,81 @@ def test_an_open_pending_tab_follows_a_confirmation_answered_in_the_transcript_o
     assert answered.json()["cancelled"] is True
     page.evaluate("window.dispatchEvent(new Event('focus'))")
     expect(page.locator("#panel-body")).to_contain_text("Nothing waits for you.")
+
+
+def captured_tokens(page: Page) -> list[str]:
+    """The tokens the page's turns stream in their ``pending`` events, as they come: the
+    stream is read whole (a ``/demo confirm`` turn ends once it has staged) and handed on."""
+    tokens: list[str] = []
+
+    def tee(route: Route) -> None:
+        response = route.fetch()
+        tokens.extend(re.findall(r'"token":\s*"([0-9A-Za-z]{4}-[0-9A-Za-z]{4})"', response.text()))
+        route.fulfill(response=response)
+
+    page.route("**/turn", tee)
+    return tokens
+
+
+def test_a_live_confirmation_confirmed_elsewhere_says_confirmed_not_expired(
+    page: Page, server: RunningServer
+) -> None:
+    tokens = captured_tokens(page)
+    sign_in(page, server, "alice-token")
+    stage(page)
+    [item] = pending(server)
+    chip = page.locator("article.message.assistant").last.locator(".chip")
+    # Confirmed outside the page (a script, the CLI) with the token its stream carried.
+    confirmed = httpx.post(
+        f"{server.url}/confirm",
+        headers=ALICE,
+        json={"token": tokens[-1], "conversationId": item["conversationId"]},
+        timeout=10,
+    )
+    assert confirmed.json()["resolved"] is True
+    expect(chip).to_have_attribute("data-outcome", "pending")
+    page.evaluate("window.dispatchEvent(new Event('focus'))")
+    expect(chip).to_have_attribute("data-outcome", "confirmed")
+    expect(chip).to_contain_text("confirmed")
+    expect(chip).not_to_contain_text("expired")
+    expect(page.locator(".log .pending button").first).to_be_disabled()
+    assert axe_violations(page) == []
+
+
+def test_a_token_typed_in_the_composer_settles_its_chip_confirmed(
+    page: Page, server: RunningServer
+) -> None:
+    tokens = captured_tokens(page)
+    sign_in(page, server, "alice-token")
+    stage(page)
+    answers = page.locator("article.message.assistant")
+    staged = answers.nth(answers.count() - 1)  # this one, not the token's answer to come
+    chip = staged.locator(".chip")
+    send(page, tokens[-1])
+    expect(answers.last.locator("[data-final]")).to_have_text("Confirmed and done.")
+    expect(chip).to_have_attribute("data-outcome", "confirmed")
+    expect(chip).to_contain_text("confirmed")
+    expect(staged.get_by_role("button", name="Confirm")).to_be_disabled()
+    assert pending(server) == []
+
+
+def test_a_live_confirmation_cancelled_elsewhere_says_cancelled_when_its_time_is_up(
+    page: Page, short_lived: tuple[RunningServer, Shifted]
+) -> None:
+    server, clock = short_lived
+    sign_in(page, server, "alice-token")
+    stage(page)
+    clock.offset = timedelta(0)  # LIVES left: the expiry timer asks the server then
+    [item] = pending(server)
+    cancelled = httpx.post(
+        f"{server.url}/confirmations/{item['id']}", headers=ALICE, json={"cancel": True}
+    )
+    assert cancelled.json()["cancelled"] is True
+    answer = page.locator("article.message.assistant").last
+    chip = answer.locator(".chip")
+    expect(chip).to_have_attribute(
+        "data-outcome", "cancelled", timeout=LIVES.seconds * 1000 + 15_000
+    )
+    expect(chip).to_contain_text("cancelled")
+    expect(answer.get_by_role("button", name="Confirm")).to_be_disabled()
+    assert axe_violations(page) == []

@@ -167,7 +167,7 @@ export class Conversation {
 
   /** The conversation's confirmations: those that ended, their chips saying how, then the
    * open ones with their buttons back: a reload loses the tokens, so they are answered by
-   * id. Each open one settles as expired when its time is up. */
+   * id. Each open one settles when its time is up, as the server says it ended. */
   private async restorePending(): Promise<void> {
     let pending: PendingConfirmation[];
     let settled: SettledConfirmation[];
@@ -211,21 +211,14 @@ export class Conversation {
   }
 
   /** Once its time looks up, asks the server (whose clock decides, not the browser's)
-   * whether the confirmation still waits: if not, its chip says expired. */
+   * whether the confirmation still waits: if not, its chip says how it ended. */
   private watchExpiry(confirmationId: string, after: number): void {
     const timer = window.setTimeout(async () => {
       if (this.disposed || !this.open.has(confirmationId)) return;
       try {
-        const { pending } = await this.host.api.get<{ pending: PendingConfirmation[] }>(
-          "/confirmations",
-          { conversationId: this.id },
-        );
-        if (!this.open.has(confirmationId)) return; // answered while asking
-        if (pending.some((item) => item.id === confirmationId)) {
+        const waiting = await this.check();
+        if (waiting.has(confirmationId) && this.open.has(confirmationId)) {
           this.watchExpiry(confirmationId, 5_000);
-        } else {
-          this.settled(confirmationId, "gone");
-          this.host.ended(confirmationId, "gone", "");
         }
       } catch {
         this.watchExpiry(confirmationId, 30_000); // unreachable for now: ask again later
@@ -234,13 +227,43 @@ export class Conversation {
     this.expiries.push(timer);
   }
 
-  /** A confirmation of this conversation ended elsewhere (the Pending tab): its answer's
-   * buttons go and its chip follows; an action that hands back is heard here. */
+  /** Asks the server which of the open confirmations still wait (`settled=true`): each one
+   * that doesn't settles as the server recorded its end (confirmed, chosen, answered or
+   * cancelled elsewhere, or expired), and as expired when nothing is recorded; what else
+   * shows it follows. The ids still waiting; throws when the server can't be asked. */
+  async check(): Promise<Set<string>> {
+    if (this.open.size === 0) return new Set();
+    const { pending, settled = [] } = await this.host.api.get<{
+      pending: PendingConfirmation[];
+      settled: SettledConfirmation[];
+    }>("/confirmations", { conversationId: this.id, settled: "true" });
+    const waiting = new Set(pending.map((item) => item.id));
+    for (const confirmationId of [...this.open.keys()]) {
+      if (waiting.has(confirmationId)) continue;
+      const record = settled.find((item) => item.id === confirmationId);
+      const [outcome, said]: [Settled, string] = record ? endedAs(record) : ["gone", ""];
+      this.close(confirmationId, outcome, said);
+      this.host.ended(confirmationId, outcome, said);
+    }
+    return waiting;
+  }
+
+  /** A confirmation of this conversation ended elsewhere (the Pending tab, another tab of the
+   * UI): its answer's buttons go and its chip follows; an action that hands back is heard
+   * here. A `gone` one (no longer listed, how it ended unknown) is asked of the server. */
   settled(confirmationId: string, outcome: Settled, said?: string, resume = false): void {
+    if (outcome === "gone" && this.open.has(confirmationId)) {
+      void this.check().catch(() => this.close(confirmationId, "gone"));
+      return;
+    }
+    this.close(confirmationId, outcome, said);
+    if (resume) void this.run({ resume: true, conversationId: this.id }, null);
+  }
+
+  private close(confirmationId: string, outcome: Settled, said?: string): void {
     const answer = this.open.get(confirmationId);
     this.open.delete(confirmationId);
-    answer?.settleConfirmation(outcome, said);
-    if (resume) void this.run({ resume: true, conversationId: this.id }, null);
+    answer?.settleConfirmation(outcome, said || undefined);
   }
 
   /** The newest of the messages not shown yet, above those shown, the reader's place kept. */
@@ -358,6 +381,8 @@ export class Conversation {
       this.busy(false);
       if (body.opening && answer.isEmpty()) answer.element.remove();
       this.host.changed();
+      // A token typed in the composer answers its confirmation: its chip says how.
+      if (userText !== null && this.open.size > 0) void this.check().catch(() => undefined);
       this.sendQueued();
     }
   }
@@ -383,7 +408,7 @@ export class Conversation {
       case "pending": {
         const { choices, confirmationId, expiresAt } = event;
         if (confirmationId) this.open.set(confirmationId, answer);
-        // Settled as expired once the server's clock passes it (the server confirms it).
+        // Settled once the server's clock passes it, as the server says it ended.
         if (confirmationId && expiresAt) {
           this.watchExpiry(confirmationId, Date.parse(expiresAt) - this.host.api.serverNow());
         }
@@ -436,6 +461,17 @@ export class Conversation {
     const shown = confirmationId ? this.open.get(confirmationId) : undefined;
     if (confirmationId) this.open.delete(confirmationId);
     const outcome = await this.sent(send, label, group);
+    if (outcome === "gone" && confirmationId && shown) {
+      // Answered elsewhere, or expired: the chip says which, as the server recorded it.
+      this.open.set(confirmationId, shown);
+      return this.check().then(
+        () => null,
+        () => {
+          this.open.delete(confirmationId);
+          return "gone";
+        },
+      );
+    }
     if (confirmationId && outcome) this.host.ended(confirmationId, outcome, said);
     else if (confirmationId && shown) this.open.set(confirmationId, shown);
     return outcome;

@@ -267,9 +267,14 @@ class App {
 
   /** The Pending tab follows confirmations ended elsewhere: in the transcript, in another
    * tab of this UI (whose message also settles the open conversation's chip), and whatever
-   * happened while the page was hidden or unfocused (one request, and only when it shows). */
+   * happened while the page was hidden or unfocused (only when it shows); so do the open
+   * conversation's waiting chips, as the server recorded each end. */
   private watchConfirmations(): void {
     const refresh = () => void this.panels?.refresh("pending");
+    const recheck = () => {
+      refresh();
+      void this.conversation?.check().catch(() => undefined); // unreachable: the timer asks
+    };
     if (this.tabs) {
       this.tabs.onmessage = (event: MessageEvent<Ended>) => {
         const { conversationId, confirmationId, outcome, said } = event.data;
@@ -280,9 +285,9 @@ class App {
       };
     }
     document.addEventListener("visibilitychange", () => {
-      if (document.visibilityState === "visible") refresh();
+      if (document.visibilityState === "visible") recheck();
     });
-    window.addEventListener("focus", refresh);
+    window.addEventListener("focus", recheck);
   }
 
   /** A confirmation of the open conversation ended in its transcript. */
