@@ -80,8 +80,20 @@ async def test_the_stored_log_keeps_the_last_deltas_and_the_final_within_the_bud
     frames, _ = await (await written(there, turn)).read(0)
 
     deltas = [seq for seq, name, _ in frames if name == b"text"]
-    assert len(deltas) * len(chunk) <= DELTA_BUDGET
+    kept = turn.trimmed_to  # the memory log's first kept delta: its own budget holds
+    assert (601 - kept) * len(chunk) <= DELTA_BUDGET
     assert deltas == list(range(deltas[0], 601))  # the last ones, without a gap among them
+    # The store drops whole rows only: what it keeps beyond the memory log's deltas is the
+    # rest of the one row the trim point falls in (a loaded machine writes bigger rows).
+    rows = await there._db.fetch_all(
+        "SELECT first_seq, last_seq FROM turn_batches WHERE turn_id = ?", (turn.turn_id,)
+    )
+    extra = [seq for seq in deltas if seq < kept]
+    straddling = [(int(r[0]), int(r[1])) for r in rows if int(r[0]) < kept <= int(r[1])]
+    assert not extra or (len(straddling) == 1 and all(straddling[0][0] <= seq for seq in extra)), (
+        extra[:3],
+        straddling,
+    )
     assert frames[0][1] == b"turn" and frames[-1] == (601, b"final", b'{"text":"the whole answer"}')
 
 
